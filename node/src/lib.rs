@@ -1,0 +1,8 @@
+//! The tessera process: glommio executors (one per core) owning fragments, the PostgreSQL wire
+//! protocol, sessions, cross-core calls, transactions, and later the cluster.
+//!
+//! The only crate that knows executors, sockets, PostgreSQL messages and SQLSTATE.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)
+)]
