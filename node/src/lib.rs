@@ -8,4 +8,7 @@
 )]
 
 pub mod config;
+pub mod datadir;
+pub mod logging;
 pub mod runtime;
+pub mod signals;
