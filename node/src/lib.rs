@@ -7,6 +7,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)
 )]
 
+pub mod catalog;
 pub mod config;
 pub mod datadir;
 pub mod logging;
