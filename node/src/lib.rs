@@ -8,6 +8,7 @@
 )]
 
 pub mod catalog;
+pub mod cli;
 pub mod config;
 pub mod datadir;
 pub mod logging;
