@@ -16,11 +16,11 @@ pub const SQL_RECURSION_MAX: usize = 48;
 /// infix operators (`1+1+1+…`) in a loop, not by recursion, so its recursion limit does not
 /// bound their depth; counting operator tokens before parsing does, and keeps both the parser's
 /// tree and our recursive planner and evaluator shallow.
-pub const SQL_OPERATORS_MAX: usize = 2_000;
+pub const SQL_OPERATORS_MAX: usize = 1_000;
 
 /// Deepest expression tree the planner accepts (counted in our own `Expr` nodes). The
 /// evaluator recurses once per level, so this bounds its stack.
-pub const EXPR_DEPTH_MAX: usize = 256;
+pub const EXPR_DEPTH_MAX: usize = 128;
 
 /// Most `$n` parameters in one statement: the PostgreSQL wire protocol counts them in an `i16`.
 pub const PARAMS_MAX: usize = i16::MAX as usize;

@@ -419,13 +419,59 @@ fn plan_statement(stmt: &ast::Statement) -> Result<Statement, PlanError> {
         ast::Statement::Commit { chain: false, .. } => Ok(Statement::Commit),
         ast::Statement::Rollback { chain: false, savepoint: None } => Ok(Statement::Rollback),
         ast::Statement::Set(set) => plan_set(set),
-        other => {
-            // Name the statement by its first words, as the user wrote it.
-            let text = other.to_string();
-            let words: Vec<&str> = text.split_whitespace().take(2).collect();
-            unsupported(format!("statement {}", words.join(" ")))
-        }
+        other => unsupported(statement_construct(other)),
     }
+}
+
+/// Names an unsupported statement without rendering it (rendering recurses through every
+/// expression in it).
+fn statement_construct(s: &ast::Statement) -> String {
+    let name = match s {
+        ast::Statement::Drop { .. } => "DROP",
+        ast::Statement::Truncate(_) => "TRUNCATE",
+        ast::Statement::CreateView(_) => "CREATE VIEW",
+        ast::Statement::CreateIndex(_) => "CREATE INDEX",
+        ast::Statement::CreateSchema { .. } => "CREATE SCHEMA",
+        ast::Statement::CreateDatabase { .. } => "CREATE DATABASE",
+        ast::Statement::CreateFunction(_) => "CREATE FUNCTION",
+        ast::Statement::CreateRole(_) => "CREATE ROLE",
+        ast::Statement::CreateSequence { .. } => "CREATE SEQUENCE",
+        ast::Statement::CreateType { .. } => "CREATE TYPE",
+        ast::Statement::CreateExtension(_) => "CREATE EXTENSION",
+        ast::Statement::AlterIndex { .. } => "ALTER INDEX",
+        ast::Statement::AlterView { .. } => "ALTER VIEW",
+        ast::Statement::AlterRole { .. } => "ALTER ROLE",
+        ast::Statement::Grant(_) => "GRANT",
+        ast::Statement::Revoke(_) => "REVOKE",
+        ast::Statement::Copy { .. } => "COPY",
+        ast::Statement::Merge(_) => "MERGE",
+        ast::Statement::Prepare { .. } => "PREPARE (use the extended protocol)",
+        ast::Statement::Execute { .. } => "EXECUTE",
+        ast::Statement::Deallocate { .. } => "DEALLOCATE",
+        ast::Statement::Declare { .. } => "DECLARE",
+        ast::Statement::Fetch { .. } => "FETCH",
+        ast::Statement::Close { .. } => "CLOSE",
+        ast::Statement::Savepoint { .. } => "SAVEPOINT",
+        ast::Statement::ReleaseSavepoint { .. } => "RELEASE SAVEPOINT",
+        ast::Statement::Rollback { .. } => "ROLLBACK TO SAVEPOINT / AND CHAIN",
+        ast::Statement::Commit { .. } => "COMMIT AND CHAIN",
+        ast::Statement::StartTransaction { .. } => "BEGIN with statements",
+        ast::Statement::Analyze(_) => "ANALYZE",
+        ast::Statement::Vacuum(_) => "VACUUM",
+        ast::Statement::Call(_) => "CALL",
+        ast::Statement::Comment { .. } => "COMMENT",
+        ast::Statement::Lock(_) | ast::Statement::LockTables { .. } => "LOCK",
+        ast::Statement::LISTEN { .. } => "LISTEN",
+        ast::Statement::NOTIFY { .. } => "NOTIFY",
+        ast::Statement::UNLISTEN { .. } => "UNLISTEN",
+        ast::Statement::Discard { .. } => "DISCARD",
+        ast::Statement::Reset(_) => "RESET",
+        ast::Statement::ShowTables { .. } => "SHOW TABLES",
+        ast::Statement::ShowColumns { .. } => "SHOW COLUMNS",
+        ast::Statement::Use(_) => "USE",
+        _ => "this statement",
+    };
+    format!("statement {name}")
 }
 
 fn plan_show(variable: &[ast::Ident]) -> Result<Statement, PlanError> {
@@ -473,13 +519,7 @@ fn plan_set(set: &ast::Set) -> Result<Statement, PlanError> {
             name: "client_encoding".to_owned(),
             value: charset_name.value.clone(),
         }),
-        other => {
-            let text = other.to_string();
-            unsupported(format!(
-                "statement {}",
-                text.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
-            ))
-        }
+        _ => unsupported("SET of this form"),
     }
 }
 
@@ -598,114 +638,216 @@ impl ExprPlanner<'_> {
         }
     }
 
+    /// Plans one expression. Recursive, so each arm calls a separate function: in debug
+    /// builds a frame holds every local of every arm, and this keeps the recursive frame small
+    /// ([`EXPR_DEPTH_MAX`] levels must fit in a 2 MiB thread stack).
     fn expr(&self, e: &ast::Expr, depth: usize) -> Result<Expr, PlanError> {
         if depth > EXPR_DEPTH_MAX {
             return Err(PlanError::TooDeep { limit: EXPR_DEPTH_MAX });
         }
-        let sub = |e: &ast::Expr| self.expr(e, depth + 1).map(Box::new);
-        Ok(match e {
-            ast::Expr::Identifier(ident) => self.path(std::slice::from_ref(ident))?,
-            ast::Expr::CompoundIdentifier(idents) => self.path(idents)?,
-            ast::Expr::Value(v) => value_expr(&v.value)?,
-            ast::Expr::Nested(inner) => self.expr(inner, depth + 1)?,
-            ast::Expr::UnaryOp { op, expr } => match op {
-                ast::UnaryOperator::Not => Expr::Unary { op: UnaryOp::Not, expr: sub(expr)? },
-                ast::UnaryOperator::Plus => self.expr(expr, depth + 1)?,
-                ast::UnaryOperator::Minus => match self.expr(expr, depth + 1)? {
-                    // Fold negative literals so `-5` is a literal (and `LIMIT -1` is caught).
-                    Expr::Literal(Literal::Int(i)) => match i.checked_neg() {
-                        Some(n) => Expr::Literal(Literal::Int(n)),
-                        // Only i64::MIN has no negation; its negation is exactly 2^63.
-                        None => Expr::Literal(Literal::Float(9_223_372_036_854_775_808.0)),
-                    },
-                    Expr::Literal(Literal::Float(f)) => Expr::Literal(Literal::Float(-f)),
-                    other => Expr::Unary { op: UnaryOp::Neg, expr: Box::new(other) },
-                },
-                other => return unsupported(format!("operator {other}")),
-            },
-            ast::Expr::BinaryOp { left, op, right } => {
-                let op = match op {
-                    ast::BinaryOperator::And => BinaryOp::And,
-                    ast::BinaryOperator::Or => BinaryOp::Or,
-                    ast::BinaryOperator::Eq => BinaryOp::Eq,
-                    ast::BinaryOperator::NotEq => BinaryOp::Ne,
-                    ast::BinaryOperator::Lt => BinaryOp::Lt,
-                    ast::BinaryOperator::LtEq => BinaryOp::Le,
-                    ast::BinaryOperator::Gt => BinaryOp::Gt,
-                    ast::BinaryOperator::GtEq => BinaryOp::Ge,
-                    ast::BinaryOperator::Plus => BinaryOp::Add,
-                    ast::BinaryOperator::Minus => BinaryOp::Sub,
-                    ast::BinaryOperator::Multiply => BinaryOp::Mul,
-                    ast::BinaryOperator::Divide => BinaryOp::Div,
-                    ast::BinaryOperator::Modulo => BinaryOp::Mod,
-                    other => return unsupported(format!("operator {other}")),
-                };
-                Expr::Binary { op, left: sub(left)?, right: sub(right)? }
+        match e {
+            ast::Expr::Identifier(ident) => self.path(std::slice::from_ref(ident)),
+            ast::Expr::CompoundIdentifier(idents) => self.path(idents),
+            ast::Expr::Value(v) => value_expr(&v.value),
+            ast::Expr::Nested(inner) => self.expr(inner, depth + 1),
+            ast::Expr::UnaryOp { op, expr } => self.unary(op, expr, depth),
+            ast::Expr::BinaryOp { left, op, right } => self.binary(left, op, right, depth),
+            ast::Expr::IsNull(inner) => self.is_null(inner, false, depth),
+            ast::Expr::IsNotNull(inner) => self.is_null(inner, true, depth),
+            ast::Expr::InList { expr, list, negated } => self.in_list(expr, list, *negated, depth),
+            ast::Expr::Between { expr, negated, low, high } => {
+                self.between(expr, low, high, *negated, depth)
             }
-            ast::Expr::IsNull(inner) => Expr::IsNull { expr: sub(inner)?, negated: false },
-            ast::Expr::IsNotNull(inner) => Expr::IsNull { expr: sub(inner)?, negated: true },
-            ast::Expr::InList { expr, list, negated } => {
-                if list.len() > IN_LIST_MAX {
-                    return Err(PlanError::LimitExceeded {
-                        what: "IN list elements",
-                        limit: IN_LIST_MAX,
-                    });
-                }
-                Expr::InList {
-                    expr: sub(expr)?,
-                    list: list.iter().map(|e| self.expr(e, depth + 1)).collect::<Result<_, _>>()?,
-                    negated: *negated,
-                }
-            }
-            ast::Expr::Between { expr, negated, low, high } => Expr::Between {
-                expr: sub(expr)?,
-                low: sub(low)?,
-                high: sub(high)?,
-                negated: *negated,
-            },
             ast::Expr::Like { negated, any: false, expr, pattern, escape_char: None } => {
-                Expr::Like { expr: sub(expr)?, pattern: sub(pattern)?, negated: *negated }
+                self.like(expr, pattern, *negated, depth)
             }
-            ast::Expr::Like { .. } => return unsupported("LIKE with ESCAPE or ANY"),
             ast::Expr::Cast { kind, expr, data_type, format: None } => {
-                if matches!(kind, ast::CastKind::TryCast | ast::CastKind::SafeCast) {
-                    return unsupported("TRY_CAST");
-                }
-                let to = sql_type(data_type)?;
-                let inner = self.expr(expr, depth + 1)?;
-                fold_cast(inner, to)?
+                self.cast(kind, expr, data_type, depth)
             }
-            ast::Expr::Function(f) => {
-                let name = function_name(f)?;
-                if AggregateFunc::from_name(&name).is_some() {
-                    return unsupported(format!("aggregate function {name} in this position"));
-                }
-                if name == "id" {
-                    if !function_args(f)?.is_empty() {
-                        return unsupported("id() with arguments");
-                    }
-                    if matches!(self.scope, Scope::Values) {
-                        return Err(PlanError::Invalid {
-                            what: "id() is not allowed in VALUES".to_owned(),
-                        });
-                    }
-                    Expr::Id
-                } else {
-                    return unsupported(format!("function {name}"));
-                }
+            ast::Expr::Function(f) => self.function(f),
+            other => unsupported(expr_construct(other)),
+        }
+    }
+
+    fn sub(&self, e: &ast::Expr, depth: usize) -> Result<Box<Expr>, PlanError> {
+        self.expr(e, depth + 1).map(Box::new)
+    }
+
+    #[inline(never)]
+    fn unary(
+        &self,
+        op: &ast::UnaryOperator,
+        expr: &ast::Expr,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        Ok(match op {
+            ast::UnaryOperator::Not => {
+                Expr::Unary { op: UnaryOp::Not, expr: self.sub(expr, depth)? }
             }
-            ast::Expr::Subquery(_) | ast::Expr::InSubquery { .. } | ast::Expr::Exists { .. } => {
-                return unsupported("subquery");
-            }
-            ast::Expr::ILike { .. } => return unsupported("ILIKE"),
-            ast::Expr::Case { .. } => return unsupported("CASE"),
-            other => {
-                let text = other.to_string();
-                let short: String = text.chars().take(40).collect();
-                return unsupported(format!("expression {short}"));
-            }
+            ast::UnaryOperator::Plus => self.expr(expr, depth + 1)?,
+            ast::UnaryOperator::Minus => match self.expr(expr, depth + 1)? {
+                // Fold negative literals so `-5` is a literal (and `LIMIT -1` is caught).
+                Expr::Literal(Literal::Int(i)) => match i.checked_neg() {
+                    Some(n) => Expr::Literal(Literal::Int(n)),
+                    // Only i64::MIN has no negation; its negation is exactly 2^63.
+                    None => Expr::Literal(Literal::Float(9_223_372_036_854_775_808.0)),
+                },
+                Expr::Literal(Literal::Float(f)) => Expr::Literal(Literal::Float(-f)),
+                other => Expr::Unary { op: UnaryOp::Neg, expr: Box::new(other) },
+            },
+            other => return unsupported(format!("operator {other}")),
         })
     }
+
+    #[inline(never)]
+    fn binary(
+        &self,
+        left: &ast::Expr,
+        op: &ast::BinaryOperator,
+        right: &ast::Expr,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        let op = match op {
+            ast::BinaryOperator::And => BinaryOp::And,
+            ast::BinaryOperator::Or => BinaryOp::Or,
+            ast::BinaryOperator::Eq => BinaryOp::Eq,
+            ast::BinaryOperator::NotEq => BinaryOp::Ne,
+            ast::BinaryOperator::Lt => BinaryOp::Lt,
+            ast::BinaryOperator::LtEq => BinaryOp::Le,
+            ast::BinaryOperator::Gt => BinaryOp::Gt,
+            ast::BinaryOperator::GtEq => BinaryOp::Ge,
+            ast::BinaryOperator::Plus => BinaryOp::Add,
+            ast::BinaryOperator::Minus => BinaryOp::Sub,
+            ast::BinaryOperator::Multiply => BinaryOp::Mul,
+            ast::BinaryOperator::Divide => BinaryOp::Div,
+            ast::BinaryOperator::Modulo => BinaryOp::Mod,
+            other => return unsupported(format!("operator {other}")),
+        };
+        Ok(Expr::Binary { op, left: self.sub(left, depth)?, right: self.sub(right, depth)? })
+    }
+
+    #[inline(never)]
+    fn is_null(&self, inner: &ast::Expr, negated: bool, depth: usize) -> Result<Expr, PlanError> {
+        Ok(Expr::IsNull { expr: self.sub(inner, depth)?, negated })
+    }
+
+    #[inline(never)]
+    fn in_list(
+        &self,
+        expr: &ast::Expr,
+        list: &[ast::Expr],
+        negated: bool,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        if list.len() > IN_LIST_MAX {
+            return Err(PlanError::LimitExceeded { what: "IN list elements", limit: IN_LIST_MAX });
+        }
+        Ok(Expr::InList {
+            expr: self.sub(expr, depth)?,
+            list: list.iter().map(|e| self.expr(e, depth + 1)).collect::<Result<_, _>>()?,
+            negated,
+        })
+    }
+
+    #[inline(never)]
+    fn between(
+        &self,
+        expr: &ast::Expr,
+        low: &ast::Expr,
+        high: &ast::Expr,
+        negated: bool,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        Ok(Expr::Between {
+            expr: self.sub(expr, depth)?,
+            low: self.sub(low, depth)?,
+            high: self.sub(high, depth)?,
+            negated,
+        })
+    }
+
+    #[inline(never)]
+    fn like(
+        &self,
+        expr: &ast::Expr,
+        pattern: &ast::Expr,
+        negated: bool,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        Ok(Expr::Like { expr: self.sub(expr, depth)?, pattern: self.sub(pattern, depth)?, negated })
+    }
+
+    #[inline(never)]
+    fn cast(
+        &self,
+        kind: &ast::CastKind,
+        expr: &ast::Expr,
+        data_type: &ast::DataType,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        if matches!(kind, ast::CastKind::TryCast | ast::CastKind::SafeCast) {
+            return unsupported("TRY_CAST");
+        }
+        let to = sql_type(data_type)?;
+        let inner = self.expr(expr, depth + 1)?;
+        fold_cast(inner, to)
+    }
+
+    #[inline(never)]
+    fn function(&self, f: &ast::Function) -> Result<Expr, PlanError> {
+        let name = function_name(f)?;
+        if AggregateFunc::from_name(&name).is_some() {
+            return unsupported(format!("aggregate function {name} in this position"));
+        }
+        if name != "id" {
+            return unsupported(format!("function {name}"));
+        }
+        if !function_args(f)?.is_empty() {
+            return unsupported("id() with arguments");
+        }
+        if matches!(self.scope, Scope::Values) {
+            return Err(PlanError::Invalid { what: "id() is not allowed in VALUES".to_owned() });
+        }
+        Ok(Expr::Id)
+    }
+}
+
+/// Names an unsupported expression without rendering it (rendering recurses through the
+/// whole, possibly deep, tree).
+fn expr_construct(e: &ast::Expr) -> String {
+    let name = match e {
+        ast::Expr::Subquery(_) | ast::Expr::InSubquery { .. } | ast::Expr::Exists { .. } => {
+            "subquery"
+        }
+        ast::Expr::ILike { .. } => "ILIKE",
+        ast::Expr::Like { .. } => "LIKE with ESCAPE or ANY",
+        ast::Expr::SimilarTo { .. } => "SIMILAR TO",
+        ast::Expr::Case { .. } => "CASE",
+        ast::Expr::Cast { .. } => "CAST with FORMAT",
+        ast::Expr::IsTrue(_)
+        | ast::Expr::IsFalse(_)
+        | ast::Expr::IsNotTrue(_)
+        | ast::Expr::IsNotFalse(_) => "IS TRUE / IS FALSE",
+        ast::Expr::IsUnknown(_) | ast::Expr::IsNotUnknown(_) => "IS UNKNOWN",
+        ast::Expr::IsDistinctFrom(..) | ast::Expr::IsNotDistinctFrom(..) => "IS DISTINCT FROM",
+        ast::Expr::InUnnest { .. } => "IN UNNEST",
+        ast::Expr::AnyOp { .. } | ast::Expr::AllOp { .. } => "ANY / ALL",
+        ast::Expr::Extract { .. } => "EXTRACT",
+        ast::Expr::Substring { .. } => "SUBSTRING",
+        ast::Expr::Trim { .. } => "TRIM",
+        ast::Expr::Position { .. } => "POSITION",
+        ast::Expr::Overlay { .. } => "OVERLAY",
+        ast::Expr::Collate { .. } => "COLLATE",
+        ast::Expr::AtTimeZone { .. } => "AT TIME ZONE",
+        ast::Expr::Interval(_) => "INTERVAL",
+        ast::Expr::TypedString(_) => "typed string literal",
+        ast::Expr::Array(_) => "ARRAY",
+        ast::Expr::Tuple(_) => "row constructor",
+        ast::Expr::CompoundFieldAccess { .. } => "subscript or field access",
+        ast::Expr::JsonAccess { .. } => "JSON access operator",
+        _ => "this expression",
+    };
+    name.to_owned()
 }
 
 /// `'…'::json` of a literal is parsed at plan time so a malformed document is a plan error.
@@ -816,6 +958,14 @@ fn sql_type(dt: &ast::DataType) -> Result<SqlType, PlanError> {
 
 /// PostgreSQL's default name for an output column.
 fn default_column_name(e: &ast::Expr) -> String {
+    default_column_name_within(e, 0)
+}
+
+fn default_column_name_within(e: &ast::Expr, depth: usize) -> String {
+    if depth > EXPR_DEPTH_MAX {
+        return "?column?".to_owned();
+    }
+    let default_column_name = |e: &ast::Expr| default_column_name_within(e, depth + 1);
     match e {
         ast::Expr::Identifier(i) => ident_name(i),
         ast::Expr::CompoundIdentifier(ids) => {
@@ -960,6 +1110,16 @@ fn as_aggregate(e: &ast::Expr, planner: &ExprPlanner<'_>) -> Result<Option<Aggre
 }
 
 fn contains_aggregate(e: &ast::Expr) -> bool {
+    contains_aggregate_within(e, 0)
+}
+
+/// Whether an aggregate call appears at the top of `e` or under operators and casts. Stops
+/// (answering false) past [`EXPR_DEPTH_MAX`]; the planner then refuses the depth itself.
+fn contains_aggregate_within(e: &ast::Expr, depth: usize) -> bool {
+    if depth > EXPR_DEPTH_MAX {
+        return false;
+    }
+    let contains_aggregate = |e: &ast::Expr| contains_aggregate_within(e, depth + 1);
     match e {
         ast::Expr::Function(f) => f
             .name
