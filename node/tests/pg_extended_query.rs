@@ -119,3 +119,23 @@ async fn extended_portal_row_limit() {
     assert_eq!(got, (1..=8).collect::<Vec<i64>>());
     transaction.commit().await.unwrap();
 }
+
+// Checks a result larger than PG_RESULT_BYTES_MAX (70 rows of 1 MiB against a 64 MiB bound)
+// streams out whole, since the engine calls `flush_if_needed` between rows; without streaming
+// it would fail with 54000. Then many small rows, in order, in both protocols.
+#[tokio::test]
+async fn extended_large_result_streams() {
+    let client = server().connect().await;
+    let rows = client.query("wide 70 1048576", &[]).await.unwrap();
+    assert_eq!(rows.len(), 70);
+    assert!(rows.iter().all(|r| r.get::<_, &str>(0).len() == 1 << 20));
+    let rows = client.query("series 100000", &[]).await.unwrap();
+    assert_eq!(rows.len(), 100_000);
+    assert!(
+        rows.iter().enumerate().all(|(i, r)| r.get::<_, i64>(0) == i64::try_from(i).unwrap() + 1)
+    );
+    let messages = client.simple_query("series 100000").await.unwrap();
+    let count =
+        messages.iter().filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_))).count();
+    assert_eq!(count, 100_000);
+}

@@ -134,6 +134,8 @@ impl<E: Engine> Conn<E> {
         self.stream.set_read_timeout(Some(config.startup_timeout)).map_err(io::Error::from)?;
         let Some(session) = self.startup(config, registry).await? else { return Ok(()) };
         self.stream.set_read_timeout(Some(config.idle_timeout)).map_err(io::Error::from)?;
+        // A client that stops reading its results is as gone as one that stops sending.
+        self.stream.set_write_timeout(Some(config.idle_timeout)).map_err(io::Error::from)?;
         debug!(pid = session.pid(), "session ready");
         let result = self.serve().await;
         drop(session);
@@ -501,8 +503,13 @@ impl<E: Engine> Conn<E> {
                         self.encode(message);
                     }
                     self.cancel.reset();
-                    let mut sink =
-                        RowSink::streaming(&mut self.out, &[], column_count, &self.cancel);
+                    let mut sink = RowSink::streaming(
+                        &mut self.out,
+                        Some(&mut self.stream),
+                        &[],
+                        column_count,
+                        &self.cancel,
+                    );
                     let result = self.engine.execute(statement, Params::empty(), &mut sink).await;
                     match result {
                         Ok(tag) => self.encode(B::CommandComplete(CommandComplete::new(
@@ -662,6 +669,7 @@ impl<E: Engine> Conn<E> {
             if limit.is_none() {
                 let mut sink = RowSink::streaming(
                     &mut self.out,
+                    Some(&mut self.stream),
                     &portal.result_formats,
                     portal.column_count,
                     &self.cancel,

@@ -11,9 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use futures_lite::AsyncWriteExt;
+use glommio::net::TcpStream;
 
 use crate::pg::error::{Notice, PgError};
-use crate::pg::limits::PG_RESULT_BYTES_MAX;
+use crate::pg::limits::{PG_RESULT_BYTES_MAX, PG_RESULT_FLUSH_BYTES};
 use crate::pg::sqlstate::SqlState;
 
 /// A PostgreSQL type OID.
@@ -240,9 +242,12 @@ impl CancelFlag {
 }
 
 /// Where a statement's rows go: DataRow frames encoded in place, in the formats the client
-/// asked for, bounded by [`PG_RESULT_BYTES_MAX`].
+/// asked for. Unsent rows are bounded by [`PG_RESULT_BYTES_MAX`]; an engine producing large
+/// results calls [`RowSink::flush_if_needed`] between rows to stream them to the client.
 pub struct RowSink<'a> {
     rows_out: &'a mut BytesMut,
+    /// The client socket in streaming mode (rows may be sent before the statement ends).
+    writer: Option<&'a mut TcpStream>,
     row_ends: Option<&'a mut Vec<usize>>,
     /// Where notices go when rows are captured; `None` when they share `rows_out`.
     notices_out: Option<&'a mut BytesMut>,
@@ -255,8 +260,11 @@ pub struct RowSink<'a> {
 
 impl<'a> RowSink<'a> {
     /// Rows and notices both go to `out`.
+    /// Rows and notices both go to `out`; with a `writer`, [`RowSink::flush_if_needed`] sends
+    /// them early.
     pub(crate) fn streaming(
         out: &'a mut BytesMut,
+        writer: Option<&'a mut TcpStream>,
         formats: &'a [Format],
         column_count: usize,
         cancel: &'a CancelFlag,
@@ -264,6 +272,7 @@ impl<'a> RowSink<'a> {
         let start = out.len();
         RowSink {
             rows_out: out,
+            writer,
             row_ends: None,
             notices_out: None,
             formats,
@@ -287,6 +296,7 @@ impl<'a> RowSink<'a> {
         let start = rows.len();
         RowSink {
             rows_out: rows,
+            writer: None,
             row_ends: Some(row_ends),
             notices_out: Some(out),
             formats,
@@ -335,6 +345,23 @@ impl<'a> RowSink<'a> {
     /// A clone of the cancel flag, for work that outlives a borrow of the sink.
     pub fn cancel_flag(&self) -> CancelFlag {
         self.cancel.clone()
+    }
+
+    /// Sends the rows encoded so far to the client once more than [`PG_RESULT_FLUSH_BYTES`] are
+    /// pending, so a large result streams instead of hitting [`PG_RESULT_BYTES_MAX`]. Cheap when
+    /// there is little to send: call it after every row or every few rows. Does nothing for an
+    /// Execute with a row limit (those rows are kept for the next Execute).
+    pub async fn flush_if_needed(&mut self) -> Result<(), PgError> {
+        let Some(writer) = self.writer.as_deref_mut() else { return Ok(()) };
+        if self.rows_out.len() < PG_RESULT_FLUSH_BYTES {
+            return Ok(());
+        }
+        writer.write_all(self.rows_out).await.map_err(|e| {
+            PgError::new(SqlState::CONNECTION_FAILURE, format!("sending rows failed: {e}"))
+        })?;
+        self.rows_out.clear();
+        self.start = 0;
+        Ok(())
     }
 
     /// Sends a NoticeResponse ahead of the statement's completion.
@@ -510,7 +537,7 @@ mod tests {
     fn unit_row_sink_frames_rows() {
         let cancel = CancelFlag::default();
         let mut out = BytesMut::new();
-        let mut sink = RowSink::streaming(&mut out, &[], 2, &cancel);
+        let mut sink = RowSink::streaming(&mut out, None, &[], 2, &cancel);
         let mut row = sink.row();
         row.display(42);
         row.null();
@@ -541,12 +568,28 @@ mod tests {
         assert_eq!(notices.first(), Some(&b'N'));
     }
 
+    // Checks that unsent rows past PG_RESULT_BYTES_MAX fail the row with 54000 and a hint, and
+    // the oversized row is not left in the buffer.
+    #[test]
+    fn unit_result_limit_is_54000() {
+        let cancel = CancelFlag::default();
+        let mut out = BytesMut::new();
+        let mut sink = RowSink::streaming(&mut out, None, &[], 1, &cancel);
+        let mut row = sink.row();
+        row.bytes(&vec![b'x'; PG_RESULT_BYTES_MAX]);
+        let err = row.finish().unwrap_err();
+        assert_eq!(err.code(), SqlState::PROGRAM_LIMIT_EXCEEDED);
+        assert!(err.hint().is_some());
+        assert_eq!(sink.rows(), 0);
+        assert!(out.is_empty());
+    }
+
     // Checks that the cancel flag turns into 57014.
     #[test]
     fn unit_cancel_flag() {
         let cancel = CancelFlag::default();
         let mut out = BytesMut::new();
-        let sink = RowSink::streaming(&mut out, &[], 0, &cancel);
+        let sink = RowSink::streaming(&mut out, None, &[], 0, &cancel);
         assert!(sink.check_cancelled().is_ok());
         cancel.cancel();
         assert_eq!(sink.check_cancelled().unwrap_err().code(), SqlState::QUERY_CANCELED);

@@ -55,6 +55,15 @@ pub const PG_BIND_PARAMETERS_MAX: usize = u16::MAX as usize;
 /// a hint to add LIMIT.
 pub const PG_RESULT_BYTES_MAX: usize = 64 << 20;
 
+/// Pending result bytes past which [`crate::pg::RowSink::flush_if_needed`] writes them to the
+/// client: large enough that a write carries many rows, small enough to keep memory per
+/// streaming connection low.
+pub const PG_RESULT_FLUSH_BYTES: usize = 256 << 10;
+
+/// Pause after a failed `accept` (out of file descriptors, for instance) before trying again,
+/// so a persistent failure does not spin the executor.
+pub const PG_ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
 /// Size of one socket read, in bytes. Large enough to take a pipelined batch of small frames in
 /// one syscall.
 pub const PG_READ_CHUNK_BYTES: usize = 16 << 10;
@@ -81,3 +90,4 @@ const _: () = assert!(PG_STARTUP_BYTES_MIN < PG_STARTUP_BYTES_MAX);
 const _: () = assert!(PG_STARTUP_BYTES_MAX < PG_MESSAGE_BYTES_MAX);
 const _: () = assert!(PG_MESSAGE_BYTES_MAX <= i32::MAX as usize - 4);
 const _: () = assert!(PG_RESULT_BYTES_MAX <= i32::MAX as usize);
+const _: () = assert!(PG_RESULT_FLUSH_BYTES < PG_RESULT_BYTES_MAX);

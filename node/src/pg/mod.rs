@@ -23,6 +23,7 @@ pub mod conn;
 pub mod engine;
 pub mod error;
 pub mod frame;
+pub mod fuzz;
 pub mod limits;
 pub mod scram;
 pub mod server;

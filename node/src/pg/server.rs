@@ -14,13 +14,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use glommio::net::TcpListener;
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, debug_span, warn};
 
 use crate::pg::conn::serve_connection;
 use crate::pg::engine::{CancelFlag, Engine};
 use crate::pg::error::PgError;
 use crate::pg::limits::{
-    PG_CONNECTIONS_MAX, PG_CONNECTIONS_STARTING_MAX, PG_IDLE_TIMEOUT_DEFAULT, PG_STARTUP_TIMEOUT,
+    PG_ACCEPT_BACKOFF, PG_CONNECTIONS_MAX, PG_CONNECTIONS_STARTING_MAX, PG_IDLE_TIMEOUT_DEFAULT,
+    PG_STARTUP_TIMEOUT,
 };
 use crate::pg::scram::ScramCredentials;
 use crate::pg::sqlstate::SqlState;
@@ -226,7 +227,7 @@ pub async fn accept_loop<E, F>(
             Err(e) => {
                 // Out of file descriptors and the like: log, let other tasks run, go on.
                 warn!(error = %e, "accept failed");
-                glommio::yield_if_needed().await;
+                glommio::timer::sleep(PG_ACCEPT_BACKOFF).await;
                 continue;
             }
         };
@@ -238,12 +239,66 @@ pub async fn accept_loop<E, F>(
         let engine = make_engine();
         let config = Rc::clone(&config);
         let registry = Arc::clone(&registry);
-        glommio::spawn_local(async move {
-            let _slot = slot;
-            if let Err(e) = serve_connection(stream, engine, &config, &registry).await {
-                debug!(error = %e, "connection ended");
+        let span = match stream.peer_addr() {
+            Ok(peer) => debug_span!("conn", %peer),
+            Err(_) => debug_span!("conn"),
+        };
+        glommio::spawn_local(
+            async move {
+                let _slot = slot;
+                match serve_connection(stream, engine, &config, &registry).await {
+                    Ok(()) => debug!("connection closed"),
+                    Err(e) => debug!(error = %e, "connection ended"),
+                }
             }
-        })
+            .instrument(span),
+        )
         .detach();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the registry: sessions past the limit get 53300, a dropped session frees its slot
+    // and its key, and a cancel needs both the pid and the exact secret.
+    #[test]
+    fn unit_registry_limit_and_cancel_keys() {
+        let registry = Arc::new(PgRegistry::new(2));
+        let flag_a = CancelFlag::default();
+        let a = registry.register(flag_a.clone()).unwrap();
+        let b = registry.register(CancelFlag::default()).unwrap();
+        let err = registry.register(CancelFlag::default()).err().unwrap();
+        assert_eq!(err.code(), SqlState::TOO_MANY_CONNECTIONS);
+        assert_ne!(a.pid(), b.pid());
+
+        let mut wrong = a.secret().to_vec();
+        wrong[0] ^= 1;
+        assert!(!registry.cancel(a.pid(), &wrong));
+        assert!(!registry.cancel(a.pid(), &a.secret()[..3]));
+        assert!(!flag_a.is_cancelled());
+        assert!(registry.cancel(a.pid(), a.secret()));
+        assert!(flag_a.is_cancelled());
+
+        let (pid, secret) = (a.pid(), a.secret().clone());
+        drop(a);
+        assert_eq!(registry.session_count(), 1);
+        assert!(!registry.cancel(pid, &secret));
+        let _c = registry.register(CancelFlag::default()).unwrap();
+        drop(b);
+    }
+
+    // Checks socket admission: the allowance is the session limit plus the startup allowance,
+    // and dropping a slot gives it back.
+    #[test]
+    fn unit_registry_socket_slots() {
+        let registry = Arc::new(PgRegistry::new(1));
+        let slots: Vec<SocketSlot> = (0..1 + PG_CONNECTIONS_STARTING_MAX)
+            .map(|_| registry.admit_socket().unwrap())
+            .collect();
+        assert!(registry.admit_socket().is_none());
+        drop(slots);
+        assert!(registry.admit_socket().is_some());
     }
 }

@@ -45,6 +45,8 @@ impl SqlState {
     pub const SUCCESSFUL_COMPLETION: SqlState = SqlState::of(b"00000");
     /// 01000 warning (for notices).
     pub const WARNING: SqlState = SqlState::of(b"01000");
+    /// 08006 connection_failure.
+    pub const CONNECTION_FAILURE: SqlState = SqlState::of(b"08006");
     /// 08P01 protocol_violation: a malformed or unexpected frontend message.
     pub const PROTOCOL_VIOLATION: SqlState = SqlState::of(b"08P01");
     /// 0A000 feature_not_supported.

@@ -5,6 +5,7 @@
 //! - `select <int>`: one int4 column `?column?`;
 //! - `select $1::int4, $2::text, ...`: echoes each parameter in the requested format;
 //! - `series <n>`: int8 column `n` with rows 1..=n;
+//! - `wide <rows> <bytes>`: text column `w`, each row one value of `<bytes>` bytes;
 //! - `insert`: no rows, tag `INSERT 0 1`;
 //! - `begin`, `commit`, `rollback`: transaction status for ReadyForQuery;
 //! - `notice`: sends a NoticeResponse, then tag `DO`;
@@ -39,6 +40,7 @@ pub enum Kind {
     Int(i32),
     Echo,
     Series(i64),
+    Wide(usize, usize),
     Insert,
     Begin,
     Commit,
@@ -90,6 +92,17 @@ fn parse_one(sql: &str, text: &str) -> Result<Statement, PgError> {
                 description: Description {
                     params: vec![],
                     columns: Some(vec![Column::new("n", Oid::INT8)]),
+                },
+            })
+        }
+        ["wide", rows, bytes] => {
+            let rows = rows.parse().map_err(|_| syntax_error(sql, rows))?;
+            let bytes = bytes.parse().map_err(|_| syntax_error(sql, bytes))?;
+            Ok(Statement {
+                kind: Kind::Wide(rows, bytes),
+                description: Description {
+                    params: vec![],
+                    columns: Some(vec![Column::new("w", Oid::TEXT)]),
                 },
             })
         }
@@ -190,6 +203,17 @@ impl Engine for TestEngine {
                         Format::Binary => row.bytes(&i.to_be_bytes()),
                     }
                     row.finish()?;
+                    sink.flush_if_needed().await?;
+                }
+                Ok(CommandTag::with_rows("SELECT", sink.rows()))
+            }
+            Kind::Wide(rows, bytes) => {
+                let value = vec![b'w'; bytes];
+                for _ in 0..rows {
+                    let mut row = sink.row();
+                    row.bytes(&value);
+                    row.finish()?;
+                    sink.flush_if_needed().await?;
                 }
                 Ok(CommandTag::with_rows("SELECT", sink.rows()))
             }
