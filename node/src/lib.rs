@@ -12,5 +12,6 @@ pub mod cli;
 pub mod config;
 pub mod datadir;
 pub mod logging;
+pub mod pg;
 pub mod runtime;
 pub mod signals;
