@@ -153,6 +153,8 @@ struct FaultState {
     fdatasyncs: Cell<u64>,
     fail_fdatasync_after: Cell<Option<u64>>,
     next_file: Cell<u64>,
+    /// Current path of every file opened through this disk (renames update it).
+    paths: RefCell<Vec<Rc<RefCell<PathBuf>>>>,
     /// Unsynced writes: (file number, path, offset, length), oldest first.
     unsynced: RefCell<Vec<(u64, PathBuf, u64, usize)>>,
 }
@@ -166,7 +168,7 @@ pub struct FaultyDisk {
 struct FaultyFile {
     inner: Rc<dyn DiskFile>,
     number: u64,
-    path: PathBuf,
+    path: Rc<RefCell<PathBuf>>,
     state: Rc<FaultState>,
 }
 
@@ -225,7 +227,8 @@ impl DiskFile for FaultyFile {
         Box::pin(async move {
             let len = buf.len();
             self.inner.write_at(buf, offset).await?;
-            self.state.unsynced.borrow_mut().push((self.number, self.path.clone(), offset, len));
+            let path = self.path.borrow().clone();
+            self.state.unsynced.borrow_mut().push((self.number, path, offset, len));
             Ok(())
         })
     }
@@ -273,6 +276,12 @@ impl Disk for FaultyDisk {
                     w.1 = to.to_path_buf();
                 }
             }
+            for p in self.state.paths.borrow().iter() {
+                let matches = *p.borrow() == from;
+                if matches {
+                    *p.borrow_mut() = to.to_path_buf();
+                }
+            }
             Ok(())
         })
     }
@@ -290,6 +299,8 @@ impl FaultyDisk {
     fn wrap(&self, inner: Rc<dyn DiskFile>, path: &Path) -> Rc<dyn DiskFile> {
         let number = self.state.next_file.get();
         self.state.next_file.set(number + 1);
-        Rc::new(FaultyFile { inner, number, path: path.to_path_buf(), state: self.state.clone() })
+        let path = Rc::new(RefCell::new(path.to_path_buf()));
+        self.state.paths.borrow_mut().push(path.clone());
+        Rc::new(FaultyFile { inner, number, path, state: self.state.clone() })
     }
 }

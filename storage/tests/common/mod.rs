@@ -83,3 +83,28 @@ pub fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
     v.sort();
     v
 }
+
+/// (chunk start, payload offset, payload length) of every record of a single-segment file
+/// written with one record per chunk (sequential, unconcurrent applies).
+pub fn record_layout(segment: &Path) -> Vec<(usize, usize, usize)> {
+    use storage::format::{LsnRule, SegmentHeader, scan_segment};
+    let bytes = std::fs::read(segment).expect("read segment");
+    let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(bytes.len());
+    aligned.extend_from_slice(&bytes);
+    let header = SegmentHeader::decode(&aligned).expect("header");
+    let mut out = Vec::new();
+    let end = scan_segment(&aligned, &header, LsnRule::Contiguous, 0, |rec| {
+        let offset = usize::try_from(rec.span.offset()).expect("offset");
+        // One record per chunk: the chunk header and the frame header precede the payload.
+        let chunk =
+            offset - storage::limits::FRAME_HEADER_BYTES - storage::limits::CHUNK_HEADER_BYTES;
+        out.push((chunk, offset, rec.span.len()));
+    });
+    assert!(end.damage.is_none(), "clean segment expected");
+    out
+}
+
+/// End of the frame (payload rounded up to 8) of a record at `offset` with `len` bytes.
+pub fn frame_end(offset: usize, len: usize) -> usize {
+    offset + len.next_multiple_of(8)
+}
