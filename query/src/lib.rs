@@ -32,10 +32,12 @@
 pub mod bind;
 pub mod error;
 pub mod exec;
+pub mod explain;
 pub mod expr;
 pub mod limits;
 mod parse;
 pub mod plan;
+pub mod route;
 pub mod types;
 
 pub use bind::{bind, param_types};
@@ -45,7 +47,9 @@ pub use exec::{
     WritePartial, execute_constant, execute_delete, execute_insert, execute_select, execute_update,
     merge,
 };
+pub use explain::{FragmentAnalysis, explain, explain_columns};
 pub use plan::{CollectionName, OutputColumn, Statement};
+pub use route::{predicate, route_statement};
 pub use types::{Datum, Format, SqlType};
 
 /// Parses and plans SQL text: one plan per statement (the text may hold several, separated by

@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+use router::ShardingConfig;
 use sqlparser::ast;
 
 use crate::error::PlanError;
@@ -52,8 +53,8 @@ pub enum Statement {
     CreateCollection {
         /// The collection.
         collection: CollectionName,
-        /// The content configuration's JSON text, unvalidated (router parses it).
-        sharding: Option<String>,
+        /// The content configuration, validated by router.
+        sharding: Option<ShardingConfig>,
         /// `IF NOT EXISTS`
         if_not_exists: bool,
     },
@@ -61,8 +62,9 @@ pub enum Statement {
     AlterSharding {
         /// The collection.
         collection: CollectionName,
-        /// The new configuration's JSON text, unvalidated (router parses it).
-        sharding: String,
+        /// The new configuration, validated by router (whether the change is allowed is
+        /// `router::check_change`'s question, asked by node against the current one).
+        sharding: ShardingConfig,
     },
     /// `SELECT * FROM verify_sharding('c')`: the ids of documents violating the collection's
     /// content configuration (one column, `id` text).
@@ -523,8 +525,9 @@ fn plan_set(set: &ast::Set) -> Result<Statement, PlanError> {
     }
 }
 
-/// The JSON text of `sharding = '<json>'` in a WITH / SET option list; other options refused.
-fn sharding_option(options: &[ast::SqlOption]) -> Result<Option<String>, PlanError> {
+/// The configuration in `sharding = '<json>'` of a WITH / SET option list; other options
+/// refused.
+fn sharding_option(options: &[ast::SqlOption]) -> Result<Option<ShardingConfig>, PlanError> {
     let mut sharding = None;
     for option in options {
         match option {
@@ -532,7 +535,10 @@ fn sharding_option(options: &[ast::SqlOption]) -> Result<Option<String>, PlanErr
             {
                 ast::Expr::Value(v) => match &v.value {
                     ast::Value::SingleQuotedString(s) | ast::Value::EscapedStringLiteral(s) => {
-                        sharding = Some(s.clone())
+                        sharding = Some(
+                            ShardingConfig::parse(s)
+                                .map_err(|source| PlanError::InvalidSharding { source })?,
+                        )
                     }
                     _ => {
                         return Err(PlanError::TypeMismatch {
