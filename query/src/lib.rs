@@ -34,6 +34,8 @@ pub mod error;
 pub mod exec;
 pub mod explain;
 pub mod expr;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limits;
 mod parse;
 pub mod plan;
