@@ -106,6 +106,50 @@ pub enum Statement {
     Rollback,
 }
 
+impl Statement {
+    /// The columns of the rows this statement returns (for RowDescription), or `None` when it
+    /// returns only a command tag. Node fills the rows of SHOW and verify_sharding.
+    ///
+    /// - SELECT: its projection; INSERT/UPDATE/DELETE: their RETURNING list, if any;
+    /// - EXPLAIN: `QUERY PLAN text`;
+    /// - `verify_sharding`: `id text, reason text`;
+    /// - SHOW FRAGMENTS: `fragment text, shards text, executor text, documents int8, bytes int8`;
+    /// - SHOW SHARDING: `collection text, sharding json`; `SHOW x`: `x text`.
+    pub fn result_columns(&self) -> Option<Vec<OutputColumn>> {
+        let col = |name: &str, ty| OutputColumn { name: name.to_owned(), ty };
+        let returning = |r: &[Output]| {
+            if r.is_empty() { None } else { Some(r.iter().map(|o| o.column.clone()).collect()) }
+        };
+        match self {
+            Statement::Select(s) => Some(s.columns()),
+            Statement::Insert(i) => returning(&i.returning),
+            Statement::Update(u) => returning(&u.returning),
+            Statement::Delete(d) => returning(&d.returning),
+            Statement::Explain { .. } => Some(vec![col("QUERY PLAN", SqlType::Text)]),
+            Statement::VerifySharding { .. } => {
+                Some(vec![col("id", SqlType::Text), col("reason", SqlType::Text)])
+            }
+            Statement::ShowFragments => Some(vec![
+                col("fragment", SqlType::Text),
+                col("shards", SqlType::Text),
+                col("executor", SqlType::Text),
+                col("documents", SqlType::Int8),
+                col("bytes", SqlType::Int8),
+            ]),
+            Statement::ShowSharding { .. } => {
+                Some(vec![col("collection", SqlType::Text), col("sharding", SqlType::Json)])
+            }
+            Statement::Show { name } => Some(vec![col(name, SqlType::Text)]),
+            Statement::CreateCollection { .. }
+            | Statement::AlterSharding { .. }
+            | Statement::Set { .. }
+            | Statement::Begin
+            | Statement::Commit
+            | Statement::Rollback => None,
+        }
+    }
+}
+
 /// An output column: its name and type (see [`crate::types`] for the typing rule).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct OutputColumn {

@@ -412,3 +412,35 @@ fn utility_statements() {
     let r = query::execute_constant(&s).expect("evaluates");
     assert_eq!(texts(&r.rows), ["1|a|3|t"]);
 }
+
+// Checks verify_sharding lists exactly the documents whose id shard is outside their content
+// block, and result_columns describes each statement's rows.
+#[test]
+fn verify_sharding_and_result_columns() {
+    let mut f = MemFragment::default();
+    // customers/1-A hashes to 982173 (SHARDING.md); `$@982173` pins that shard explicitly.
+    f.put("orders", "orders/1-A$@982173", json!({"Customer": "customers/1-A"}));
+    f.put("orders", "orders/2-A$@5", json!({"Customer": "customers/1-A"}));
+    let config = router::ShardingConfig::parse(r#"{"Fields": ["Customer"]}"#).expect("config");
+    let collection = query::CollectionName::new("orders");
+    let out = query::execute_verify_sharding(&collection, &config, &f, &[router::ShardRange::ALL])
+        .expect("verifies");
+    assert_eq!(out.rows_scanned, 2);
+    assert_eq!(
+        out.violations.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+        ["orders/2-A$@5"]
+    );
+
+    let cols = |sql: &str| {
+        one(sql).result_columns().map(|c| c.into_iter().map(|c| c.name).collect::<Vec<_>>())
+    };
+    assert_eq!(
+        cols("SELECT * FROM verify_sharding('orders')"),
+        Some(vec!["id".into(), "reason".into()])
+    );
+    assert_eq!(cols("EXPLAIN SELECT 1"), Some(vec!["QUERY PLAN".into()]));
+    assert_eq!(cols("INSERT INTO c VALUES ('a', '{}')"), None);
+    assert_eq!(cols("INSERT INTO c VALUES ('a', '{}') RETURNING id()"), Some(vec!["id".into()]));
+    assert_eq!(cols("SHOW server_version"), Some(vec!["server_version".into()]));
+    assert_eq!(cols("BEGIN"), None);
+}
