@@ -565,6 +565,12 @@ fn plan_set(set: &ast::Set) -> Result<Statement, PlanError> {
             name: "client_encoding".to_owned(),
             value: charset_name.value.clone(),
         }),
+        // `SET [SESSION CHARACTERISTICS AS] TRANSACTION ISOLATION LEVEL …`: drivers send it;
+        // every transaction is serializable already, so node may accept it as a setting.
+        ast::Set::SetTransaction { modes, snapshot: None, session } => Ok(Statement::Set {
+            name: if *session { "session_transaction" } else { "transaction" }.to_owned(),
+            value: modes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+        }),
         _ => unsupported("SET of this form"),
     }
 }

@@ -398,6 +398,20 @@ fn utility_statements() {
         one("SET SESSION client_encoding TO 'UTF8'"),
         Statement::Set { name: "client_encoding".into(), value: "UTF8".into() }
     );
+    assert_eq!(
+        one("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+        Statement::Set { name: "transaction".into(), value: "ISOLATION LEVEL SERIALIZABLE".into() }
+    );
+    assert_eq!(
+        one("SET TIME ZONE 'UTC'"),
+        Statement::Set { name: "timezone".into(), value: "UTC".into() }
+    );
+    assert_eq!(one("BEGIN ISOLATION LEVEL SERIALIZABLE"), Statement::Begin);
+    assert_eq!(
+        one("SHOW TRANSACTION ISOLATION LEVEL"),
+        Statement::Show { name: "transaction isolation level".into() }
+    );
+    assert_eq!(one("END"), Statement::Commit);
     assert_eq!(one("BEGIN"), Statement::Begin);
     assert_eq!(one("START TRANSACTION"), Statement::Begin);
     assert_eq!(one("COMMIT"), Statement::Commit);
