@@ -2,17 +2,19 @@
 //!
 //! The lowering is sound: it may say less than the filter, never more. Equalities between
 //! `id()` or a field and a literal become `IdEq` / `FieldEq`; `IN (…)` becomes an `Or` of
-//! equalities; `AND` / `OR` keep their shape; everything else (`NOT`, `<`, `LIKE`,
-//! `BETWEEN`, `IS NULL`, casts, arithmetic, untyped parameters, unbound parameters) becomes
-//! `Any`. Our equality is exact (case-sensitive strings, numbers by value) and router's
-//! placement lower-cases and compares numbers by value, so every document our `=` accepts is
-//! on a shard router names.
+//! equalities; `AND` / `OR` keep their shape; an untyped parameter compared with a field
+//! becomes the `Or` of every literal it can equal (the string, the number it reads as, the
+//! boolean it spells); everything else (`NOT`, `<`, `LIKE`, `BETWEEN`, `IS NULL`, casts,
+//! arithmetic, unbound parameters) becomes `Any`. Our equality is exact (case-sensitive
+//! strings, numbers by value) and router's placement lower-cases and treats equal numbers
+//! alike, so every document our `=` accepts is on a shard router names.
 
 use router::prune::{Literal as RLiteral, Predicate, RoutePlan, route};
 use router::{ShardMap, ShardingConfig};
 
 use crate::expr::{BinaryOp, Expr, Literal};
 use crate::plan::{Insert, Statement};
+use crate::types::{parse_bool, parse_float};
 
 fn literal(l: &Literal) -> Option<RLiteral> {
     Some(match l {
@@ -21,17 +23,39 @@ fn literal(l: &Literal) -> Option<RLiteral> {
         Literal::Int(i) => RLiteral::Int(*i),
         Literal::Float(f) => RLiteral::Float(*f),
         Literal::Str(s) => RLiteral::Str(s.clone()),
-        // An untyped parameter takes the field's kind per document, and a JSON container
-        // never equals a field under the comparison rule: neither narrows soundly as one
-        // literal.
+        // An untyped parameter may equal several kinds (see `untyped`), and a JSON container
+        // never equals a field under the comparison rule: neither is one literal.
         Literal::Untyped(_) | Literal::Json(_) => return None,
     })
+}
+
+/// Every literal an untyped text can equal under the comparison rule: the string itself, the
+/// number it reads as (integer and float), the boolean it spells. Non-finite floats are left
+/// out: no document holds one.
+fn untyped(s: &str) -> Vec<RLiteral> {
+    let mut out = vec![RLiteral::Str(s.to_owned())];
+    if let Ok(i) = s.trim().parse::<i64>() {
+        out.push(RLiteral::Int(i));
+    }
+    if let Some(f) = parse_float(s).filter(|f| f.is_finite()) {
+        out.push(RLiteral::Float(f));
+    }
+    if let Some(b) = parse_bool(s) {
+        out.push(RLiteral::Bool(b));
+    }
+    out
 }
 
 /// One `x = literal` as a predicate, when it is an id or field equality.
 fn equality(x: &Expr, l: &Literal) -> Predicate {
     match (x, l) {
-        (Expr::Id, Literal::Str(s)) => Predicate::IdEq(s.clone()),
+        (Expr::Id, Literal::Str(s) | Literal::Untyped(s)) => Predicate::IdEq(s.clone()),
+        (Expr::Field(path), Literal::Untyped(s)) if !path.is_root() => Predicate::Or(
+            untyped(s)
+                .into_iter()
+                .map(|value| Predicate::FieldEq { path: path.steps().to_vec(), value })
+                .collect(),
+        ),
         (Expr::Field(path), l) if !path.is_root() => match literal(l) {
             Some(value) => Predicate::FieldEq { path: path.steps().to_vec(), value },
             None => Predicate::Any,
@@ -151,6 +175,18 @@ mod tests {
             ])
         );
         assert_eq!(filter("INSERT INTO c VALUES ('x$', '{}')"), Predicate::Any);
+        let prepared = crate::parse("SELECT * FROM c WHERE n = $1").expect("parses").remove(0);
+        let bound = crate::bind(&prepared, &[crate::Datum::Text("1".into())]).expect("binds");
+        let field = |value| Predicate::FieldEq { path: vec!["n".into()], value };
+        assert_eq!(
+            statement_predicate(&bound),
+            Some(Predicate::Or(vec![
+                field(RLiteral::Str("1".into())),
+                field(RLiteral::Int(1)),
+                field(RLiteral::Float(1.0)),
+                field(RLiteral::Bool(true)),
+            ]))
+        );
     }
 
     // Checks an id equality routes to one fragment and a range scan to all of them.

@@ -36,9 +36,13 @@ pub fn test_shard(id: &str) -> ShardId {
 
 impl MemFragment {
     pub fn put(&mut self, collection: &str, id: &str, doc: serde_json::Value) {
+        self.put_on(collection, id, test_shard(id), doc);
+    }
+
+    pub fn put_on(&mut self, collection: &str, id: &str, shard: ShardId, doc: serde_json::Value) {
         let key = (collection.to_owned(), id.to_lowercase());
         let version = DocVersion::new(self.docs.get(&key).map_or(1, |d| d.version.get() + 1));
-        self.docs.insert(key, Stored { id: id.to_owned(), shard: test_shard(id), version, doc });
+        self.docs.insert(key, Stored { id: id.to_owned(), shard, version, doc });
     }
 }
 
@@ -115,7 +119,16 @@ impl Cluster {
 
     /// Runs a SELECT only on the fragments router names, over the routed shard ranges.
     pub fn select_routed(&self, select: &Select) -> (ResultSet, RoutePlan) {
-        let plan = query::route_statement(&Statement::Select(select.clone()), None, &self.map)
+        self.select_routed_with(select, None)
+    }
+
+    /// [`Cluster::select_routed`] for a collection with a content configuration.
+    pub fn select_routed_with(
+        &self,
+        select: &Select,
+        sharding: Option<&router::ShardingConfig>,
+    ) -> (ResultSet, RoutePlan) {
+        let plan = query::route_statement(&Statement::Select(select.clone()), sharding, &self.map)
             .expect("routed");
         let partials: Vec<Partial> = plan
             .fragments
@@ -131,8 +144,13 @@ impl Cluster {
 
     pub fn put(&mut self, collection: &str, id: &str, doc: serde_json::Value) {
         let shard = test_shard(id);
+        self.put_on(collection, id, shard, doc);
+    }
+
+    /// Stores a document on a given shard (content-placed ids).
+    pub fn put_on(&mut self, collection: &str, id: &str, shard: ShardId, doc: serde_json::Value) {
         let i = self.ranges.iter().position(|r| r.contains(shard)).expect("covered");
-        self.fragments[i].put(collection, id, doc);
+        self.fragments[i].put_on(collection, id, shard, doc);
     }
 
     /// Runs a SELECT on every fragment (in reverse order, to show order does not matter) and
