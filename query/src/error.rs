@@ -64,6 +64,12 @@ pub enum PlanError {
         /// Why it is invalid.
         reason: String,
     },
+    /// A sharding configuration (`WITH (sharding = '…')`) that router refuses.
+    #[error("invalid sharding configuration: {source}")]
+    InvalidSharding {
+        /// Router's reason.
+        source: router::ConfigError,
+    },
     /// The statement names something the plan needs but does not have (a column, an alias).
     #[error("{what}")]
     Invalid {
@@ -89,6 +95,8 @@ pub enum PlanErrorCategory {
     TypeMismatch,
     /// 22P02
     InvalidLiteral,
+    /// 22023 (invalid parameter value)
+    InvalidSharding,
     /// 42703 / 42P10 (the statement refers to something that does not exist)
     Invalid,
 }
@@ -104,6 +112,7 @@ impl PlanError {
             PlanError::BadParameter { .. } => PlanErrorCategory::BadParameter,
             PlanError::TypeMismatch { .. } => PlanErrorCategory::TypeMismatch,
             PlanError::InvalidLiteral { .. } => PlanErrorCategory::InvalidLiteral,
+            PlanError::InvalidSharding { .. } => PlanErrorCategory::InvalidSharding,
             PlanError::Invalid { .. } => PlanErrorCategory::Invalid,
         }
     }

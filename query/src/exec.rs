@@ -922,3 +922,43 @@ pub fn execute_insert<'s, S: FragmentSource>(
     }
     Ok(out)
 }
+
+/// One fragment's answer to `SELECT * FROM verify_sharding('c')`: the documents that break
+/// the collection's content configuration.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct VerifyPartial {
+    /// `(id, reason)` per violating document, in scan order.
+    pub violations: Vec<(String, String)>,
+    /// Documents read.
+    pub rows_scanned: u64,
+}
+
+/// Checks every document of the collection in `ranges` with `router::validate` against
+/// `config` (with `Mutable = true` nothing is checked, as for writes).
+pub fn execute_verify_sharding<S: FragmentSource>(
+    collection: &CollectionName,
+    config: &router::ShardingConfig,
+    source: &S,
+    ranges: &[ShardRange],
+) -> Result<VerifyPartial, ExecError> {
+    let mut out = VerifyPartial::default();
+    let mut overflow = false;
+    source.scan(collection, ranges, &mut |d| {
+        out.rows_scanned += 1;
+        if let Err(e) = router::validate(config, d.id, d.doc) {
+            if out.violations.len() >= RESULT_ROWS_MAX {
+                overflow = true;
+                return ControlFlow::Break(());
+            }
+            out.violations.push((d.id.to_owned(), e.to_string()));
+        }
+        ControlFlow::Continue(())
+    });
+    if overflow {
+        return Err(ExecError::LimitExceeded {
+            what: "rows in one result",
+            limit: RESULT_ROWS_MAX,
+        });
+    }
+    Ok(out)
+}

@@ -37,7 +37,7 @@ pub enum Literal {
     /// A string.
     Str(String),
     /// Text of unspecified type, from a parameter the client sent as text without a type:
-    /// compared with a value it takes that value's kind (see [`crate::bind`]).
+    /// compared with a value it takes that value's kind (see [`mod@crate::bind`]).
     Untyped(String),
     /// A JSON array or object (from a json parameter or a `'…'::json` cast of a literal).
     Json(serde_json::Value),

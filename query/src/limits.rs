@@ -12,7 +12,8 @@ pub const SQL_BYTES_MAX: usize = 1 << 20;
 /// inside a 2 MiB test thread stack in debug builds.
 pub const SQL_RECURSION_MAX: usize = 48;
 
-/// Most operator tokens (`+`, `=`, `AND`, `::`, …) in one SQL text. sqlparser builds chains of
+/// Deepest chain of operator tokens (`+`, `=`, `AND`, `::`, …) in one expression, estimated
+/// per parenthesis level with commas starting fresh siblings. sqlparser builds chains of
 /// infix operators (`1+1+1+…`) in a loop, not by recursion, so its recursion limit does not
 /// bound their depth; counting operator tokens before parsing does, and keeps both the parser's
 /// tree and our recursive planner and evaluator shallow.

@@ -23,10 +23,9 @@ pub(crate) fn parse_ast(sql: &str) -> Result<Vec<sqlparser::ast::Statement>, Pla
             message: e.message.clone(),
             position: position_of(sql, e.location.line, e.location.column),
         })?;
-    let operators = tokens.iter().filter(|t| is_operator(&t.token)).count();
-    if operators > SQL_OPERATORS_MAX {
+    if operator_depth(&tokens) > SQL_OPERATORS_MAX {
         return Err(PlanError::LimitExceeded {
-            what: "operators in one statement",
+            what: "chained operators in one expression",
             limit: SQL_OPERATORS_MAX,
         });
     }
@@ -40,6 +39,48 @@ pub(crate) fn parse_ast(sql: &str) -> Result<Vec<sqlparser::ast::Statement>, Pla
                 syntax_error(sql, message)
             }
         })
+}
+
+/// An upper bound on how deep infix chains can nest the tree sqlparser will build: operator
+/// tokens counted per parenthesis level, a comma or semicolon starting a fresh sibling (so a
+/// thousand-row VALUES list of `-1`s or `'{}'::json`s is not one chain), and a closed
+/// group's count added to its enclosing level (an operand nested inside a chain deepens it).
+fn operator_depth(tokens: &[sqlparser::tokenizer::TokenWithSpan]) -> usize {
+    // `total` is the sum of `stack`, kept incrementally so deep parentheses stay linear.
+    let mut stack: Vec<usize> = vec![0];
+    let mut total: usize = 0;
+    let mut deepest: usize = 0;
+    for t in tokens {
+        match &t.token {
+            Token::LParen => stack.push(0),
+            Token::RParen if stack.len() > 1 => {
+                let inner = stack.pop().unwrap_or(0);
+                if let Some(top) = stack.last_mut() {
+                    *top += inner;
+                }
+            }
+            Token::Comma => {
+                if let Some(top) = stack.last_mut() {
+                    total -= *top;
+                    *top = 0;
+                }
+            }
+            Token::SemiColon => {
+                stack.clear();
+                stack.push(0);
+                total = 0;
+            }
+            token if is_operator(token) => {
+                if let Some(top) = stack.last_mut() {
+                    *top += 1;
+                    total += 1;
+                }
+            }
+            _ => {}
+        }
+        deepest = deepest.max(total);
+    }
+    deepest
 }
 
 /// Whether a token can join two expressions into a deeper one.
@@ -129,6 +170,23 @@ mod tests {
         assert_eq!(position_of("SELECT x", 1, 8), 8);
         assert_eq!(position_of("SELECT\nx", 2, 1), 8);
         assert_eq!(position_of("é\nab", 2, 2), 4);
+    }
+
+    // Checks the chain-depth estimate: siblings separated by commas do not add up, nested
+    // groups do.
+    #[test]
+    fn operator_depth_estimate() {
+        let depth = |sql: &str| {
+            let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+                .tokenize_with_location()
+                .expect("tokenizes");
+            operator_depth(&tokens)
+        };
+        assert_eq!(depth("SELECT 1+1+1"), 2);
+        assert_eq!(depth("INSERT INTO c VALUES ('a', -1), ('b', -1), ('c', -1)"), 1);
+        assert_eq!(depth("SELECT (1+1)+(1+1), 2"), 3);
+        assert_eq!(depth("SELECT f(1+1, 1+1+1)"), 2);
+        assert_eq!(depth("SELECT 1+1; SELECT 1"), 1);
     }
 
     // Checks a syntax error in the middle of the text reports where it is.

@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+use router::ShardingConfig;
 use sqlparser::ast;
 
 use crate::error::PlanError;
@@ -52,8 +53,8 @@ pub enum Statement {
     CreateCollection {
         /// The collection.
         collection: CollectionName,
-        /// The content configuration's JSON text, unvalidated (router parses it).
-        sharding: Option<String>,
+        /// The content configuration, validated by router.
+        sharding: Option<ShardingConfig>,
         /// `IF NOT EXISTS`
         if_not_exists: bool,
     },
@@ -61,8 +62,9 @@ pub enum Statement {
     AlterSharding {
         /// The collection.
         collection: CollectionName,
-        /// The new configuration's JSON text, unvalidated (router parses it).
-        sharding: String,
+        /// The new configuration, validated by router (whether the change is allowed is
+        /// `router::check_change`'s question, asked by node against the current one).
+        sharding: ShardingConfig,
     },
     /// `SELECT * FROM verify_sharding('c')`: the ids of documents violating the collection's
     /// content configuration (one column, `id` text).
@@ -102,6 +104,50 @@ pub enum Statement {
     Commit,
     /// `ROLLBACK`
     Rollback,
+}
+
+impl Statement {
+    /// The columns of the rows this statement returns (for RowDescription), or `None` when it
+    /// returns only a command tag. Node fills the rows of SHOW and verify_sharding.
+    ///
+    /// - SELECT: its projection; INSERT/UPDATE/DELETE: their RETURNING list, if any;
+    /// - EXPLAIN: `QUERY PLAN text`;
+    /// - `verify_sharding`: `id text, reason text`;
+    /// - SHOW FRAGMENTS: `fragment text, shards text, executor text, documents int8, bytes int8`;
+    /// - SHOW SHARDING: `collection text, sharding json`; `SHOW x`: `x text`.
+    pub fn result_columns(&self) -> Option<Vec<OutputColumn>> {
+        let col = |name: &str, ty| OutputColumn { name: name.to_owned(), ty };
+        let returning = |r: &[Output]| {
+            if r.is_empty() { None } else { Some(r.iter().map(|o| o.column.clone()).collect()) }
+        };
+        match self {
+            Statement::Select(s) => Some(s.columns()),
+            Statement::Insert(i) => returning(&i.returning),
+            Statement::Update(u) => returning(&u.returning),
+            Statement::Delete(d) => returning(&d.returning),
+            Statement::Explain { .. } => Some(vec![col("QUERY PLAN", SqlType::Text)]),
+            Statement::VerifySharding { .. } => {
+                Some(vec![col("id", SqlType::Text), col("reason", SqlType::Text)])
+            }
+            Statement::ShowFragments => Some(vec![
+                col("fragment", SqlType::Text),
+                col("shards", SqlType::Text),
+                col("executor", SqlType::Text),
+                col("documents", SqlType::Int8),
+                col("bytes", SqlType::Int8),
+            ]),
+            Statement::ShowSharding { .. } => {
+                Some(vec![col("collection", SqlType::Text), col("sharding", SqlType::Json)])
+            }
+            Statement::Show { name } => Some(vec![col(name, SqlType::Text)]),
+            Statement::CreateCollection { .. }
+            | Statement::AlterSharding { .. }
+            | Statement::Set { .. }
+            | Statement::Begin
+            | Statement::Commit
+            | Statement::Rollback => None,
+        }
+    }
 }
 
 /// An output column: its name and type (see [`crate::types`] for the typing rule).
@@ -519,12 +565,19 @@ fn plan_set(set: &ast::Set) -> Result<Statement, PlanError> {
             name: "client_encoding".to_owned(),
             value: charset_name.value.clone(),
         }),
+        // `SET [SESSION CHARACTERISTICS AS] TRANSACTION ISOLATION LEVEL …`: drivers send it;
+        // every transaction is serializable already, so node may accept it as a setting.
+        ast::Set::SetTransaction { modes, snapshot: None, session } => Ok(Statement::Set {
+            name: if *session { "session_transaction" } else { "transaction" }.to_owned(),
+            value: modes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+        }),
         _ => unsupported("SET of this form"),
     }
 }
 
-/// The JSON text of `sharding = '<json>'` in a WITH / SET option list; other options refused.
-fn sharding_option(options: &[ast::SqlOption]) -> Result<Option<String>, PlanError> {
+/// The configuration in `sharding = '<json>'` of a WITH / SET option list; other options
+/// refused.
+fn sharding_option(options: &[ast::SqlOption]) -> Result<Option<ShardingConfig>, PlanError> {
     let mut sharding = None;
     for option in options {
         match option {
@@ -532,7 +585,10 @@ fn sharding_option(options: &[ast::SqlOption]) -> Result<Option<String>, PlanErr
             {
                 ast::Expr::Value(v) => match &v.value {
                     ast::Value::SingleQuotedString(s) | ast::Value::EscapedStringLiteral(s) => {
-                        sharding = Some(s.clone())
+                        sharding = Some(
+                            ShardingConfig::parse(s)
+                                .map_err(|source| PlanError::InvalidSharding { source })?,
+                        )
                     }
                     _ => {
                         return Err(PlanError::TypeMismatch {

@@ -135,3 +135,15 @@ fn deepest_accepted_expression_evaluates() {
     let too_deep = format!("SELECT * FROM c WHERE a{} > 0", " + 1".repeat(depth + 10));
     assert!(matches!(err(&too_deep), PlanError::TooDeep { .. }));
 }
+
+// Checks the operator limit counts chains, not statements: a 5,000-row INSERT whose rows
+// each hold a negative number and a json cast plans, as does a long IN list.
+#[test]
+fn wide_statements_are_not_limited() {
+    let rows: Vec<String> = (0..5_000).map(|i| format!("('r/{i}', -{i}, '{{}}'::json)")).collect();
+    let sql = format!("INSERT INTO c (id, n, j) VALUES {}", rows.join(", "));
+    parse(&sql).expect("wide INSERT plans");
+    let list: Vec<String> = (0..5_000).map(|i| format!("-{i}")).collect();
+    parse(&format!("SELECT * FROM c WHERE n IN ({})", list.join(", ")))
+        .expect("long IN list plans");
+}

@@ -1,6 +1,6 @@
 //! An in-memory fragment for tests: documents in a `BTreeMap` keyed by lower-cased id,
-//! placed on shards by a deterministic test hash (not SHARDING.md's: placement is router's
-//! contract, these tests only need a stable spread over fragments).
+//! placed on shards by `router::shard_of` (SHARDING.md), split into fragments by
+//! `router::ShardMap::even`.
 
 #![allow(dead_code)]
 
@@ -12,7 +12,8 @@ use query::{
     CollectionName, DocVersion, FragmentSource, Partial, ResultSet, SourceDoc, execute_select,
     merge,
 };
-use router::{SHARD_COUNT, ShardId, ShardRange};
+use router::prune::RoutePlan;
+use router::{Owner, SHARD_COUNT, ShardId, ShardMap, ShardRange};
 
 /// One stored document.
 pub struct Stored {
@@ -28,21 +29,20 @@ pub struct MemFragment {
     pub docs: BTreeMap<(String, String), Stored>,
 }
 
-/// FNV-1a of the lower-cased id, modulo the shard count.
+/// The shard of an id per SHARDING.md (ids in tests are valid and never end with `$`).
 pub fn test_shard(id: &str) -> ShardId {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in id.to_lowercase().bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    ShardId::from_u64_mod(h)
+    router::shard_of(id).ok().and_then(|p| p.shard()).expect("a hashed or explicit id")
 }
 
 impl MemFragment {
     pub fn put(&mut self, collection: &str, id: &str, doc: serde_json::Value) {
+        self.put_on(collection, id, test_shard(id), doc);
+    }
+
+    pub fn put_on(&mut self, collection: &str, id: &str, shard: ShardId, doc: serde_json::Value) {
         let key = (collection.to_owned(), id.to_lowercase());
         let version = DocVersion::new(self.docs.get(&key).map_or(1, |d| d.version.get() + 1));
-        self.docs.insert(key, Stored { id: id.to_owned(), shard: test_shard(id), version, doc });
+        self.docs.insert(key, Stored { id: id.to_owned(), shard, version, doc });
     }
 }
 
@@ -95,21 +95,62 @@ pub fn split_ranges(n: u32) -> Vec<ShardRange> {
 
 /// Documents spread over fragments by shard range.
 pub struct Cluster {
+    pub map: ShardMap,
     pub ranges: Vec<ShardRange>,
     pub fragments: Vec<MemFragment>,
 }
 
 impl Cluster {
     pub fn new(fragments: u32) -> Cluster {
-        let ranges = split_ranges(fragments);
+        let map = ShardMap::even(fragments, &[Owner::new(0, 0)]).expect("map");
+        let ranges: Vec<ShardRange> = map.fragments().iter().map(|f| f.range()).collect();
         let fragments = ranges.iter().map(|_| MemFragment::default()).collect();
-        Cluster { ranges, fragments }
+        Cluster { map, ranges, fragments }
+    }
+
+    /// The shard ranges of `plan` inside fragment `i`.
+    pub fn ranges_in(&self, i: usize, plan: &RoutePlan) -> Vec<ShardRange> {
+        let f = self.ranges[i];
+        plan.shards
+            .iter()
+            .filter_map(|r| ShardRange::new(r.start().max(f.start()), r.end().min(f.end())))
+            .collect()
+    }
+
+    /// Runs a SELECT only on the fragments router names, over the routed shard ranges.
+    pub fn select_routed(&self, select: &Select) -> (ResultSet, RoutePlan) {
+        self.select_routed_with(select, None)
+    }
+
+    /// [`Cluster::select_routed`] for a collection with a content configuration.
+    pub fn select_routed_with(
+        &self,
+        select: &Select,
+        sharding: Option<&router::ShardingConfig>,
+    ) -> (ResultSet, RoutePlan) {
+        let plan = query::route_statement(&Statement::Select(select.clone()), sharding, &self.map)
+            .expect("routed");
+        let partials: Vec<Partial> = plan
+            .fragments
+            .iter()
+            .map(|id| {
+                let i = id.get() as usize;
+                execute_select(select, &self.fragments[i], &self.ranges_in(i, &plan))
+                    .expect("executes")
+            })
+            .collect();
+        (merge(select, partials).expect("merges"), plan)
     }
 
     pub fn put(&mut self, collection: &str, id: &str, doc: serde_json::Value) {
         let shard = test_shard(id);
+        self.put_on(collection, id, shard, doc);
+    }
+
+    /// Stores a document on a given shard (content-placed ids).
+    pub fn put_on(&mut self, collection: &str, id: &str, shard: ShardId, doc: serde_json::Value) {
         let i = self.ranges.iter().position(|r| r.contains(shard)).expect("covered");
-        self.fragments[i].put(collection, id, doc);
+        self.fragments[i].put_on(collection, id, shard, doc);
     }
 
     /// Runs a SELECT on every fragment (in reverse order, to show order does not matter) and
