@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod datadir;
+pub mod engine;
 pub mod logging;
 pub mod pg;
 pub mod runtime;
