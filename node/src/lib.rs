@@ -7,5 +7,12 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)
 )]
 
+pub mod catalog;
 pub mod cli;
+pub mod config;
+pub mod datadir;
+pub mod engine;
+pub mod logging;
 pub mod pg;
+pub mod runtime;
+pub mod signals;

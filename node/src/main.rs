@@ -15,6 +15,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run a node: accept PostgreSQL clients and serve the data directory.
+    Serve(node::cli::serve::Args),
     /// Print the shard of each document id (`<id>\t<shard>`), or why it has none.
     ShardOf(node::cli::shard_of::Args),
 }
@@ -22,6 +24,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve(args) => node::cli::serve::main(&args),
         Command::ShardOf(args) => node::cli::shard_of::main(&args),
     }
 }

@@ -677,11 +677,11 @@ impl Fragment {
     /// Visits the documents of `collection` whose shard is in `range`, in (shard, lower-cased
     /// id) order, until `visit` breaks. Runs without yielding: bound long scans by breaking and
     /// resuming with a narrower range.
-    pub fn scan(
-        &self,
+    pub fn scan<'f>(
+        &'f self,
         collection: &str,
         range: ShardRange,
-        mut visit: impl FnMut(DocRef<'_>) -> ControlFlow<()>,
+        mut visit: impl FnMut(DocRef<'f>) -> ControlFlow<()>,
     ) {
         let st = self.inner.st.borrow();
         for (_, entry) in st.index.scan(collection, range) {

@@ -1,0 +1,182 @@
+//! `tessera serve`: run a node.
+//!
+//! Start-up order: resolve the configuration, start logging, make sure the address is free,
+//! lock the data directory and read (or create) its layout, load the catalog, then start one
+//! executor per core. Each executor opens (recovers) its fragments; only when every executor
+//! is ready do they start accepting clients, and the ready line is logged. SIGINT/SIGTERM stop
+//! accepting, let running statements finish, close the fragments (in-flight commits complete)
+//! and exit 0.
+
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use router::{ExecutorId, NodeId, Owner, ShardMap};
+
+use crate::catalog::Catalog;
+use crate::config::{NodeConfig, ServeArgs};
+use crate::datadir::{DataDir, FragmentEntry, LAYOUT_FORMAT, Layout};
+use crate::engine::{CatalogView, Core, Session, Shared};
+use crate::pg::limits::PG_CONNECTIONS_MAX;
+use crate::pg::{PgAuth, PgConfig, PgRegistry, ScramCredentials, accept_loop};
+use crate::runtime::{self, ExecutorContext, Shutdown};
+
+/// Arguments of `tessera serve`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    settings: ServeArgs,
+}
+
+/// Runs the node until it is told to stop. Exit status 0 after a clean shutdown, 1 when it
+/// could not start or failed.
+pub fn main(args: &Args) -> ExitCode {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let config = match NodeConfig::resolve(&args.settings, cores) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tessera: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = crate::logging::init(&config.log) {
+        eprintln!("tessera: {e}");
+        return ExitCode::FAILURE;
+    }
+    match serve(&config) {
+        Ok(()) => {
+            tracing::info!("tessera stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The even layout for a new data directory.
+fn new_layout(fragments: u32) -> Layout {
+    let map = ShardMap::even(fragments, &[Owner { node: NodeId(0), executor: ExecutorId(0) }]);
+    let fragments = match map {
+        Ok(map) => map
+            .fragments()
+            .iter()
+            .map(|f| FragmentEntry {
+                id: f.id().get(),
+                start: f.range().start(),
+                end: f.range().end(),
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    Layout { format: LAYOUT_FORMAT, fragments }
+}
+
+/// The shard map of a layout, fragment `i` (in shard order) owned by executor `i % executors`.
+fn shard_map(layout: &Layout, executors: u32) -> Result<ShardMap, String> {
+    let fragments = layout
+        .fragments
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let owner = Owner {
+                node: NodeId(0),
+                executor: ExecutorId(u32::try_from(i).unwrap_or(0) % executors),
+            };
+            let range = router::ShardRange::new(f.start, f.end)
+                .ok_or_else(|| format!("layout has an invalid range [{}, {})", f.start, f.end))?;
+            Ok(router::Fragment::new(router::FragmentId::new(f.id), range, owner))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    ShardMap::new(fragments, router::Epoch(1))
+        .map_err(|e| format!("layout is not a valid shard map: {e}"))
+}
+
+fn serve(config: &NodeConfig) -> Result<(), String> {
+    // glommio listens with SO_REUSEPORT, which would let a second node share the port
+    // silently; a plain bind first makes "address in use" an error.
+    std::net::TcpListener::bind(config.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let data = DataDir::open(&config.data_dir, || new_layout(config.fragments))
+        .map_err(|e| e.to_string())?;
+    if !data.created() && data.layout().fragments.len() != config.fragments as usize {
+        tracing::info!(
+            stored = data.layout().fragments.len(),
+            requested = config.fragments,
+            "the data directory keeps the fragment count it was created with"
+        );
+    }
+    let map = shard_map(data.layout(), config.executors)?;
+    let catalog = Catalog::load(data.root()).map_err(|e| e.to_string())?;
+    let catalog = CatalogView::new(catalog)?;
+    let shared = Arc::new(Shared::new(map, data.root().to_owned(), catalog));
+    let auth = match &config.password {
+        None => PgAuth::Trust,
+        Some(p) => {
+            PgAuth::Scram(ScramCredentials::from_password(p).map_err(|e| format!("password: {e}"))?)
+        }
+    };
+    let pg = PgConfig { auth, idle_timeout: config.idle_timeout, ..PgConfig::default() };
+    let registry = Arc::new(PgRegistry::new(PG_CONNECTIONS_MAX));
+    let shutdown = Shutdown::new();
+    crate::signals::install(shutdown.clone()).map_err(|e| format!("cannot handle signals: {e}"))?;
+
+    let owned: Vec<Vec<_>> = (0..config.executors)
+        .map(|e| {
+            shared
+                .map
+                .fragments()
+                .iter()
+                .filter(|f| f.owner().executor.0 == e)
+                .map(|f| (f.id(), f.range(), data.fragment_dir(f.id().get())))
+                .collect()
+        })
+        .collect();
+    let owned = Arc::new(owned);
+    let listen = config.listen;
+    let summary = format!(
+        "tessera {} ready: listening on {listen}, {} executors, {} fragments, data directory {}",
+        env!("CARGO_PKG_VERSION"),
+        config.executors,
+        shared.map.len(),
+        data.root().display()
+    );
+    let init_shared = Arc::clone(&shared);
+    runtime::run(
+        config.executors as usize,
+        shutdown,
+        move |ctx: ExecutorContext<Core>| {
+            let mine = owned.get(ctx.index.get()).cloned().unwrap_or_default();
+            let shared = Arc::clone(&init_shared);
+            async move { Core::open(ctx.index, shared, mine).await }
+        },
+        move |core: Rc<Core>, ctx: ExecutorContext<Core>| {
+            let pg = Rc::new(pg.clone());
+            let registry = Arc::clone(&registry);
+            let summary = summary.clone();
+            async move {
+                let listener = match glommio::net::TcpListener::bind(listen) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!("{} cannot listen on {listen}: {e}", ctx.index);
+                        ctx.shutdown.trigger();
+                        return;
+                    }
+                };
+                if ctx.index.get() == 0 {
+                    tracing::info!("{summary}");
+                }
+                let session_ctx = ctx.clone();
+                let accept = accept_loop(listener, pg, registry, move || {
+                    Session::new(Rc::clone(&core), session_ctx.clone())
+                });
+                futures_lite::future::or(accept, ctx.shutdown.wait()).await;
+            }
+        },
+        |core: Rc<Core>, _ctx| async move { core.close().await },
+    )
+    .map_err(|e| e.to_string())?;
+    drop(data);
+    Ok(())
+}

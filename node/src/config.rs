@@ -1,0 +1,232 @@
+//! Node configuration: defaults, a TOML file, environment variables and flags.
+//!
+//! Precedence, highest first: command-line flag, environment variable (`TESSERA_*`, read by
+//! clap as the flag's fallback), the TOML file named by `--config`, the embedded default. Every
+//! setting has an embedded default, so `tessera serve` alone starts a usable node.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Default data directory, relative to the working directory.
+pub const DATA_DIR_DEFAULT: &str = "./tessera-data";
+/// Default client address: loopback only, so a node on defaults is not reachable from outside.
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:5433";
+/// Default fragments per executor when `--fragments` is not given.
+pub const FRAGMENTS_PER_EXECUTOR_DEFAULT: u32 = 4;
+/// Most executors a node runs: one per core, and we do not plan for machines past this.
+pub const EXECUTORS_MAX: u32 = 256;
+/// Most fragments a node holds; each has its own log files and index.
+pub const FRAGMENTS_MAX: u32 = 4096;
+
+/// Settings as given on the command line (and by environment variables through clap). `None`
+/// means "not given here": the file or the default decides.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct ServeArgs {
+    /// Directory holding the fragments' logs and the node's metadata.
+    #[arg(long, env = "TESSERA_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Address for PostgreSQL clients, `host:port`.
+    #[arg(long, env = "TESSERA_LISTEN")]
+    pub listen: Option<String>,
+    /// Executors (one per core). Default: the number of available cores.
+    #[arg(long, env = "TESSERA_EXECUTORS")]
+    pub executors: Option<u32>,
+    /// Fragments to create when the data directory is new. Default: 4 per executor.
+    #[arg(long, env = "TESSERA_FRAGMENTS")]
+    pub fragments: Option<u32>,
+    /// A TOML file with any of these settings (keys as the flags, with `_` for `-`).
+    #[arg(long, env = "TESSERA_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Log filter, e.g. `info` or `tessera=debug` (tracing-subscriber syntax).
+    #[arg(long, env = "TESSERA_LOG")]
+    pub log: Option<String>,
+    /// Password clients must give (SCRAM-SHA-256). Unset: trust authentication.
+    #[arg(long, env = "TESSERA_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+}
+
+/// The same settings read from a TOML file.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    listen: Option<String>,
+    executors: Option<u32>,
+    fragments: Option<u32>,
+    log: Option<String>,
+    password: Option<String>,
+}
+
+/// The resolved configuration of one node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Where the data lives.
+    pub data_dir: PathBuf,
+    /// Where PostgreSQL clients connect.
+    pub listen: SocketAddr,
+    /// How many executors (threads, one per core) to run.
+    pub executors: u32,
+    /// Fragments to create in a new data directory (an existing one keeps its layout).
+    pub fragments: u32,
+    /// Log filter.
+    pub log: String,
+    /// The password for SCRAM-SHA-256, or `None` for trust.
+    pub password: Option<String>,
+    /// How long a connection may sit idle before the node closes it.
+    pub idle_timeout: Duration,
+}
+
+/// A configuration that cannot be used, with the setting and the reason.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The TOML file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML file is not valid or has unknown keys.
+    #[error("config file {path} is invalid: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (line and key).
+        message: String,
+    },
+    /// A setting has a value outside what the node accepts.
+    #[error("setting `{setting}` = {value:?} is invalid: {reason}")]
+    Invalid {
+        /// The setting's name, as the flag spells it.
+        setting: &'static str,
+        /// The value given.
+        value: String,
+        /// What is accepted.
+        reason: String,
+    },
+}
+
+impl NodeConfig {
+    /// Resolves flags, environment, file and defaults into one validated configuration.
+    /// `cores` is the number of available cores, used for the executor default.
+    pub fn resolve(args: &ServeArgs, cores: usize) -> Result<NodeConfig, ConfigError> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let data_dir = args
+            .data_dir
+            .clone()
+            .or(file.data_dir)
+            .unwrap_or_else(|| PathBuf::from(DATA_DIR_DEFAULT));
+        let listen_text =
+            args.listen.clone().or(file.listen).unwrap_or_else(|| LISTEN_DEFAULT.to_owned());
+        let listen = parse_listen(&listen_text)?;
+        let cores = u32::try_from(cores.max(1)).unwrap_or(EXECUTORS_MAX).min(EXECUTORS_MAX);
+        let executors = args.executors.or(file.executors).unwrap_or(cores);
+        if executors == 0 || executors > EXECUTORS_MAX {
+            return Err(ConfigError::Invalid {
+                setting: "executors",
+                value: executors.to_string(),
+                reason: format!("must be between 1 and {EXECUTORS_MAX}"),
+            });
+        }
+        let fragments = args
+            .fragments
+            .or(file.fragments)
+            .unwrap_or(executors.saturating_mul(FRAGMENTS_PER_EXECUTOR_DEFAULT));
+        if fragments == 0 || fragments > FRAGMENTS_MAX {
+            return Err(ConfigError::Invalid {
+                setting: "fragments",
+                value: fragments.to_string(),
+                reason: format!("must be between 1 and {FRAGMENTS_MAX}"),
+            });
+        }
+        let log = args.log.clone().or(file.log).unwrap_or_else(|| "info".to_owned());
+        let password = args.password.clone().or(file.password).filter(|p| !p.is_empty());
+        Ok(NodeConfig {
+            data_dir,
+            listen,
+            executors,
+            fragments,
+            log,
+            password,
+            idle_timeout: Duration::from_secs(IDLE_TIMEOUT_SECS_DEFAULT),
+        })
+    }
+}
+
+/// Default idle timeout for client connections: generous, like PostgreSQL's (which has none by
+/// default), but finite so abandoned connections do not hold a slot forever.
+pub const IDLE_TIMEOUT_SECS_DEFAULT: u64 = 3600;
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+    toml::from_str(&text)
+        .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })
+}
+
+fn parse_listen(text: &str) -> Result<SocketAddr, ConfigError> {
+    let invalid =
+        |reason: String| ConfigError::Invalid { setting: "listen", value: text.to_owned(), reason };
+    let mut addrs =
+        text.to_socket_addrs().map_err(|e| invalid(format!("expected host:port ({e})")))?;
+    addrs.next().ok_or_else(|| invalid("the host resolves to no address".to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks that with nothing given every setting takes its embedded default.
+    #[test]
+    fn defaults() {
+        let c = NodeConfig::resolve(&ServeArgs::default(), 2).expect("defaults are valid");
+        assert_eq!(c.data_dir, PathBuf::from(DATA_DIR_DEFAULT));
+        assert_eq!(c.listen.to_string(), LISTEN_DEFAULT);
+        assert_eq!(c.executors, 2);
+        assert_eq!(c.fragments, 8);
+        assert!(c.password.is_none());
+    }
+
+    // Checks precedence: a flag beats the file, the file beats the default.
+    #[test]
+    fn flag_beats_file_beats_default() {
+        let dir = std::env::temp_dir().join(format!("tessera-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("t.toml");
+        std::fs::write(&file, "executors = 3\nfragments = 12\nlisten = \"127.0.0.1:7000\"\n")
+            .expect("write config");
+        let args = ServeArgs { config: Some(file), executors: Some(1), ..ServeArgs::default() };
+        let c = NodeConfig::resolve(&args, 2).expect("valid");
+        assert_eq!(c.executors, 1, "flag wins");
+        assert_eq!(c.fragments, 12, "file wins over default");
+        assert_eq!(c.listen.port(), 7000);
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    // Checks that bad values and unknown file keys are refused with the setting named.
+    #[test]
+    fn refuses_bad_values() {
+        let bad = ServeArgs { executors: Some(0), ..ServeArgs::default() };
+        let e = NodeConfig::resolve(&bad, 2).expect_err("zero executors");
+        assert!(e.to_string().contains("executors"), "{e}");
+        let bad = ServeArgs { listen: Some("nonsense".into()), ..ServeArgs::default() };
+        let e = NodeConfig::resolve(&bad, 2).expect_err("bad address");
+        assert!(e.to_string().contains("listen"), "{e}");
+        let dir = std::env::temp_dir().join(format!("tessera-config-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("t.toml");
+        std::fs::write(&file, "executor = 3\n").expect("write config");
+        let e = NodeConfig::resolve(&ServeArgs { config: Some(file), ..ServeArgs::default() }, 2)
+            .expect_err("unknown key");
+        assert!(e.to_string().contains("executor"), "{e}");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}

@@ -1,0 +1,89 @@
+//! Errors of statement execution in the node, before they become PostgreSQL errors.
+//!
+//! Every variant wraps a typed error of the layer that raised it; `pg::sqlstate` chooses the
+//! SQLSTATE with an exhaustive match, so a new variant does not compile until it is mapped.
+
+use query::{ExecError, PlanError};
+use storage::AppendError;
+
+use crate::runtime::CallError;
+
+/// Why a statement failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// Parsing, planning or binding.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// Evaluating over documents or merging.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// Writing to a fragment's log.
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    /// A document id that places nowhere.
+    #[error("invalid document id: {0}")]
+    Id(#[from] router::IdError),
+    /// A trailing-`$` id that could not be assigned from the document's content.
+    #[error(transparent)]
+    Assign(#[from] router::AssignError),
+    /// A document that breaks its collection's content configuration.
+    #[error(transparent)]
+    Validation(#[from] router::ValidationError),
+    /// A refused configuration change.
+    #[error(transparent)]
+    Change(#[from] router::ChangeError),
+    /// A cross-core call failed (the node is stopping).
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// The catalog could not be changed durably.
+    #[error("cannot change the catalog: {0}")]
+    Catalog(String),
+    /// A collection already has a configuration (`CREATE TABLE` without `IF NOT EXISTS`).
+    #[error("collection {0:?} already exists")]
+    CollectionExists(String),
+    /// `ALTER TABLE … SET` or `verify_sharding` of a collection without a configuration.
+    #[error("collection {0:?} has no sharding configuration")]
+    NoConfiguration(String),
+    /// A statement kind this node does not run yet.
+    #[error("{what} is not supported yet")]
+    NotSupported {
+        /// The construct.
+        what: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// A parameter value the client sent that cannot be read as its type.
+    #[error("parameter ${index}: {reason}")]
+    Param {
+        /// 1-based parameter number.
+        index: usize,
+        /// Why.
+        reason: String,
+    },
+    /// The writes of an autocommit statement kept conflicting with concurrent writes.
+    #[error("statement kept conflicting with concurrent writes after {attempts} attempts")]
+    Contention {
+        /// How many times it was run.
+        attempts: u32,
+    },
+    /// A trailing-`$` id written to a collection without a content configuration.
+    #[error(
+        "id {id:?} ends with `$` (content-based placement) but collection {collection:?} has no sharding configuration"
+    )]
+    ContentIdWithoutConfig {
+        /// The id.
+        id: String,
+        /// The collection.
+        collection: String,
+    },
+    /// `SHOW` of a setting the node does not know.
+    #[error("unrecognized configuration parameter \"{0}\"")]
+    UnknownSetting(String),
+    /// The connection failed while results were being sent.
+    #[error("cannot send results: {0}")]
+    Wire(String),
+    /// The client cancelled the statement.
+    #[error("canceling statement due to user request")]
+    Cancelled,
+}

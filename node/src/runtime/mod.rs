@@ -1,0 +1,271 @@
+//! The executor runtime: one glommio executor per core, each owning local state (its
+//! fragments), joined by a *mesh* of bounded flume inboxes for cross-core calls, and a shutdown
+//! broadcast that every executor can await.
+//!
+//! A cross-core call moves a closure to the executor that owns the state it needs, runs it
+//! there as a local task, and sends the result back on a one-slot channel. Nothing on the data
+//! path is shared between executors: only the channels are.
+//!
+//! **Invariant:** an executor's state (`Rc<S>`) never leaves its thread; only `Send` closures
+//! and `Send` results cross.
+
+mod shutdown;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use glommio::{LocalExecutorBuilder, Placement};
+
+pub use shutdown::{Countdown, Shutdown};
+
+/// Messages an executor's inbox holds before senders wait (backpressure, not growth). Each
+/// message is one request batch for this executor's fragments.
+pub const MESH_INBOX_MAX: usize = 1024;
+
+/// Bytes of io_uring buffer memory per executor. `ulimit -l` is 8 MiB on our machines, and the
+/// locked memory of all executors must fit under it.
+pub const EXECUTOR_IO_MEMORY_BYTES: usize = 1 << 20;
+
+/// Position of an executor in the node, `0 .. executors`.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct ExecutorIndex(usize);
+
+impl ExecutorIndex {
+    /// The executor at `index`.
+    pub const fn new(index: usize) -> ExecutorIndex {
+        ExecutorIndex(index)
+    }
+
+    /// Its position.
+    pub const fn get(self) -> usize {
+        self.0
+    }
+}
+
+impl std::fmt::Display for ExecutorIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "executor-{}", self.0)
+    }
+}
+
+type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
+type Job<S> = Box<dyn FnOnce(Rc<S>) -> LocalFuture + Send>;
+
+/// Why a cross-core call did not return a result.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CallError {
+    /// No executor has that index.
+    #[error("no executor {0} (the node has {1})")]
+    NoSuchExecutor(usize, usize),
+    /// The target executor has stopped (the node is shutting down).
+    #[error("{0} has stopped")]
+    Stopped(ExecutorIndex),
+    /// The target dropped the request without answering (its task panicked or it stopped).
+    #[error("{0} dropped the request without answering")]
+    Dropped(ExecutorIndex),
+}
+
+/// The handles to every executor's inbox. Cheap to clone; `Send + Sync`.
+pub struct Mesh<S> {
+    inboxes: Arc<[flume::Sender<Job<S>>]>,
+}
+
+impl<S> Clone for Mesh<S> {
+    fn clone(&self) -> Self {
+        Mesh { inboxes: Arc::clone(&self.inboxes) }
+    }
+}
+
+impl<S: 'static> Mesh<S> {
+    /// Number of executors.
+    pub fn len(&self) -> usize {
+        self.inboxes.len()
+    }
+
+    /// Always false: a mesh has at least one executor.
+    pub fn is_empty(&self) -> bool {
+        self.inboxes.is_empty()
+    }
+
+    /// Runs `work` on executor `to` with its state and returns the result. Waits while the
+    /// target's inbox is full (backpressure). Running on the caller's own executor is allowed
+    /// but costs a hop; callers should run local work directly.
+    pub async fn call<F, Fut, R>(&self, to: ExecutorIndex, work: F) -> Result<R, CallError>
+    where
+        F: FnOnce(Rc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+        R: Send + 'static,
+    {
+        let inbox = self
+            .inboxes
+            .get(to.get())
+            .ok_or(CallError::NoSuchExecutor(to.get(), self.inboxes.len()))?;
+        let (reply_tx, reply_rx) = flume::bounded::<R>(1);
+        let job: Job<S> = Box::new(move |state| {
+            Box::pin(async move {
+                let result = work(state).await;
+                // The caller may have gone away (its connection closed); nothing to do then.
+                let _ = reply_tx.send(result);
+            })
+        });
+        inbox.send_async(job).await.map_err(|_| CallError::Stopped(to))?;
+        reply_rx.recv_async().await.map_err(|_| CallError::Dropped(to))
+    }
+}
+
+/// What an executor knows about itself and the node.
+pub struct ExecutorContext<S> {
+    /// This executor's position.
+    pub index: ExecutorIndex,
+    /// Every executor's inbox.
+    pub mesh: Mesh<S>,
+    /// Fires when the node starts shutting down.
+    pub shutdown: Shutdown,
+}
+
+impl<S> Clone for ExecutorContext<S> {
+    fn clone(&self) -> Self {
+        ExecutorContext {
+            index: self.index,
+            mesh: self.mesh.clone(),
+            shutdown: self.shutdown.clone(),
+        }
+    }
+}
+
+/// Why the runtime could not start or ended badly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// glommio could not create an executor (io_uring, locked memory, CPU placement).
+    #[error("cannot start {index}: {source}")]
+    Spawn {
+        /// Which executor.
+        index: ExecutorIndex,
+        /// glommio's error.
+        source: glommio::GlommioError<()>,
+    },
+    /// An executor's initialisation (opening its fragments) failed.
+    #[error("{index} failed to start: {message}")]
+    Init {
+        /// Which executor.
+        index: ExecutorIndex,
+        /// The error, rendered.
+        message: String,
+    },
+    /// An executor thread panicked (a bug).
+    #[error("{0} panicked")]
+    Panicked(ExecutorIndex),
+}
+
+/// Starts `executors` executors and blocks until all have finished.
+///
+/// On each executor: `init` builds its state (opening fragments); once **every** executor is
+/// initialised, `serve` runs (accepting connections) until it returns, which it should do soon
+/// after `shutdown` fires; then the executor keeps answering cross-core calls until every
+/// executor's `serve` has returned, and `close` runs last (flushing and closing fragments).
+/// If any `init` fails, shutdown is triggered everywhere and the first error is returned.
+pub fn run<S, Init, InitFut, Serve, ServeFut, Close, CloseFut>(
+    executors: usize,
+    shutdown: Shutdown,
+    init: Init,
+    serve: Serve,
+    close: Close,
+) -> Result<(), RuntimeError>
+where
+    S: 'static,
+    Init: Fn(ExecutorContext<S>) -> InitFut + Send + Sync + 'static,
+    InitFut: Future<Output = Result<S, String>> + 'static,
+    Serve: Fn(Rc<S>, ExecutorContext<S>) -> ServeFut + Send + Sync + 'static,
+    ServeFut: Future<Output = ()> + 'static,
+    Close: Fn(Rc<S>, ExecutorContext<S>) -> CloseFut + Send + Sync + 'static,
+    CloseFut: Future<Output = ()> + 'static,
+{
+    assert!(executors > 0, "a node runs at least one executor");
+    let mut senders = Vec::with_capacity(executors);
+    let mut receivers = Vec::with_capacity(executors);
+    for _ in 0..executors {
+        let (tx, rx) = flume::bounded::<Job<S>>(MESH_INBOX_MAX);
+        senders.push(tx);
+        receivers.push(rx);
+    }
+    let mesh = Mesh { inboxes: senders.into() };
+    let hooks = Arc::new((init, serve, close));
+    let ready = Countdown::new(executors);
+    let served = Countdown::new(executors);
+    let first_error: Arc<std::sync::Mutex<Option<RuntimeError>>> = Arc::default();
+    let init_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+
+    let mut handles = Vec::with_capacity(executors);
+    for (i, inbox) in receivers.into_iter().enumerate() {
+        let index = ExecutorIndex::new(i);
+        let ctx = ExecutorContext { index, mesh: mesh.clone(), shutdown: shutdown.clone() };
+        let hooks = Arc::clone(&hooks);
+        let (ready, served, first_error) =
+            (ready.clone(), served.clone(), Arc::clone(&first_error));
+        let init_failed = Arc::clone(&init_failed);
+        let builder = LocalExecutorBuilder::new(Placement::Unbound)
+            .name(&format!("tessera-{i}"))
+            .io_memory(EXECUTOR_IO_MEMORY_BYTES);
+        let handle = builder
+            .spawn(move || async move {
+                let (init, serve, close) = &*hooks;
+                let state = match init(ctx.clone()).await {
+                    Ok(state) => Rc::new(state),
+                    Err(message) => {
+                        init_failed.store(true, std::sync::atomic::Ordering::SeqCst);
+                        record_first(&first_error, RuntimeError::Init { index, message });
+                        ctx.shutdown.trigger();
+                        ready.arrive();
+                        served.arrive();
+                        return;
+                    }
+                };
+                // Answer cross-core calls from now until the very end.
+                let inbox_task = glommio::spawn_local(drain_inbox(inbox, Rc::clone(&state)));
+                ready.arrive();
+                ready.wait().await;
+                // Serve runs even when shutdown has already fired (it must then return promptly),
+                // but not when another executor failed to start: the node is not whole.
+                if !init_failed.load(std::sync::atomic::Ordering::SeqCst) {
+                    serve(Rc::clone(&state), ctx.clone()).await;
+                }
+                served.arrive();
+                // Others may still need this executor's fragments to finish their work.
+                served.wait().await;
+                close(Rc::clone(&state), ctx.clone()).await;
+                drop(inbox_task);
+            })
+            .map_err(|source| RuntimeError::Spawn { index, source })?;
+        handles.push((index, handle));
+    }
+    for (index, handle) in handles {
+        if handle.join().is_err() {
+            record_first(&first_error, RuntimeError::Panicked(index));
+        }
+    }
+    let mut slot = first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match slot.take() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn record_first(slot: &std::sync::Mutex<Option<RuntimeError>>, error: RuntimeError) {
+    let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if slot.is_none() {
+        *slot = Some(error);
+    }
+}
+
+async fn drain_inbox<S: 'static>(inbox: flume::Receiver<Job<S>>, state: Rc<S>) {
+    while let Ok(job) = inbox.recv_async().await {
+        glommio::spawn_local(job(Rc::clone(&state))).detach();
+    }
+}
+
+#[cfg(test)]
+mod tests;
