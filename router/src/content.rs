@@ -161,6 +161,7 @@ impl ShardingConfig {
                 _ => return Err(ConfigError::UnknownKey { key }),
             };
             if slot_taken {
+                cov_mark::hit!(config_repeated_key);
                 return Err(ConfigError::DuplicateKey { key });
             }
         }
@@ -380,6 +381,17 @@ pub fn validate<'a, D: DocValue<'a>>(
     if config.mutable {
         return Ok(());
     }
+    verify(config, id, doc)
+}
+
+/// [`validate`] as if `Mutable = false`, whatever the configuration says: the check behind
+/// the statement that lists a collection's violating ids, which operators run before (or
+/// after) switching `Mutable` from true to false, since that switch checks no old document.
+pub fn verify<'a, D: DocValue<'a>>(
+    config: &ShardingConfig,
+    id: &str,
+    doc: D,
+) -> Result<(), ValidationError> {
     let id_shard = match shard_of(id) {
         Ok(Placement::Content) => return Err(ValidationError::Unassigned),
         Ok(placement) => placement.fixed().map_err(ValidationError::Id)?,
@@ -643,7 +655,10 @@ pub fn parse_ticks(text: &str) -> Result<u64, DateTimeError> {
     let ticks = days * TICKS_PER_DAY + seconds * TICKS_PER_SECOND + fraction;
     match u64::try_from(ticks) {
         Ok(t) if t <= TICKS_MAX => Ok(t),
-        _ => Err(DateTimeError::OutsideEra),
+        _ => {
+            cov_mark::hit!(ticks_outside_era);
+            Err(DateTimeError::OutsideEra)
+        }
     }
 }
 
@@ -766,10 +781,6 @@ mod tests {
         assert!(matches!(err("{"), ConfigError::Json { .. }));
         assert_eq!(err("[1]"), ConfigError::NotAnObject);
         assert!(matches!(err(r#"{"Fields":["a"],"range":1}"#), ConfigError::UnknownKey { .. }));
-        assert!(matches!(
-            err(r#"{"Fields":["a"],"Range":1,"Range":2}"#),
-            ConfigError::DuplicateKey { .. }
-        ));
         assert_eq!(err(r#"{"Range":1}"#), ConfigError::MissingFields);
         assert_eq!(err(r#"{"Fields":[]}"#), ConfigError::EmptyFields);
         assert!(matches!(err(r#"{"Fields":"a"}"#), ConfigError::WrongType { key: "Fields", .. }));
@@ -833,6 +844,11 @@ mod tests {
             c.content_shard(&doc(r#"{"Customer":[1]}"#)),
             Err(ContentError::NotScalar { kind: ValueKind::Array, .. })
         ));
+        let e = c.content_shard(&doc(r#"{"Customer":{}}"#)).expect_err("an object");
+        assert_eq!(
+            e.to_string(),
+            "sharding field `Customer` holds an object; it must hold a string, a number or a boolean"
+        );
         let two = config(r#"{"Fields": ["A.B", "C"]}"#);
         assert_eq!(two.content_shard(&doc(r#"{"A":{"B":"x"},"C":7}"#)), Ok(Some(hash("x\u{1f}7"))));
         let n = config(r#"{"Fields": ["numeric(N)"]}"#);
@@ -894,8 +910,6 @@ mod tests {
             parse_ticks("2000-01-01T00:00:60Z"),
             Err(DateTimeError::OutOfRange { component: "second" })
         );
-        assert_eq!(parse_ticks("0001-01-01T00:00:00+00:01"), Err(DateTimeError::OutsideEra));
-        assert_eq!(parse_ticks("9999-12-31T23:59:59-00:01"), Err(DateTimeError::OutsideEra));
         for bad in [
             "",
             "2000-01-01",
@@ -913,6 +927,24 @@ mod tests {
         }
         assert!(parse_ticks("2000-01-01T00:00:00+14:01").is_err());
         assert!(parse_ticks("2000-01-01T00:00:00+01:60").is_err());
+    }
+
+    // Checks a repeated key is refused, though serde_json's Value would keep the last one.
+    #[test]
+    fn repeated_key_refused() {
+        cov_mark::check!(config_repeated_key);
+        assert_eq!(
+            ShardingConfig::parse(r#"{"Fields":["a"],"Range":1,"Range":2}"#),
+            Err(ConfigError::DuplicateKey { key: "Range".to_owned() })
+        );
+    }
+
+    // Checks an offset that pushes the instant out of years 1..=9999 is refused.
+    #[test]
+    fn ticks_outside_era() {
+        cov_mark::check!(ticks_outside_era);
+        assert_eq!(parse_ticks("0001-01-01T00:00:00+00:01"), Err(DateTimeError::OutsideEra));
+        assert_eq!(parse_ticks("9999-12-31T23:59:59-00:01"), Err(DateTimeError::OutsideEra));
     }
 
     // Checks assignment refusals: not a trailing `$`, id() config, missing field, too long.
@@ -956,6 +988,12 @@ mod tests {
         assert!(matches!(validate(&c, "x$@", &d), Err(ValidationError::Id(_))));
         let m = config(r#"{"Fields": ["Customer"], "Mutable": true}"#);
         assert_eq!(validate(&m, "orders/1-A$@5", &d), Ok(()));
+        // verify ignores Mutable: it finds what a true -> false switch would leave behind.
+        assert!(matches!(
+            verify(&m, "orders/1-A$@5", &d),
+            Err(ValidationError::OutsideBlock { .. })
+        ));
+        assert_eq!(verify(&m, "orders/1-A$@982173", &d), Ok(()));
     }
 
     // Checks each online change rule of §3: growth by a multiple, refusals with reasons, and
