@@ -325,6 +325,10 @@ pub(crate) struct Inner {
     pub closing: Cell<bool>,
     pub compacting: Cell<bool>,
     pub compaction_task: RefCell<Option<JoinHandle<()>>>,
+    /// The next segment, zero-filled ahead of time under a temporary name.
+    pub spare: RefCell<Option<crate::segment::Prepared>>,
+    pub spare_busy: Cell<bool>,
+    pub spare_task: RefCell<Option<JoinHandle<()>>>,
 }
 
 pub(crate) fn lock_key(collection: &str, key: &str) -> String {
@@ -379,6 +383,9 @@ impl Fragment {
             closing: Cell::new(false),
             compacting: Cell::new(false),
             compaction_task: RefCell::new(None),
+            spare: RefCell::new(None),
+            spare_busy: Cell::new(false),
+            spare_task: RefCell::new(None),
         });
         let writer = glommio::spawn_local(crate::log::run_writer(inner.clone())).detach();
         let st = inner.st.borrow();
@@ -757,6 +764,14 @@ impl Fragment {
         let compaction = self.inner.compaction_task.borrow_mut().take();
         if let Some(task) = compaction {
             task.await;
+        }
+        let spare_task = self.inner.spare_task.borrow_mut().take();
+        if let Some(task) = spare_task {
+            task.await;
+        }
+        let spare = self.inner.spare.borrow_mut().take();
+        if let Some(spare) = spare {
+            crate::log::discard_spare(&self.inner, spare).await;
         }
         let file = self.inner.st.borrow_mut().active.take().map(|a| a.file);
         if let Some(file) = file
