@@ -182,3 +182,20 @@ fn concurrent_writers_roll_segments() {
         f.close().await;
     });
 }
+
+// Checks one directory has one owner: a second open fails with Locked until the first closes.
+#[test]
+fn second_open_is_locked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let f = open(&path, options(1 << 20)).await;
+        let second =
+            storage::Fragment::open(&path, FRAGMENT, router::ShardRange::ALL, options(1 << 20))
+                .await;
+        assert!(matches!(second, Err(storage::OpenError::Locked { .. })), "{second:?}");
+        f.close().await;
+        let again = open(&path, options(1 << 20)).await;
+        again.close().await;
+    });
+}
