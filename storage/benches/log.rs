@@ -225,6 +225,12 @@ async fn reads_and_scans(dir: &std::path::Path) {
 }
 
 fn main() {
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it, and
+    // must not spend a minute and a gigabyte of disk there.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("storage bench: skipped outside `cargo bench -p storage --bench log`");
+        return;
+    }
     let seconds: u64 =
         std::env::var("TESSERA_BENCH_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let only: Option<String> = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
