@@ -1,0 +1,964 @@
+//! Per-fragment execution over a narrow [`FragmentSource`], producing owned, small results
+//! that cross executors as messages: a [`Partial`] for SELECT, a [`WritePartial`] (write
+//! intents for storage, with the version each decision read) for INSERT, UPDATE and DELETE.
+//!
+//! A filter of the form `id() = 'x'` or `id() IN (…)` (alone or inside a top-level `AND`)
+//! is answered with [`FragmentSource::get`] instead of a scan; the whole filter is still
+//! checked on the document fetched. `id()` compares exactly (case-sensitively) with the id as
+//! stored, on both paths.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
+
+use router::doc::DocValue;
+use router::{ShardId, ShardRange};
+
+use crate::error::ExecError;
+use crate::expr::{BinaryOp, Expr, FieldPath, Literal, Row, Value, doc_to_json, eval, matches};
+use crate::limits::{GROUPS_MAX, RESULT_ROWS_MAX};
+use crate::plan::{
+    Aggregate, AggregateFunc, Assignment, CollectionName, Count, Delete, Insert, InsertBody,
+    OnConflict, OrderKey, OrderTarget, Output, OutputColumn, Select, SelectShape, Update,
+};
+use crate::types::{Datum, OrdDatum, SqlType, datum_cmp};
+
+/// A document's version as storage tracks it, for optimistic concurrency: a write intent
+/// carries the version its decision read, and storage refuses it if the document changed.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct DocVersion(u64);
+
+impl DocVersion {
+    /// A version from storage's number.
+    pub const fn new(value: u64) -> DocVersion {
+        DocVersion(value)
+    }
+
+    /// The number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// One stored document as a fragment hands it to the executor.
+#[derive(Clone, Copy, Debug)]
+pub struct SourceDoc<'a, D> {
+    /// The id as first written (original case).
+    pub id: &'a str,
+    /// Its shard.
+    pub shard: ShardId,
+    /// Its current version.
+    pub version: DocVersion,
+    /// The document.
+    pub doc: D,
+}
+
+/// The read side of one fragment, as the executor needs it. `storage` implements this (in
+/// `node`, which may depend on both) for a fragment; tests implement it over a `BTreeMap`.
+pub trait FragmentSource {
+    /// The borrowed document view.
+    type Doc<'a>: DocValue<'a>
+    where
+        Self: 'a;
+
+    /// The live document with this id in the collection, ids compared case-insensitively.
+    fn get<'a>(
+        &'a self,
+        collection: &CollectionName,
+        id: &str,
+    ) -> Option<SourceDoc<'a, Self::Doc<'a>>>;
+
+    /// Visits every live document of the collection whose shard lies in one of `ranges`,
+    /// until `visit` returns `Break`.
+    fn scan<'a>(
+        &'a self,
+        collection: &CollectionName,
+        ranges: &[ShardRange],
+        visit: &mut dyn FnMut(SourceDoc<'a, Self::Doc<'a>>) -> ControlFlow<()>,
+    );
+}
+
+/// One fragment's share of a SELECT: owned, small (bounded by LIMIT + OFFSET when the query
+/// orders and limits), sent to the session's executor for [`crate::merge`].
+#[derive(Clone, PartialEq, Debug)]
+pub struct Partial {
+    /// Documents read (matching or not).
+    pub rows_scanned: u64,
+    /// Rows or aggregate states.
+    pub body: PartialBody,
+}
+
+/// The content of a [`Partial`].
+#[derive(Clone, PartialEq, Debug)]
+pub enum PartialBody {
+    /// Plain rows (already cut to the fragment's top LIMIT + OFFSET when ordered).
+    Rows(Vec<PartialRow>),
+    /// Partial aggregate states per group.
+    Groups(Vec<GroupPartial>),
+}
+
+/// One row of a plain SELECT, with its sort keys and the document id that breaks ties.
+#[derive(Clone, PartialEq, Debug)]
+pub struct PartialRow {
+    /// The document id.
+    pub id: String,
+    /// Output values, one per column.
+    pub values: Vec<Datum>,
+    /// Sort keys, one per ORDER BY key.
+    pub keys: Vec<Datum>,
+}
+
+/// One group's partial aggregate states.
+#[derive(Clone, PartialEq, Debug)]
+pub struct GroupPartial {
+    /// The GROUP BY values.
+    pub key: Vec<Datum>,
+    /// One state per aggregate.
+    pub states: Vec<AggState>,
+}
+
+/// The mergeable state of one aggregate.
+#[derive(Clone, PartialEq, Debug)]
+pub enum AggState {
+    /// `count`
+    Count(i64),
+    /// `sum` of `int8`
+    SumInt(Option<i64>),
+    /// `sum` of anything else (numbers only)
+    SumFloat(Option<f64>),
+    /// `min`
+    Min(Option<Datum>),
+    /// `max`
+    Max(Option<Datum>),
+    /// `avg` (numbers only)
+    Avg {
+        /// Sum of the numbers.
+        sum: f64,
+        /// How many.
+        count: i64,
+    },
+}
+
+impl AggState {
+    fn new(a: &Aggregate) -> AggState {
+        match a.func {
+            AggregateFunc::Count => AggState::Count(0),
+            AggregateFunc::Sum if a.ty == SqlType::Int8 => AggState::SumInt(None),
+            AggregateFunc::Sum => AggState::SumFloat(None),
+            AggregateFunc::Min => AggState::Min(None),
+            AggregateFunc::Max => AggState::Max(None),
+            AggregateFunc::Avg => AggState::Avg { sum: 0.0, count: 0 },
+        }
+    }
+
+    /// Adds one value (`None` for `count(*)`'s row).
+    fn add<'v, D: DocValue<'v>>(&mut self, v: Option<&Value<'v, D>>) -> Result<(), ExecError> {
+        let overflow = ExecError::Overflow { what: "sum" };
+        match (self, v) {
+            (AggState::Count(n), None) => *n = n.saturating_add(1),
+            (_, Some(Value::Null)) => {}
+            (AggState::Count(n), Some(_)) => *n = n.saturating_add(1),
+            (AggState::SumInt(s), Some(Value::Int(i))) => {
+                *s = Some(s.unwrap_or(0).checked_add(*i).ok_or(overflow)?)
+            }
+            (AggState::SumFloat(s), Some(v)) => {
+                if let Some(f) = number(v) {
+                    *s = Some(s.unwrap_or(0.0) + f);
+                }
+            }
+            (AggState::Avg { sum, count }, Some(v)) => {
+                if let Some(f) = number(v) {
+                    *sum += f;
+                    *count = count.saturating_add(1);
+                }
+            }
+            (AggState::Min(m), Some(v)) => keep(m, v.to_natural_datum()?, Ordering::Less),
+            (AggState::Max(m), Some(v)) => keep(m, v.to_natural_datum()?, Ordering::Greater),
+            // A non-integer reaching an int8 sum cannot happen (its argument is a cast to
+            // int8); ignoring it matches how sums treat values that are not numbers.
+            (AggState::SumInt(_), Some(_)) => {}
+            // Only count(*) passes no value; other aggregates always have an argument.
+            (_, None) => {}
+        }
+        Ok(())
+    }
+
+    /// Folds another fragment's state for the same aggregate into this one.
+    fn combine(&mut self, other: AggState) -> Result<(), ExecError> {
+        match (self, other) {
+            (AggState::Count(a), AggState::Count(b)) => *a = a.saturating_add(b),
+            (AggState::SumInt(a), AggState::SumInt(b)) => {
+                if let Some(b) = b {
+                    *a = Some(
+                        a.unwrap_or(0).checked_add(b).ok_or(ExecError::Overflow { what: "sum" })?,
+                    );
+                }
+            }
+            (AggState::SumFloat(a), AggState::SumFloat(b)) => {
+                if let Some(b) = b {
+                    *a = Some(a.unwrap_or(0.0) + b);
+                }
+            }
+            (AggState::Min(a), AggState::Min(b)) => {
+                if let Some(b) = b {
+                    keep(a, b, Ordering::Less);
+                }
+            }
+            (AggState::Max(a), AggState::Max(b)) => {
+                if let Some(b) = b {
+                    keep(a, b, Ordering::Greater);
+                }
+            }
+            (AggState::Avg { sum, count }, AggState::Avg { sum: s, count: c }) => {
+                *sum += s;
+                *count = count.saturating_add(c);
+            }
+            _ => return Err(ExecError::PartialMismatch { what: "aggregate state kinds differ" }),
+        }
+        Ok(())
+    }
+
+    fn finish(self, ty: SqlType) -> Result<Datum, ExecError> {
+        match self {
+            AggState::Count(n) => Ok(Datum::Int8(n)),
+            AggState::SumInt(s) => Ok(s.map_or(Datum::Null, Datum::Int8)),
+            AggState::SumFloat(s) => Ok(s.map_or(Datum::Null, Datum::Float8)),
+            AggState::Min(m) | AggState::Max(m) => m.map_or(Ok(Datum::Null), |d| coerce(d, ty)),
+            #[allow(clippy::cast_precision_loss)] // an average is a float by definition
+            AggState::Avg { sum, count } => {
+                Ok(if count == 0 { Datum::Null } else { Datum::Float8(sum / count as f64) })
+            }
+        }
+    }
+}
+
+fn number<D>(v: &Value<'_, D>) -> Option<f64> {
+    match v {
+        #[allow(clippy::cast_precision_loss)] // sums and averages of json numbers are float8
+        Value::Int(i) => Some(*i as f64),
+        Value::Float(f) => Some(*f),
+        _ => None,
+    }
+}
+
+/// Keeps `candidate` in `slot` when it orders `want` relative to the current value.
+fn keep(slot: &mut Option<Datum>, candidate: Datum, want: Ordering) {
+    if candidate.is_null() {
+        return;
+    }
+    match slot {
+        Some(current) if datum_cmp(&candidate, current) != want => {}
+        _ => *slot = Some(candidate),
+    }
+}
+
+/// A datum converted for an output column of type `ty` (json columns take any value; other
+/// types cast).
+pub fn coerce(d: Datum, ty: SqlType) -> Result<Datum, ExecError> {
+    match (ty, d) {
+        (_, Datum::Null) => Ok(Datum::Null),
+        (SqlType::Json, Datum::Json(v)) => Ok(Datum::Json(v)),
+        (SqlType::Text, Datum::Text(s)) => Ok(Datum::Text(s)),
+        (SqlType::Int8, Datum::Int8(i)) => Ok(Datum::Int8(i)),
+        (SqlType::Float8, Datum::Float8(f)) => Ok(Datum::Float8(f)),
+        (SqlType::Bool, Datum::Bool(b)) => Ok(Datum::Bool(b)),
+        (ty, d) => {
+            let v: Value<'_, &serde_json::Value> = match &d {
+                Datum::Null => Value::Null,
+                Datum::Bool(b) => Value::Bool(*b),
+                Datum::Int8(i) => Value::Int(*i),
+                Datum::Float8(f) => Value::Float(*f),
+                Datum::Text(s) => Value::Str(s),
+                Datum::Json(j) => Value::from_doc(j),
+            };
+            v.to_datum(ty)
+        }
+    }
+}
+
+/// The ids a filter pins the query to, when it is `id() = 'x'`, `id() IN ('x', …)` or an
+/// `AND` with one of those among its operands.
+fn point_ids(filter: &Expr) -> Option<Vec<&str>> {
+    match filter {
+        Expr::Binary { op: BinaryOp::Eq, left, right } => match (left.as_ref(), right.as_ref()) {
+            (Expr::Id, Expr::Literal(Literal::Str(s) | Literal::Untyped(s)))
+            | (Expr::Literal(Literal::Str(s) | Literal::Untyped(s)), Expr::Id) => {
+                Some(vec![s.as_str()])
+            }
+            _ => None,
+        },
+        Expr::InList { expr, list, negated: false } if matches!(expr.as_ref(), Expr::Id) => list
+            .iter()
+            .map(|e| match e {
+                Expr::Literal(Literal::Str(s) | Literal::Untyped(s)) => Some(s.as_str()),
+                _ => None,
+            })
+            .collect(),
+        Expr::Binary { op: BinaryOp::And, left, right } => {
+            point_ids(left).or_else(|| point_ids(right))
+        }
+        _ => None,
+    }
+}
+
+/// Calls `each` with every document of the collection in `ranges` that matches `filter`,
+/// stopping at `Break` or an error. Returns how many documents were read.
+fn for_each_match<'s, S: FragmentSource>(
+    source: &'s S,
+    collection: &CollectionName,
+    filter: Option<&'s Expr>,
+    ranges: &[ShardRange],
+    each: &mut dyn FnMut(SourceDoc<'s, S::Doc<'s>>) -> Result<ControlFlow<()>, ExecError>,
+) -> Result<u64, ExecError> {
+    let mut scanned = 0u64;
+    let mut failed = None;
+    let mut visit = |d: SourceDoc<'s, S::Doc<'s>>| -> ControlFlow<()> {
+        scanned += 1;
+        let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
+        let keep = match filter {
+            None => Ok(true),
+            Some(f) => matches(f, &row),
+        };
+        match keep.and_then(|k| if k { each(d) } else { Ok(ControlFlow::Continue(())) }) {
+            Ok(flow) => flow,
+            Err(e) => {
+                failed = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    };
+    match filter.and_then(point_ids) {
+        Some(ids) => {
+            cov_mark::hit!(point_lookup);
+            let mut seen = BTreeSet::new();
+            for id in ids {
+                let Some(d) = source.get(collection, id) else { continue };
+                if !ranges.iter().any(|r| r.contains(d.shard)) || !seen.insert(d.id) {
+                    continue;
+                }
+                if visit(d).is_break() {
+                    break;
+                }
+            }
+        }
+        None => source.scan(collection, ranges, &mut visit),
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(scanned),
+    }
+}
+
+fn count_value(c: Option<Count>) -> Result<Option<u64>, ExecError> {
+    match c {
+        None => Ok(None),
+        Some(Count::Value(n)) => Ok(Some(n)),
+        Some(Count::Param(i)) => Err(ExecError::UnboundParameter { index: i + 1 }),
+    }
+}
+
+/// How many rows a fragment must return: LIMIT + OFFSET, or everything.
+fn fragment_budget(select: &Select) -> Result<Option<usize>, ExecError> {
+    let limit = count_value(select.limit)?;
+    let offset = count_value(select.offset)?.unwrap_or(0);
+    Ok(limit.map(|l| usize::try_from(l.saturating_add(offset)).unwrap_or(usize::MAX)))
+}
+
+/// Orders two rows by the ORDER BY keys, then by document id.
+pub(crate) fn cmp_rows(order_by: &[OrderKey], a: &PartialRow, b: &PartialRow) -> Ordering {
+    for (i, key) in order_by.iter().enumerate() {
+        let o = cmp_key(key, a.keys.get(i), b.keys.get(i));
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    a.id.cmp(&b.id)
+}
+
+/// Orders two values of one key, honouring DESC and NULLS FIRST/LAST.
+pub(crate) fn cmp_key(key: &OrderKey, a: Option<&Datum>, b: Option<&Datum>) -> Ordering {
+    let null = Datum::Null;
+    let (a, b) = (a.unwrap_or(&null), b.unwrap_or(&null));
+    match (a.is_null(), b.is_null()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => {
+            if key.nulls_first {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            }
+        }
+        (false, true) => {
+            if key.nulls_first {
+                Ordering::Greater
+            } else {
+                Ordering::Less
+            }
+        }
+        (false, false) => {
+            let o = datum_cmp(a, b);
+            if key.descending { o.reverse() } else { o }
+        }
+    }
+}
+
+/// Sorts and cuts `rows` to the best `k`.
+fn truncate_top(rows: &mut Vec<PartialRow>, order_by: &[OrderKey], k: usize) {
+    rows.sort_by(|a, b| cmp_rows(order_by, a, b));
+    rows.truncate(k);
+}
+
+fn output_row<'v, D: DocValue<'v>>(
+    outputs: &'v [Output],
+    row: &Row<'v, D>,
+) -> Result<Vec<Datum>, ExecError> {
+    outputs.iter().map(|o| eval(&o.expr, row)?.to_datum(o.column.ty)).collect()
+}
+
+/// Runs a SELECT against one fragment's documents in `ranges`.
+pub fn execute_select<'s, S: FragmentSource>(
+    select: &'s Select,
+    source: &'s S,
+    ranges: &[ShardRange],
+) -> Result<Partial, ExecError> {
+    let Some(collection) = &select.collection else {
+        return Err(ExecError::WrongStatement {
+            what: "a SELECT with FROM (use execute_constant)",
+        });
+    };
+    let budget = fragment_budget(select)?;
+    match &select.shape {
+        SelectShape::Rows { outputs } => {
+            let mut rows: Vec<PartialRow> = Vec::new();
+            let ordered = !select.order_by.is_empty();
+            let scanned =
+                for_each_match(source, collection, select.filter.as_ref(), ranges, &mut |d| {
+                    if budget == Some(0) {
+                        return Ok(ControlFlow::Break(()));
+                    }
+                    let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
+                    let values = output_row(outputs, &row)?;
+                    let keys = select
+                        .order_by
+                        .iter()
+                        .map(|k| match &k.target {
+                            OrderTarget::Output(i) => {
+                                Ok(values.get(*i).cloned().unwrap_or(Datum::Null))
+                            }
+                            OrderTarget::Expr(e) => eval(e, &row)?.to_natural_datum(),
+                        })
+                        .collect::<Result<Vec<_>, ExecError>>()?;
+                    rows.push(PartialRow { id: d.id.to_owned(), values, keys });
+                    match (ordered, budget) {
+                        (false, Some(k)) if rows.len() >= k => return Ok(ControlFlow::Break(())),
+                        // Keep memory at O(k): cut back to the best k whenever 2k accumulate.
+                        (true, Some(k)) if rows.len() >= k.saturating_mul(2).max(64) => {
+                            truncate_top(&mut rows, &select.order_by, k)
+                        }
+                        _ => {}
+                    }
+                    if rows.len() > RESULT_ROWS_MAX {
+                        return Err(ExecError::LimitExceeded {
+                            what: "rows in one result",
+                            limit: RESULT_ROWS_MAX,
+                        });
+                    }
+                    Ok(ControlFlow::Continue(()))
+                })?;
+            if ordered {
+                truncate_top(&mut rows, &select.order_by, budget.unwrap_or(usize::MAX));
+            }
+            Ok(Partial { rows_scanned: scanned, body: PartialBody::Rows(rows) })
+        }
+        SelectShape::Aggregate { group_by, aggregates, .. } => {
+            let mut groups: BTreeMap<Vec<OrdDatum>, Vec<AggState>> = BTreeMap::new();
+            let scanned =
+                for_each_match(source, collection, select.filter.as_ref(), ranges, &mut |d| {
+                    let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
+                    let key = group_by
+                        .iter()
+                        .map(|g| eval(g, &row)?.to_natural_datum().map(OrdDatum))
+                        .collect::<Result<Vec<_>, ExecError>>()?;
+                    if !groups.contains_key(&key) && groups.len() >= GROUPS_MAX {
+                        return Err(ExecError::LimitExceeded { what: "groups", limit: GROUPS_MAX });
+                    }
+                    let states = groups
+                        .entry(key)
+                        .or_insert_with(|| aggregates.iter().map(AggState::new).collect());
+                    for (state, agg) in states.iter_mut().zip(aggregates) {
+                        match &agg.arg {
+                            None => state.add::<S::Doc<'s>>(None)?,
+                            Some(arg) => state.add(Some(&eval(arg, &row)?))?,
+                        }
+                    }
+                    Ok(ControlFlow::Continue(()))
+                })?;
+            let groups = groups
+                .into_iter()
+                .map(|(key, states)| GroupPartial {
+                    key: key.into_iter().map(|k| k.0).collect(),
+                    states,
+                })
+                .collect();
+            Ok(Partial { rows_scanned: scanned, body: PartialBody::Groups(groups) })
+        }
+    }
+}
+
+/// A merged, typed result.
+#[derive(Clone, PartialEq, Debug)]
+pub struct ResultSet {
+    /// Column names and types.
+    pub columns: Vec<OutputColumn>,
+    /// Rows, each with one datum per column.
+    pub rows: Vec<Vec<Datum>>,
+    /// Documents read over all fragments.
+    pub rows_scanned: u64,
+}
+
+/// Merges the partial results of one SELECT from any number of fragments (in any order) into
+/// the result a single fragment holding every document would give.
+pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecError> {
+    let columns = select.columns();
+    let limit = count_value(select.limit)?;
+    let offset = count_value(select.offset)?.unwrap_or(0);
+    let rows_scanned = partials.iter().map(|p| p.rows_scanned).sum();
+    let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+    let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+    let rows = match &select.shape {
+        SelectShape::Rows { .. } => {
+            let mut rows = Vec::new();
+            for p in partials {
+                match p.body {
+                    PartialBody::Rows(r) => rows.extend(r),
+                    PartialBody::Groups(_) => {
+                        return Err(ExecError::PartialMismatch {
+                            what: "groups for a plain SELECT",
+                        });
+                    }
+                }
+                if rows.len() > RESULT_ROWS_MAX {
+                    return Err(ExecError::LimitExceeded {
+                        what: "rows in one result",
+                        limit: RESULT_ROWS_MAX,
+                    });
+                }
+            }
+            if !select.order_by.is_empty() {
+                rows.sort_by(|a, b| cmp_rows(&select.order_by, a, b));
+            }
+            rows.into_iter().skip(skip).take(take).map(|r| r.values).collect()
+        }
+        SelectShape::Aggregate { group_by, aggregates, outputs } => {
+            let mut groups: BTreeMap<Vec<OrdDatum>, Vec<AggState>> = BTreeMap::new();
+            for p in partials {
+                let PartialBody::Groups(gs) = p.body else {
+                    return Err(ExecError::PartialMismatch {
+                        what: "rows for an aggregate SELECT",
+                    });
+                };
+                for g in gs {
+                    if g.states.len() != aggregates.len() || g.key.len() != group_by.len() {
+                        return Err(ExecError::PartialMismatch { what: "group shape" });
+                    }
+                    let key: Vec<OrdDatum> = g.key.into_iter().map(OrdDatum).collect();
+                    if let Some(states) = groups.get_mut(&key) {
+                        for (s, o) in states.iter_mut().zip(g.states) {
+                            s.combine(o)?;
+                        }
+                    } else {
+                        if groups.len() >= GROUPS_MAX {
+                            return Err(ExecError::LimitExceeded {
+                                what: "groups",
+                                limit: GROUPS_MAX,
+                            });
+                        }
+                        groups.insert(key, g.states);
+                    }
+                }
+            }
+            // Without GROUP BY there is exactly one group, even over no documents.
+            if group_by.is_empty() && groups.is_empty() {
+                groups.insert(Vec::new(), aggregates.iter().map(AggState::new).collect());
+            }
+            let mut rows = Vec::with_capacity(groups.len());
+            for (key, states) in groups {
+                let mut finished: Vec<Option<Datum>> = Vec::with_capacity(states.len());
+                for (s, a) in states.into_iter().zip(aggregates) {
+                    finished.push(Some(s.finish(a.ty)?));
+                }
+                let mut values = Vec::with_capacity(outputs.len());
+                for o in outputs {
+                    let d = match o.source {
+                        crate::plan::AggregateSource::Group(i) => key
+                            .get(i)
+                            .map_or(Ok(Datum::Null), |k| coerce(k.0.clone(), o.column.ty))?,
+                        crate::plan::AggregateSource::Aggregate(i) => {
+                            finished.get(i).cloned().flatten().unwrap_or(Datum::Null)
+                        }
+                    };
+                    values.push(d);
+                }
+                rows.push(values);
+            }
+            if !select.order_by.is_empty() {
+                // Stable: ties keep group-key order.
+                rows.sort_by(|a, b| {
+                    for key in &select.order_by {
+                        let OrderTarget::Output(i) = key.target else { continue };
+                        let o = cmp_key(key, a.get(i), b.get(i));
+                        if o != Ordering::Equal {
+                            return o;
+                        }
+                    }
+                    Ordering::Equal
+                });
+            }
+            rows.into_iter().skip(skip).take(take).collect()
+        }
+    };
+    Ok(ResultSet { columns, rows, rows_scanned })
+}
+
+/// Evaluates a SELECT without FROM (`SELECT 1`, `SELECT 'x'::text AS a`): one row.
+pub fn execute_constant(select: &Select) -> Result<ResultSet, ExecError> {
+    let SelectShape::Rows { outputs } = &select.shape else {
+        return Err(ExecError::WrongStatement { what: "a SELECT without FROM" });
+    };
+    if select.collection.is_some() {
+        return Err(ExecError::WrongStatement { what: "a SELECT without FROM" });
+    }
+    let row: Row<'_, &serde_json::Value> = Row { id: "", doc: None, excluded: None };
+    Ok(ResultSet {
+        columns: select.columns(),
+        rows: vec![output_row(outputs, &row)?],
+        rows_scanned: 0,
+    })
+}
+
+/// A write for storage to apply, carrying the version the decision read.
+#[derive(Clone, PartialEq, Debug)]
+pub enum WriteIntent {
+    /// Store `doc` under `id` (insert when `version_read` is `None`, else replace that version).
+    Put {
+        /// The document id.
+        id: String,
+        /// Its shard.
+        shard: ShardId,
+        /// The version replaced, or `None` for a new document.
+        version_read: Option<DocVersion>,
+        /// The new document (a JSON object).
+        doc: serde_json::Value,
+    },
+    /// Delete the document `id` at `version_read`.
+    Delete {
+        /// The document id.
+        id: String,
+        /// Its shard.
+        shard: ShardId,
+        /// The version deleted.
+        version_read: DocVersion,
+    },
+}
+
+/// One fragment's share of an INSERT, UPDATE or DELETE.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct WritePartial {
+    /// The writes, in statement order.
+    pub intents: Vec<WriteIntent>,
+    /// `RETURNING` rows, one per intent when the statement has RETURNING.
+    pub returning: Vec<Vec<Datum>>,
+    /// Documents read.
+    pub rows_scanned: u64,
+}
+
+impl WritePartial {
+    /// The row count for the command tag (`INSERT 0 n`, `UPDATE n`, `DELETE n`).
+    pub fn affected(&self) -> usize {
+        self.intents.len()
+    }
+}
+
+/// Sets `path` in `doc` to `value`, creating missing objects on the way.
+fn set_path(
+    doc: &mut serde_json::Value,
+    path: &FieldPath,
+    value: serde_json::Value,
+) -> Result<(), ExecError> {
+    let conflict =
+        |step: &str| ExecError::PathConflict { path: path.to_string(), step: step.to_owned() };
+    let Some((last, parents)) = path.steps().split_last() else {
+        return Err(ExecError::InvalidDocument {
+            reason: "cannot replace the whole document with SET".to_owned(),
+        });
+    };
+    let mut at = doc;
+    for step in parents {
+        let serde_json::Value::Object(map) = at else { return Err(conflict(step)) };
+        at = map
+            .entry(step.clone())
+            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+    }
+    let serde_json::Value::Object(map) = at else { return Err(conflict(last)) };
+    map.insert(last.clone(), value);
+    Ok(())
+}
+
+/// The new document after `assignments`, each computed from the document as it was.
+fn apply_assignments<'v, D: DocValue<'v>>(
+    assignments: &'v [Assignment],
+    row: &Row<'v, D>,
+    old: D,
+) -> Result<serde_json::Value, ExecError> {
+    let values = assignments
+        .iter()
+        .map(|a| eval(&a.expr, row)?.to_json())
+        .collect::<Result<Vec<_>, ExecError>>()?;
+    let mut doc = doc_to_json(old, 0)?;
+    for (a, v) in assignments.iter().zip(values) {
+        set_path(&mut doc, &a.path, v)?;
+    }
+    Ok(doc)
+}
+
+fn returning_row(
+    outputs: &[Output],
+    id: &str,
+    doc: &serde_json::Value,
+) -> Result<Vec<Datum>, ExecError> {
+    let row = Row { id, doc: Some(doc), excluded: None };
+    output_row(outputs, &row)
+}
+
+/// Runs an UPDATE against one fragment's documents in `ranges`.
+pub fn execute_update<'s, S: FragmentSource>(
+    update: &'s Update,
+    source: &'s S,
+    ranges: &[ShardRange],
+) -> Result<WritePartial, ExecError> {
+    let mut out = WritePartial::default();
+    out.rows_scanned =
+        for_each_match(source, &update.collection, update.filter.as_ref(), ranges, &mut |d| {
+            let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
+            let doc = apply_assignments(&update.assignments, &row, d.doc)?;
+            if !update.returning.is_empty() {
+                out.returning.push(returning_row(&update.returning, d.id, &doc)?);
+            }
+            out.intents.push(WriteIntent::Put {
+                id: d.id.to_owned(),
+                shard: d.shard,
+                version_read: Some(d.version),
+                doc,
+            });
+            if out.intents.len() > RESULT_ROWS_MAX {
+                return Err(ExecError::LimitExceeded {
+                    what: "rows in one result",
+                    limit: RESULT_ROWS_MAX,
+                });
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+    Ok(out)
+}
+
+/// Runs a DELETE against one fragment's documents in `ranges`.
+pub fn execute_delete<'s, S: FragmentSource>(
+    delete: &'s Delete,
+    source: &'s S,
+    ranges: &[ShardRange],
+) -> Result<WritePartial, ExecError> {
+    let mut out = WritePartial::default();
+    out.rows_scanned =
+        for_each_match(source, &delete.collection, delete.filter.as_ref(), ranges, &mut |d| {
+            if !delete.returning.is_empty() {
+                let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
+                out.returning.push(output_row(&delete.returning, &row)?);
+            }
+            out.intents.push(WriteIntent::Delete {
+                id: d.id.to_owned(),
+                shard: d.shard,
+                version_read: d.version,
+            });
+            if out.intents.len() > RESULT_ROWS_MAX {
+                return Err(ExecError::LimitExceeded {
+                    what: "rows in one result",
+                    limit: RESULT_ROWS_MAX,
+                });
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+    Ok(out)
+}
+
+/// A document an INSERT wants to write, before placement.
+#[derive(Clone, PartialEq, Debug)]
+pub struct NewDocument {
+    /// The id as written (may end with `$` for content-based placement).
+    pub id: String,
+    /// The document (a JSON object).
+    pub doc: serde_json::Value,
+}
+
+/// A new document after node placed it: final id (a trailing `$` resolved per SHARDING.md)
+/// and shard.
+#[derive(Clone, PartialEq, Debug)]
+pub struct PlacedDocument {
+    /// The final id.
+    pub id: String,
+    /// Its shard.
+    pub shard: ShardId,
+    /// The document.
+    pub doc: serde_json::Value,
+}
+
+impl Insert {
+    /// Evaluates the bound VALUES rows into documents, in order.
+    pub fn documents(&self) -> Result<Vec<NewDocument>, ExecError> {
+        let empty: Row<'_, &serde_json::Value> = Row { id: "", doc: None, excluded: None };
+        self.rows
+            .iter()
+            .map(|r| {
+                let id = match eval(&r.id, &empty)? {
+                    Value::Str(s) | Value::Untyped(s) => s.to_owned(),
+                    Value::Text(s) => s,
+                    Value::Null => {
+                        return Err(ExecError::InvalidDocument {
+                            reason: "the id is NULL".to_owned(),
+                        });
+                    }
+                    _ => {
+                        return Err(ExecError::InvalidDocument {
+                            reason: "the id must be text".to_owned(),
+                        });
+                    }
+                };
+                if id.is_empty() {
+                    return Err(ExecError::InvalidDocument {
+                        reason: "the id is empty".to_owned(),
+                    });
+                }
+                let doc = match &r.body {
+                    InsertBody::Document(e) => match eval(e, &empty)? {
+                        v @ (Value::Str(_) | Value::Untyped(_) | Value::Text(_)) => {
+                            crate::expr::cast(v, SqlType::Json)?.to_json()?
+                        }
+                        v => v.to_json()?,
+                    },
+                    InsertBody::Fields(fields) => {
+                        let mut map = serde_json::Map::new();
+                        for (name, e) in fields {
+                            map.insert(name.clone(), eval(e, &empty)?.to_json()?);
+                        }
+                        serde_json::Value::Object(map)
+                    }
+                };
+                if !doc.is_object() {
+                    return Err(ExecError::InvalidDocument {
+                        reason: "a document must be a JSON object".to_owned(),
+                    });
+                }
+                Ok(NewDocument { id, doc })
+            })
+            .collect()
+    }
+}
+
+/// Runs an INSERT for the placed documents that belong to one fragment: checks each id
+/// against the fragment (and against earlier rows of the same statement) and applies
+/// `ON CONFLICT`.
+pub fn execute_insert<'s, S: FragmentSource>(
+    insert: &'s Insert,
+    source: &'s S,
+    docs: &'s [PlacedDocument],
+) -> Result<WritePartial, ExecError> {
+    let mut out = WritePartial::default();
+    let mut seen = BTreeSet::new();
+    for new in docs {
+        if !seen.insert(new.id.to_lowercase()) {
+            // A second row with the same id in one statement conflicts with the first.
+            if insert.on_conflict == OnConflict::DoNothing {
+                continue;
+            }
+            return Err(ExecError::DuplicateId { id: new.id.clone() });
+        }
+        out.rows_scanned += 1;
+        let intent = match (source.get(&insert.collection, &new.id), &insert.on_conflict) {
+            (None, _) => Some(WriteIntent::Put {
+                id: new.id.clone(),
+                shard: new.shard,
+                version_read: None,
+                doc: new.doc.clone(),
+            }),
+            (Some(_), OnConflict::Error) => {
+                return Err(ExecError::DuplicateId { id: new.id.clone() });
+            }
+            (Some(_), OnConflict::DoNothing) => None,
+            (Some(old), OnConflict::DoUpdate { assignments, filter }) => {
+                let row = Row { id: old.id, doc: Some(old.doc), excluded: Some(&new.doc) };
+                let go = match filter {
+                    None => true,
+                    Some(f) => matches(f, &row)?,
+                };
+                if go {
+                    Some(WriteIntent::Put {
+                        id: old.id.to_owned(),
+                        shard: old.shard,
+                        version_read: Some(old.version),
+                        doc: apply_assignments(assignments, &row, old.doc)?,
+                    })
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(intent) = intent {
+            if let WriteIntent::Put { id, doc, .. } = &intent
+                && !insert.returning.is_empty()
+            {
+                out.returning.push(returning_row(&insert.returning, id, doc)?);
+            }
+            out.intents.push(intent);
+        }
+    }
+    Ok(out)
+}
+
+/// One fragment's answer to `SELECT * FROM verify_sharding('c')`: the documents that break
+/// the collection's content configuration.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct VerifyPartial {
+    /// `(id, reason)` per violating document, in scan order.
+    pub violations: Vec<(String, String)>,
+    /// Documents read.
+    pub rows_scanned: u64,
+}
+
+/// Checks every document of the collection in `ranges` with `router::validate` against
+/// `config` (with `Mutable = true` nothing is checked, as for writes).
+pub fn execute_verify_sharding<S: FragmentSource>(
+    collection: &CollectionName,
+    config: &router::ShardingConfig,
+    source: &S,
+    ranges: &[ShardRange],
+) -> Result<VerifyPartial, ExecError> {
+    let mut out = VerifyPartial::default();
+    let mut overflow = false;
+    source.scan(collection, ranges, &mut |d| {
+        out.rows_scanned += 1;
+        if let Err(e) = router::validate(config, d.id, d.doc) {
+            if out.violations.len() >= RESULT_ROWS_MAX {
+                overflow = true;
+                return ControlFlow::Break(());
+            }
+            out.violations.push((d.id.to_owned(), e.to_string()));
+        }
+        ControlFlow::Continue(())
+    });
+    if overflow {
+        return Err(ExecError::LimitExceeded {
+            what: "rows in one result",
+            limit: RESULT_ROWS_MAX,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,1022 @@
+//! Plan expressions and their evaluation over documents seen through [`DocValue`].
+//!
+//! **Comparison rule.** A missing field and a JSON `null` read as SQL NULL, and any comparison
+//! with NULL is NULL (three-valued logic; `WHERE` keeps only rows where the filter is true).
+//! Numbers (`int` and `float`, from documents or literals) compare by value; strings compare
+//! byte-wise (C collation); booleans with booleans. Values of mismatched kinds (a string field
+//! against a number literal, an array or object against anything) are *not equal*: `=` is
+//! false, `<>` is true, `<`, `<=`, `>`, `>=` are false. Nothing raises.
+//!
+//! Arithmetic (`+ - * / %`) on two integers is checked `int8` arithmetic (overflow and
+//! division by zero raise); with a float it is `float8`; with anything that is not a number it
+//! is NULL. `AND`, `OR`, `NOT` on something that is not a boolean treat it as NULL.
+//!
+//! Evaluating a comparison between a field and a literal allocates nothing: fields are read in
+//! place through [`DocValue`] and literal strings are borrowed from the plan.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use router::doc::{DocValue, ValueKind};
+
+use crate::error::ExecError;
+use crate::limits::JSON_DEPTH_MAX;
+use crate::types::{Datum, SqlType, cmp_float, cmp_int_float, float_text, parse_bool, parse_float};
+
+/// A constant in a plan: written in the SQL text or bound from a parameter.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Literal {
+    /// `NULL`
+    Null,
+    /// `TRUE` / `FALSE`
+    Bool(bool),
+    /// An integer that fits in `i64`.
+    Int(i64),
+    /// Any other number.
+    Float(f64),
+    /// A string.
+    Str(String),
+    /// Text of unspecified type, from a parameter the client sent as text without a type:
+    /// compared with a value it takes that value's kind (see [`mod@crate::bind`]).
+    Untyped(String),
+    /// A JSON array or object (from a json parameter or a `'…'::json` cast of a literal).
+    Json(serde_json::Value),
+}
+
+impl Literal {
+    /// The literal for an owned datum (json scalars become the matching scalar literal).
+    pub fn from_datum(d: Datum) -> Literal {
+        match d {
+            Datum::Null => Literal::Null,
+            Datum::Bool(b) => Literal::Bool(b),
+            Datum::Int8(i) => Literal::Int(i),
+            Datum::Float8(f) => Literal::Float(f),
+            Datum::Text(s) => Literal::Str(s),
+            Datum::Json(v) => Literal::from_json(v),
+        }
+    }
+
+    /// The literal for a JSON value (scalars become scalar literals).
+    pub fn from_json(v: serde_json::Value) -> Literal {
+        match v {
+            serde_json::Value::Null => Literal::Null,
+            serde_json::Value::Bool(b) => Literal::Bool(b),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => Literal::Int(i),
+                None => Literal::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            serde_json::Value::String(s) => Literal::Str(s),
+            other => Literal::Json(other),
+        }
+    }
+}
+
+impl fmt::Display for Literal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Literal::Null => f.write_str("NULL"),
+            Literal::Bool(b) => f.write_str(if *b { "TRUE" } else { "FALSE" }),
+            Literal::Int(i) => write!(f, "{i}"),
+            Literal::Float(x) => f.write_str(&float_text(*x)),
+            Literal::Str(s) | Literal::Untyped(s) => write!(f, "'{}'", s.replace('\'', "''")),
+            Literal::Json(v) => write!(f, "'{}'::json", v.to_string().replace('\'', "''")),
+        }
+    }
+}
+
+/// A dotted path into a document: `address.city` is `["address", "city"]`. The empty path is
+/// the whole document. Steps are case-sensitive JSON field names.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct FieldPath(Vec<String>);
+
+impl FieldPath {
+    /// A path from its steps.
+    pub fn new(steps: Vec<String>) -> FieldPath {
+        FieldPath(steps)
+    }
+
+    /// The steps, outermost first.
+    pub fn steps(&self) -> &[String] {
+        &self.0
+    }
+
+    /// Whether this is the whole document.
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("doc");
+        }
+        for (i, step) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(".")?;
+            }
+            let plain = step.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+                && step.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if plain {
+                f.write_str(step)?;
+            } else {
+                write!(f, "\"{}\"", step.replace('"', "\"\""))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Unary operators.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum UnaryOp {
+    /// `NOT`
+    Not,
+    /// `-`
+    Neg,
+}
+
+/// Binary operators.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum BinaryOp {
+    /// `AND`
+    And,
+    /// `OR`
+    Or,
+    /// `=`
+    Eq,
+    /// `<>` / `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/`
+    Div,
+    /// `%`
+    Mod,
+}
+
+impl BinaryOp {
+    fn symbol(self) -> &'static str {
+        match self {
+            BinaryOp::And => "AND",
+            BinaryOp::Or => "OR",
+            BinaryOp::Eq => "=",
+            BinaryOp::Ne => "<>",
+            BinaryOp::Lt => "<",
+            BinaryOp::Le => "<=",
+            BinaryOp::Gt => ">",
+            BinaryOp::Ge => ">=",
+            BinaryOp::Add => "+",
+            BinaryOp::Sub => "-",
+            BinaryOp::Mul => "*",
+            BinaryOp::Div => "/",
+            BinaryOp::Mod => "%",
+        }
+    }
+
+    /// Whether this is one of `= <> < <= > >=`.
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+        )
+    }
+}
+
+/// An expression in a plan. Built by the planner with depth at most
+/// [`crate::limits::EXPR_DEPTH_MAX`].
+#[derive(Clone, PartialEq, Debug)]
+pub enum Expr {
+    /// A constant.
+    Literal(Literal),
+    /// Parameter `$n`, stored 0-based; replaced by a literal when the plan is bound.
+    Param(usize),
+    /// `id()`: the document's id as stored (original case).
+    Id,
+    /// A field of the document (the whole document for the empty path).
+    Field(FieldPath),
+    /// A field of the row being inserted, in `ON CONFLICT … DO UPDATE` (`excluded.f`).
+    Excluded(FieldPath),
+    /// `NOT e`, `-e`
+    Unary {
+        /// The operator.
+        op: UnaryOp,
+        /// The operand.
+        expr: Box<Expr>,
+    },
+    /// `l op r`
+    Binary {
+        /// The operator.
+        op: BinaryOp,
+        /// Left operand.
+        left: Box<Expr>,
+        /// Right operand.
+        right: Box<Expr>,
+    },
+    /// `e IS [NOT] NULL`
+    IsNull {
+        /// The operand.
+        expr: Box<Expr>,
+        /// `IS NOT NULL`
+        negated: bool,
+    },
+    /// `e [NOT] IN (list)`
+    InList {
+        /// The operand.
+        expr: Box<Expr>,
+        /// The candidates.
+        list: Vec<Expr>,
+        /// `NOT IN`
+        negated: bool,
+    },
+    /// `e [NOT] BETWEEN low AND high`
+    Between {
+        /// The operand.
+        expr: Box<Expr>,
+        /// Lower bound, inclusive.
+        low: Box<Expr>,
+        /// Upper bound, inclusive.
+        high: Box<Expr>,
+        /// `NOT BETWEEN`
+        negated: bool,
+    },
+    /// `e [NOT] LIKE pattern` (`%` any run, `_` one character, `\` escapes).
+    Like {
+        /// The operand.
+        expr: Box<Expr>,
+        /// The pattern.
+        pattern: Box<Expr>,
+        /// `NOT LIKE`
+        negated: bool,
+    },
+    /// `e::type` / `CAST(e AS type)`
+    Cast {
+        /// The operand.
+        expr: Box<Expr>,
+        /// The target type.
+        to: SqlType,
+    },
+}
+
+impl Expr {
+    /// Calls `visit` on this expression and every sub-expression, parents first.
+    pub fn walk(&self, visit: &mut dyn FnMut(&Expr)) {
+        visit(self);
+        match self {
+            Expr::Literal(_) | Expr::Param(_) | Expr::Id | Expr::Field(_) | Expr::Excluded(_) => {}
+            Expr::Unary { expr, .. } | Expr::IsNull { expr, .. } | Expr::Cast { expr, .. } => {
+                expr.walk(visit)
+            }
+            Expr::Binary { left, right, .. } => {
+                left.walk(visit);
+                right.walk(visit);
+            }
+            Expr::InList { expr, list, .. } => {
+                expr.walk(visit);
+                for e in list {
+                    e.walk(visit);
+                }
+            }
+            Expr::Between { expr, low, high, .. } => {
+                expr.walk(visit);
+                low.walk(visit);
+                high.walk(visit);
+            }
+            Expr::Like { expr, pattern, .. } => {
+                expr.walk(visit);
+                pattern.walk(visit);
+            }
+        }
+    }
+
+    /// Rewrites every sub-expression bottom-up with `f` (used to bind parameters).
+    pub(crate) fn try_map<E>(self, f: &mut dyn FnMut(Expr) -> Result<Expr, E>) -> Result<Expr, E> {
+        let mapped = match self {
+            e @ (Expr::Literal(_)
+            | Expr::Param(_)
+            | Expr::Id
+            | Expr::Field(_)
+            | Expr::Excluded(_)) => e,
+            Expr::Unary { op, expr } => Expr::Unary { op, expr: Box::new(expr.try_map(f)?) },
+            Expr::IsNull { expr, negated } => {
+                Expr::IsNull { expr: Box::new(expr.try_map(f)?), negated }
+            }
+            Expr::Cast { expr, to } => Expr::Cast { expr: Box::new(expr.try_map(f)?), to },
+            Expr::Binary { op, left, right } => Expr::Binary {
+                op,
+                left: Box::new(left.try_map(f)?),
+                right: Box::new(right.try_map(f)?),
+            },
+            Expr::InList { expr, list, negated } => Expr::InList {
+                expr: Box::new(expr.try_map(f)?),
+                list: list.into_iter().map(|e| e.try_map(f)).collect::<Result<_, _>>()?,
+                negated,
+            },
+            Expr::Between { expr, low, high, negated } => Expr::Between {
+                expr: Box::new(expr.try_map(f)?),
+                low: Box::new(low.try_map(f)?),
+                high: Box::new(high.try_map(f)?),
+                negated,
+            },
+            Expr::Like { expr, pattern, negated } => Expr::Like {
+                expr: Box::new(expr.try_map(f)?),
+                pattern: Box::new(pattern.try_map(f)?),
+                negated,
+            },
+        };
+        f(mapped)
+    }
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expr::Literal(l) => write!(f, "{l}"),
+            Expr::Param(i) => write!(f, "${}", i + 1),
+            Expr::Id => f.write_str("id()"),
+            Expr::Field(p) => write!(f, "{p}"),
+            Expr::Excluded(p) => write!(f, "excluded.{p}"),
+            Expr::Unary { op: UnaryOp::Not, expr } => write!(f, "(NOT {expr})"),
+            Expr::Unary { op: UnaryOp::Neg, expr } => write!(f, "(-{expr})"),
+            Expr::Binary { op, left, right } => write!(f, "({left} {} {right})", op.symbol()),
+            Expr::IsNull { expr, negated } => {
+                write!(f, "({expr} IS {}NULL)", if *negated { "NOT " } else { "" })
+            }
+            Expr::InList { expr, list, negated } => {
+                write!(f, "({expr} {}IN (", if *negated { "NOT " } else { "" })?;
+                for (i, e) in list.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{e}")?;
+                }
+                f.write_str("))")
+            }
+            Expr::Between { expr, low, high, negated } => {
+                write!(f, "({expr} {}BETWEEN {low} AND {high})", if *negated { "NOT " } else { "" })
+            }
+            Expr::Like { expr, pattern, negated } => {
+                write!(f, "({expr} {}LIKE {pattern})", if *negated { "NOT " } else { "" })
+            }
+            Expr::Cast { expr, to } => write!(f, "{expr}::{to}"),
+        }
+    }
+}
+
+/// One value during evaluation: a scalar, a string borrowed from the plan or the document, an
+/// owned string (from a cast), or a JSON container still inside the document.
+#[derive(Clone, Debug)]
+pub enum Value<'v, D> {
+    /// NULL, a missing field or a JSON `null`.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A borrowed string.
+    Str(&'v str),
+    /// Borrowed text of unspecified type (an untyped parameter).
+    Untyped(&'v str),
+    /// An owned string.
+    Text(String),
+    /// An array or object inside the document.
+    Doc(D),
+    /// An array or object from the plan.
+    JsonRef(&'v serde_json::Value),
+    /// An owned array or object (from a cast to json).
+    Json(serde_json::Value),
+}
+
+impl<'v, D: DocValue<'v>> Value<'v, D> {
+    /// The value of a document node, scalars unwrapped.
+    pub fn from_doc(d: D) -> Value<'v, D> {
+        match d.kind() {
+            ValueKind::Null => Value::Null,
+            ValueKind::Bool => d.as_bool().map_or(Value::Null, Value::Bool),
+            ValueKind::Int => d.as_i64().map_or(Value::Null, Value::Int),
+            ValueKind::Float => d.as_f64().map_or(Value::Null, Value::Float),
+            ValueKind::Str => d.as_str().map_or(Value::Null, Value::Str),
+            ValueKind::Array | ValueKind::Object => Value::Doc(d),
+        }
+    }
+
+    fn from_literal(l: &'v Literal) -> Value<'v, D> {
+        match l {
+            Literal::Null => Value::Null,
+            Literal::Bool(b) => Value::Bool(*b),
+            Literal::Int(i) => Value::Int(*i),
+            Literal::Float(f) => Value::Float(*f),
+            Literal::Str(s) => Value::Str(s),
+            Literal::Untyped(s) => Value::Untyped(s),
+            Literal::Json(v) => Value::JsonRef(v),
+        }
+    }
+
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) | Value::Untyped(s) => Some(s),
+            Value::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn truth(&self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    fn kind_name(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Int(_) | Value::Float(_) => "number",
+            Value::Str(_) | Value::Untyped(_) | Value::Text(_) => "string",
+            Value::Doc(_) | Value::JsonRef(_) | Value::Json(_) => "json container",
+        }
+    }
+
+    /// An owned JSON copy of this value.
+    pub fn to_json(&self) -> Result<serde_json::Value, ExecError> {
+        Ok(match self {
+            Value::Null => serde_json::Value::Null,
+            Value::Bool(b) => serde_json::Value::Bool(*b),
+            Value::Int(i) => serde_json::Value::from(*i),
+            Value::Float(f) => float_json(*f),
+            Value::Str(s) | Value::Untyped(s) => serde_json::Value::String((*s).to_owned()),
+            Value::Text(s) => serde_json::Value::String(s.clone()),
+            Value::Doc(d) => doc_to_json(*d, 0)?,
+            Value::JsonRef(v) => (*v).clone(),
+            Value::Json(v) => v.clone(),
+        })
+    }
+
+    /// The datum of this value's own kind (strings are text, containers json).
+    pub fn to_natural_datum(&self) -> Result<Datum, ExecError> {
+        Ok(match self {
+            Value::Null => Datum::Null,
+            Value::Bool(b) => Datum::Bool(*b),
+            Value::Int(i) => Datum::Int8(*i),
+            Value::Float(f) => Datum::Float8(*f),
+            Value::Str(s) | Value::Untyped(s) => Datum::Text((*s).to_owned()),
+            Value::Text(s) => Datum::Text(s.clone()),
+            Value::Doc(_) | Value::JsonRef(_) | Value::Json(_) => Datum::Json(self.to_json()?),
+        })
+    }
+
+    /// The datum for an output column of type `ty`: json columns hold the JSON value, others
+    /// the value cast to the type (see [`cast`]).
+    pub fn to_datum(&self, ty: SqlType) -> Result<Datum, ExecError> {
+        match (ty, self) {
+            (_, Value::Null) => Ok(Datum::Null),
+            (SqlType::Json, _) => Ok(Datum::Json(self.to_json()?)),
+            _ => cast(self.clone(), ty)?.to_natural_datum(),
+        }
+    }
+}
+
+/// A float as JSON (non-finite floats have no JSON form and become `null`).
+fn float_json(f: f64) -> serde_json::Value {
+    serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
+/// Copies a document node into an owned JSON value, refusing nesting deeper than
+/// [`JSON_DEPTH_MAX`].
+pub fn doc_to_json<'a, D: DocValue<'a>>(
+    d: D,
+    depth: usize,
+) -> Result<serde_json::Value, ExecError> {
+    if depth > JSON_DEPTH_MAX {
+        return Err(ExecError::DocumentTooDeep { limit: JSON_DEPTH_MAX });
+    }
+    Ok(match d.kind() {
+        ValueKind::Null => serde_json::Value::Null,
+        ValueKind::Bool => serde_json::Value::Bool(d.as_bool().unwrap_or(false)),
+        ValueKind::Int => serde_json::Value::from(d.as_i64().unwrap_or(0)),
+        ValueKind::Float => float_json(d.as_f64().unwrap_or(f64::NAN)),
+        ValueKind::Str => serde_json::Value::String(d.as_str().unwrap_or("").to_owned()),
+        ValueKind::Array => {
+            let mut items = Vec::with_capacity(d.len());
+            for i in 0..d.len() {
+                if let Some(e) = d.element(i) {
+                    items.push(doc_to_json(e, depth + 1)?);
+                }
+            }
+            serde_json::Value::Array(items)
+        }
+        ValueKind::Object => {
+            let mut map = serde_json::Map::new();
+            let mut failed = None;
+            d.for_each_member(&mut |name, member| {
+                if failed.is_some() {
+                    return;
+                }
+                match doc_to_json(member, depth + 1) {
+                    Ok(v) => {
+                        map.insert(name.to_owned(), v);
+                    }
+                    Err(e) => failed = Some(e),
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            serde_json::Value::Object(map)
+        }
+    })
+}
+
+/// What an expression is evaluated against: one document, its id, and for
+/// `ON CONFLICT … DO UPDATE` the row that was to be inserted.
+#[derive(Clone, Copy)]
+pub struct Row<'v, D> {
+    /// The document's id.
+    pub id: &'v str,
+    /// The document (`None` where no document exists, e.g. INSERT values).
+    pub doc: Option<D>,
+    /// The `excluded` row of an upsert.
+    pub excluded: Option<&'v serde_json::Value>,
+}
+
+/// Evaluates `expr` over `row`.
+pub fn eval<'v, D: DocValue<'v>>(
+    expr: &'v Expr,
+    row: &Row<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    Ok(match expr {
+        Expr::Literal(l) => Value::from_literal(l),
+        Expr::Param(i) => return Err(ExecError::UnboundParameter { index: i + 1 }),
+        Expr::Id => Value::Str(row.id),
+        Expr::Field(path) => match row.doc.and_then(|d| d.path(path.steps())) {
+            Some(d) => Value::from_doc(d),
+            None => Value::Null,
+        },
+        Expr::Excluded(path) => match row.excluded.and_then(|d| d.path(path.steps())) {
+            Some(v) => match Value::<&serde_json::Value>::from_doc(v) {
+                Value::Null => Value::Null,
+                Value::Bool(b) => Value::Bool(b),
+                Value::Int(i) => Value::Int(i),
+                Value::Float(f) => Value::Float(f),
+                Value::Str(s) => Value::Str(s),
+                _ => Value::JsonRef(v),
+            },
+            None => Value::Null,
+        },
+        Expr::Unary { op: UnaryOp::Not, expr } => match eval(expr, row)?.truth() {
+            Some(b) => Value::Bool(!b),
+            None => Value::Null,
+        },
+        Expr::Unary { op: UnaryOp::Neg, expr } => match eval(expr, row)? {
+            Value::Int(i) => {
+                Value::Int(i.checked_neg().ok_or(ExecError::Overflow { what: "negation" })?)
+            }
+            Value::Float(f) => Value::Float(-f),
+            _ => Value::Null,
+        },
+        Expr::Binary { op: BinaryOp::And, left, right } => {
+            let l = eval(left, row)?.truth();
+            if l == Some(false) {
+                return Ok(Value::Bool(false));
+            }
+            match (l, eval(right, row)?.truth()) {
+                (_, Some(false)) => Value::Bool(false),
+                (Some(true), Some(true)) => Value::Bool(true),
+                _ => Value::Null,
+            }
+        }
+        Expr::Binary { op: BinaryOp::Or, left, right } => {
+            let l = eval(left, row)?.truth();
+            if l == Some(true) {
+                return Ok(Value::Bool(true));
+            }
+            match (l, eval(right, row)?.truth()) {
+                (_, Some(true)) => Value::Bool(true),
+                (Some(false), Some(false)) => Value::Bool(false),
+                _ => Value::Null,
+            }
+        }
+        Expr::Binary { op, left, right } if op.is_comparison() => {
+            let l = eval(left, row)?;
+            let r = eval(right, row)?;
+            compare_op(*op, &l, &r).map_or(Value::Null, Value::Bool)
+        }
+        Expr::Binary { op, left, right } => arithmetic(*op, eval(left, row)?, eval(right, row)?)?,
+        Expr::IsNull { expr, negated } => {
+            Value::Bool(matches!(eval(expr, row)?, Value::Null) != *negated)
+        }
+        Expr::InList { expr, list, negated } => {
+            let v = eval(expr, row)?;
+            if matches!(v, Value::Null) {
+                return Ok(Value::Null);
+            }
+            let mut saw_null = false;
+            let mut found = false;
+            for candidate in list {
+                match compare_op(BinaryOp::Eq, &v, &eval(candidate, row)?) {
+                    Some(true) => {
+                        found = true;
+                        break;
+                    }
+                    Some(false) => {}
+                    None => saw_null = true,
+                }
+            }
+            if found {
+                Value::Bool(!*negated)
+            } else if saw_null {
+                Value::Null
+            } else {
+                Value::Bool(*negated)
+            }
+        }
+        Expr::Between { expr, low, high, negated } => {
+            let v = eval(expr, row)?;
+            let lo = compare_op(BinaryOp::Ge, &v, &eval(low, row)?);
+            let hi = compare_op(BinaryOp::Le, &v, &eval(high, row)?);
+            match (lo, hi) {
+                (Some(false), _) | (_, Some(false)) => Value::Bool(*negated),
+                (Some(true), Some(true)) => Value::Bool(!*negated),
+                _ => Value::Null,
+            }
+        }
+        Expr::Like { expr, pattern, negated } => {
+            let v = eval(expr, row)?;
+            let p = eval(pattern, row)?;
+            match (v.as_str(), p.as_str()) {
+                (Some(s), Some(p)) => Value::Bool(like(s, p) != *negated),
+                _ if matches!(v, Value::Null) || matches!(p, Value::Null) => Value::Null,
+                // A non-string never matches a pattern (the mismatched-kinds rule).
+                _ => Value::Bool(*negated),
+            }
+        }
+        Expr::Cast { expr, to } => cast(eval(expr, row)?, *to)?,
+    })
+}
+
+/// Whether the filter holds for the row (NULL counts as false).
+pub fn matches<'v, D: DocValue<'v>>(filter: &'v Expr, row: &Row<'v, D>) -> Result<bool, ExecError> {
+    Ok(matches!(eval(filter, row)?, Value::Bool(true)))
+}
+
+/// Three-way comparison under the module's rule: `None` when either side is NULL,
+/// `Some(None)` when the kinds do not match.
+fn compare<'v, D: DocValue<'v>>(l: &Value<'v, D>, r: &Value<'v, D>) -> Option<Option<Ordering>> {
+    Some(match (l, r) {
+        (Value::Null, _) | (_, Value::Null) => return None,
+        (Value::Untyped(u), other) => return Some(compare_untyped(u, other)),
+        (other, Value::Untyped(u)) => {
+            return Some(compare_untyped(u, other).map(Ordering::reverse));
+        }
+        (Value::Int(a), Value::Int(b)) => Some(a.cmp(b)),
+        (Value::Int(a), Value::Float(b)) => Some(cmp_int_float(*a, *b)),
+        (Value::Float(a), Value::Int(b)) => Some(cmp_int_float(*b, *a).reverse()),
+        (Value::Float(a), Value::Float(b)) => Some(cmp_float(*a, *b)),
+        (Value::Bool(a), Value::Bool(b)) => Some(a.cmp(b)),
+        _ => match (l.as_str(), r.as_str()) {
+            (Some(a), Some(b)) => Some(a.as_bytes().cmp(b.as_bytes())),
+            _ => None,
+        },
+    })
+}
+
+/// Compares untyped text with a value, reading the text as that value's kind; text that does
+/// not read as that kind is a mismatch.
+fn compare_untyped<'v, D: DocValue<'v>>(u: &str, other: &Value<'v, D>) -> Option<Ordering> {
+    match other {
+        Value::Int(i) => match u.trim().parse::<i64>() {
+            Ok(x) => Some(x.cmp(i)),
+            Err(_) => parse_float(u).map(|x| cmp_int_float(*i, x).reverse()),
+        },
+        Value::Float(f) => parse_float(u).map(|x| cmp_float(x, *f)),
+        Value::Bool(b) => parse_bool(u).map(|x| x.cmp(b)),
+        _ => other.as_str().map(|s| u.as_bytes().cmp(s.as_bytes())),
+    }
+}
+
+/// A comparison operator applied under the module's rule (`None` is NULL).
+fn compare_op<'v, D: DocValue<'v>>(
+    op: BinaryOp,
+    l: &Value<'v, D>,
+    r: &Value<'v, D>,
+) -> Option<bool> {
+    let ord = compare(l, r)?;
+    Some(match ord {
+        None => op == BinaryOp::Ne,
+        Some(o) => match op {
+            BinaryOp::Eq => o == Ordering::Equal,
+            BinaryOp::Ne => o != Ordering::Equal,
+            BinaryOp::Lt => o == Ordering::Less,
+            BinaryOp::Le => o != Ordering::Greater,
+            BinaryOp::Gt => o == Ordering::Greater,
+            BinaryOp::Ge => o != Ordering::Less,
+            _ => false,
+        },
+    })
+}
+
+fn arithmetic<'v, D: DocValue<'v>>(
+    op: BinaryOp,
+    l: Value<'v, D>,
+    r: Value<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    let overflow = |what| ExecError::Overflow { what };
+    Ok(match (l, r) {
+        (Value::Int(a), Value::Int(b)) => Value::Int(match op {
+            BinaryOp::Add => a.checked_add(b).ok_or(overflow("addition"))?,
+            BinaryOp::Sub => a.checked_sub(b).ok_or(overflow("subtraction"))?,
+            BinaryOp::Mul => a.checked_mul(b).ok_or(overflow("multiplication"))?,
+            BinaryOp::Div => {
+                if b == 0 {
+                    return Err(ExecError::DivisionByZero);
+                }
+                a.checked_div(b).ok_or(overflow("division"))?
+            }
+            BinaryOp::Mod => {
+                if b == 0 {
+                    return Err(ExecError::DivisionByZero);
+                }
+                a.checked_rem(b).unwrap_or(0)
+            }
+            _ => return Ok(Value::Null),
+        }),
+        (l, r) => {
+            let (Some(a), Some(b)) = (as_float(&l), as_float(&r)) else {
+                return Ok(Value::Null);
+            };
+            Value::Float(match op {
+                BinaryOp::Add => a + b,
+                BinaryOp::Sub => a - b,
+                BinaryOp::Mul => a * b,
+                BinaryOp::Div => {
+                    if b == 0.0 {
+                        return Err(ExecError::DivisionByZero);
+                    }
+                    a / b
+                }
+                BinaryOp::Mod => {
+                    if b == 0.0 {
+                        return Err(ExecError::DivisionByZero);
+                    }
+                    a % b
+                }
+                _ => return Ok(Value::Null),
+            })
+        }
+    })
+}
+
+fn as_float<D>(v: &Value<'_, D>) -> Option<f64> {
+    match v {
+        #[allow(clippy::cast_precision_loss)]
+        // float arithmetic with an integer is inexact by definition
+        Value::Int(i) => Some(*i as f64),
+        Value::Float(f) => Some(*f),
+        _ => None,
+    }
+}
+
+/// Casts a value to `to`. NULL stays NULL. Strings are parsed with PostgreSQL's text input
+/// rules; numbers convert (floats round to the nearest integer for `int8`); anything to text
+/// gives its text (containers their JSON text); text to json parses it as JSON.
+pub fn cast<'v, D: DocValue<'v>>(v: Value<'v, D>, to: SqlType) -> Result<Value<'v, D>, ExecError> {
+    let invalid = |v: &Value<'v, D>| ExecError::InvalidCast {
+        value: match v.as_str() {
+            Some(s) => format!("{s:?}"),
+            None => v.kind_name().to_owned(),
+        },
+        to,
+    };
+    Ok(match (to, v) {
+        (_, Value::Null) => Value::Null,
+        (SqlType::Int8, Value::Int(i)) => Value::Int(i),
+        (SqlType::Int8, Value::Float(f)) => {
+            let r = f.round();
+            // 2^63 as f64; `r` in [-2^63, 2^63) converts exactly.
+            if r.is_finite()
+                && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&r)
+            {
+                #[allow(clippy::cast_possible_truncation)]
+                Value::Int(r as i64)
+            } else {
+                return Err(ExecError::Overflow { what: "cast to int8" });
+            }
+        }
+        (SqlType::Int8, Value::Bool(b)) => Value::Int(i64::from(b)),
+        (SqlType::Float8, Value::Float(f)) => Value::Float(f),
+        (SqlType::Float8, v @ Value::Int(_)) => Value::Float(as_float(&v).unwrap_or(0.0)),
+        (SqlType::Bool, Value::Bool(b)) => Value::Bool(b),
+        (SqlType::Bool, Value::Int(i)) => Value::Bool(i != 0),
+        (SqlType::Text, v @ (Value::Str(_) | Value::Text(_))) => v,
+        (SqlType::Text, Value::Untyped(s)) => Value::Str(s),
+        (SqlType::Text, Value::Int(i)) => Value::Text(i.to_string()),
+        (SqlType::Text, Value::Float(f)) => Value::Text(float_text(f)),
+        (SqlType::Text, Value::Bool(b)) => Value::Text(if b { "true" } else { "false" }.to_owned()),
+        (SqlType::Text, v) => Value::Text(v.to_json()?.to_string()),
+        (SqlType::Json, v @ (Value::Str(_) | Value::Untyped(_) | Value::Text(_))) => {
+            let parsed: serde_json::Value = match v.as_str().map(serde_json::from_str) {
+                Some(Ok(p)) => p,
+                _ => return Err(invalid(&v)),
+            };
+            match Literal::from_json(parsed) {
+                Literal::Null => Value::Null,
+                Literal::Bool(b) => Value::Bool(b),
+                Literal::Int(i) => Value::Int(i),
+                Literal::Float(f) => Value::Float(f),
+                Literal::Str(s) | Literal::Untyped(s) => Value::Text(s),
+                Literal::Json(j) => Value::Json(j),
+            }
+        }
+        (SqlType::Json, v) => v,
+        (_, v) => match v.as_str() {
+            Some(s) => match to {
+                SqlType::Int8 => {
+                    s.trim().parse::<i64>().map(Value::Int).map_err(|_| invalid(&v))?
+                }
+                SqlType::Float8 => parse_float(s).map(Value::Float).ok_or_else(|| invalid(&v))?,
+                SqlType::Bool => parse_bool(s).map(Value::Bool).ok_or_else(|| invalid(&v))?,
+                SqlType::Text | SqlType::Json => v,
+            },
+            None => return Err(invalid(&v)),
+        },
+    })
+}
+
+/// SQL `LIKE`: `%` matches any run of characters, `_` exactly one, `\` makes the next
+/// character literal. Iterative with one backtrack point, so linear space and no recursion.
+pub fn like(text: &str, pattern: &str) -> bool {
+    let t: &[u8] = text.as_bytes();
+    let p: &[u8] = pattern.as_bytes();
+    // Work on chars for `_`, but bytes are enough to find `%` and `\`: decode on demand.
+    let (mut ti, mut pi) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        let pc = p.get(pi).copied();
+        match pc {
+            Some(b'%') => {
+                star = Some((pi, ti));
+                pi += 1;
+                continue;
+            }
+            Some(b'_') => {
+                ti += char_len(t, ti);
+                pi += 1;
+                continue;
+            }
+            Some(c) => {
+                let (lit_start, lit_byte) = if c == b'\\' && pi + 1 < p.len() {
+                    (pi + 1, p.get(pi + 1).copied())
+                } else {
+                    (pi, Some(c))
+                };
+                if lit_byte.is_some() {
+                    let len = char_len(p, lit_start);
+                    if p.get(lit_start..lit_start + len) == t.get(ti..ti + len) {
+                        ti += len;
+                        pi = lit_start + len;
+                        continue;
+                    }
+                }
+            }
+            None => {}
+        }
+        match star {
+            Some((sp, st)) => {
+                let next = st + char_len(t, st);
+                star = Some((sp, next));
+                pi = sp + 1;
+                ti = next;
+            }
+            None => return false,
+        }
+    }
+    p.get(pi..).is_some_and(|rest| rest.iter().all(|&c| c == b'%'))
+}
+
+/// Byte length of the UTF-8 character starting at `at` (1 past the end or on a bad byte).
+fn char_len(s: &[u8], at: usize) -> usize {
+    match s.get(at) {
+        Some(&b) if b >= 0xF0 => 4,
+        Some(&b) if b >= 0xE0 => 3,
+        Some(&b) if b >= 0xC0 => 2,
+        _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn field(name: &str) -> Box<Expr> {
+        Box::new(Expr::Field(FieldPath::new(vec![name.to_owned()])))
+    }
+    fn lit(l: Literal) -> Box<Expr> {
+        Box::new(Expr::Literal(l))
+    }
+    fn holds(e: &Expr, doc: &serde_json::Value) -> Option<bool> {
+        let row = Row { id: "d/1", doc: Some(doc), excluded: None };
+        match eval(e, &row).expect("evaluates") {
+            Value::Bool(b) => Some(b),
+            Value::Null => None,
+            other => panic!("not a boolean: {other:?}"),
+        }
+    }
+
+    // Checks the comparison rule: numbers across int/float, mismatched kinds not equal,
+    // NULL propagating, and missing fields reading as NULL.
+    #[test]
+    fn comparison_rule() {
+        let doc = json!({"age": 30, "score": 2.5, "name": "Ann", "tags": [1]});
+        let cmp = |op, f: &str, l| Expr::Binary { op, left: field(f), right: lit(l) };
+        assert_eq!(holds(&cmp(BinaryOp::Eq, "age", Literal::Float(30.0)), &doc), Some(true));
+        assert_eq!(holds(&cmp(BinaryOp::Lt, "score", Literal::Int(3)), &doc), Some(true));
+        assert_eq!(holds(&cmp(BinaryOp::Eq, "age", Literal::Str("30".into())), &doc), Some(false));
+        assert_eq!(holds(&cmp(BinaryOp::Ne, "age", Literal::Str("30".into())), &doc), Some(true));
+        assert_eq!(holds(&cmp(BinaryOp::Lt, "age", Literal::Str("zz".into())), &doc), Some(false));
+        assert_eq!(holds(&cmp(BinaryOp::Eq, "tags", Literal::Int(1)), &doc), Some(false));
+        assert_eq!(holds(&cmp(BinaryOp::Eq, "missing", Literal::Int(1)), &doc), None);
+        assert_eq!(holds(&cmp(BinaryOp::Gt, "name", Literal::Str("Al".into())), &doc), Some(true));
+        let is_null = Expr::IsNull { expr: field("missing"), negated: false };
+        assert_eq!(holds(&is_null, &doc), Some(true));
+    }
+
+    // Checks three-valued AND/OR/NOT and IN with NULL candidates.
+    #[test]
+    fn three_valued_logic() {
+        let doc = json!({"t": true, "f": false});
+        let and = Expr::Binary { op: BinaryOp::And, left: field("missing"), right: field("f") };
+        assert_eq!(holds(&and, &doc), Some(false));
+        let or = Expr::Binary { op: BinaryOp::Or, left: field("missing"), right: field("f") };
+        assert_eq!(holds(&or, &doc), None);
+        let not = Expr::Unary { op: UnaryOp::Not, expr: field("missing") };
+        assert_eq!(holds(&not, &doc), None);
+        let in_list = Expr::InList {
+            expr: lit(Literal::Int(1)),
+            list: vec![Expr::Literal(Literal::Null), Expr::Literal(Literal::Int(2))],
+            negated: false,
+        };
+        assert_eq!(holds(&in_list, &doc), None);
+    }
+
+    // Checks LIKE wildcards, escapes and multi-byte characters.
+    #[test]
+    fn like_patterns() {
+        assert!(like("customers/1", "customers/%"));
+        assert!(!like("orders/1", "customers/%"));
+        assert!(like("abc", "a_c"));
+        assert!(like("åbc", "_bc"));
+        assert!(like("a%b", "a\\%b"));
+        assert!(!like("axb", "a\\%b"));
+        assert!(like("", "%"));
+        assert!(like("abcabd", "%ab_"));
+        assert!(!like("abc", "ab"));
+        assert!(like("mississippi", "%iss%ppi"));
+    }
+
+    // Checks casts follow PostgreSQL's input rules and raise on bad input.
+    #[test]
+    fn casts() {
+        type V<'a> = Value<'a, &'a serde_json::Value>;
+        let ok = |v: V<'static>, to| cast(v, to).expect("casts").to_natural_datum().expect("datum");
+        assert_eq!(ok(Value::Str(" 12 "), SqlType::Int8), Datum::Int8(12));
+        assert_eq!(ok(Value::Float(2.5), SqlType::Int8), Datum::Int8(3));
+        assert_eq!(ok(Value::Int(2), SqlType::Text), Datum::Text("2".into()));
+        assert_eq!(ok(Value::Str("yes"), SqlType::Bool), Datum::Bool(true));
+        assert_eq!(ok(Value::Str("[1,2]"), SqlType::Json), Datum::Json(json!([1, 2])));
+        assert!(matches!(cast(V::Str("x1"), SqlType::Int8), Err(ExecError::InvalidCast { .. })));
+        assert!(matches!(cast(V::Float(1e300), SqlType::Int8), Err(ExecError::Overflow { .. })));
+    }
+
+    // Checks integer arithmetic is checked and non-numbers give NULL.
+    #[test]
+    fn arithmetic_rules() {
+        let doc = json!({"n": 7, "s": "x"});
+        let row = Row { id: "a", doc: Some(&doc), excluded: None };
+        let bin = |op, l, r| Expr::Binary { op, left: l, right: r };
+        let e = bin(BinaryOp::Div, field("n"), lit(Literal::Int(2)));
+        assert!(matches!(eval(&e, &row), Ok(Value::Int(3))));
+        let e = bin(BinaryOp::Div, field("n"), lit(Literal::Int(0)));
+        assert!(matches!(eval(&e, &row), Err(ExecError::DivisionByZero)));
+        let e = bin(BinaryOp::Add, lit(Literal::Int(i64::MAX)), field("n"));
+        assert!(matches!(eval(&e, &row), Err(ExecError::Overflow { .. })));
+        let e = bin(BinaryOp::Add, field("s"), lit(Literal::Int(1)));
+        assert!(matches!(eval(&e, &row), Ok(Value::Null)));
+        let e = bin(BinaryOp::Mul, field("n"), lit(Literal::Float(0.5)));
+        assert!(matches!(eval(&e, &row), Ok(Value::Float(f)) if f == 3.5));
+    }
+}

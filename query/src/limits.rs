@@ -1,0 +1,47 @@
+//! Every bound the query crate enforces, with its unit and the reason for its value.
+//!
+//! Hitting one of these is a [`crate::PlanError::LimitExceeded`] or
+//! [`crate::ExecError::LimitExceeded`], never unbounded growth and never a panic.
+
+/// Longest SQL text accepted, in bytes. A statement longer than this is refused before it is
+/// tokenized: a megabyte already holds a thousand-row multi-row INSERT of small documents.
+pub const SQL_BYTES_MAX: usize = 1 << 20;
+
+/// Recursion budget handed to sqlparser (`Parser::with_recursion_limit`). Each nested
+/// parenthesis, `NOT` or unary minus spends one unit. 48 keeps the parser's own stack well
+/// inside a 2 MiB test thread stack in debug builds.
+pub const SQL_RECURSION_MAX: usize = 48;
+
+/// Deepest chain of operator tokens (`+`, `=`, `AND`, `::`, …) in one expression, estimated
+/// per parenthesis level with commas starting fresh siblings. sqlparser builds chains of
+/// infix operators (`1+1+1+…`) in a loop, not by recursion, so its recursion limit does not
+/// bound their depth; counting operator tokens before parsing does, and keeps both the parser's
+/// tree and our recursive planner and evaluator shallow.
+pub const SQL_OPERATORS_MAX: usize = 1_000;
+
+/// Deepest expression tree the planner accepts (counted in our own `Expr` nodes). The
+/// evaluator recurses once per level, so this bounds its stack.
+pub const EXPR_DEPTH_MAX: usize = 128;
+
+/// Most `$n` parameters in one statement: the PostgreSQL wire protocol counts them in an `i16`.
+pub const PARAMS_MAX: usize = i16::MAX as usize;
+
+/// Most rows in one `INSERT … VALUES`: each becomes an owned document and a write intent.
+pub const INSERT_ROWS_MAX: usize = 10_000;
+
+/// Most elements in one `IN (…)` list.
+pub const IN_LIST_MAX: usize = 10_000;
+
+/// Most rows one fragment returns for one statement, and most rows a merged result holds.
+/// Partial results cross executors as messages and are held in memory while merged.
+pub const RESULT_ROWS_MAX: usize = 1_000_000;
+
+/// Most distinct groups one `GROUP BY` may produce (per fragment and merged).
+pub const GROUPS_MAX: usize = 100_000;
+
+/// Deepest JSON value the evaluator copies out of a document (documents deeper than this are
+/// refused by storage long before; this keeps our own recursive copy bounded regardless).
+pub const JSON_DEPTH_MAX: usize = 128;
+
+/// Longest dotted path (`a.b.c…`) in a field reference.
+pub const PATH_STEPS_MAX: usize = 32;

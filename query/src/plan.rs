@@ -1,0 +1,1815 @@
+//! Typed plans and the translation from sqlparser's AST to them.
+//!
+//! Identifiers follow PostgreSQL: unquoted ones fold to lower case, double-quoted ones keep
+//! their case; JSON field names are then matched case-sensitively. `id()` is the document id
+//! in any expression; in an INSERT column list `id` names the id; every other name is a
+//! top-level field and dotted names walk objects. When the FROM clause gives the collection
+//! an alias (`FROM users u`), a leading `u.` on a column is the alias and is dropped.
+
+use std::fmt;
+
+use router::ShardingConfig;
+use sqlparser::ast;
+
+use crate::error::PlanError;
+use crate::expr::{BinaryOp, Expr, FieldPath, Literal, UnaryOp};
+use crate::limits::{EXPR_DEPTH_MAX, IN_LIST_MAX, INSERT_ROWS_MAX, PARAMS_MAX, PATH_STEPS_MAX};
+use crate::types::SqlType;
+
+/// A collection's name, folded per PostgreSQL identifier rules.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct CollectionName(String);
+
+impl CollectionName {
+    /// A collection name as already folded.
+    pub fn new(name: impl Into<String>) -> CollectionName {
+        CollectionName(name.into())
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CollectionName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One planned statement.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Statement {
+    /// `SELECT … FROM c …` (or a FROM-less `SELECT 1`).
+    Select(Select),
+    /// `INSERT INTO c …`
+    Insert(Insert),
+    /// `UPDATE c SET … WHERE …`
+    Update(Update),
+    /// `DELETE FROM c WHERE …`
+    Delete(Delete),
+    /// `CREATE TABLE c () [WITH (sharding = '<json>')]`
+    CreateCollection {
+        /// The collection.
+        collection: CollectionName,
+        /// The content configuration, validated by router.
+        sharding: Option<ShardingConfig>,
+        /// `IF NOT EXISTS`
+        if_not_exists: bool,
+    },
+    /// `ALTER TABLE c SET (sharding = '<json>')`
+    AlterSharding {
+        /// The collection.
+        collection: CollectionName,
+        /// The new configuration, validated by router (whether the change is allowed is
+        /// `router::check_change`'s question, asked by node against the current one).
+        sharding: ShardingConfig,
+    },
+    /// `SELECT * FROM verify_sharding('c')`: the ids of documents violating the collection's
+    /// content configuration (one column, `id` text).
+    VerifySharding {
+        /// The collection.
+        collection: CollectionName,
+    },
+    /// `EXPLAIN [ANALYZE] <statement>`
+    Explain {
+        /// `ANALYZE`: run the statement and report rows scanned and time per fragment.
+        analyze: bool,
+        /// The explained statement.
+        inner: Box<Statement>,
+    },
+    /// `SHOW FRAGMENTS`
+    ShowFragments,
+    /// `SHOW SHARDING [c]`
+    ShowSharding {
+        /// One collection, or every collection.
+        collection: Option<CollectionName>,
+    },
+    /// `SHOW <setting>` (lower-cased, dotted parts joined with `.`).
+    Show {
+        /// The setting's name.
+        name: String,
+    },
+    /// `SET [SESSION|LOCAL] name = value` / `TO value`: accepted so drivers can send them.
+    Set {
+        /// The setting's name, lower-cased.
+        name: String,
+        /// The value as text.
+        value: String,
+    },
+    /// `BEGIN` / `START TRANSACTION`
+    Begin,
+    /// `COMMIT` / `END`
+    Commit,
+    /// `ROLLBACK`
+    Rollback,
+}
+
+impl Statement {
+    /// The columns of the rows this statement returns (for RowDescription), or `None` when it
+    /// returns only a command tag. Node fills the rows of SHOW and verify_sharding.
+    ///
+    /// - SELECT: its projection; INSERT/UPDATE/DELETE: their RETURNING list, if any;
+    /// - EXPLAIN: `QUERY PLAN text`;
+    /// - `verify_sharding`: `id text, reason text`;
+    /// - SHOW FRAGMENTS: `fragment text, shards text, executor text, documents int8, bytes int8`;
+    /// - SHOW SHARDING: `collection text, sharding json`; `SHOW x`: `x text`.
+    pub fn result_columns(&self) -> Option<Vec<OutputColumn>> {
+        let col = |name: &str, ty| OutputColumn { name: name.to_owned(), ty };
+        let returning = |r: &[Output]| {
+            if r.is_empty() { None } else { Some(r.iter().map(|o| o.column.clone()).collect()) }
+        };
+        match self {
+            Statement::Select(s) => Some(s.columns()),
+            Statement::Insert(i) => returning(&i.returning),
+            Statement::Update(u) => returning(&u.returning),
+            Statement::Delete(d) => returning(&d.returning),
+            Statement::Explain { .. } => Some(vec![col("QUERY PLAN", SqlType::Text)]),
+            Statement::VerifySharding { .. } => {
+                Some(vec![col("id", SqlType::Text), col("reason", SqlType::Text)])
+            }
+            Statement::ShowFragments => Some(vec![
+                col("fragment", SqlType::Text),
+                col("shards", SqlType::Text),
+                col("executor", SqlType::Text),
+                col("documents", SqlType::Int8),
+                col("bytes", SqlType::Int8),
+            ]),
+            Statement::ShowSharding { .. } => {
+                Some(vec![col("collection", SqlType::Text), col("sharding", SqlType::Json)])
+            }
+            Statement::Show { name } => Some(vec![col(name, SqlType::Text)]),
+            Statement::CreateCollection { .. }
+            | Statement::AlterSharding { .. }
+            | Statement::Set { .. }
+            | Statement::Begin
+            | Statement::Commit
+            | Statement::Rollback => None,
+        }
+    }
+}
+
+/// An output column: its name and type (see [`crate::types`] for the typing rule).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct OutputColumn {
+    /// The column name, as PostgreSQL would name it.
+    pub name: String,
+    /// The column type.
+    pub ty: SqlType,
+}
+
+/// An output column computed by an expression per row.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Output {
+    /// Name and type.
+    pub column: OutputColumn,
+    /// The expression.
+    pub expr: Expr,
+}
+
+/// A planned SELECT.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Select {
+    /// The collection read (`None` for `SELECT 1`).
+    pub collection: Option<CollectionName>,
+    /// The WHERE clause.
+    pub filter: Option<Expr>,
+    /// Plain rows or aggregates.
+    pub shape: SelectShape,
+    /// ORDER BY keys, most significant first. Ties are broken by document id (plain rows) so
+    /// results do not depend on how documents are spread over fragments.
+    pub order_by: Vec<OrderKey>,
+    /// LIMIT
+    pub limit: Option<Count>,
+    /// OFFSET
+    pub offset: Option<Count>,
+}
+
+impl Select {
+    /// The result's columns.
+    pub fn columns(&self) -> Vec<OutputColumn> {
+        match &self.shape {
+            SelectShape::Rows { outputs } => outputs.iter().map(|o| o.column.clone()).collect(),
+            SelectShape::Aggregate { outputs, .. } => {
+                outputs.iter().map(|o| o.column.clone()).collect()
+            }
+        }
+    }
+}
+
+/// What a SELECT produces.
+#[derive(Clone, PartialEq, Debug)]
+pub enum SelectShape {
+    /// One output row per matching document.
+    Rows {
+        /// The projection.
+        outputs: Vec<Output>,
+    },
+    /// One output row per group (one row in all without GROUP BY).
+    Aggregate {
+        /// GROUP BY expressions.
+        group_by: Vec<Expr>,
+        /// The aggregates computed per group.
+        aggregates: Vec<Aggregate>,
+        /// The projection, each column a group key or an aggregate.
+        outputs: Vec<AggregateOutput>,
+    },
+}
+
+/// An aggregate function.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AggregateFunc {
+    /// `count(*)` / `count(e)` (non-NULL values)
+    Count,
+    /// `sum(e)` over numbers
+    Sum,
+    /// `min(e)`
+    Min,
+    /// `max(e)`
+    Max,
+    /// `avg(e)` over numbers
+    Avg,
+}
+
+impl AggregateFunc {
+    fn from_name(name: &str) -> Option<AggregateFunc> {
+        Some(match name {
+            "count" => AggregateFunc::Count,
+            "sum" => AggregateFunc::Sum,
+            "min" => AggregateFunc::Min,
+            "max" => AggregateFunc::Max,
+            "avg" => AggregateFunc::Avg,
+            _ => return None,
+        })
+    }
+
+    /// The SQL name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AggregateFunc::Count => "count",
+            AggregateFunc::Sum => "sum",
+            AggregateFunc::Min => "min",
+            AggregateFunc::Max => "max",
+            AggregateFunc::Avg => "avg",
+        }
+    }
+}
+
+/// One aggregate call.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Aggregate {
+    /// The function.
+    pub func: AggregateFunc,
+    /// The argument (`None` for `count(*)`).
+    pub arg: Option<Expr>,
+    /// The result type.
+    pub ty: SqlType,
+}
+
+/// Where an aggregate query's output column comes from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AggregateSource {
+    /// The n-th GROUP BY expression.
+    Group(usize),
+    /// The n-th aggregate.
+    Aggregate(usize),
+}
+
+/// An output column of an aggregate query.
+#[derive(Clone, PartialEq, Debug)]
+pub struct AggregateOutput {
+    /// Name and type.
+    pub column: OutputColumn,
+    /// Its source.
+    pub source: AggregateSource,
+}
+
+/// One ORDER BY key.
+#[derive(Clone, PartialEq, Debug)]
+pub struct OrderKey {
+    /// What is sorted on.
+    pub target: OrderTarget,
+    /// `DESC`
+    pub descending: bool,
+    /// Whether NULLs come first (PostgreSQL default: first for DESC, last for ASC).
+    pub nulls_first: bool,
+}
+
+/// What an ORDER BY key sorts on.
+#[derive(Clone, PartialEq, Debug)]
+pub enum OrderTarget {
+    /// The n-th output column.
+    Output(usize),
+    /// An expression over the document (plain-row queries only).
+    Expr(Expr),
+}
+
+/// A LIMIT or OFFSET count.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Count {
+    /// A number.
+    Value(u64),
+    /// Parameter `$n` (0-based), bound later.
+    Param(usize),
+}
+
+/// A planned INSERT.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Insert {
+    /// The collection.
+    pub collection: CollectionName,
+    /// The rows, in order.
+    pub rows: Vec<InsertRow>,
+    /// What happens when a row's id exists.
+    pub on_conflict: OnConflict,
+    /// `RETURNING` columns, evaluated over the written document.
+    pub returning: Vec<Output>,
+}
+
+/// One row of an INSERT.
+#[derive(Clone, PartialEq, Debug)]
+pub struct InsertRow {
+    /// The id expression (text).
+    pub id: Expr,
+    /// The document.
+    pub body: InsertBody,
+}
+
+/// How an INSERT row gives its document.
+#[derive(Clone, PartialEq, Debug)]
+pub enum InsertBody {
+    /// `VALUES ('<id>', '<json object>')`: the whole document as JSON text or json.
+    Document(Expr),
+    /// `INSERT INTO c (id, f1, f2) VALUES (…)`: top-level fields.
+    Fields(Vec<(String, Expr)>),
+}
+
+/// `ON CONFLICT (id) …`
+#[derive(Clone, PartialEq, Debug)]
+pub enum OnConflict {
+    /// No clause: a duplicate id is an error (23505).
+    Error,
+    /// `DO NOTHING`
+    DoNothing,
+    /// `DO UPDATE SET … [WHERE …]`, over the existing document with `excluded.f` the new row.
+    DoUpdate {
+        /// The assignments.
+        assignments: Vec<Assignment>,
+        /// Only update when this holds.
+        filter: Option<Expr>,
+    },
+}
+
+/// `SET path = expr`
+#[derive(Clone, PartialEq, Debug)]
+pub struct Assignment {
+    /// The field set (dotted paths create missing objects).
+    pub path: FieldPath,
+    /// Its new value, computed from the document as it was before the statement.
+    pub expr: Expr,
+}
+
+/// A planned UPDATE.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Update {
+    /// The collection.
+    pub collection: CollectionName,
+    /// The assignments.
+    pub assignments: Vec<Assignment>,
+    /// WHERE
+    pub filter: Option<Expr>,
+    /// `RETURNING` columns, evaluated over the new document.
+    pub returning: Vec<Output>,
+}
+
+/// A planned DELETE.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Delete {
+    /// The collection.
+    pub collection: CollectionName,
+    /// WHERE
+    pub filter: Option<Expr>,
+    /// `RETURNING` columns, evaluated over the deleted document.
+    pub returning: Vec<Output>,
+}
+
+/// Plans every statement of an AST.
+pub(crate) fn plan_statements(stmts: Vec<ast::Statement>) -> Result<Vec<Statement>, PlanError> {
+    stmts.into_iter().map(|s| plan_statement(&s)).collect()
+}
+
+fn unsupported<T>(construct: impl Into<String>) -> Result<T, PlanError> {
+    Err(PlanError::unsupported(construct))
+}
+
+/// An identifier's name after PostgreSQL folding.
+fn ident_name(ident: &ast::Ident) -> String {
+    match ident.quote_style {
+        None => ident.value.to_lowercase(),
+        Some(_) => ident.value.clone(),
+    }
+}
+
+fn object_name_parts(name: &ast::ObjectName) -> Result<Vec<String>, PlanError> {
+    name.0
+        .iter()
+        .map(|part| match part {
+            ast::ObjectNamePart::Identifier(ident) => Ok(ident_name(ident)),
+            ast::ObjectNamePart::Function(_) => unsupported("function in an object name"),
+        })
+        .collect()
+}
+
+fn collection_name(name: &ast::ObjectName) -> Result<CollectionName, PlanError> {
+    let parts = object_name_parts(name)?;
+    match parts.as_slice() {
+        [one] => Ok(CollectionName(one.clone())),
+        // `public.c` is accepted as `c`: drivers and tools qualify with the default schema.
+        [schema, one] if schema == "public" => Ok(CollectionName(one.clone())),
+        _ => unsupported(format!("qualified name {name}")),
+    }
+}
+
+fn plan_statement(stmt: &ast::Statement) -> Result<Statement, PlanError> {
+    match stmt {
+        ast::Statement::Query(q) => plan_query(q),
+        ast::Statement::Insert(insert) => plan_insert(insert).map(Statement::Insert),
+        ast::Statement::Update(update) => plan_update(update).map(Statement::Update),
+        ast::Statement::Delete(delete) => plan_delete(delete).map(Statement::Delete),
+        ast::Statement::CreateTable(create) => plan_create(create),
+        ast::Statement::AlterTable(alter) => plan_alter(alter),
+        ast::Statement::Explain {
+            analyze,
+            statement,
+            verbose,
+            query_plan,
+            estimate,
+            format,
+            options,
+            ..
+        } => {
+            if *verbose || *query_plan || *estimate || format.is_some() || options.is_some() {
+                return unsupported("EXPLAIN options other than ANALYZE");
+            }
+            let inner = plan_statement(statement)?;
+            if matches!(inner, Statement::Explain { .. }) {
+                return unsupported("EXPLAIN of EXPLAIN");
+            }
+            Ok(Statement::Explain { analyze: *analyze, inner: Box::new(inner) })
+        }
+        ast::Statement::ShowVariable { variable } => plan_show(variable),
+        ast::Statement::StartTransaction { statements, .. } if statements.is_empty() => {
+            Ok(Statement::Begin)
+        }
+        ast::Statement::Commit { chain: false, .. } => Ok(Statement::Commit),
+        ast::Statement::Rollback { chain: false, savepoint: None } => Ok(Statement::Rollback),
+        ast::Statement::Set(set) => plan_set(set),
+        other => unsupported(statement_construct(other)),
+    }
+}
+
+/// Names an unsupported statement without rendering it (rendering recurses through every
+/// expression in it).
+fn statement_construct(s: &ast::Statement) -> String {
+    let name = match s {
+        ast::Statement::Drop { .. } => "DROP",
+        ast::Statement::Truncate(_) => "TRUNCATE",
+        ast::Statement::CreateView(_) => "CREATE VIEW",
+        ast::Statement::CreateIndex(_) => "CREATE INDEX",
+        ast::Statement::CreateSchema { .. } => "CREATE SCHEMA",
+        ast::Statement::CreateDatabase { .. } => "CREATE DATABASE",
+        ast::Statement::CreateFunction(_) => "CREATE FUNCTION",
+        ast::Statement::CreateRole(_) => "CREATE ROLE",
+        ast::Statement::CreateSequence { .. } => "CREATE SEQUENCE",
+        ast::Statement::CreateType { .. } => "CREATE TYPE",
+        ast::Statement::CreateExtension(_) => "CREATE EXTENSION",
+        ast::Statement::AlterIndex { .. } => "ALTER INDEX",
+        ast::Statement::AlterView { .. } => "ALTER VIEW",
+        ast::Statement::AlterRole { .. } => "ALTER ROLE",
+        ast::Statement::Grant(_) => "GRANT",
+        ast::Statement::Revoke(_) => "REVOKE",
+        ast::Statement::Copy { .. } => "COPY",
+        ast::Statement::Merge(_) => "MERGE",
+        ast::Statement::Prepare { .. } => "PREPARE (use the extended protocol)",
+        ast::Statement::Execute { .. } => "EXECUTE",
+        ast::Statement::Deallocate { .. } => "DEALLOCATE",
+        ast::Statement::Declare { .. } => "DECLARE",
+        ast::Statement::Fetch { .. } => "FETCH",
+        ast::Statement::Close { .. } => "CLOSE",
+        ast::Statement::Savepoint { .. } => "SAVEPOINT",
+        ast::Statement::ReleaseSavepoint { .. } => "RELEASE SAVEPOINT",
+        ast::Statement::Rollback { .. } => "ROLLBACK TO SAVEPOINT / AND CHAIN",
+        ast::Statement::Commit { .. } => "COMMIT AND CHAIN",
+        ast::Statement::StartTransaction { .. } => "BEGIN with statements",
+        ast::Statement::Analyze(_) => "ANALYZE",
+        ast::Statement::Vacuum(_) => "VACUUM",
+        ast::Statement::Call(_) => "CALL",
+        ast::Statement::Comment { .. } => "COMMENT",
+        ast::Statement::Lock(_) | ast::Statement::LockTables { .. } => "LOCK",
+        ast::Statement::LISTEN { .. } => "LISTEN",
+        ast::Statement::NOTIFY { .. } => "NOTIFY",
+        ast::Statement::UNLISTEN { .. } => "UNLISTEN",
+        ast::Statement::Discard { .. } => "DISCARD",
+        ast::Statement::Reset(_) => "RESET",
+        ast::Statement::ShowTables { .. } => "SHOW TABLES",
+        ast::Statement::ShowColumns { .. } => "SHOW COLUMNS",
+        ast::Statement::Use(_) => "USE",
+        _ => "this statement",
+    };
+    format!("statement {name}")
+}
+
+fn plan_show(variable: &[ast::Ident]) -> Result<Statement, PlanError> {
+    let names: Vec<String> = variable.iter().map(|i| i.value.to_lowercase()).collect();
+    match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["fragments"] => Ok(Statement::ShowFragments),
+        ["sharding"] => Ok(Statement::ShowSharding { collection: None }),
+        ["sharding", _] => Ok(Statement::ShowSharding {
+            collection: variable.get(1).map(|i| CollectionName(ident_name(i))),
+        }),
+        [] => unsupported("SHOW without a name"),
+        _ => Ok(Statement::Show { name: names.join(" ") }),
+    }
+}
+
+fn plan_set(set: &ast::Set) -> Result<Statement, PlanError> {
+    match set {
+        ast::Set::SingleAssignment { variable, values, hivevar: false, .. } => {
+            let name = object_name_parts(variable)?.join(".");
+            let value = values
+                .iter()
+                .map(|v| match v {
+                    ast::Expr::Value(v) => match &v.value {
+                        ast::Value::SingleQuotedString(s) => s.clone(),
+                        other => other.to_string(),
+                    },
+                    ast::Expr::Identifier(i) => i.value.clone(),
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            Ok(Statement::Set { name, value })
+        }
+        ast::Set::SetTimeZone { value, .. } => Ok(Statement::Set {
+            name: "timezone".to_owned(),
+            value: match value {
+                ast::Expr::Value(v) => match &v.value {
+                    ast::Value::SingleQuotedString(s) => s.clone(),
+                    other => other.to_string(),
+                },
+                other => other.to_string(),
+            },
+        }),
+        ast::Set::SetNames { charset_name, .. } => Ok(Statement::Set {
+            name: "client_encoding".to_owned(),
+            value: charset_name.value.clone(),
+        }),
+        // `SET [SESSION CHARACTERISTICS AS] TRANSACTION ISOLATION LEVEL …`: drivers send it;
+        // every transaction is serializable already, so node may accept it as a setting.
+        ast::Set::SetTransaction { modes, snapshot: None, session } => Ok(Statement::Set {
+            name: if *session { "session_transaction" } else { "transaction" }.to_owned(),
+            value: modes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+        }),
+        _ => unsupported("SET of this form"),
+    }
+}
+
+/// The configuration in `sharding = '<json>'` of a WITH / SET option list; other options
+/// refused.
+fn sharding_option(options: &[ast::SqlOption]) -> Result<Option<ShardingConfig>, PlanError> {
+    let mut sharding = None;
+    for option in options {
+        match option {
+            ast::SqlOption::KeyValue { key, value } if ident_name(key) == "sharding" => match value
+            {
+                ast::Expr::Value(v) => match &v.value {
+                    ast::Value::SingleQuotedString(s) | ast::Value::EscapedStringLiteral(s) => {
+                        sharding = Some(
+                            ShardingConfig::parse(s)
+                                .map_err(|source| PlanError::InvalidSharding { source })?,
+                        )
+                    }
+                    _ => {
+                        return Err(PlanError::TypeMismatch {
+                            what: "sharding",
+                            expected: SqlType::Text,
+                        });
+                    }
+                },
+                _ => {
+                    return Err(PlanError::TypeMismatch {
+                        what: "sharding",
+                        expected: SqlType::Text,
+                    });
+                }
+            },
+            other => return unsupported(format!("table option {other}")),
+        }
+    }
+    Ok(sharding)
+}
+
+fn plan_create(create: &ast::CreateTable) -> Result<Statement, PlanError> {
+    if !create.columns.is_empty() {
+        return unsupported("column definitions (collections are schemaless: CREATE TABLE c ())");
+    }
+    if !create.constraints.is_empty() {
+        return unsupported("table constraints");
+    }
+    if create.query.is_some() {
+        return unsupported("CREATE TABLE AS");
+    }
+    if create.or_replace || create.temporary || create.external || create.like.is_some() {
+        return unsupported("CREATE TABLE modifiers");
+    }
+    let sharding = match &create.table_options {
+        ast::CreateTableOptions::None => None,
+        ast::CreateTableOptions::With(options) => sharding_option(options)?,
+        _ => return unsupported("table options other than WITH (sharding = '…')"),
+    };
+    Ok(Statement::CreateCollection {
+        collection: collection_name(&create.name)?,
+        sharding,
+        if_not_exists: create.if_not_exists,
+    })
+}
+
+fn plan_alter(alter: &ast::AlterTable) -> Result<Statement, PlanError> {
+    let collection = collection_name(&alter.name)?;
+    match alter.operations.as_slice() {
+        [ast::AlterTableOperation::SetOptionsParens { options }] => match sharding_option(options)?
+        {
+            Some(sharding) => Ok(Statement::AlterSharding { collection, sharding }),
+            None => unsupported("ALTER TABLE SET without sharding"),
+        },
+        _ => unsupported("ALTER TABLE other than SET (sharding = '…')"),
+    }
+}
+
+/// How identifiers in an expression are read.
+#[derive(Clone, Copy)]
+enum Scope<'s> {
+    /// Fields of the document; `alias.` prefixes dropped.
+    Document { alias: Option<&'s str> },
+    /// No document (INSERT VALUES): identifiers are an error.
+    Values,
+    /// `ON CONFLICT DO UPDATE`: fields of the existing document, `excluded.f` the new row.
+    Upsert,
+}
+
+struct ExprPlanner<'s> {
+    scope: Scope<'s>,
+}
+
+impl ExprPlanner<'_> {
+    fn path(&self, idents: &[ast::Ident]) -> Result<Expr, PlanError> {
+        if idents.len() > PATH_STEPS_MAX {
+            return Err(PlanError::LimitExceeded {
+                what: "steps in a field path",
+                limit: PATH_STEPS_MAX,
+            });
+        }
+        let mut steps: Vec<String> = idents.iter().map(ident_name).collect();
+        match self.scope {
+            Scope::Values => Err(PlanError::Invalid {
+                what: format!("column reference {} is not allowed in VALUES", steps.join(".")),
+            }),
+            Scope::Document { alias } => {
+                if let (Some(alias), true) = (alias, steps.len() > 1)
+                    && steps.first().map(String::as_str) == Some(alias)
+                {
+                    steps.remove(0);
+                }
+                Ok(Expr::Field(FieldPath::new(steps)))
+            }
+            Scope::Upsert => {
+                if steps.len() > 1 && steps.first().map(String::as_str) == Some("excluded") {
+                    steps.remove(0);
+                    Ok(Expr::Excluded(FieldPath::new(steps)))
+                } else {
+                    Ok(Expr::Field(FieldPath::new(steps)))
+                }
+            }
+        }
+    }
+
+    /// Plans one expression. Recursive, so each arm calls a separate function: in debug
+    /// builds a frame holds every local of every arm, and this keeps the recursive frame small
+    /// ([`EXPR_DEPTH_MAX`] levels must fit in a 2 MiB thread stack).
+    fn expr(&self, e: &ast::Expr, depth: usize) -> Result<Expr, PlanError> {
+        if depth > EXPR_DEPTH_MAX {
+            return Err(PlanError::TooDeep { limit: EXPR_DEPTH_MAX });
+        }
+        match e {
+            ast::Expr::Identifier(ident) => self.path(std::slice::from_ref(ident)),
+            ast::Expr::CompoundIdentifier(idents) => self.path(idents),
+            ast::Expr::Value(v) => value_expr(&v.value),
+            ast::Expr::Nested(inner) => self.expr(inner, depth + 1),
+            ast::Expr::UnaryOp { op, expr } => self.unary(op, expr, depth),
+            ast::Expr::BinaryOp { left, op, right } => self.binary(left, op, right, depth),
+            ast::Expr::IsNull(inner) => self.is_null(inner, false, depth),
+            ast::Expr::IsNotNull(inner) => self.is_null(inner, true, depth),
+            ast::Expr::InList { expr, list, negated } => self.in_list(expr, list, *negated, depth),
+            ast::Expr::Between { expr, negated, low, high } => {
+                self.between(expr, low, high, *negated, depth)
+            }
+            ast::Expr::Like { negated, any: false, expr, pattern, escape_char: None } => {
+                self.like(expr, pattern, *negated, depth)
+            }
+            ast::Expr::Cast { kind, expr, data_type, format: None } => {
+                self.cast(kind, expr, data_type, depth)
+            }
+            ast::Expr::Function(f) => self.function(f),
+            other => unsupported(expr_construct(other)),
+        }
+    }
+
+    fn sub(&self, e: &ast::Expr, depth: usize) -> Result<Box<Expr>, PlanError> {
+        self.expr(e, depth + 1).map(Box::new)
+    }
+
+    #[inline(never)]
+    fn unary(
+        &self,
+        op: &ast::UnaryOperator,
+        expr: &ast::Expr,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        Ok(match op {
+            ast::UnaryOperator::Not => {
+                Expr::Unary { op: UnaryOp::Not, expr: self.sub(expr, depth)? }
+            }
+            ast::UnaryOperator::Plus => self.expr(expr, depth + 1)?,
+            ast::UnaryOperator::Minus => match self.expr(expr, depth + 1)? {
+                // Fold negative literals so `-5` is a literal (and `LIMIT -1` is caught).
+                Expr::Literal(Literal::Int(i)) => match i.checked_neg() {
+                    Some(n) => Expr::Literal(Literal::Int(n)),
+                    // Only i64::MIN has no negation; its negation is exactly 2^63.
+                    None => Expr::Literal(Literal::Float(9_223_372_036_854_775_808.0)),
+                },
+                Expr::Literal(Literal::Float(f)) => Expr::Literal(Literal::Float(-f)),
+                other => Expr::Unary { op: UnaryOp::Neg, expr: Box::new(other) },
+            },
+            other => return unsupported(format!("operator {other}")),
+        })
+    }
+
+    #[inline(never)]
+    fn binary(
+        &self,
+        left: &ast::Expr,
+        op: &ast::BinaryOperator,
+        right: &ast::Expr,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        let op = match op {
+            ast::BinaryOperator::And => BinaryOp::And,
+            ast::BinaryOperator::Or => BinaryOp::Or,
+            ast::BinaryOperator::Eq => BinaryOp::Eq,
+            ast::BinaryOperator::NotEq => BinaryOp::Ne,
+            ast::BinaryOperator::Lt => BinaryOp::Lt,
+            ast::BinaryOperator::LtEq => BinaryOp::Le,
+            ast::BinaryOperator::Gt => BinaryOp::Gt,
+            ast::BinaryOperator::GtEq => BinaryOp::Ge,
+            ast::BinaryOperator::Plus => BinaryOp::Add,
+            ast::BinaryOperator::Minus => BinaryOp::Sub,
+            ast::BinaryOperator::Multiply => BinaryOp::Mul,
+            ast::BinaryOperator::Divide => BinaryOp::Div,
+            ast::BinaryOperator::Modulo => BinaryOp::Mod,
+            other => return unsupported(format!("operator {other}")),
+        };
+        Ok(Expr::Binary { op, left: self.sub(left, depth)?, right: self.sub(right, depth)? })
+    }
+
+    #[inline(never)]
+    fn is_null(&self, inner: &ast::Expr, negated: bool, depth: usize) -> Result<Expr, PlanError> {
+        Ok(Expr::IsNull { expr: self.sub(inner, depth)?, negated })
+    }
+
+    #[inline(never)]
+    fn in_list(
+        &self,
+        expr: &ast::Expr,
+        list: &[ast::Expr],
+        negated: bool,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        if list.len() > IN_LIST_MAX {
+            return Err(PlanError::LimitExceeded { what: "IN list elements", limit: IN_LIST_MAX });
+        }
+        Ok(Expr::InList {
+            expr: self.sub(expr, depth)?,
+            list: list.iter().map(|e| self.expr(e, depth + 1)).collect::<Result<_, _>>()?,
+            negated,
+        })
+    }
+
+    #[inline(never)]
+    fn between(
+        &self,
+        expr: &ast::Expr,
+        low: &ast::Expr,
+        high: &ast::Expr,
+        negated: bool,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        Ok(Expr::Between {
+            expr: self.sub(expr, depth)?,
+            low: self.sub(low, depth)?,
+            high: self.sub(high, depth)?,
+            negated,
+        })
+    }
+
+    #[inline(never)]
+    fn like(
+        &self,
+        expr: &ast::Expr,
+        pattern: &ast::Expr,
+        negated: bool,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        Ok(Expr::Like { expr: self.sub(expr, depth)?, pattern: self.sub(pattern, depth)?, negated })
+    }
+
+    #[inline(never)]
+    fn cast(
+        &self,
+        kind: &ast::CastKind,
+        expr: &ast::Expr,
+        data_type: &ast::DataType,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        if matches!(kind, ast::CastKind::TryCast | ast::CastKind::SafeCast) {
+            return unsupported("TRY_CAST");
+        }
+        let to = sql_type(data_type)?;
+        let inner = self.expr(expr, depth + 1)?;
+        fold_cast(inner, to)
+    }
+
+    #[inline(never)]
+    fn function(&self, f: &ast::Function) -> Result<Expr, PlanError> {
+        let name = function_name(f)?;
+        if AggregateFunc::from_name(&name).is_some() {
+            return unsupported(format!("aggregate function {name} in this position"));
+        }
+        if name != "id" {
+            return unsupported(format!("function {name}"));
+        }
+        if !function_args(f)?.is_empty() {
+            return unsupported("id() with arguments");
+        }
+        if matches!(self.scope, Scope::Values) {
+            return Err(PlanError::Invalid { what: "id() is not allowed in VALUES".to_owned() });
+        }
+        Ok(Expr::Id)
+    }
+}
+
+/// Names an unsupported expression without rendering it (rendering recurses through the
+/// whole, possibly deep, tree).
+fn expr_construct(e: &ast::Expr) -> String {
+    let name = match e {
+        ast::Expr::Subquery(_) | ast::Expr::InSubquery { .. } | ast::Expr::Exists { .. } => {
+            "subquery"
+        }
+        ast::Expr::ILike { .. } => "ILIKE",
+        ast::Expr::Like { .. } => "LIKE with ESCAPE or ANY",
+        ast::Expr::SimilarTo { .. } => "SIMILAR TO",
+        ast::Expr::Case { .. } => "CASE",
+        ast::Expr::Cast { .. } => "CAST with FORMAT",
+        ast::Expr::IsTrue(_)
+        | ast::Expr::IsFalse(_)
+        | ast::Expr::IsNotTrue(_)
+        | ast::Expr::IsNotFalse(_) => "IS TRUE / IS FALSE",
+        ast::Expr::IsUnknown(_) | ast::Expr::IsNotUnknown(_) => "IS UNKNOWN",
+        ast::Expr::IsDistinctFrom(..) | ast::Expr::IsNotDistinctFrom(..) => "IS DISTINCT FROM",
+        ast::Expr::InUnnest { .. } => "IN UNNEST",
+        ast::Expr::AnyOp { .. } | ast::Expr::AllOp { .. } => "ANY / ALL",
+        ast::Expr::Extract { .. } => "EXTRACT",
+        ast::Expr::Substring { .. } => "SUBSTRING",
+        ast::Expr::Trim { .. } => "TRIM",
+        ast::Expr::Position { .. } => "POSITION",
+        ast::Expr::Overlay { .. } => "OVERLAY",
+        ast::Expr::Collate { .. } => "COLLATE",
+        ast::Expr::AtTimeZone { .. } => "AT TIME ZONE",
+        ast::Expr::Interval(_) => "INTERVAL",
+        ast::Expr::TypedString(_) => "typed string literal",
+        ast::Expr::Array(_) => "ARRAY",
+        ast::Expr::Tuple(_) => "row constructor",
+        ast::Expr::CompoundFieldAccess { .. } => "subscript or field access",
+        ast::Expr::JsonAccess { .. } => "JSON access operator",
+        _ => "this expression",
+    };
+    name.to_owned()
+}
+
+/// `'…'::json` of a literal is parsed at plan time so a malformed document is a plan error.
+fn fold_cast(inner: Expr, to: SqlType) -> Result<Expr, PlanError> {
+    match (&inner, to) {
+        (Expr::Literal(Literal::Str(s)), SqlType::Json) => match serde_json::from_str(s) {
+            Ok(v) => Ok(Expr::Literal(Literal::from_json(v))),
+            Err(e) => Err(PlanError::InvalidLiteral { literal: s.clone(), reason: e.to_string() }),
+        },
+        _ => Ok(Expr::Cast { expr: Box::new(inner), to }),
+    }
+}
+
+fn function_name(f: &ast::Function) -> Result<String, PlanError> {
+    let parts = object_name_parts(&f.name)?;
+    if f.filter.is_some()
+        || f.over.is_some()
+        || !f.within_group.is_empty()
+        || f.null_treatment.is_some()
+    {
+        return unsupported("FILTER, OVER or WITHIN GROUP on a function");
+    }
+    match parts.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => unsupported(format!("function {}", parts.join("."))),
+    }
+}
+
+/// The plain argument list of a call (`None` entries stand for `*`).
+fn function_args(f: &ast::Function) -> Result<Vec<Option<&ast::Expr>>, PlanError> {
+    if !matches!(f.parameters, ast::FunctionArguments::None) {
+        return unsupported("function parameters");
+    }
+    match &f.args {
+        ast::FunctionArguments::None => Ok(Vec::new()),
+        ast::FunctionArguments::Subquery(_) => unsupported("subquery"),
+        ast::FunctionArguments::List(list) => {
+            if list.duplicate_treatment.is_some() {
+                return unsupported("DISTINCT in a function call");
+            }
+            if !list.clauses.is_empty() {
+                return unsupported("clauses in a function call");
+            }
+            list.args
+                .iter()
+                .map(|a| match a {
+                    ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Ok(Some(e)),
+                    ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard) => Ok(None),
+                    _ => unsupported("named or qualified-wildcard function arguments"),
+                })
+                .collect()
+        }
+    }
+}
+
+fn value_expr(v: &ast::Value) -> Result<Expr, PlanError> {
+    Ok(Expr::Literal(match v {
+        ast::Value::Number(text, _) => number_literal(text)?,
+        ast::Value::SingleQuotedString(s)
+        | ast::Value::EscapedStringLiteral(s)
+        | ast::Value::UnicodeStringLiteral(s) => Literal::Str(s.clone()),
+        ast::Value::DollarQuotedString(d) => Literal::Str(d.value.clone()),
+        ast::Value::Boolean(b) => Literal::Bool(*b),
+        ast::Value::Null => Literal::Null,
+        ast::Value::Placeholder(p) => return placeholder(p),
+        other => return unsupported(format!("literal {other}")),
+    }))
+}
+
+fn number_literal(text: &str) -> Result<Literal, PlanError> {
+    if let Ok(i) = text.parse::<i64>() {
+        return Ok(Literal::Int(i));
+    }
+    match text.parse::<f64>() {
+        Ok(f) if f.is_finite() => Ok(Literal::Float(f)),
+        _ => Err(PlanError::InvalidLiteral {
+            literal: text.to_owned(),
+            reason: "not a finite number".to_owned(),
+        }),
+    }
+}
+
+/// `$n` (1-based in SQL) as a 0-based parameter index.
+fn placeholder(p: &str) -> Result<Expr, PlanError> {
+    match p.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
+        Some(n) if (1..=PARAMS_MAX).contains(&n) => Ok(Expr::Param(n - 1)),
+        Some(_) => Err(PlanError::LimitExceeded { what: "parameter number", limit: PARAMS_MAX }),
+        None => unsupported(format!("placeholder {p}")),
+    }
+}
+
+/// The SqlType for a cast target, by PostgreSQL's type names and aliases.
+fn sql_type(dt: &ast::DataType) -> Result<SqlType, PlanError> {
+    let text = dt.to_string().to_lowercase();
+    let base = text.split('(').next().unwrap_or("").trim();
+    Ok(match base {
+        "int8" | "bigint" | "int" | "integer" | "int4" | "int2" | "smallint" => SqlType::Int8,
+        "float8" | "double precision" | "double" | "float" | "float4" | "real" | "numeric"
+        | "decimal" => SqlType::Float8,
+        "text" | "varchar" | "character varying" | "char" | "character" | "string" | "name" => {
+            SqlType::Text
+        }
+        "bool" | "boolean" => SqlType::Bool,
+        "json" | "jsonb" => SqlType::Json,
+        _ => return unsupported(format!("type {text}")),
+    })
+}
+
+/// PostgreSQL's default name for an output column.
+fn default_column_name(e: &ast::Expr) -> String {
+    default_column_name_within(e, 0)
+}
+
+fn default_column_name_within(e: &ast::Expr, depth: usize) -> String {
+    if depth > EXPR_DEPTH_MAX {
+        return "?column?".to_owned();
+    }
+    let default_column_name = |e: &ast::Expr| default_column_name_within(e, depth + 1);
+    match e {
+        ast::Expr::Identifier(i) => ident_name(i),
+        ast::Expr::CompoundIdentifier(ids) => {
+            ids.last().map_or_else(|| "?column?".to_owned(), ident_name)
+        }
+        ast::Expr::Cast { expr, .. } => match expr.as_ref() {
+            ast::Expr::Identifier(_)
+            | ast::Expr::CompoundIdentifier(_)
+            | ast::Expr::Function(_) => default_column_name(expr),
+            _ => cast_name(e),
+        },
+        ast::Expr::Nested(inner) => default_column_name(inner),
+        ast::Expr::Function(f) => match object_name_parts(&f.name) {
+            Ok(parts) => parts.last().cloned().unwrap_or_else(|| "?column?".to_owned()),
+            Err(_) => "?column?".to_owned(),
+        },
+        _ => "?column?".to_owned(),
+    }
+}
+
+/// PostgreSQL names `'x'::int8` by its type.
+fn cast_name(e: &ast::Expr) -> String {
+    match e {
+        ast::Expr::Cast { data_type, .. } => {
+            sql_type(data_type).map_or_else(|_| "?column?".to_owned(), |t| t.pg_name().to_owned())
+        }
+        _ => "?column?".to_owned(),
+    }
+}
+
+/// The static type of an expression (see the typing rule in [`crate::types`]).
+pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
+    match e {
+        Expr::Literal(Literal::Null | Literal::Str(_) | Literal::Untyped(_)) | Expr::Id => {
+            SqlType::Text
+        }
+        Expr::Literal(Literal::Bool(_)) => SqlType::Bool,
+        Expr::Literal(Literal::Int(_)) => SqlType::Int8,
+        Expr::Literal(Literal::Float(_)) => SqlType::Float8,
+        Expr::Literal(Literal::Json(_)) | Expr::Field(_) | Expr::Excluded(_) => SqlType::Json,
+        Expr::Param(i) => params.get(*i).copied().flatten().unwrap_or(SqlType::Text),
+        Expr::Cast { to, .. } => *to,
+        Expr::Unary { op: UnaryOp::Not, .. }
+        | Expr::IsNull { .. }
+        | Expr::InList { .. }
+        | Expr::Between { .. }
+        | Expr::Like { .. } => SqlType::Bool,
+        Expr::Unary { op: UnaryOp::Neg, expr } => match expr_type(expr, params) {
+            SqlType::Int8 => SqlType::Int8,
+            _ => SqlType::Float8,
+        },
+        Expr::Binary { op, left, right } => {
+            if matches!(op, BinaryOp::And | BinaryOp::Or) || op.is_comparison() {
+                SqlType::Bool
+            } else if expr_type(left, params) == SqlType::Int8
+                && expr_type(right, params) == SqlType::Int8
+            {
+                SqlType::Int8
+            } else {
+                SqlType::Float8
+            }
+        }
+    }
+}
+
+fn plan_projection_rows(
+    items: &[ast::SelectItem],
+    planner: &ExprPlanner<'_>,
+) -> Result<Vec<Output>, PlanError> {
+    let mut outputs = Vec::new();
+    for item in items {
+        match item {
+            ast::SelectItem::Wildcard(options) => {
+                if options.opt_exclude.is_some()
+                    || options.opt_except.is_some()
+                    || options.opt_replace.is_some()
+                    || options.opt_rename.is_some()
+                    || options.opt_ilike.is_some()
+                {
+                    return unsupported("wildcard options");
+                }
+                outputs.push(Output {
+                    column: OutputColumn { name: "id".to_owned(), ty: SqlType::Text },
+                    expr: Expr::Id,
+                });
+                outputs.push(Output {
+                    column: OutputColumn { name: "doc".to_owned(), ty: SqlType::Json },
+                    expr: Expr::Field(FieldPath::default()),
+                });
+            }
+            ast::SelectItem::QualifiedWildcard(..) => return unsupported("qualified wildcard"),
+            ast::SelectItem::UnnamedExpr(e) => {
+                let expr = planner.expr(e, 0)?;
+                let ty = expr_type(&expr, &[]);
+                outputs.push(Output {
+                    column: OutputColumn { name: default_column_name(e), ty },
+                    expr,
+                });
+            }
+            ast::SelectItem::ExprWithAlias { expr: e, alias } => {
+                let expr = planner.expr(e, 0)?;
+                let ty = expr_type(&expr, &[]);
+                outputs.push(Output { column: OutputColumn { name: ident_name(alias), ty }, expr });
+            }
+            ast::SelectItem::ExprWithAliases { .. } => return unsupported("multiple aliases"),
+        }
+    }
+    Ok(outputs)
+}
+
+/// An aggregate call, when `e` is one.
+fn as_aggregate(e: &ast::Expr, planner: &ExprPlanner<'_>) -> Result<Option<Aggregate>, PlanError> {
+    let ast::Expr::Function(f) = e else {
+        return Ok(None);
+    };
+    let name = function_name(f)?;
+    let Some(func) = AggregateFunc::from_name(&name) else {
+        return Ok(None);
+    };
+    let args = function_args(f)?;
+    let arg = match (func, args.as_slice()) {
+        (AggregateFunc::Count, [None]) => None,
+        (_, [Some(a)]) => Some(planner.expr(a, 1)?),
+        _ => return unsupported(format!("{name} with these arguments")),
+    };
+    // Aggregates inside aggregates are refused by the expression planner (it rejects
+    // aggregate names), so only the argument's type matters here.
+    let arg_ty = arg.as_ref().map(|a| expr_type(a, &[]));
+    let ty = match func {
+        AggregateFunc::Count => SqlType::Int8,
+        AggregateFunc::Sum => {
+            if arg_ty == Some(SqlType::Int8) {
+                SqlType::Int8
+            } else {
+                SqlType::Float8
+            }
+        }
+        AggregateFunc::Avg => SqlType::Float8,
+        AggregateFunc::Min | AggregateFunc::Max => arg_ty.unwrap_or(SqlType::Json),
+    };
+    Ok(Some(Aggregate { func, arg, ty }))
+}
+
+fn contains_aggregate(e: &ast::Expr) -> bool {
+    contains_aggregate_within(e, 0)
+}
+
+/// Whether an aggregate call appears at the top of `e` or under operators and casts. Stops
+/// (answering false) past [`EXPR_DEPTH_MAX`]; the planner then refuses the depth itself.
+fn contains_aggregate_within(e: &ast::Expr, depth: usize) -> bool {
+    if depth > EXPR_DEPTH_MAX {
+        return false;
+    }
+    let contains_aggregate = |e: &ast::Expr| contains_aggregate_within(e, depth + 1);
+    match e {
+        ast::Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .and_then(|p| match p {
+                ast::ObjectNamePart::Identifier(i) => AggregateFunc::from_name(&ident_name(i)),
+                ast::ObjectNamePart::Function(_) => None,
+            })
+            .is_some(),
+        ast::Expr::Nested(inner) | ast::Expr::Cast { expr: inner, .. } => contains_aggregate(inner),
+        ast::Expr::UnaryOp { expr, .. } => contains_aggregate(expr),
+        ast::Expr::BinaryOp { left, right, .. } => {
+            contains_aggregate(left) || contains_aggregate(right)
+        }
+        _ => false,
+    }
+}
+
+fn plan_query(q: &ast::Query) -> Result<Statement, PlanError> {
+    if q.with.is_some() {
+        return unsupported("WITH");
+    }
+    if q.fetch.is_some() {
+        return unsupported("FETCH");
+    }
+    if !q.locks.is_empty() {
+        return unsupported("FOR UPDATE / FOR SHARE");
+    }
+    if q.for_clause.is_some()
+        || q.settings.is_some()
+        || q.format_clause.is_some()
+        || !q.pipe_operators.is_empty()
+    {
+        return unsupported("query clauses other than ORDER BY, LIMIT and OFFSET");
+    }
+    let select = match q.body.as_ref() {
+        ast::SetExpr::Select(s) => s,
+        ast::SetExpr::Query(inner) => return plan_query(inner),
+        ast::SetExpr::SetOperation { op, .. } => return unsupported(format!("{op}")),
+        ast::SetExpr::Values(_) => return unsupported("VALUES as a query"),
+        _ => return unsupported("this kind of query"),
+    };
+    if select.distinct.is_some() {
+        return unsupported("DISTINCT");
+    }
+    if select.top.is_some() || select.into.is_some() || select.exclude.is_some() {
+        return unsupported("TOP / INTO / EXCLUDE");
+    }
+    if select.having.is_some() {
+        return unsupported("HAVING");
+    }
+    if !select.lateral_views.is_empty()
+        || select.prewhere.is_some()
+        || !select.connect_by.is_empty()
+        || !select.cluster_by.is_empty()
+        || !select.distribute_by.is_empty()
+        || !select.sort_by.is_empty()
+        || !select.named_window.is_empty()
+        || select.qualify.is_some()
+    {
+        return unsupported("SELECT clauses other than WHERE, GROUP BY, ORDER BY, LIMIT");
+    }
+    let (collection, alias) = match select.from.as_slice() {
+        [] => (None, None),
+        [table] => {
+            if !table.joins.is_empty() {
+                return unsupported("JOIN");
+            }
+            match &table.relation {
+                ast::TableFactor::Table {
+                    name,
+                    alias,
+                    args,
+                    with_hints,
+                    version,
+                    partitions,
+                    sample,
+                    ..
+                } => {
+                    if !with_hints.is_empty()
+                        || version.is_some()
+                        || !partitions.is_empty()
+                        || sample.is_some()
+                    {
+                        return unsupported("table hints, versions, partitions or samples");
+                    }
+                    if let Some(args) = args {
+                        return plan_table_function(name, args, select, q);
+                    }
+                    if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
+                        return unsupported("column aliases on a table");
+                    }
+                    (Some(collection_name(name)?), alias.as_ref().map(|a| ident_name(&a.name)))
+                }
+                ast::TableFactor::Derived { .. } => return unsupported("subquery in FROM"),
+                _ => return unsupported("this kind of FROM item"),
+            }
+        }
+        _ => return unsupported("JOIN (several tables in FROM)"),
+    };
+    let planner = ExprPlanner { scope: Scope::Document { alias: alias.as_deref() } };
+    if collection.is_none() && select.selection.is_some() {
+        return unsupported("WHERE without FROM");
+    }
+    let filter = select.selection.as_ref().map(|e| planner.expr(e, 0)).transpose()?;
+
+    let group_exprs: &[ast::Expr] = match &select.group_by {
+        ast::GroupByExpr::Expressions(exprs, modifiers) => {
+            if !modifiers.is_empty() {
+                return unsupported("GROUP BY modifiers");
+            }
+            exprs
+        }
+        ast::GroupByExpr::All(_) => return unsupported("GROUP BY ALL"),
+    };
+    let is_aggregate = !group_exprs.is_empty()
+        || select.projection.iter().any(|item| match item {
+            ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } => {
+                contains_aggregate(e)
+            }
+            _ => false,
+        });
+    if is_aggregate && collection.is_none() {
+        return unsupported("aggregates without FROM");
+    }
+
+    let shape = if is_aggregate {
+        plan_aggregate_shape(&select.projection, group_exprs, &planner)?
+    } else {
+        SelectShape::Rows { outputs: plan_projection_rows(&select.projection, &planner)? }
+    };
+    let order_by = plan_order_by(q.order_by.as_ref(), &select.projection, &shape, &planner)?;
+    let (limit, offset) = plan_limit(q.limit_clause.as_ref())?;
+    if collection.is_none() && (!order_by.is_empty() || limit.is_some() || offset.is_some()) {
+        return unsupported("ORDER BY, LIMIT or OFFSET without FROM");
+    }
+    Ok(Statement::Select(Select { collection, filter, shape, order_by, limit, offset }))
+}
+
+fn plan_table_function(
+    name: &ast::ObjectName,
+    args: &ast::TableFunctionArgs,
+    select: &ast::Select,
+    q: &ast::Query,
+) -> Result<Statement, PlanError> {
+    let fname = object_name_parts(name)?.join(".");
+    if fname != "verify_sharding" {
+        return unsupported(format!("table function {fname}"));
+    }
+    let is_star = matches!(select.projection.as_slice(), [ast::SelectItem::Wildcard(_)]);
+    if !is_star
+        || select.selection.is_some()
+        || q.order_by.is_some()
+        || q.limit_clause.is_some()
+        || !matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty())
+    {
+        return unsupported("verify_sharding other than SELECT * FROM verify_sharding('c')");
+    }
+    match args.args.as_slice() {
+        [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(ast::Expr::Value(v)))] => {
+            match &v.value {
+                ast::Value::SingleQuotedString(s) => {
+                    Ok(Statement::VerifySharding { collection: CollectionName(s.clone()) })
+                }
+                _ => Err(PlanError::TypeMismatch {
+                    what: "verify_sharding argument",
+                    expected: SqlType::Text,
+                }),
+            }
+        }
+        _ => Err(PlanError::TypeMismatch {
+            what: "verify_sharding argument",
+            expected: SqlType::Text,
+        }),
+    }
+}
+
+fn plan_aggregate_shape(
+    items: &[ast::SelectItem],
+    group_exprs: &[ast::Expr],
+    planner: &ExprPlanner<'_>,
+) -> Result<SelectShape, PlanError> {
+    // GROUP BY may name a select-list item by position or alias.
+    let mut group_by = Vec::new();
+    for g in group_exprs {
+        let resolved = match g {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::Number(n, _) => {
+                    let pos: usize = n.parse().map_err(|_| PlanError::Invalid {
+                        what: format!("GROUP BY position {n} is not in the select list"),
+                    })?;
+                    match pos.checked_sub(1).and_then(|i| items.get(i)) {
+                        Some(
+                            ast::SelectItem::UnnamedExpr(e)
+                            | ast::SelectItem::ExprWithAlias { expr: e, .. },
+                        ) if !contains_aggregate(e) => e,
+                        _ => {
+                            return Err(PlanError::Invalid {
+                                what: format!("GROUP BY position {n} is not in the select list"),
+                            });
+                        }
+                    }
+                }
+                _ => g,
+            },
+            ast::Expr::Identifier(ident) => items
+                .iter()
+                .find_map(|item| match item {
+                    ast::SelectItem::ExprWithAlias { expr, alias }
+                        if ident_name(alias) == ident_name(ident) && !contains_aggregate(expr) =>
+                    {
+                        Some(expr)
+                    }
+                    _ => None,
+                })
+                .unwrap_or(g),
+            _ => g,
+        };
+        if contains_aggregate(resolved) {
+            return Err(PlanError::Invalid {
+                what: "aggregate functions are not allowed in GROUP BY".to_owned(),
+            });
+        }
+        group_by.push(planner.expr(resolved, 0)?);
+    }
+    let mut aggregates: Vec<Aggregate> = Vec::new();
+    let mut outputs = Vec::new();
+    for item in items {
+        let (e, name) = match item {
+            ast::SelectItem::UnnamedExpr(e) => (e, default_column_name(e)),
+            ast::SelectItem::ExprWithAlias { expr, alias } => (expr, ident_name(alias)),
+            ast::SelectItem::Wildcard(_) | ast::SelectItem::QualifiedWildcard(..) => {
+                return Err(PlanError::Invalid {
+                    what: "* is not allowed with aggregates or GROUP BY".to_owned(),
+                });
+            }
+            ast::SelectItem::ExprWithAliases { .. } => return unsupported("multiple aliases"),
+        };
+        if let Some(agg) = as_aggregate(e, planner)? {
+            let ty = agg.ty;
+            let index = match aggregates.iter().position(|a| *a == agg) {
+                Some(i) => i,
+                None => {
+                    aggregates.push(agg);
+                    aggregates.len() - 1
+                }
+            };
+            outputs.push(AggregateOutput {
+                column: OutputColumn { name, ty },
+                source: AggregateSource::Aggregate(index),
+            });
+            continue;
+        }
+        if contains_aggregate(e) {
+            return unsupported("expressions over aggregate results");
+        }
+        let expr = planner.expr(e, 0)?;
+        let Some(index) = group_by.iter().position(|g| *g == expr) else {
+            return Err(PlanError::Invalid {
+                what: format!(
+                    "column {expr} must appear in the GROUP BY clause or be used in an aggregate function"
+                ),
+            });
+        };
+        outputs.push(AggregateOutput {
+            column: OutputColumn { name, ty: expr_type(&expr, &[]) },
+            source: AggregateSource::Group(index),
+        });
+    }
+    Ok(SelectShape::Aggregate { group_by, aggregates, outputs })
+}
+
+fn plan_order_by(
+    order_by: Option<&ast::OrderBy>,
+    items: &[ast::SelectItem],
+    shape: &SelectShape,
+    planner: &ExprPlanner<'_>,
+) -> Result<Vec<OrderKey>, PlanError> {
+    let Some(order_by) = order_by else {
+        return Ok(Vec::new());
+    };
+    if order_by.interpolate.is_some() {
+        return unsupported("INTERPOLATE");
+    }
+    let exprs = match &order_by.kind {
+        ast::OrderByKind::Expressions(exprs) => exprs,
+        ast::OrderByKind::All(_) => return unsupported("ORDER BY ALL"),
+    };
+    let mut keys = Vec::new();
+    for o in exprs {
+        if o.with_fill.is_some() {
+            return unsupported("WITH FILL");
+        }
+        let descending = match &o.options.sort {
+            None | Some(ast::OrderBySort::Asc) => false,
+            Some(ast::OrderBySort::Desc) => true,
+            Some(ast::OrderBySort::Using(_)) => return unsupported("ORDER BY USING"),
+        };
+        let nulls_first = o.options.nulls_first.unwrap_or(descending);
+        let target = order_target(&o.expr, items, shape, planner)?;
+        keys.push(OrderKey { target, descending, nulls_first });
+    }
+    Ok(keys)
+}
+
+fn order_target(
+    e: &ast::Expr,
+    items: &[ast::SelectItem],
+    shape: &SelectShape,
+    planner: &ExprPlanner<'_>,
+) -> Result<OrderTarget, PlanError> {
+    let output_count = match shape {
+        SelectShape::Rows { outputs } => outputs.len(),
+        SelectShape::Aggregate { outputs, .. } => outputs.len(),
+    };
+    // A position: ORDER BY 2.
+    if let ast::Expr::Value(v) = e
+        && let ast::Value::Number(n, _) = &v.value
+    {
+        return match n.parse::<usize>() {
+            Ok(p) if (1..=output_count).contains(&p) => Ok(OrderTarget::Output(p - 1)),
+            _ => Err(PlanError::Invalid {
+                what: format!("ORDER BY position {n} is not in select list"),
+            }),
+        };
+    }
+    // An output alias: ORDER BY total.
+    if let ast::Expr::Identifier(ident) = e {
+        let name = ident_name(ident);
+        let mut column = 0usize;
+        for item in items {
+            match item {
+                ast::SelectItem::ExprWithAlias { alias, .. } if ident_name(alias) == name => {
+                    return Ok(OrderTarget::Output(column));
+                }
+                ast::SelectItem::Wildcard(_) => column += 2,
+                _ => column += 1,
+            }
+        }
+    }
+    match shape {
+        SelectShape::Rows { outputs } => {
+            let expr = planner.expr(e, 0)?;
+            match outputs.iter().position(|o| o.expr == expr) {
+                Some(i) => Ok(OrderTarget::Output(i)),
+                None => Ok(OrderTarget::Expr(expr)),
+            }
+        }
+        SelectShape::Aggregate { group_by, aggregates, outputs } => {
+            let found = if let Some(agg) = as_aggregate(e, planner)? {
+                aggregates.iter().position(|a| *a == agg).and_then(|ai| {
+                    outputs.iter().position(|o| o.source == AggregateSource::Aggregate(ai))
+                })
+            } else {
+                let expr = planner.expr(e, 0)?;
+                group_by.iter().position(|g| *g == expr).and_then(|gi| {
+                    outputs.iter().position(|o| o.source == AggregateSource::Group(gi))
+                })
+            };
+            found.map(OrderTarget::Output).ok_or_else(|| {
+                PlanError::unsupported(
+                    "ORDER BY in an aggregate query on something not in the select list",
+                )
+            })
+        }
+    }
+}
+
+fn plan_count(e: &ast::Expr, what: &'static str) -> Result<Option<Count>, PlanError> {
+    let planned = ExprPlanner { scope: Scope::Values }.expr(e, 0)?;
+    match planned {
+        Expr::Literal(Literal::Null) => Ok(None),
+        Expr::Literal(Literal::Int(i)) => match u64::try_from(i) {
+            Ok(n) => Ok(Some(Count::Value(n))),
+            Err(_) => Err(PlanError::Invalid { what: format!("{what} must not be negative") }),
+        },
+        Expr::Param(i) => Ok(Some(Count::Param(i))),
+        _ => Err(PlanError::TypeMismatch { what, expected: SqlType::Int8 }),
+    }
+}
+
+fn plan_limit(
+    clause: Option<&ast::LimitClause>,
+) -> Result<(Option<Count>, Option<Count>), PlanError> {
+    match clause {
+        None => Ok((None, None)),
+        Some(ast::LimitClause::LimitOffset { limit, offset, limit_by }) => {
+            if !limit_by.is_empty() {
+                return unsupported("LIMIT BY");
+            }
+            let limit = match limit {
+                Some(e) => plan_count(e, "LIMIT")?,
+                None => None,
+            };
+            let offset = match offset {
+                Some(o) => plan_count(&o.value, "OFFSET")?,
+                None => None,
+            };
+            Ok((limit, offset))
+        }
+        Some(ast::LimitClause::OffsetCommaLimit { .. }) => unsupported("LIMIT offset, count"),
+    }
+}
+
+fn plan_returning(
+    returning: Option<&Vec<ast::SelectItem>>,
+    planner: &ExprPlanner<'_>,
+) -> Result<Vec<Output>, PlanError> {
+    match returning {
+        None => Ok(Vec::new()),
+        Some(items) => plan_projection_rows(items, planner),
+    }
+}
+
+fn plan_assignments(
+    assignments: &[ast::Assignment],
+    planner: &ExprPlanner<'_>,
+) -> Result<Vec<Assignment>, PlanError> {
+    let mut out = Vec::new();
+    for a in assignments {
+        let ast::AssignmentTarget::ColumnName(name) = &a.target else {
+            return unsupported("tuple assignment");
+        };
+        let steps = object_name_parts(name)?;
+        if steps.len() > PATH_STEPS_MAX {
+            return Err(PlanError::LimitExceeded {
+                what: "steps in a field path",
+                limit: PATH_STEPS_MAX,
+            });
+        }
+        if steps.len() == 1 && steps.first().map(String::as_str) == Some("id") {
+            return unsupported("changing a document's id (SET id)");
+        }
+        if out.iter().any(|o: &Assignment| o.path.steps() == steps.as_slice()) {
+            return Err(PlanError::Invalid {
+                what: format!("multiple assignments to the same field {}", steps.join(".")),
+            });
+        }
+        out.push(Assignment { path: FieldPath::new(steps), expr: planner.expr(&a.value, 0)? });
+    }
+    Ok(out)
+}
+
+fn plan_insert(insert: &ast::Insert) -> Result<Insert, PlanError> {
+    if insert.or.is_some()
+        || insert.ignore
+        || insert.overwrite
+        || insert.replace_into
+        || !insert.assignments.is_empty()
+    {
+        return unsupported("INSERT modifiers");
+    }
+    if insert.partitioned.is_some()
+        || !insert.after_columns.is_empty()
+        || insert.insert_alias.is_some()
+        || insert.output.is_some()
+    {
+        return unsupported("INSERT modifiers");
+    }
+    if insert.table_alias.is_some() {
+        return unsupported("INSERT table alias");
+    }
+    let collection = match &insert.table {
+        ast::TableObject::TableName(name) => collection_name(name)?,
+        _ => return unsupported("INSERT INTO a table function"),
+    };
+    let Some(source) = &insert.source else {
+        return unsupported("INSERT without VALUES");
+    };
+    let rows_ast = match source.body.as_ref() {
+        ast::SetExpr::Values(values) => &values.rows,
+        _ => return unsupported("INSERT … SELECT"),
+    };
+    if source.order_by.is_some() || source.limit_clause.is_some() || source.with.is_some() {
+        return unsupported("INSERT VALUES with ORDER BY, LIMIT or WITH");
+    }
+    if rows_ast.len() > INSERT_ROWS_MAX {
+        return Err(PlanError::LimitExceeded {
+            what: "rows in one INSERT",
+            limit: INSERT_ROWS_MAX,
+        });
+    }
+    let mut columns = Vec::new();
+    for c in &insert.columns {
+        let parts = object_name_parts(c)?;
+        match parts.as_slice() {
+            [one] => {
+                if columns.contains(one) {
+                    return Err(PlanError::Invalid {
+                        what: format!("column {one} specified more than once"),
+                    });
+                }
+                columns.push(one.clone());
+            }
+            _ => return unsupported("dotted column names in INSERT"),
+        }
+    }
+    let id_index = if columns.is_empty() {
+        None
+    } else {
+        Some(columns.iter().position(|c| c == "id").ok_or_else(|| PlanError::Invalid {
+            what: "INSERT with a column list needs the id column".to_owned(),
+        })?)
+    };
+    let values = ExprPlanner { scope: Scope::Values };
+    let mut rows = Vec::with_capacity(rows_ast.len());
+    for row in rows_ast {
+        let exprs = row.content.iter().map(|e| values.expr(e, 0)).collect::<Result<Vec<_>, _>>()?;
+        match id_index {
+            None => match <[Expr; 2]>::try_from(exprs) {
+                Ok([id, doc]) => rows.push(InsertRow { id, body: InsertBody::Document(doc) }),
+                Err(_) => {
+                    return Err(PlanError::Invalid {
+                        what: "INSERT without a column list takes VALUES ('<id>', '<json object>')"
+                            .to_owned(),
+                    });
+                }
+            },
+            Some(id_at) => {
+                if exprs.len() != columns.len() {
+                    return Err(PlanError::Invalid {
+                        what: format!(
+                            "INSERT has {} columns but a row has {} values",
+                            columns.len(),
+                            exprs.len()
+                        ),
+                    });
+                }
+                let mut id = None;
+                let mut fields = Vec::with_capacity(columns.len().saturating_sub(1));
+                for (i, (name, e)) in columns.iter().zip(exprs).enumerate() {
+                    if i == id_at {
+                        id = Some(e);
+                    } else {
+                        fields.push((name.clone(), e));
+                    }
+                }
+                let Some(id) = id else {
+                    return Err(PlanError::Invalid { what: "INSERT row without an id".to_owned() });
+                };
+                rows.push(InsertRow { id, body: InsertBody::Fields(fields) });
+            }
+        }
+    }
+    let on_conflict = match &insert.on {
+        None => OnConflict::Error,
+        Some(ast::OnInsert::OnConflict(c)) => {
+            match &c.conflict_target {
+                None => {}
+                Some(ast::ConflictTarget::Columns(cols))
+                    if cols.len() == 1 && cols.first().map(ident_name).as_deref() == Some("id") => {
+                }
+                _ => return unsupported("ON CONFLICT target other than (id)"),
+            }
+            match &c.action {
+                ast::OnConflictAction::DoNothing => OnConflict::DoNothing,
+                ast::OnConflictAction::DoUpdate(u) => {
+                    if c.conflict_target.is_none() {
+                        return Err(PlanError::Invalid {
+                            what: "ON CONFLICT DO UPDATE requires a conflict target (id)"
+                                .to_owned(),
+                        });
+                    }
+                    let upsert = ExprPlanner { scope: Scope::Upsert };
+                    OnConflict::DoUpdate {
+                        assignments: plan_assignments(&u.assignments, &upsert)?,
+                        filter: u.selection.as_ref().map(|e| upsert.expr(e, 0)).transpose()?,
+                    }
+                }
+            }
+        }
+        Some(_) => return unsupported("ON DUPLICATE KEY UPDATE"),
+    };
+    let returning = plan_returning(
+        insert.returning.as_ref(),
+        &ExprPlanner { scope: Scope::Document { alias: None } },
+    )?;
+    Ok(Insert { collection, rows, on_conflict, returning })
+}
+
+fn single_table(
+    table: &ast::TableWithJoins,
+) -> Result<(CollectionName, Option<String>), PlanError> {
+    if !table.joins.is_empty() {
+        return unsupported("JOIN");
+    }
+    match &table.relation {
+        ast::TableFactor::Table { name, alias, args: None, .. } => {
+            Ok((collection_name(name)?, alias.as_ref().map(|a| ident_name(&a.name))))
+        }
+        _ => unsupported("this kind of table reference"),
+    }
+}
+
+fn plan_update(update: &ast::Update) -> Result<Update, PlanError> {
+    if update.from.is_some() {
+        return unsupported("UPDATE … FROM");
+    }
+    if update.or.is_some()
+        || update.output.is_some()
+        || !update.order_by.is_empty()
+        || update.limit.is_some()
+    {
+        return unsupported("UPDATE modifiers");
+    }
+    let (collection, alias) = single_table(&update.table)?;
+    let planner = ExprPlanner { scope: Scope::Document { alias: alias.as_deref() } };
+    Ok(Update {
+        collection,
+        assignments: plan_assignments(&update.assignments, &planner)?,
+        filter: update.selection.as_ref().map(|e| planner.expr(e, 0)).transpose()?,
+        returning: plan_returning(update.returning.as_ref(), &planner)?,
+    })
+}
+
+fn plan_delete(delete: &ast::Delete) -> Result<Delete, PlanError> {
+    if !delete.tables.is_empty() || delete.using.is_some() || delete.output.is_some() {
+        return unsupported("DELETE with several tables or USING");
+    }
+    if !delete.order_by.is_empty() || delete.limit.is_some() {
+        return unsupported("DELETE with ORDER BY or LIMIT");
+    }
+    let tables = match &delete.from {
+        ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t,
+    };
+    let [table] = tables.as_slice() else {
+        return unsupported("DELETE from several tables");
+    };
+    let (collection, alias) = single_table(table)?;
+    let planner = ExprPlanner { scope: Scope::Document { alias: alias.as_deref() } };
+    Ok(Delete {
+        collection,
+        filter: delete.selection.as_ref().map(|e| planner.expr(e, 0)).transpose()?,
+        returning: plan_returning(delete.returning.as_ref(), &planner)?,
+    })
+}

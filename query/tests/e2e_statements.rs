@@ -1,0 +1,460 @@
+//! End to end over the in-memory cluster: every statement kind plans, binds, executes on the
+//! fragments router names, and merges to what users see.
+
+mod common;
+
+use common::{Cluster, MemFragment, one};
+use query::exec::NewDocument;
+use query::plan::{Count, OnConflict, SelectShape};
+use query::{
+    Datum, ExecError, Format, PlacedDocument, SqlType, Statement, WriteIntent, bind,
+    execute_delete, execute_insert, execute_update, param_types,
+};
+use router::prune::Opcode;
+use serde_json::json;
+
+fn cluster() -> Cluster {
+    let mut c = Cluster::new(4);
+    c.put("orders", "orders/1-A", json!({"Customer": "customers/1-A", "total": 10, "address": {"city": "Oslo"}, "paid": true}));
+    c.put("orders", "orders/2-A", json!({"Customer": "customers/6-A", "total": 25.5, "address": {"city": "Rome"}, "paid": false}));
+    c.put(
+        "orders",
+        "orders/3-A",
+        json!({"Customer": "customers/1-A", "total": 7, "address": {"city": "oslo"}}),
+    );
+    c.put("orders", "orders/4-A", json!({"Customer": "customers/6-A", "total": "n/a"}));
+    c.put("users", "users/1", json!({"name": "Ann"}));
+    c
+}
+
+fn texts(rows: &[Vec<Datum>]) -> Vec<String> {
+    rows.iter()
+        .map(|r| {
+            r.iter()
+                .map(|d| d.encode_text().unwrap_or_else(|| "NULL".into()))
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect()
+}
+
+// Checks SELECT * gives id text and doc json, fields are json, casts are typed, and dotted
+// and quoted paths read case-sensitive fields.
+#[test]
+fn select_columns_and_types() {
+    let c = cluster();
+    let r = c.query("SELECT * FROM orders WHERE id() = 'orders/1-A'");
+    assert_eq!(
+        r.columns.iter().map(|c| (c.name.as_str(), c.ty)).collect::<Vec<_>>(),
+        [("id", SqlType::Text), ("doc", SqlType::Json)]
+    );
+    assert_eq!(r.rows.len(), 1);
+    let r = c.query(
+        "SELECT id(), \"Customer\", address.city, total::int8 AS t, total::float8, paid::bool, total + 1 FROM orders WHERE total::text = '10'",
+    );
+    let types: Vec<SqlType> = r.columns.iter().map(|c| c.ty).collect();
+    assert_eq!(
+        types,
+        [
+            SqlType::Text,
+            SqlType::Json,
+            SqlType::Json,
+            SqlType::Int8,
+            SqlType::Float8,
+            SqlType::Bool,
+            SqlType::Float8
+        ]
+    );
+    let names: Vec<&str> = r.columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["id", "Customer", "city", "t", "total", "paid", "?column?"]);
+    assert_eq!(texts(&r.rows), ["orders/1-A|\"customers/1-A\"|\"Oslo\"|10|10|t|11"]);
+    // Unquoted identifiers fold to lower case, so `Customer` reads field `customer`: NULL.
+    let r = c.query("SELECT Customer FROM orders WHERE id() = 'orders/1-A'");
+    assert_eq!(r.rows, vec![vec![Datum::Null]]);
+}
+
+// Checks WHERE operators end to end, including the mismatched-kinds rule and LIKE.
+#[test]
+fn where_operators() {
+    let c = cluster();
+    let ids = |sql: &str| {
+        let mut v: Vec<String> = texts(&c.query(sql).rows);
+        v.sort();
+        v
+    };
+    assert_eq!(ids("SELECT id() FROM orders WHERE total > 8"), ["orders/1-A", "orders/2-A"]);
+    assert_eq!(
+        ids("SELECT id() FROM orders WHERE total <> 10"),
+        ["orders/2-A", "orders/3-A", "orders/4-A"]
+    );
+    assert_eq!(
+        ids("SELECT id() FROM orders WHERE total BETWEEN 7 AND 10"),
+        ["orders/1-A", "orders/3-A"]
+    );
+    assert_eq!(ids("SELECT id() FROM orders WHERE paid IS NULL"), ["orders/3-A", "orders/4-A"]);
+    assert_eq!(ids("SELECT id() FROM orders WHERE address.city LIKE 'O%'"), ["orders/1-A"]);
+    assert_eq!(ids("SELECT id() FROM orders WHERE NOT paid"), ["orders/2-A"]);
+    assert_eq!(
+        ids("SELECT id() FROM orders WHERE total IN (7, 25.5) OR total = 'n/a'"),
+        ["orders/2-A", "orders/3-A", "orders/4-A"]
+    );
+    assert_eq!(ids("SELECT id() FROM orders o WHERE o.address.city = 'Rome'"), ["orders/2-A"]);
+    assert_eq!(
+        ids(
+            "SELECT id() FROM orders WHERE id() LIKE 'orders/_-A' AND \"Customer\" = 'customers/6-A'"
+        ),
+        ["orders/2-A", "orders/4-A"]
+    );
+}
+
+// Checks ORDER BY with NULLS, LIMIT/OFFSET and aggregates with GROUP BY over fragments.
+#[test]
+fn order_limit_and_aggregates() {
+    let c = cluster();
+    let r = c.query("SELECT id() FROM orders ORDER BY total DESC LIMIT 3");
+    // Strings sort above numbers, so 'n/a' is first in DESC.
+    assert_eq!(texts(&r.rows), ["orders/4-A", "orders/2-A", "orders/1-A"]);
+    let r = c.query("SELECT id() FROM orders ORDER BY paid NULLS FIRST, id() DESC OFFSET 1");
+    assert_eq!(texts(&r.rows), ["orders/3-A", "orders/2-A", "orders/1-A"]);
+    let r = c.query(
+        "SELECT \"Customer\" AS c, count(*), sum(total), avg(total), min(total), max(total::text) FROM orders GROUP BY c ORDER BY 2 DESC, c",
+    );
+    assert_eq!(
+        r.columns.iter().map(|c| c.ty).collect::<Vec<_>>(),
+        [
+            SqlType::Json,
+            SqlType::Int8,
+            SqlType::Float8,
+            SqlType::Float8,
+            SqlType::Json,
+            SqlType::Text
+        ]
+    );
+    assert_eq!(
+        texts(&r.rows),
+        ["\"customers/1-A\"|2|17|8.5|7|7", "\"customers/6-A\"|2|25.5|25.5|25.5|n/a"]
+    );
+    let r = c.query(
+        "SELECT count(*), sum(total::int8) FROM orders WHERE total::text LIKE '1%' OR total = 7",
+    );
+    assert_eq!(texts(&r.rows), ["2|17"]);
+    let r = c.query("SELECT count(*), max(total) FROM orders WHERE total > 1000");
+    assert_eq!(texts(&r.rows), ["0|NULL"]);
+    let r = c.query("SELECT count(*) FROM nothing_here");
+    assert_eq!(texts(&r.rows), ["0"]);
+}
+
+// Checks router is consulted: an id query goes to one fragment through get(), a content
+// scan to all, and the routed run equals the full one.
+#[test]
+fn routing_and_point_lookup() {
+    let c = cluster();
+    let Statement::Select(point) = one("SELECT id(), total FROM orders WHERE id() = 'orders/2-A'")
+    else {
+        panic!()
+    };
+    cov_mark::check!(point_lookup);
+    let (r, plan) = c.select_routed(&point);
+    assert_eq!(plan.opcode, Opcode::Single);
+    assert_eq!(texts(&r.rows), ["orders/2-A|25.5"]);
+    assert_eq!(r.rows_scanned, 1);
+    let Statement::Select(scan) = one("SELECT id() FROM orders WHERE total > 0 ORDER BY id()")
+    else {
+        panic!()
+    };
+    let (r, plan) = c.select_routed(&scan);
+    assert_eq!(plan.opcode, Opcode::Scatter);
+    assert_eq!(r, c.select(&scan));
+    let Statement::Select(two) =
+        one("SELECT id() FROM orders WHERE id() IN ('orders/1-A', 'orders/2-A') ORDER BY id()")
+    else {
+        panic!()
+    };
+    let (r, _) = c.select_routed(&two);
+    assert_eq!(texts(&r.rows), ["orders/1-A", "orders/2-A"]);
+}
+
+// Checks a prepared point query binds from wire-format parameters without parsing again,
+// and an untyped text parameter compares with numbers by the field's kind.
+#[test]
+fn prepared_point_query() {
+    let c = cluster();
+    let prepared = one("SELECT id(), total FROM orders WHERE id() = $1 AND total > $2 LIMIT $3");
+    let types = param_types(&prepared);
+    assert_eq!(types, [Some(SqlType::Text), None, Some(SqlType::Int8)]);
+    let wire = [
+        (b"orders/1-A".as_slice(), Format::Text),
+        (b"9".as_slice(), Format::Text),
+        (&5i64.to_be_bytes()[..], Format::Binary),
+    ];
+    for _ in 0..3 {
+        let params: Vec<Datum> = wire
+            .iter()
+            .zip(&types)
+            .enumerate()
+            .map(|(i, ((bytes, format), ty))| {
+                Datum::decode_param(i + 1, ty.unwrap_or(SqlType::Text), *format, Some(bytes))
+                    .expect("decodes")
+            })
+            .collect();
+        let Statement::Select(bound) = bind(&prepared, &params).expect("binds") else { panic!() };
+        assert_eq!(bound.limit, Some(Count::Value(5)));
+        let (r, plan) = c.select_routed(&bound);
+        assert_eq!(plan.opcode, Opcode::Single);
+        assert_eq!(texts(&r.rows), ["orders/1-A|10"]);
+    }
+}
+
+fn placed(docs: Vec<NewDocument>) -> Vec<PlacedDocument> {
+    docs.into_iter()
+        .map(|d| PlacedDocument { shard: common::test_shard(&d.id), id: d.id, doc: d.doc })
+        .collect()
+}
+
+fn apply(fragment: &mut MemFragment, collection: &str, intents: &[WriteIntent]) {
+    for i in intents {
+        match i {
+            WriteIntent::Put { id, doc, .. } => fragment.put(collection, id, doc.clone()),
+            WriteIntent::Delete { id, .. } => {
+                fragment.docs.remove(&(collection.to_owned(), id.to_lowercase()));
+            }
+        }
+    }
+}
+
+// Checks INSERT in both forms, RETURNING, duplicate ids (23505), DO NOTHING and DO UPDATE.
+#[test]
+fn insert_and_upsert() {
+    let mut f = MemFragment::default();
+    let Statement::Insert(ins) =
+        one("INSERT INTO c VALUES ('a/1', '{\"n\": 1}'), ('a/2', '{\"n\": 2}') RETURNING id()")
+    else {
+        panic!()
+    };
+    let docs = placed(ins.documents().expect("documents"));
+    let out = execute_insert(&ins, &f, &docs).expect("inserts");
+    assert_eq!(out.affected(), 2);
+    assert_eq!(
+        out.returning,
+        vec![vec![Datum::Text("a/1".into())], vec![Datum::Text("a/2".into())]]
+    );
+    assert!(out.intents.iter().all(|i| matches!(i, WriteIntent::Put { version_read: None, .. })));
+    apply(&mut f, "c", &out.intents);
+
+    let Statement::Insert(dup) = one("INSERT INTO c (id, n, tag) VALUES ('A/1', 5, 'x')") else {
+        panic!()
+    };
+    let docs = placed(dup.documents().expect("documents"));
+    assert_eq!(docs[0].doc, json!({"n": 5, "tag": "x"}));
+    let err = execute_insert(&dup, &f, &docs).expect_err("duplicate");
+    assert!(matches!(err, ExecError::DuplicateId { .. }));
+    assert_eq!(err.category(), query::ExecErrorCategory::DuplicateId);
+
+    let Statement::Insert(nothing) =
+        one("INSERT INTO c (id, n) VALUES ('a/1', 5), ('a/3', 3) ON CONFLICT (id) DO NOTHING")
+    else {
+        panic!()
+    };
+    assert_eq!(nothing.on_conflict, OnConflict::DoNothing);
+    let docs = placed(nothing.documents().expect("documents"));
+    assert_eq!(execute_insert(&nothing, &f, &docs).expect("inserts").affected(), 1);
+
+    let Statement::Insert(up) = one(
+        "INSERT INTO c (id, n) VALUES ('a/2', 40) ON CONFLICT (id) DO UPDATE SET n = n + excluded.n, meta.seen = true RETURNING id(), n::int8",
+    ) else {
+        panic!()
+    };
+    let docs = placed(up.documents().expect("documents"));
+    let out = execute_insert(&up, &f, &docs).expect("upserts");
+    assert_eq!(out.returning, vec![vec![Datum::Text("a/2".into()), Datum::Int8(42)]]);
+    match &out.intents[0] {
+        WriteIntent::Put { doc, version_read, .. } => {
+            assert_eq!(doc, &json!({"n": 42, "meta": {"seen": true}}));
+            assert!(version_read.is_some());
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let Statement::Insert(twice) = one("INSERT INTO c VALUES ('z', '{}'), ('Z', '{}')") else {
+        panic!()
+    };
+    let docs = placed(twice.documents().expect("documents"));
+    assert!(matches!(execute_insert(&twice, &f, &docs), Err(ExecError::DuplicateId { .. })));
+    let Statement::Insert(bad) = one("INSERT INTO c VALUES ('z', '[1]')") else { panic!() };
+    assert!(matches!(bad.documents(), Err(ExecError::InvalidDocument { .. })));
+    let Statement::Insert(bad_json) = one("INSERT INTO c VALUES ('z', '{oops')") else { panic!() };
+    assert!(matches!(bad_json.documents(), Err(ExecError::InvalidCast { .. })));
+}
+
+// Checks INSERT with parameters: the document parameter is json, the id text.
+#[test]
+fn insert_with_parameters() {
+    let prepared = one("INSERT INTO c VALUES ($1, $2)");
+    let Statement::Insert(ins) =
+        bind(&prepared, &[Datum::Text("p/1".into()), Datum::Json(json!({"k": [1, 2]}))])
+            .expect("binds")
+    else {
+        panic!()
+    };
+    let docs = ins.documents().expect("documents");
+    assert_eq!(docs, vec![NewDocument { id: "p/1".into(), doc: json!({"k": [1, 2]}) }]);
+}
+
+// Checks UPDATE computes every SET from the old document, keeps versions for optimistic
+// concurrency, and DELETE returns intents with the versions read.
+#[test]
+fn update_and_delete() {
+    let c = cluster();
+    let Statement::Update(up) = one(
+        "UPDATE orders SET total = total * 2, address.zip = '0150', old = total WHERE \"Customer\" = 'customers/1-A' RETURNING id(), total",
+    ) else {
+        panic!()
+    };
+    let mut intents = Vec::new();
+    let mut returning = Vec::new();
+    for (i, f) in c.fragments.iter().enumerate() {
+        let out = execute_update(&up, f, &[c.ranges[i]]).expect("updates");
+        intents.extend(out.intents);
+        returning.extend(out.returning);
+    }
+    assert_eq!(intents.len(), 2);
+    let one_a = intents.iter().find_map(|i| match i {
+        WriteIntent::Put { id, doc, version_read, .. } if id == "orders/1-A" => {
+            Some((doc.clone(), *version_read))
+        }
+        _ => None,
+    });
+    let (doc, version) = one_a.expect("orders/1-A updated");
+    assert_eq!(doc["total"], json!(20));
+    assert_eq!(doc["old"], json!(10));
+    assert_eq!(doc["address"], json!({"city": "Oslo", "zip": "0150"}));
+    assert_eq!(version.map(|v| v.get()), Some(1));
+    returning.sort_by_key(|r| r[0].encode_text());
+    assert_eq!(texts(&returning), ["orders/1-A|20", "orders/3-A|14"]);
+
+    let Statement::Update(conflict) =
+        one("UPDATE orders SET address.city.x = 1 WHERE id() = 'orders/1-A'")
+    else {
+        panic!()
+    };
+    let errs: Vec<_> = c
+        .fragments
+        .iter()
+        .map(|f| execute_update(&conflict, f, &[router::ShardRange::ALL]))
+        .collect();
+    assert!(errs.iter().any(|e| matches!(e, Err(ExecError::PathConflict { .. }))));
+
+    let Statement::Delete(del) =
+        one("DELETE FROM orders WHERE total::text = 'n/a' OR paid = false")
+    else {
+        panic!()
+    };
+    let mut n = 0;
+    for (i, f) in c.fragments.iter().enumerate() {
+        let out = execute_delete(&del, f, &[c.ranges[i]]).expect("deletes");
+        assert!(out.intents.iter().all(|i| matches!(i, WriteIntent::Delete { .. })));
+        n += out.affected();
+    }
+    assert_eq!(n, 2);
+}
+
+// Checks the statements node answers itself plan to their variants.
+#[test]
+fn utility_statements() {
+    assert!(matches!(
+        one(
+            "CREATE TABLE orders () WITH (sharding = '{\"Fields\": [\"Customer\"], \"Range\": 10}')"
+        ),
+        Statement::CreateCollection { sharding: Some(_), .. }
+    ));
+    assert!(matches!(
+        one("CREATE TABLE IF NOT EXISTS t ()"),
+        Statement::CreateCollection { sharding: None, if_not_exists: true, .. }
+    ));
+    assert!(matches!(
+        one(
+            "ALTER TABLE orders SET (sharding = '{\"Fields\": [\"Customer\"], \"Mutable\": true}')"
+        ),
+        Statement::AlterSharding { .. }
+    ));
+    let bad = query::parse("CREATE TABLE t () WITH (sharding = '{\"Fields\": []}')")
+        .expect_err("refused");
+    assert_eq!(bad.category(), query::PlanErrorCategory::InvalidSharding);
+    assert!(
+        matches!(one("SELECT * FROM verify_sharding('orders')"), Statement::VerifySharding { collection } if collection.as_str() == "orders")
+    );
+    assert_eq!(one("SHOW FRAGMENTS"), Statement::ShowFragments);
+    assert_eq!(one("SHOW SHARDING"), Statement::ShowSharding { collection: None });
+    assert_eq!(
+        one("SHOW transaction_isolation"),
+        Statement::Show { name: "transaction_isolation".into() }
+    );
+    assert_eq!(one("SHOW server_version"), Statement::Show { name: "server_version".into() });
+    assert_eq!(
+        one("SET extra_float_digits = 3"),
+        Statement::Set { name: "extra_float_digits".into(), value: "3".into() }
+    );
+    assert_eq!(
+        one("SET SESSION client_encoding TO 'UTF8'"),
+        Statement::Set { name: "client_encoding".into(), value: "UTF8".into() }
+    );
+    assert_eq!(
+        one("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+        Statement::Set { name: "transaction".into(), value: "ISOLATION LEVEL SERIALIZABLE".into() }
+    );
+    assert_eq!(
+        one("SET TIME ZONE 'UTC'"),
+        Statement::Set { name: "timezone".into(), value: "UTC".into() }
+    );
+    assert_eq!(one("BEGIN ISOLATION LEVEL SERIALIZABLE"), Statement::Begin);
+    assert_eq!(
+        one("SHOW TRANSACTION ISOLATION LEVEL"),
+        Statement::Show { name: "transaction isolation level".into() }
+    );
+    assert_eq!(one("END"), Statement::Commit);
+    assert_eq!(one("BEGIN"), Statement::Begin);
+    assert_eq!(one("START TRANSACTION"), Statement::Begin);
+    assert_eq!(one("COMMIT"), Statement::Commit);
+    assert_eq!(one("ROLLBACK"), Statement::Rollback);
+    assert!(matches!(
+        one("EXPLAIN ANALYZE SELECT * FROM c"),
+        Statement::Explain { analyze: true, .. }
+    ));
+    assert_eq!(query::parse("BEGIN; SELECT 1; COMMIT").expect("three").len(), 3);
+    let Statement::Select(s) = one("SELECT 1, 'a'::text AS t, 2.5::int8, true") else { panic!() };
+    assert!(matches!(s.shape, SelectShape::Rows { .. }));
+    let r = query::execute_constant(&s).expect("evaluates");
+    assert_eq!(texts(&r.rows), ["1|a|3|t"]);
+}
+
+// Checks verify_sharding lists exactly the documents whose id shard is outside their content
+// block, and result_columns describes each statement's rows.
+#[test]
+fn verify_sharding_and_result_columns() {
+    let mut f = MemFragment::default();
+    // customers/1-A hashes to 982173 (SHARDING.md); `$@982173` pins that shard explicitly.
+    f.put("orders", "orders/1-A$@982173", json!({"Customer": "customers/1-A"}));
+    f.put("orders", "orders/2-A$@5", json!({"Customer": "customers/1-A"}));
+    let config = router::ShardingConfig::parse(r#"{"Fields": ["Customer"]}"#).expect("config");
+    let collection = query::CollectionName::new("orders");
+    let out = query::execute_verify_sharding(&collection, &config, &f, &[router::ShardRange::ALL])
+        .expect("verifies");
+    assert_eq!(out.rows_scanned, 2);
+    assert_eq!(
+        out.violations.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+        ["orders/2-A$@5"]
+    );
+
+    let cols = |sql: &str| {
+        one(sql).result_columns().map(|c| c.into_iter().map(|c| c.name).collect::<Vec<_>>())
+    };
+    assert_eq!(
+        cols("SELECT * FROM verify_sharding('orders')"),
+        Some(vec!["id".into(), "reason".into()])
+    );
+    assert_eq!(cols("EXPLAIN SELECT 1"), Some(vec!["QUERY PLAN".into()]));
+    assert_eq!(cols("INSERT INTO c VALUES ('a', '{}')"), None);
+    assert_eq!(cols("INSERT INTO c VALUES ('a', '{}') RETURNING id()"), Some(vec!["id".into()]));
+    assert_eq!(cols("SHOW server_version"), Some(vec!["server_version".into()]));
+    assert_eq!(cols("BEGIN"), None);
+}

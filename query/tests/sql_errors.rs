@@ -1,0 +1,149 @@
+//! Bad SQL: syntax errors carry their position, unsupported constructs are named, deep
+//! nesting and oversized input are errors (never a stack overflow), and each error has the
+//! category node maps to a SQLSTATE.
+
+use query::{PlanError, PlanErrorCategory, parse};
+
+fn err(sql: &str) -> PlanError {
+    match parse(sql) {
+        Ok(plan) => panic!("{sql:?} planned: {plan:?}"),
+        Err(e) => e,
+    }
+}
+
+fn unsupported(sql: &str) -> String {
+    match err(sql) {
+        PlanError::Unsupported { construct } => construct,
+        other => panic!("{sql:?}: expected Unsupported, got {other:?}"),
+    }
+}
+
+// Checks syntax errors report the 1-based character position PostgreSQL clients show.
+#[test]
+fn syntax_error_positions() {
+    let cases = [
+        ("SELECT * FROM c WHERE x = = 1", 27),
+        ("SELECT * FRM c", 14),
+        ("SELECT *\nFROM c WHERE (a", 25),
+        ("SELEC 1", 1),
+        ("SELECT 'unterminated", 8),
+    ];
+    for (sql, position) in cases {
+        match err(sql) {
+            PlanError::Syntax { position: got, message } => {
+                assert_eq!(got, position, "{sql:?}: {message}")
+            }
+            other => panic!("{sql:?}: {other:?}"),
+        }
+    }
+    assert_eq!(err("SELECT 1 +").category(), PlanErrorCategory::Syntax);
+}
+
+// Checks every unsupported construct is refused with a name a user recognises.
+#[test]
+fn unsupported_constructs_are_named() {
+    assert!(unsupported("SELECT * FROM a JOIN b ON a.x = b.y").contains("JOIN"));
+    assert!(unsupported("SELECT * FROM a, b").contains("JOIN"));
+    assert!(unsupported("SELECT DISTINCT x FROM c").contains("DISTINCT"));
+    assert!(unsupported("SELECT x FROM c GROUP BY x HAVING count(*) > 1").contains("HAVING"));
+    assert!(unsupported("SELECT upper(x) FROM c").contains("function upper"));
+    assert!(unsupported("SELECT * FROM c WHERE x IN (SELECT y FROM d)").contains("subquery"));
+    assert!(unsupported("WITH t AS (SELECT 1) SELECT * FROM t").contains("WITH"));
+    assert!(unsupported("SELECT x FROM c UNION SELECT y FROM d").contains("UNION"));
+    assert!(unsupported("SELECT x::date FROM c").contains("type date"));
+    assert!(unsupported("SELECT * FROM c WHERE x ~ 'a'").contains("operator"));
+    assert!(unsupported("DROP TABLE c").contains("DROP"));
+    assert!(unsupported("UPDATE c SET id = 'x'").contains("id"));
+    assert!(unsupported("SELECT count(*) + 1 FROM c").contains("aggregate"));
+    assert!(unsupported("CREATE TABLE c (a int)").contains("column definitions"));
+    assert!(unsupported("SELECT * FROM generate_series(1, 3)").contains("generate_series"));
+    assert_eq!(
+        err("SELECT CASE WHEN a THEN 1 END FROM c").category(),
+        PlanErrorCategory::Unsupported
+    );
+}
+
+// Checks other planning errors: grouping, INSERT shape, negative LIMIT, bad json literal.
+#[test]
+fn invalid_statements() {
+    assert_eq!(err("SELECT a, count(*) FROM c").category(), PlanErrorCategory::Invalid);
+    assert_eq!(err("SELECT * FROM c GROUP BY a").category(), PlanErrorCategory::Invalid);
+    assert_eq!(err("INSERT INTO c VALUES ('a')").category(), PlanErrorCategory::Invalid);
+    assert_eq!(err("INSERT INTO c (a, b) VALUES (1, 2)").category(), PlanErrorCategory::Invalid);
+    assert_eq!(err("INSERT INTO c (id, a) VALUES ('x', b)").category(), PlanErrorCategory::Invalid);
+    assert_eq!(err("SELECT * FROM c LIMIT -1").category(), PlanErrorCategory::Invalid);
+    assert_eq!(err("SELECT * FROM c LIMIT 'x'").category(), PlanErrorCategory::TypeMismatch);
+    assert_eq!(err("SELECT * FROM c ORDER BY 3").category(), PlanErrorCategory::Invalid);
+    assert_eq!(
+        err("SELECT * FROM c WHERE d = '{bad'::json").category(),
+        PlanErrorCategory::InvalidLiteral
+    );
+    assert_eq!(
+        err("SELECT 99999999999999999999999e999").category(),
+        PlanErrorCategory::InvalidLiteral
+    );
+}
+
+// Checks 10,000 nested parentheses, NOTs and unary minuses are refused, in a debug
+// build on a test thread's default stack, instead of overflowing it.
+#[test]
+fn deep_nesting_is_an_error() {
+    let parens = format!("SELECT {}1{} FROM c", "(".repeat(10_000), ")".repeat(10_000));
+    assert!(matches!(err(&parens), PlanError::TooDeep { .. }));
+    let nots = format!("SELECT * FROM c WHERE {}a", "NOT ".repeat(10_000));
+    // sqlparser reports the exhausted recursion budget under NOT as a syntax error at the
+    // point it gave up; either way it is an error, not an overflow.
+    let e = err(&nots);
+    assert!(matches!(e, PlanError::TooDeep { .. } | PlanError::Syntax { .. }), "{e:?}");
+    let minus = format!("SELECT {}1", "- ".repeat(10_000));
+    // `-` also counts as an operator token, so the operator limit may answer first.
+    let e = err(&minus);
+    assert!(matches!(e, PlanError::TooDeep { .. } | PlanError::LimitExceeded { .. }), "{e:?}");
+    // Nesting within the limit plans.
+    let ok = format!("SELECT * FROM c WHERE {}a = 1{}", "(".repeat(20), ")".repeat(20));
+    parse(&ok).expect("moderate nesting plans");
+}
+
+// Checks long infix chains (built iteratively by the parser) are bounded by the operator
+// limit, and that text beyond the byte limit is refused before tokenizing.
+#[test]
+fn long_chains_and_big_text_are_limited() {
+    let chain = format!("SELECT 1{} FROM c", "+1".repeat(100_000));
+    assert!(matches!(err(&chain), PlanError::LimitExceeded { .. }));
+    let ands = format!("SELECT * FROM c WHERE a = 1{}", " AND a = 1".repeat(5_000));
+    assert_eq!(err(&ands).category(), PlanErrorCategory::LimitExceeded);
+    let big = format!("SELECT '{}'", "x".repeat(query::limits::SQL_BYTES_MAX));
+    assert!(matches!(err(&big), PlanError::LimitExceeded { what: "SQL text bytes", .. }));
+    let casts = format!("SELECT a{} FROM c", "::text".repeat(10_000));
+    assert_eq!(err(&casts).category(), PlanErrorCategory::LimitExceeded);
+}
+
+// Checks the deepest expression the planner accepts also binds and evaluates on a test
+// thread's default stack (the evaluator recurses once per level), and one level more is
+// refused as too deep.
+#[test]
+fn deepest_accepted_expression_evaluates() {
+    let depth = query::limits::EXPR_DEPTH_MAX - 2;
+    let sql = format!("SELECT * FROM c WHERE a{} > $1", " + 1".repeat(depth));
+    let stmt = parse(&sql).expect("plans").remove(0);
+    let bound = query::bind(&stmt, &[query::Datum::Int8(0)]).expect("binds");
+    let query::Statement::Select(select) = bound else { panic!("select") };
+    let doc = serde_json::json!({"a": 1});
+    let row = query::expr::Row { id: "x", doc: Some(&doc), excluded: None };
+    let filter = select.filter.as_ref().expect("filter");
+    assert!(query::expr::matches(filter, &row).expect("evaluates"));
+    let too_deep = format!("SELECT * FROM c WHERE a{} > 0", " + 1".repeat(depth + 10));
+    assert!(matches!(err(&too_deep), PlanError::TooDeep { .. }));
+}
+
+// Checks the operator limit counts chains, not statements: a 5,000-row INSERT whose rows
+// each hold a negative number and a json cast plans, as does a long IN list.
+#[test]
+fn wide_statements_are_not_limited() {
+    let rows: Vec<String> = (0..5_000).map(|i| format!("('r/{i}', -{i}, '{{}}'::json)")).collect();
+    let sql = format!("INSERT INTO c (id, n, j) VALUES {}", rows.join(", "));
+    parse(&sql).expect("wide INSERT plans");
+    let list: Vec<String> = (0..5_000).map(|i| format!("-{i}")).collect();
+    parse(&format!("SELECT * FROM c WHERE n IN ({})", list.join(", ")))
+        .expect("long IN list plans");
+}
