@@ -49,7 +49,8 @@ pub fn check(
 }
 
 /// A span for a record this process serialized with rkyv and wrote at `offset` of the segment
-/// that will be read with it.
+/// that will be read with it, or one `check` just validated (the recovery scan validates a whole
+/// chunk first, then walks its records again through this).
 pub(crate) fn written(offset: usize, len: usize) -> RecordSpan {
     RecordSpan { offset, len }
 }

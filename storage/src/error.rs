@@ -105,6 +105,14 @@ pub enum OpenError {
         /// The fragment named in its header.
         found: FragmentId,
     },
+    /// Another `Fragment` (in this or another process) has the directory open.
+    #[error("fragment {fragment}: {path} is locked by another owner")]
+    Locked {
+        /// The fragment being opened.
+        fragment: FragmentId,
+        /// The lock file.
+        path: PathBuf,
+    },
     /// The options are out of range.
     #[error("fragment {fragment}: segment size {segment_bytes} is outside the allowed range")]
     SegmentSize {

@@ -325,6 +325,12 @@ pub(crate) struct Inner {
     pub closing: Cell<bool>,
     pub compacting: Cell<bool>,
     pub compaction_task: RefCell<Option<JoinHandle<()>>>,
+    /// The next segment, zero-filled ahead of time under a temporary name.
+    pub spare: RefCell<Option<crate::segment::Prepared>>,
+    pub spare_busy: Cell<bool>,
+    pub spare_task: RefCell<Option<JoinHandle<()>>>,
+    /// The directory's lock file, held (flock) while the fragment is open.
+    pub lock: RefCell<Option<std::fs::File>>,
 }
 
 pub(crate) fn lock_key(collection: &str, key: &str) -> String {
@@ -366,6 +372,7 @@ impl Fragment {
         range: ShardRange,
         options: FragmentOptions,
     ) -> Result<Fragment, OpenError> {
+        let lock = lock_dir(dir, id)?;
         let state = crate::recovery::recover(dir, id, &options).await?;
         let inner = Rc::new(Inner {
             id,
@@ -379,6 +386,10 @@ impl Fragment {
             closing: Cell::new(false),
             compacting: Cell::new(false),
             compaction_task: RefCell::new(None),
+            spare: RefCell::new(None),
+            spare_busy: Cell::new(false),
+            spare_task: RefCell::new(None),
+            lock: RefCell::new(Some(lock)),
         });
         let writer = glommio::spawn_local(crate::log::run_writer(inner.clone())).detach();
         let st = inner.st.borrow();
@@ -758,7 +769,17 @@ impl Fragment {
         if let Some(task) = compaction {
             task.await;
         }
+        let spare_task = self.inner.spare_task.borrow_mut().take();
+        if let Some(task) = spare_task {
+            task.await;
+        }
+        let spare = self.inner.spare.borrow_mut().take();
+        if let Some(spare) = spare {
+            crate::log::discard_spare(&self.inner, spare).await;
+        }
         let file = self.inner.st.borrow_mut().active.take().map(|a| a.file);
+        // Release the directory even if an `Export` still holds the fragment's state.
+        drop(self.inner.lock.borrow_mut().take());
         if let Some(file) = file
             && let Err(e) = file.close().await
         {
@@ -774,6 +795,28 @@ impl Drop for Fragment {
         if let Some(w) = self.inner.writer_waker.take() {
             w.wake();
         }
+    }
+}
+
+/// Takes the directory's lock file (`LOCK`, flock), so one directory has one owner at a time.
+/// Blocking calls: once, at open.
+fn lock_dir(dir: &Path, fragment: FragmentId) -> Result<std::fs::File, OpenError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| OpenError::Io { fragment, path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io(&path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(OpenError::Locked { fragment, path }),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(&path)(e)),
     }
 }
 

@@ -20,7 +20,7 @@ use crate::format::{ChunkHeader, SegmentHeader, SegmentKind, encode_frame, frame
 use crate::fragment::{Active, Inner, State, chunk_capacity, lock_key, wake_all};
 use crate::index::{Entry, Loc};
 use crate::limits::{BLOCK_BYTES, CHUNK_HEADER_BYTES, SEGMENT_HEADER_BYTES};
-use crate::segment::{Segment, create_preallocated};
+use crate::segment::{Prepared, Segment, create_preallocated, install, prepare_zeroed};
 use crate::{Lsn, TxId, Version};
 
 /// One document operation, as the index needs it.
@@ -281,6 +281,7 @@ async fn flush(inner: &Rc<Inner>) {
         let dead = st.log_bytes.saturating_sub(st.index.live_bytes());
         dead >= inner.options.compact_dead_bytes_min && dead.saturating_mul(2) >= st.log_bytes
     };
+    maybe_spawn_spare(inner, &st);
     drop(st);
     for p in &batch {
         p.done.complete(Ok(Lsn::new(p.lsn)));
@@ -304,9 +305,25 @@ pub(crate) async fn roll(inner: &Rc<Inner>) -> io::Result<()> {
         salt: new_salt(),
         lsn_through: 0,
     };
-    let (seg, file) =
-        create_preallocated(&*inner.options.disk, &inner.dir, header, inner.options.segment_bytes)
-            .await?;
+    // A spare made ahead of time by `spawn_spare` turns the roll into a rename.
+    let spare = inner.spare.borrow_mut().take();
+    let (seg, file) = match spare {
+        Some(spare) if spare.header.seq == seq => {
+            install(&*inner.options.disk, &inner.dir, spare).await?
+        }
+        other => {
+            if let Some(stale) = other {
+                discard_spare(inner, stale).await;
+            }
+            create_preallocated(
+                &*inner.options.disk,
+                &inner.dir,
+                header,
+                inner.options.segment_bytes,
+            )
+            .await?
+        }
+    };
     let old = {
         let mut st = inner.st.borrow_mut();
         st.segments.push(seg.clone());
@@ -317,4 +334,62 @@ pub(crate) async fn roll(inner: &Rc<Inner>) -> io::Result<()> {
     }
     tracing::debug!(fragment = %inner.id, seq, "rolled to a new segment");
     Ok(())
+}
+
+/// Removes a spare segment that will not be used.
+pub(crate) async fn discard_spare(inner: &Inner, spare: Prepared) {
+    let _ = spare.file.close().await;
+    if let Err(e) = inner.options.disk.remove(&spare.tmp).await {
+        tracing::warn!(fragment = %inner.id, error = %e, "removing a spare segment failed");
+    }
+}
+
+/// Once the active segment is half full, prepares the next one in the background, so rolling
+/// costs a rename instead of writing a whole segment of zeros while writers wait.
+fn maybe_spawn_spare(inner: &Rc<Inner>, st: &State) {
+    let Some(active) = st.active.as_ref() else { return };
+    if active.pos < active.seg.len() / 2
+        || inner.spare_busy.get()
+        || inner.spare.borrow().is_some()
+        || inner.closing.get()
+    {
+        return;
+    }
+    let seq = active.seg.header().seq + 1;
+    inner.spare_busy.set(true);
+    let task_inner = inner.clone();
+    let task = glommio::spawn_local(async move {
+        let inner = task_inner;
+        let header = SegmentHeader {
+            fragment: inner.id.get(),
+            kind: SegmentKind::Normal,
+            seq,
+            generation: 0,
+            salt: new_salt(),
+            lsn_through: 0,
+        };
+        let tmp = inner.dir.join(format!("{}.spare.tmp", crate::segment::file_name(seq, 0)));
+        let disk = inner.options.disk.clone();
+        match prepare_zeroed(&*disk, tmp, header, inner.options.segment_bytes).await {
+            Ok(spare) => {
+                let wanted = inner
+                    .st
+                    .borrow()
+                    .segments
+                    .last()
+                    .is_some_and(|s| s.header().seq + 1 == seq);
+                if wanted && !inner.closing.get() {
+                    *inner.spare.borrow_mut() = Some(spare);
+                } else {
+                    discard_spare(&inner, spare).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(fragment = %inner.id, error = %e, "preparing a spare segment failed");
+            }
+        }
+        inner.spare_busy.set(false);
+    })
+    .detach();
+    *inner.spare_task.borrow_mut() = Some(task);
 }

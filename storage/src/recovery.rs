@@ -122,7 +122,7 @@ async fn list_segments(
         let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
             continue;
         };
-        if name.ends_with(".seg.tmp") {
+        if name.ends_with(".tmp") {
             disk.remove(&path).await.map_err(io_err(id, &path))?;
             removed = true;
         } else if let Some((seq, generation)) = parse_file_name(&name) {

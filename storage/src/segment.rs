@@ -137,18 +137,24 @@ impl Segment {
     }
 }
 
-/// Creates a segment durably: writes header and zeros to `<name>.tmp`, fdatasyncs it, renames
-/// it into place and syncs the directory. Returns the mapped segment and its writable file.
-pub async fn create_preallocated(
+/// A zero-filled, durable segment file under a temporary name, ready to be installed.
+pub struct Prepared {
+    /// The header written in it.
+    pub header: SegmentHeader,
+    /// Its temporary path.
+    pub tmp: PathBuf,
+    /// Its writable file.
+    pub file: Rc<dyn DiskFile>,
+}
+
+/// Writes header and zeros to `tmp` and fdatasyncs it (the slow half of segment creation).
+pub async fn prepare_zeroed(
     disk: &dyn Disk,
-    dir: &Path,
+    tmp: PathBuf,
     header: SegmentHeader,
     bytes: u64,
-) -> io::Result<(Rc<Segment>, Rc<dyn DiskFile>)> {
+) -> io::Result<Prepared> {
     assert!(bytes.is_multiple_of(BLOCK_BYTES));
-    let name = file_name(header.seq, header.generation);
-    let tmp = dir.join(format!("{name}.tmp"));
-    let path = dir.join(&name);
     let file = disk.create(&tmp).await?;
     let mut offset = 0u64;
     while offset < bytes {
@@ -166,8 +172,31 @@ pub async fn create_preallocated(
         offset += len as u64;
     }
     file.fdatasync().await?;
-    disk.rename(&tmp, &path).await?;
+    Ok(Prepared { header, tmp, file })
+}
+
+/// Renames a prepared file into place, syncs the directory and maps it (the fast half).
+pub async fn install(
+    disk: &dyn Disk,
+    dir: &Path,
+    prepared: Prepared,
+) -> io::Result<(Rc<Segment>, Rc<dyn DiskFile>)> {
+    let path = dir.join(file_name(prepared.header.seq, prepared.header.generation));
+    disk.rename(&prepared.tmp, &path).await?;
     disk.sync_dir(dir).await?;
-    let segment = Segment::map(&path, header)?;
-    Ok((Rc::new(segment), file))
+    let segment = Segment::map(&path, prepared.header)?;
+    Ok((Rc::new(segment), prepared.file))
+}
+
+/// Creates a segment durably: writes header and zeros to `<name>.tmp`, fdatasyncs it, renames
+/// it into place and syncs the directory. Returns the mapped segment and its writable file.
+pub async fn create_preallocated(
+    disk: &dyn Disk,
+    dir: &Path,
+    header: SegmentHeader,
+    bytes: u64,
+) -> io::Result<(Rc<Segment>, Rc<dyn DiskFile>)> {
+    let tmp = dir.join(format!("{}.tmp", file_name(header.seq, header.generation)));
+    let prepared = prepare_zeroed(disk, tmp, header, bytes).await?;
+    install(disk, dir, prepared).await
 }

@@ -164,6 +164,13 @@ fn concurrent_writers_roll_segments() {
         assert_eq!(f.stats().docs, 640);
         assert!(f.stats().segments > 2, "small segments rolled");
         f.close().await;
+        // Spare segments prepared ahead of rolls are installed or removed, never left behind.
+        let leftovers: Vec<_> = std::fs::read_dir(&path)
+            .expect("dir")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
         let f = open(&path, options(64 << 10)).await;
         assert_eq!(f.stats().docs, 640);
         for w in 0..32 {
@@ -173,5 +180,22 @@ fn concurrent_writers_roll_segments() {
             }
         }
         f.close().await;
+    });
+}
+
+// Checks one directory has one owner: a second open fails with Locked until the first closes.
+#[test]
+fn second_open_is_locked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let f = open(&path, options(1 << 20)).await;
+        let second =
+            storage::Fragment::open(&path, FRAGMENT, router::ShardRange::ALL, options(1 << 20))
+                .await;
+        assert!(matches!(second, Err(storage::OpenError::Locked { .. })), "{second:?}");
+        f.close().await;
+        let again = open(&path, options(1 << 20)).await;
+        again.close().await;
     });
 }

@@ -18,6 +18,10 @@ where
 {
     glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .io_memory(1 << 20)
+        // glommio 0.9.0 can park for good when the preemption timer has fired just as it looks
+        // for runnable tasks (`run_task_queues` reads "preempted" as "nothing to run"); on a
+        // loaded machine a long crash run hit it. A long timer keeps tests clear of it.
+        .preempt_timer(std::time::Duration::from_secs(60))
         .spawn(f)
         .expect("spawn executor")
         .join()

@@ -1,0 +1,258 @@
+//! Storage benchmarks: raw 4 KiB write + fdatasync latency (the reference), durable 1 KiB
+//! writes with 1, 16 and 256 concurrent writers on one fragment (throughput and p50/p99
+//! acknowledgement latency), point reads per second on one core, and scan rate.
+//!
+//! Run: `cargo bench -p storage --bench log` (data under $TMPDIR, which must be a real disk).
+//! Seconds per write run: `TESSERA_BENCH_SECONDS` (default 5).
+
+use std::cell::RefCell;
+use std::ops::ControlFlow;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use glommio::io::{DmaFile, OpenOptions};
+use hdrhistogram::Histogram;
+use router::{FragmentId, ShardId, ShardRange};
+use serde_json::json;
+use storage::{Fragment, FragmentOptions, WriteBatch};
+
+const SEGMENT_BYTES: u64 = 1 << 30;
+const DOC_PAD_BYTES: usize = 1000;
+
+fn shard_of(key: &str) -> ShardId {
+    let h = key.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    ShardId::from_u64_mod(h)
+}
+
+/// CPU time of this thread, in seconds: the machine is shared, so rates are also reported per
+/// CPU-second of the executor thread, which wall time on a busy machine understates.
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into the valid, exclusively borrowed `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0);
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn micros(h: &Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1000.0
+}
+
+async fn raw_fdatasync(dir: &std::path::Path) {
+    let path = dir.join("raw.dat");
+    let file: DmaFile = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .dma_open(&path)
+        .await
+        .expect("open raw");
+    let region: u64 = 64 << 20;
+    // Preallocate by writing zeros, as segments are.
+    let mut off = 0;
+    while off < region {
+        let mut buf = file.alloc_dma_buffer(1 << 20);
+        buf.as_bytes_mut().fill(0);
+        file.write_at(buf, off).await.expect("fill");
+        off += 1 << 20;
+    }
+    file.fdatasync().await.expect("sync");
+    let mut h = Histogram::<u64>::new(3).expect("histogram");
+    let n = 3000u64;
+    for i in 0..n {
+        let mut buf = file.alloc_dma_buffer(4096);
+        buf.as_bytes_mut().fill(u8::try_from(i % 251).unwrap_or(0));
+        let t = Instant::now();
+        file.write_at(buf, (i * 4096) % region).await.expect("write");
+        file.fdatasync().await.expect("fdatasync");
+        h.record(nanos(t.elapsed())).expect("record");
+    }
+    println!(
+        "raw 4KiB write+fdatasync (preallocated): n={n} p50={:.0}us p99={:.0}us max={:.0}us",
+        micros(&h, 0.5),
+        micros(&h, 0.99),
+        h.max() as f64 / 1000.0
+    );
+    file.close().await.expect("close");
+    std::fs::remove_file(&path).expect("remove raw");
+}
+
+async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64) {
+    let fdir = dir.join(format!("w{writers}"));
+    let options = FragmentOptions {
+        segment_bytes: SEGMENT_BYTES,
+        compact_dead_bytes_min: u64::MAX,
+        ..FragmentOptions::default()
+    };
+    let f = Rc::new(
+        Fragment::open(&fdir, FragmentId::new(1), ShardRange::ALL, options).await.expect("open"),
+    );
+    let hist = Rc::new(RefCell::new(Histogram::<u64>::new(3).expect("histogram")));
+    let pad = "x".repeat(DOC_PAD_BYTES);
+    let start = Instant::now();
+    let cpu_start = thread_cpu_seconds();
+    let deadline = start + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let (f, hist, pad) = (f.clone(), hist.clone(), pad.clone());
+        tasks.push(glommio::spawn_local(async move {
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                let id = format!("w{w}-{n}");
+                let b = WriteBatch::new().put(
+                    "bench",
+                    &id,
+                    shard_of(&id),
+                    None,
+                    json!({"n": n, "pad": pad}),
+                );
+                let t = Instant::now();
+                f.apply(b).await.expect("apply");
+                hist.borrow_mut().record(nanos(t.elapsed())).expect("record");
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = thread_cpu_seconds() - cpu_start;
+    {
+        let h = hist.borrow();
+        println!(
+            "durable 1KiB writes, {writers:>3} writers: {:.0} writes/s wall, {:.0} per CPU-second ({total} in {elapsed:.2}s, cpu {cpu:.2}s) ack p50={:.0}us p99={:.0}us max={:.0}us",
+            total as f64 / elapsed,
+            total as f64 / cpu,
+            micros(&h, 0.5),
+            micros(&h, 0.99),
+            h.max() as f64 / 1000.0
+        );
+    }
+    Rc::try_unwrap(f).expect("sole owner").close().await;
+    std::fs::remove_dir_all(&fdir).expect("cleanup");
+}
+
+async fn reads_and_scans(dir: &std::path::Path) {
+    let fdir = dir.join("reads");
+    let options = FragmentOptions {
+        segment_bytes: SEGMENT_BYTES,
+        compact_dead_bytes_min: u64::MAX,
+        ..FragmentOptions::default()
+    };
+    let f =
+        Fragment::open(&fdir, FragmentId::new(2), ShardRange::ALL, options).await.expect("open");
+    let docs = 200_000u64;
+    let pad = "y".repeat(DOC_PAD_BYTES);
+    let mut n = 0;
+    while n < docs {
+        let mut b = WriteBatch::new();
+        for _ in 0..256 {
+            let id = format!("doc/{n}");
+            b = b.put("r", &id, shard_of(&id), None, json!({"n": n, "pad": pad}));
+            n += 1;
+        }
+        f.apply(b).await.expect("load");
+    }
+    // Ids in one contiguous arena, visited in order, so the benchmark's own id strings stay in
+    // cache while the documents are looked up in a scattered order.
+    let mut arena = String::new();
+    let mut spans = Vec::with_capacity(usize::try_from(docs).unwrap_or(0));
+    for i in 0..docs {
+        let start = arena.len();
+        std::fmt::Write::write_fmt(&mut arena, format_args!("doc/{}", (i * 7919) % docs))
+            .expect("format");
+        spans.push((start, arena.len()));
+    }
+    let ids: Vec<&str> = spans.iter().map(|&(s, e)| &arena[s..e]).collect();
+    let rounds = 10;
+    // Warm-up: fault every page of the mapping in once.
+    let mut sum = 0i64;
+    for id in &ids {
+        sum += f.get("r", id).map_or(0, |d| i64::from(d.version().get() > 0));
+    }
+    let start = Instant::now();
+    let cpu_start = thread_cpu_seconds();
+    for _ in 0..rounds {
+        for id in &ids {
+            let d = f.get("r", id).expect("present");
+            if let storage::ArchivedJsonValue::Object(m) = d.doc()
+                && let Some(first) = m.first()
+                && let storage::ArchivedJsonValue::Int(v) = &first.value
+            {
+                sum += v.to_native();
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = thread_cpu_seconds() - cpu_start;
+    let reads = docs * rounds;
+    println!(
+        "point reads (get + read one field), {docs} docs: {:.0} reads/s wall, {:.0} per CPU-second ({reads} in {elapsed:.2}s, cpu {cpu:.2}s, checksum {sum})",
+        reads as f64 / elapsed,
+        reads as f64 / cpu
+    );
+    let start = Instant::now();
+    let cpu_start = thread_cpu_seconds();
+    let mut count = 0u64;
+    let mut bytes = 0u64;
+    let scans = 5;
+    for _ in 0..scans {
+        f.scan("r", ShardRange::ALL, |d| {
+            count += 1;
+            if let storage::ArchivedJsonValue::Object(m) = d.doc() {
+                bytes += m.len() as u64;
+            }
+            ControlFlow::Continue(())
+        });
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = thread_cpu_seconds() - cpu_start;
+    println!(
+        "scan (whole fragment, {docs} docs x {scans}, ~1.1 KB each): {:.0} docs/s wall, {:.0} per CPU-second (members seen {bytes})",
+        count as f64 / elapsed,
+        count as f64 / cpu
+    );
+    f.close().await;
+    std::fs::remove_dir_all(&fdir).expect("cleanup");
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it, and
+    // must not spend a minute and a gigabyte of disk there.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("storage bench: skipped outside `cargo bench -p storage --bench log`");
+        return;
+    }
+    let seconds: u64 =
+        std::env::var("TESSERA_BENCH_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let only: Option<String> = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
+        .io_memory(1 << 20)
+        .spawn(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let want = |name: &str| only.as_deref().is_none_or(|o| o == name);
+            if want("raw") || want("writes") {
+                raw_fdatasync(dir.path()).await;
+            }
+            if want("writes") {
+                for writers in [1, 16, 256] {
+                    durable_writes(dir.path(), writers, seconds).await;
+                }
+                raw_fdatasync(dir.path()).await;
+            }
+            if want("reads") {
+                reads_and_scans(dir.path()).await;
+            }
+        })
+        .expect("executor")
+        .join()
+        .expect("join");
+}
