@@ -457,4 +457,8 @@ fn verify_sharding_and_result_columns() {
     assert_eq!(cols("INSERT INTO c VALUES ('a', '{}') RETURNING id()"), Some(vec!["id".into()]));
     assert_eq!(cols("SHOW server_version"), Some(vec!["server_version".into()]));
     assert_eq!(cols("BEGIN"), None);
+    let coll = |sql: &str| one(sql).collection().map(|c| c.as_str().to_owned());
+    assert_eq!(coll("EXPLAIN UPDATE \"Orders\" SET a = 1"), Some("Orders".into()));
+    assert_eq!(coll("SELECT * FROM public.orders"), Some("orders".into()));
+    assert_eq!(coll("SELECT 1"), None);
 }
