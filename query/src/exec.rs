@@ -366,13 +366,24 @@ fn fragment_budget(select: &Select) -> Result<Option<usize>, ExecError> {
 
 /// Orders two rows by the ORDER BY keys, then by document id.
 pub(crate) fn cmp_rows(order_by: &[OrderKey], a: &PartialRow, b: &PartialRow) -> Ordering {
+    cmp_parts(order_by, &a.keys, &a.id, &b.keys, &b.id)
+}
+
+/// [`cmp_rows`] on the parts of two rows.
+fn cmp_parts(
+    order_by: &[OrderKey],
+    a_keys: &[Datum],
+    a_id: &str,
+    b_keys: &[Datum],
+    b_id: &str,
+) -> Ordering {
     for (i, key) in order_by.iter().enumerate() {
-        let o = cmp_key(key, a.keys.get(i), b.keys.get(i));
+        let o = cmp_key(key, a_keys.get(i), b_keys.get(i));
         if o != Ordering::Equal {
             return o;
         }
     }
-    a.id.cmp(&b.id)
+    a_id.cmp(b_id)
 }
 
 /// Orders two values of one key, honouring DESC and NULLS FIRST/LAST.
@@ -430,6 +441,8 @@ pub fn execute_select<'s, S: FragmentSource>(
     match &select.shape {
         SelectShape::Rows { outputs } => {
             let mut rows: Vec<PartialRow> = Vec::new();
+            // The k-th best row so far, once k rows are known (ORDER BY … LIMIT only).
+            let mut threshold: Option<PartialRow> = None;
             let ordered = !select.order_by.is_empty();
             let scanned =
                 for_each_match(source, collection, select.filter.as_ref(), ranges, &mut |d| {
@@ -437,23 +450,34 @@ pub fn execute_select<'s, S: FragmentSource>(
                         return Ok(ControlFlow::Break(()));
                     }
                     let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
-                    let values = output_row(outputs, &row)?;
                     let keys = select
                         .order_by
                         .iter()
                         .map(|k| match &k.target {
-                            OrderTarget::Output(i) => {
-                                Ok(values.get(*i).cloned().unwrap_or(Datum::Null))
-                            }
+                            OrderTarget::Output(i) => match outputs.get(*i) {
+                                Some(o) => eval(&o.expr, &row)?.to_datum(o.column.ty),
+                                None => Ok(Datum::Null),
+                            },
                             OrderTarget::Expr(e) => eval(e, &row)?.to_natural_datum(),
                         })
                         .collect::<Result<Vec<_>, ExecError>>()?;
+                    // Once the best k are known, a row that does not beat the k-th never
+                    // enters the result: skip it before building its output values.
+                    if let Some(t) = &threshold
+                        && cmp_parts(&select.order_by, &keys, d.id, &t.keys, &t.id)
+                            != Ordering::Less
+                    {
+                        cov_mark::hit!(top_k_skip);
+                        return Ok(ControlFlow::Continue(()));
+                    }
+                    let values = output_row(outputs, &row)?;
                     rows.push(PartialRow { id: d.id.to_owned(), values, keys });
                     match (ordered, budget) {
                         (false, Some(k)) if rows.len() >= k => return Ok(ControlFlow::Break(())),
                         // Keep memory at O(k): cut back to the best k whenever 2k accumulate.
-                        (true, Some(k)) if rows.len() >= k.saturating_mul(2).max(64) => {
-                            truncate_top(&mut rows, &select.order_by, k)
+                        (true, Some(k)) if rows.len() >= k.saturating_mul(2).max(16) => {
+                            truncate_top(&mut rows, &select.order_by, k);
+                            threshold = rows.last().filter(|_| rows.len() == k).cloned();
                         }
                         _ => {}
                     }

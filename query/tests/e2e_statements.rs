@@ -462,3 +462,18 @@ fn verify_sharding_and_result_columns() {
     assert_eq!(coll("SELECT * FROM public.orders"), Some("orders".into()));
     assert_eq!(coll("SELECT 1"), None);
 }
+
+// Checks ORDER BY … LIMIT skips rows that cannot beat the fragment's current k-th best
+// without building their output, and still returns the right rows.
+#[test]
+fn top_k_skips_hopeless_rows() {
+    let mut f = MemFragment::default();
+    for n in 0..200 {
+        f.put("c", &format!("c/{n}"), json!({"n": (n * 37) % 200}));
+    }
+    let Statement::Select(s) = one("SELECT n FROM c ORDER BY n LIMIT 3") else { panic!() };
+    cov_mark::check!(top_k_skip);
+    let p = query::execute_select(&s, &f, &[router::ShardRange::ALL]).expect("executes");
+    let r = query::merge(&s, vec![p]).expect("merges");
+    assert_eq!(texts(&r.rows), ["0", "1", "2"]);
+}
