@@ -1,9 +1,136 @@
 //! One fragment's durable state: the append-only log of checksummed rkyv records, group commit,
 //! recovery, the in-memory index, compaction, scans by shard range, export and import.
 //!
-//! Never knows SQL, the network or other fragments.
+//! Never knows SQL, the network or other fragments. Everything here runs inside one glommio
+//! executor: a [`Fragment`] is `!Send`, owned by the executor that opened it, and used by many
+//! tasks of that executor at once (interior mutability, never a borrow held across `.await`).
+//!
+//! The byte layout is in `storage/FORMAT.md` and the [`format`] module.
 #![warn(missing_docs)]
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)
 )]
+
+pub mod archive;
+mod compaction;
+pub mod disk;
+pub mod error;
+mod export;
+pub mod format;
+mod fragment;
+pub mod index;
+pub mod limits;
+mod log;
+pub mod record;
+mod recovery;
+pub mod segment;
+pub mod value;
+
+use std::borrow::Cow;
+use std::fmt;
+
+pub use disk::{CrashMode, Disk, DmaDisk, FaultyDisk};
+pub use error::{AppendError, CompactError, ImportError, InputError, OpenError};
+pub use export::Export;
+pub use fragment::{
+    CommitInfo, CompactStats, DocRef, Fragment, FragmentOptions, FragmentStats, ImportStats,
+    WriteBatch, WriteOp,
+};
+pub use index::ShardStats;
+pub use value::{ArchivedJsonValue, JsonValue};
+
+/// A document's version: the LSN of the write that produced it, so versions of one document
+/// only grow, even across a delete and a re-insert.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct Version(u64);
+
+impl Version {
+    /// As an expected version: "the document must not exist".
+    pub const ABSENT: Version = Version(0);
+
+    /// A version from its number.
+    pub const fn new(value: u64) -> Version {
+        Version(value)
+    }
+
+    /// The number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}", self.0)
+    }
+}
+
+/// A log sequence number: the position of a record in a fragment's log. Starts at 1.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct Lsn(u64);
+
+impl Lsn {
+    /// An LSN from its number.
+    pub const fn new(value: u64) -> Lsn {
+        Lsn(value)
+    }
+
+    /// The number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Lsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "lsn {}", self.0)
+    }
+}
+
+/// A distributed transaction's id, chosen by the coordinator.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct TxId(u64);
+
+impl TxId {
+    /// A transaction id from its number.
+    pub const fn new(value: u64) -> TxId {
+        TxId(value)
+    }
+
+    /// The number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for TxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tx{}", self.0)
+    }
+}
+
+/// The index key of a document id: Unicode default lower-casing (`str::to_lowercase`).
+/// **Must equal router's normalisation** (SHARDING.md §1): ids differing only in case are the
+/// same document. Borrows when the id has no upper-case ASCII and is all ASCII.
+pub fn doc_key(id: &str) -> Cow<'_, str> {
+    if id.is_ascii() && !id.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Borrowed(id)
+    } else {
+        Cow::Owned(id.to_lowercase())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks doc_key lower-cases like str::to_lowercase, borrowing on the fast path.
+    #[test]
+    fn doc_key_matches_to_lowercase() {
+        for id in ["orders/1-a", "Orders/1-A", "ÄBC", "İstanbul", "ß", "x$@5"] {
+            assert_eq!(doc_key(id), id.to_lowercase());
+        }
+        assert!(matches!(doc_key("users/1"), Cow::Borrowed(_)));
+    }
+}

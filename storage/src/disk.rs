@@ -1,0 +1,306 @@
+//! The narrow interface between the log and the file system, so tests can put faults under it.
+//!
+//! [`DmaDisk`] is the real thing: glommio DMA files (O_DIRECT), one io_uring per executor.
+//! [`FaultyDisk`] wraps it for tests: it remembers which writes are not yet covered by an
+//! fdatasync, can fail fdatasync after a number of calls, and after the fragment is closed it
+//! "crashes" the files: drops unsynced writes, or tears the last one, on the real files.
+//!
+//! Namespace operations (create, rename, remove) are made durable by `sync_dir`; `FaultyDisk`
+//! does not model losing them (segment creation and compaction sync the directory before they
+//! depend on a name).
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::rc::Rc;
+
+use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
+
+/// A boxed, single-threaded I/O future.
+pub type IoFuture<'a, T> = Pin<Box<dyn Future<Output = io::Result<T>> + 'a>>;
+
+/// A file the log writes with O_DIRECT. Buffers must come from [`DiskFile::alloc`], offsets and
+/// lengths must be multiples of `BLOCK_BYTES`.
+pub trait DiskFile {
+    /// An aligned buffer of `bytes` bytes (contents unspecified).
+    fn alloc(&self, bytes: usize) -> DmaBuffer;
+    /// Writes all of `buf` at `offset`.
+    fn write_at(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()>;
+    /// Makes every completed write durable.
+    fn fdatasync(&self) -> IoFuture<'_, ()>;
+    /// Closes the file.
+    fn close(self: Rc<Self>) -> IoFuture<'static, ()>;
+}
+
+/// File system operations the storage crate needs.
+pub trait Disk {
+    /// Creates (or truncates) a file for writing.
+    fn create<'a>(&'a self, path: &'a Path) -> IoFuture<'a, Rc<dyn DiskFile>>;
+    /// Opens an existing file for writing.
+    fn open<'a>(&'a self, path: &'a Path) -> IoFuture<'a, Rc<dyn DiskFile>>;
+    /// Renames a file.
+    fn rename<'a>(&'a self, from: &'a Path, to: &'a Path) -> IoFuture<'a, ()>;
+    /// Removes a file.
+    fn remove<'a>(&'a self, path: &'a Path) -> IoFuture<'a, ()>;
+    /// Makes the directory's entries durable (after create, rename, remove).
+    fn sync_dir<'a>(&'a self, dir: &'a Path) -> IoFuture<'a, ()>;
+}
+
+/// The real disk: glommio DMA files.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DmaDisk;
+
+struct DmaDiskFile {
+    file: DmaFile,
+}
+
+impl DiskFile for DmaDiskFile {
+    fn alloc(&self, bytes: usize) -> DmaBuffer {
+        self.file.alloc_dma_buffer(bytes)
+    }
+
+    fn write_at(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()> {
+        Box::pin(async move {
+            let len = buf.len();
+            let written = self.file.write_at(buf, offset).await.map_err(io::Error::from)?;
+            if written != len {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("short write: {written} of {len} bytes at {offset}"),
+                ));
+            }
+            Ok(())
+        })
+    }
+
+    fn fdatasync(&self) -> IoFuture<'_, ()> {
+        Box::pin(async move { self.file.fdatasync().await.map_err(io::Error::from) })
+    }
+
+    fn close(self: Rc<Self>) -> IoFuture<'static, ()> {
+        Box::pin(async move {
+            match Rc::try_unwrap(self) {
+                Ok(this) => this.file.close().await.map_err(io::Error::from),
+                // Another holder keeps it open; it closes when the last one drops.
+                Err(_) => Ok(()),
+            }
+        })
+    }
+}
+
+impl Disk for DmaDisk {
+    fn create<'a>(&'a self, path: &'a Path) -> IoFuture<'a, Rc<dyn DiskFile>> {
+        Box::pin(async move {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .dma_open(path)
+                .await
+                .map_err(io::Error::from)?;
+            Ok(Rc::new(DmaDiskFile { file }) as Rc<dyn DiskFile>)
+        })
+    }
+
+    fn open<'a>(&'a self, path: &'a Path) -> IoFuture<'a, Rc<dyn DiskFile>> {
+        Box::pin(async move {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .dma_open(path)
+                .await
+                .map_err(io::Error::from)?;
+            Ok(Rc::new(DmaDiskFile { file }) as Rc<dyn DiskFile>)
+        })
+    }
+
+    fn rename<'a>(&'a self, from: &'a Path, to: &'a Path) -> IoFuture<'a, ()> {
+        Box::pin(async move { glommio::io::rename(from, to).await.map_err(io::Error::from) })
+    }
+
+    fn remove<'a>(&'a self, path: &'a Path) -> IoFuture<'a, ()> {
+        Box::pin(async move { glommio::io::remove(path).await.map_err(io::Error::from) })
+    }
+
+    fn sync_dir<'a>(&'a self, dir: &'a Path) -> IoFuture<'a, ()> {
+        Box::pin(async move {
+            let d = glommio::io::Directory::open(dir).await.map_err(io::Error::from)?;
+            d.sync().await.map_err(io::Error::from)?;
+            d.close().await.map_err(io::Error::from)
+        })
+    }
+}
+
+/// What a simulated crash does to writes no fdatasync covered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Every unsynced write is lost.
+    DropUnsynced,
+    /// Unsynced writes survive except the last, of which only the first `keep_bytes` survive.
+    TearLast {
+        /// Bytes of the last write that reach the disk.
+        keep_bytes: usize,
+    },
+    /// Unsynced writes survive (the page cache happened to write them back).
+    KeepUnsynced,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    fdatasyncs: Cell<u64>,
+    fail_fdatasync_after: Cell<Option<u64>>,
+    next_file: Cell<u64>,
+    /// Current path of every file opened through this disk (renames update it).
+    paths: RefCell<Vec<Rc<RefCell<PathBuf>>>>,
+    /// Unsynced writes: (file number, path, offset, length), oldest first.
+    unsynced: RefCell<Vec<(u64, PathBuf, u64, usize)>>,
+}
+
+/// A test disk over the real one: fails fdatasync on request and simulates crashes.
+#[derive(Debug, Clone, Default)]
+pub struct FaultyDisk {
+    state: Rc<FaultState>,
+}
+
+struct FaultyFile {
+    inner: Rc<dyn DiskFile>,
+    number: u64,
+    path: Rc<RefCell<PathBuf>>,
+    state: Rc<FaultState>,
+}
+
+impl FaultyDisk {
+    /// A disk that behaves like [`DmaDisk`] until told otherwise.
+    pub fn new() -> FaultyDisk {
+        FaultyDisk::default()
+    }
+
+    /// Lets `n` more fdatasync calls succeed; every later one fails with EIO.
+    pub fn fail_fdatasync_after(&self, n: u64) {
+        self.state.fail_fdatasync_after.set(Some(self.state.fdatasyncs.get() + n));
+    }
+
+    /// Number of fdatasync calls so far.
+    pub fn fdatasyncs(&self) -> u64 {
+        self.state.fdatasyncs.get()
+    }
+
+    /// Number of writes no fdatasync covers yet.
+    pub fn unsynced_writes(&self) -> usize {
+        self.state.unsynced.borrow().len()
+    }
+
+    /// Applies a crash to the real files: call after the fragment is closed (or dropped and
+    /// its files closed). Writes in segments only ever go to zeroed blocks, so losing a write
+    /// means zeroing its range. Uses blocking std::fs: test code, outside any executor's hot path.
+    pub fn crash(&self, mode: CrashMode) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let unsynced = std::mem::take(&mut *self.state.unsynced.borrow_mut());
+        let last = unsynced.len().checked_sub(1);
+        for (i, (_, path, offset, len)) in unsynced.into_iter().enumerate() {
+            let keep = match mode {
+                CrashMode::DropUnsynced => 0,
+                CrashMode::KeepUnsynced => len,
+                CrashMode::TearLast { keep_bytes } if Some(i) == last => keep_bytes.min(len),
+                CrashMode::TearLast { .. } => len,
+            };
+            if keep == len || !path.exists() {
+                continue;
+            }
+            let file = std::fs::OpenOptions::new().write(true).open(&path)?;
+            file.write_all_at(&vec![0u8; len - keep], offset + keep as u64)?;
+            file.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+impl DiskFile for FaultyFile {
+    fn alloc(&self, bytes: usize) -> DmaBuffer {
+        self.inner.alloc(bytes)
+    }
+
+    fn write_at(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()> {
+        Box::pin(async move {
+            let len = buf.len();
+            self.inner.write_at(buf, offset).await?;
+            let path = self.path.borrow().clone();
+            self.state.unsynced.borrow_mut().push((self.number, path, offset, len));
+            Ok(())
+        })
+    }
+
+    fn fdatasync(&self) -> IoFuture<'_, ()> {
+        Box::pin(async move {
+            let n = self.state.fdatasyncs.get() + 1;
+            self.state.fdatasyncs.set(n);
+            if self.state.fail_fdatasync_after.get().is_some_and(|limit| n > limit) {
+                return Err(io::Error::from_raw_os_error(5));
+            }
+            self.inner.fdatasync().await?;
+            self.state.unsynced.borrow_mut().retain(|w| w.0 != self.number);
+            Ok(())
+        })
+    }
+
+    fn close(self: Rc<Self>) -> IoFuture<'static, ()> {
+        let inner = self.inner.clone();
+        drop(self);
+        inner.close()
+    }
+}
+
+impl Disk for FaultyDisk {
+    fn create<'a>(&'a self, path: &'a Path) -> IoFuture<'a, Rc<dyn DiskFile>> {
+        Box::pin(async move {
+            let inner = DmaDisk.create(path).await?;
+            Ok(self.wrap(inner, path))
+        })
+    }
+
+    fn open<'a>(&'a self, path: &'a Path) -> IoFuture<'a, Rc<dyn DiskFile>> {
+        Box::pin(async move {
+            let inner = DmaDisk.open(path).await?;
+            Ok(self.wrap(inner, path))
+        })
+    }
+
+    fn rename<'a>(&'a self, from: &'a Path, to: &'a Path) -> IoFuture<'a, ()> {
+        Box::pin(async move {
+            DmaDisk.rename(from, to).await?;
+            for w in self.state.unsynced.borrow_mut().iter_mut() {
+                if w.1 == from {
+                    w.1 = to.to_path_buf();
+                }
+            }
+            for p in self.state.paths.borrow().iter() {
+                let matches = *p.borrow() == from;
+                if matches {
+                    *p.borrow_mut() = to.to_path_buf();
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn remove<'a>(&'a self, path: &'a Path) -> IoFuture<'a, ()> {
+        DmaDisk.remove(path)
+    }
+
+    fn sync_dir<'a>(&'a self, dir: &'a Path) -> IoFuture<'a, ()> {
+        DmaDisk.sync_dir(dir)
+    }
+}
+
+impl FaultyDisk {
+    fn wrap(&self, inner: Rc<dyn DiskFile>, path: &Path) -> Rc<dyn DiskFile> {
+        let number = self.state.next_file.get();
+        self.state.next_file.set(number + 1);
+        let path = Rc::new(RefCell::new(path.to_path_buf()));
+        self.state.paths.borrow_mut().push(path.clone());
+        Rc::new(FaultyFile { inner, number, path, state: self.state.clone() })
+    }
+}

@@ -1,0 +1,823 @@
+//! The public face of the crate: [`Fragment`] and the types its methods take and return.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::marker::PhantomData;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::rc::Rc;
+use std::task::Waker;
+
+use glommio::task::JoinHandle;
+use router::{FragmentId, ShardId, ShardRange};
+
+use crate::disk::{Disk, DiskFile, DmaDisk};
+use crate::error::{AppendError, CompactError, ImportError, InputError, OpenError};
+use crate::export::Export;
+use crate::format::frame_bytes;
+use crate::index::{Index, Loc, ShardStats};
+use crate::limits::{
+    BATCH_OPS_MAX, BLOCK_BYTES, CHUNK_HEADER_BYTES, COLLECTION_BYTES_MAX,
+    COMPACT_DEAD_BYTES_DEFAULT, DOC_BYTES_MAX, GROUP_COMMIT_BATCH_BYTES_MAX, ID_BYTES_MAX,
+    QUEUE_BYTES_MAX, RECORD_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES,
+};
+use crate::log::{Completion, Effect, OpMeta, Pending};
+use crate::record::{ArchivedPutOp, DeleteOp, Op, PutOp, Record, RecordBody};
+use crate::segment::Segment;
+use crate::value::{ArchivedJsonValue, JsonValue};
+use crate::{Lsn, TxId, Version, doc_key};
+
+/// How a fragment is opened.
+#[derive(Clone)]
+pub struct FragmentOptions {
+    /// Preallocated size of each segment, a multiple of 4 KiB in
+    /// `SEGMENT_BYTES_MIN ..= SEGMENT_BYTES_MAX`.
+    pub segment_bytes: u64,
+    /// Dead log bytes (overwritten or deleted documents, finished transactions) above which a
+    /// write starts a background compaction, when they are also at least half the log.
+    /// `u64::MAX` turns automatic compaction off.
+    pub compact_dead_bytes_min: u64,
+    /// The file system under the log ([`DmaDisk`] outside tests).
+    pub disk: Rc<dyn Disk>,
+}
+
+impl Default for FragmentOptions {
+    fn default() -> Self {
+        FragmentOptions {
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            compact_dead_bytes_min: COMPACT_DEAD_BYTES_DEFAULT,
+            disk: Rc::new(DmaDisk),
+        }
+    }
+}
+
+impl std::fmt::Debug for FragmentOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FragmentOptions")
+            .field("segment_bytes", &self.segment_bytes)
+            .field("compact_dead_bytes_min", &self.compact_dead_bytes_min)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One write of a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOp {
+    /// Write a whole document.
+    Put {
+        /// The collection.
+        collection: String,
+        /// The document id (case kept; looked up case-insensitively).
+        id: String,
+        /// The document's shard (the router's answer for `id`).
+        shard: ShardId,
+        /// `None`: write whatever is there. `Some(Version::ABSENT)`: only if the document does
+        /// not exist. `Some(v)`: only if the current version is `v`.
+        expected_version: Option<Version>,
+        /// The document.
+        doc: serde_json::Value,
+    },
+    /// Delete a document (deleting a missing document is not an error).
+    Delete {
+        /// The collection.
+        collection: String,
+        /// The document id.
+        id: String,
+        /// The document's shard.
+        shard: ShardId,
+        /// As for `Put`.
+        expected_version: Option<Version>,
+    },
+}
+
+/// The writes of one transaction: applied all or nothing, with one log record.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WriteBatch {
+    ops: Vec<WriteOp>,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> WriteBatch {
+        WriteBatch::default()
+    }
+
+    /// Adds an operation.
+    pub fn push(&mut self, op: WriteOp) {
+        self.ops.push(op);
+    }
+
+    /// Adds a put (builder style).
+    pub fn put(
+        mut self,
+        collection: &str,
+        id: &str,
+        shard: ShardId,
+        expected_version: Option<Version>,
+        doc: serde_json::Value,
+    ) -> WriteBatch {
+        self.ops.push(WriteOp::Put {
+            collection: collection.to_owned(),
+            id: id.to_owned(),
+            shard,
+            expected_version,
+            doc,
+        });
+        self
+    }
+
+    /// Adds a delete (builder style).
+    pub fn delete(
+        mut self,
+        collection: &str,
+        id: &str,
+        shard: ShardId,
+        expected_version: Option<Version>,
+    ) -> WriteBatch {
+        self.ops.push(WriteOp::Delete {
+            collection: collection.to_owned(),
+            id: id.to_owned(),
+            shard,
+            expected_version,
+        });
+        self
+    }
+
+    /// The operations.
+    pub fn ops(&self) -> &[WriteOp] {
+        &self.ops
+    }
+
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// What a durable write produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// The record's log position.
+    pub lsn: Lsn,
+    /// The new version of each operation's document, in batch order (a delete's version is
+    /// its tombstone's).
+    pub versions: Vec<Version>,
+}
+
+/// A stored document, read in place from the log's mapping: no copy, no deserialization. Holds
+/// the segment's mapping alive, so it stays valid while compaction removes the file.
+pub struct DocRef<'f> {
+    _seg: Rc<Segment>,
+    put: NonNull<ArchivedPutOp>,
+    version: Version,
+    _fragment: PhantomData<&'f ()>,
+}
+
+impl std::fmt::Debug for DocRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DocRef").field("id", &self.id()).field("version", &self.version).finish()
+    }
+}
+
+impl<'f> DocRef<'f> {
+    fn new(loc: &Loc, version: Version) -> Option<DocRef<'f>> {
+        let put = loc.seg.record(loc.span)?.body.put_at(usize::try_from(loc.op).ok()?)?;
+        Some(DocRef {
+            _seg: loc.seg.clone(),
+            put: NonNull::from(put),
+            version,
+            _fragment: PhantomData,
+        })
+    }
+
+    fn put(&self) -> &ArchivedPutOp {
+        // SAFETY: `put` points into the read-only mapping of `_seg`, which this DocRef keeps
+        // alive; the mapping never moves and its record bytes never change (see
+        // `segment`), and the pointer came from a validated record (`archive`).
+        unsafe { self.put.as_ref() }
+    }
+
+    /// The document id as first written.
+    pub fn id(&self) -> &str {
+        self.put().id.as_str()
+    }
+
+    /// The collection.
+    pub fn collection(&self) -> &str {
+        self.put().collection.as_str()
+    }
+
+    /// The document's shard.
+    pub fn shard(&self) -> ShardId {
+        ShardId::from_u64_mod(u64::from(self.put().shard.to_native()))
+    }
+
+    /// The document's version.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The archived document; implements `router::doc::DocValue`.
+    pub fn doc(&self) -> &ArchivedJsonValue {
+        &self.put().doc
+    }
+}
+
+/// Counters of a fragment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FragmentStats {
+    /// Live documents.
+    pub docs: u64,
+    /// Log bytes of live documents.
+    pub live_bytes: u64,
+    /// Log bytes of everything else (old versions, tombstones, transaction records).
+    pub dead_bytes: u64,
+    /// Segment files.
+    pub segments: u64,
+    /// Torn tails truncated at open.
+    pub torn_tails: u64,
+    /// The last durable LSN.
+    pub lsn_durable: u64,
+    /// Completed compactions since open.
+    pub compactions: u64,
+    /// Live documents and bytes per shard (shards with documents only).
+    pub shards: BTreeMap<ShardId, ShardStats>,
+}
+
+/// What a compaction did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactStats {
+    /// Segments replaced.
+    pub segments_removed: u64,
+    /// Records written to the compacted segment.
+    pub records_written: u64,
+    /// Log bytes before.
+    pub bytes_before: u64,
+    /// Log bytes after.
+    pub bytes_after: u64,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImportStats {
+    /// Documents written.
+    pub docs: u64,
+}
+
+/// A prepared (phase one) distributed transaction.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    /// Where its Prepare record is, once durable.
+    pub loc: Option<Loc>,
+    /// Its writes.
+    pub ops: Vec<OpMeta>,
+    /// A commit or abort is on its way to the log.
+    pub finishing: bool,
+}
+
+/// The segment being appended to.
+pub(crate) struct Active {
+    pub seg: Rc<Segment>,
+    pub file: Rc<dyn DiskFile>,
+    /// Offset of the next chunk (block-aligned).
+    pub pos: u64,
+}
+
+/// Mutable state of a fragment. Never borrowed across an `.await`.
+pub(crate) struct State {
+    pub index: Index,
+    pub txns: BTreeMap<TxId, Prepared>,
+    /// Keys locked by prepared transactions: `collection \0 key` to the transaction.
+    pub locks: HashMap<String, TxId>,
+    /// Versions of writes queued but not yet durable (`None`: a delete).
+    pub pending: HashMap<String, Option<Version>>,
+    pub next_lsn: u64,
+    pub lsn_durable: u64,
+    pub queue: VecDeque<Pending>,
+    pub queue_bytes: usize,
+    pub fatal: Option<String>,
+    pub active: Option<Active>,
+    /// Every segment, in log order, the active one last.
+    pub segments: Vec<Rc<Segment>>,
+    /// Frame bytes of every record in `segments`.
+    pub log_bytes: u64,
+    pub torn_tails: u64,
+    pub generation: u64,
+    pub compactions: u64,
+}
+
+pub(crate) struct Inner {
+    pub id: FragmentId,
+    pub range: ShardRange,
+    pub dir: PathBuf,
+    pub options: FragmentOptions,
+    pub st: RefCell<State>,
+    pub writer_waker: Cell<Option<Waker>>,
+    pub space_waiters: RefCell<VecDeque<Waker>>,
+    /// Held by the writer around one flush, and by compaction while it rolls the segment.
+    pub log_lock: glommio::sync::Semaphore,
+    pub closing: Cell<bool>,
+    pub compacting: Cell<bool>,
+    pub compaction_task: RefCell<Option<JoinHandle<()>>>,
+}
+
+pub(crate) fn lock_key(collection: &str, key: &str) -> String {
+    let mut k = String::with_capacity(collection.len() + key.len() + 1);
+    k.push_str(collection);
+    k.push('\0');
+    k.push_str(key);
+    k
+}
+
+/// One fragment: a contiguous shard range with its own log and index, owned by one executor.
+pub struct Fragment {
+    pub(crate) inner: Rc<Inner>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Fragment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fragment")
+            .field("id", &self.inner.id)
+            .field("range", &self.inner.range)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How `submit` records the batch.
+pub(crate) enum Kind {
+    Autocommit,
+    Prepare(TxId),
+}
+
+impl Fragment {
+    /// Opens (or creates) the fragment stored in `dir`: scans its segments, checks every
+    /// record, truncates a torn tail, rebuilds the index and starts the group-commit writer.
+    /// Must run inside a glommio executor.
+    pub async fn open(
+        dir: &Path,
+        id: FragmentId,
+        range: ShardRange,
+        options: FragmentOptions,
+    ) -> Result<Fragment, OpenError> {
+        let state = crate::recovery::recover(dir, id, &options).await?;
+        let inner = Rc::new(Inner {
+            id,
+            range,
+            dir: dir.to_path_buf(),
+            options,
+            st: RefCell::new(state),
+            writer_waker: Cell::new(None),
+            space_waiters: RefCell::new(VecDeque::new()),
+            log_lock: glommio::sync::Semaphore::new(1),
+            closing: Cell::new(false),
+            compacting: Cell::new(false),
+            compaction_task: RefCell::new(None),
+        });
+        let writer = glommio::spawn_local(crate::log::run_writer(inner.clone())).detach();
+        let st = inner.st.borrow();
+        tracing::info!(
+            fragment = %id,
+            docs = st.index.docs(),
+            segments = st.segments.len(),
+            torn_tails = st.torn_tails,
+            lsn = st.lsn_durable,
+            "fragment opened"
+        );
+        drop(st);
+        Ok(Fragment { inner, writer: Some(writer) })
+    }
+
+    /// This fragment's id.
+    pub fn id(&self) -> FragmentId {
+        self.inner.id
+    }
+
+    /// This fragment's shard range.
+    pub fn range(&self) -> ShardRange {
+        self.inner.range
+    }
+
+    /// Applies a batch atomically. Returns once the fdatasync covering it completed: `Ok` means
+    /// durable. On `Conflict`/`Locked`/input errors nothing was written.
+    pub async fn apply(&self, batch: WriteBatch) -> Result<CommitInfo, AppendError> {
+        let n = batch.len();
+        let done = self.submit(batch, Kind::Autocommit).await?;
+        let lsn = done.wait().await?;
+        Ok(CommitInfo { lsn, versions: vec![Version::new(lsn.get()); n] })
+    }
+
+    /// Phase one of a distributed transaction: validates the batch like `apply`, writes a
+    /// durable Prepare record and locks the documents; the writes stay invisible until
+    /// `commit_prepared`. Writes to a locked document fail with `Locked`.
+    pub async fn prepare(&self, txid: TxId, batch: WriteBatch) -> Result<Lsn, AppendError> {
+        let done = self.submit(batch, Kind::Prepare(txid)).await?;
+        done.wait().await
+    }
+
+    /// Makes a prepared transaction's writes visible (durably).
+    pub async fn commit_prepared(&self, txid: TxId) -> Result<Lsn, AppendError> {
+        self.finish_prepared(txid, true).await
+    }
+
+    /// Abandons a prepared transaction (durably).
+    pub async fn abort_prepared(&self, txid: TxId) -> Result<Lsn, AppendError> {
+        self.finish_prepared(txid, false).await
+    }
+
+    /// Prepared transactions with no commit or abort yet: after a restart, the node asks the
+    /// coordinator log for each one's fate.
+    pub fn in_doubt(&self) -> Vec<TxId> {
+        self.inner.st.borrow().txns.keys().copied().collect()
+    }
+
+    async fn finish_prepared(&self, txid: TxId, commit: bool) -> Result<Lsn, AppendError> {
+        self.wait_for_space().await?;
+        let done = {
+            let mut st = self.inner.st.borrow_mut();
+            self.check_open(&st)?;
+            let Some(txn) = st.txns.get_mut(&txid).filter(|t| !t.finishing) else {
+                return Err(AppendError::TxnUnknown { txid });
+            };
+            txn.finishing = true;
+            let lsn = st.next_lsn;
+            let body = if commit {
+                RecordBody::Commit { txid: txid.get() }
+            } else {
+                RecordBody::Abort { txid: txid.get() }
+            };
+            let effect = if commit { Effect::Commit(txid) } else { Effect::Abort(txid) };
+            self.enqueue(&mut st, Record { lsn, body }, effect)?
+        };
+        self.wake_writer();
+        done.wait().await
+    }
+
+    /// Validates and enqueues one batch. No `.await` between the version checks and the
+    /// enqueue, so no other writer can slip in between.
+    async fn submit(&self, batch: WriteBatch, kind: Kind) -> Result<Rc<Completion>, AppendError> {
+        let ops = batch.ops;
+        if ops.is_empty() || ops.len() > BATCH_OPS_MAX {
+            return Err(InputError::BatchSize { ops: ops.len(), max: BATCH_OPS_MAX }.into());
+        }
+        // Convert documents first: pure work, no state involved.
+        let mut docs = Vec::with_capacity(ops.len());
+        for op in &ops {
+            let (collection, id, shard) = match op {
+                WriteOp::Put { collection, id, shard, .. }
+                | WriteOp::Delete { collection, id, shard, .. } => (collection, id, *shard),
+            };
+            check_names(collection, id)?;
+            if !self.inner.range.contains(shard) {
+                return Err(AppendError::WrongShard {
+                    fragment: self.inner.id,
+                    range: self.inner.range,
+                    shard,
+                });
+            }
+            docs.push(match op {
+                WriteOp::Put { doc, .. } => {
+                    let value = JsonValue::from_serde(doc)?;
+                    let bytes = archived_bytes_estimate(&value);
+                    if bytes > DOC_BYTES_MAX {
+                        return Err(InputError::DocTooLarge { bytes, max: DOC_BYTES_MAX }.into());
+                    }
+                    Some(value)
+                }
+                WriteOp::Delete { .. } => None,
+            });
+        }
+        self.wait_for_space().await?;
+        let done = {
+            let mut st = self.inner.st.borrow_mut();
+            self.check_open(&st)?;
+            if let Kind::Prepare(txid) = kind
+                && st.txns.contains_key(&txid)
+            {
+                return Err(AppendError::TxnExists { txid });
+            }
+            // Optimistic concurrency: every expected version against the durable index, the
+            // queued writes and the earlier ops of this batch.
+            let mut overlay: HashMap<String, Option<Version>> = HashMap::new();
+            let lsn = st.next_lsn;
+            let version = Version::new(lsn);
+            let mut metas = Vec::with_capacity(ops.len());
+            for op in &ops {
+                let (collection, id, expected, put) = match op {
+                    WriteOp::Put { collection, id, expected_version, .. } => {
+                        (collection, id, expected_version, true)
+                    }
+                    WriteOp::Delete { collection, id, expected_version, .. } => {
+                        (collection, id, expected_version, false)
+                    }
+                };
+                let key = doc_key(id);
+                let lk = lock_key(collection, &key);
+                if let Some(&txid) = st.locks.get(&lk) {
+                    return Err(AppendError::Locked {
+                        collection: collection.clone(),
+                        id: id.clone(),
+                        txid,
+                    });
+                }
+                let current = match overlay.get(&lk).or_else(|| st.pending.get(&lk)) {
+                    Some(v) => *v,
+                    None => st.index.get(collection, &key).map(|e| e.version),
+                };
+                if let Some(expected) = *expected {
+                    let ok = if expected == Version::ABSENT {
+                        current.is_none()
+                    } else {
+                        current == Some(expected)
+                    };
+                    if !ok {
+                        return Err(AppendError::Conflict {
+                            collection: collection.clone(),
+                            id: id.clone(),
+                            expected,
+                            found: current,
+                        });
+                    }
+                }
+                overlay.insert(lk, put.then_some(version));
+                let shard = match op {
+                    WriteOp::Put { shard, .. } | WriteOp::Delete { shard, .. } => *shard,
+                };
+                metas.push(OpMeta {
+                    collection: collection.as_str().into(),
+                    key: key.into(),
+                    shard,
+                    version,
+                    put,
+                });
+            }
+            let mut rec_ops: Vec<Op> = ops
+                .into_iter()
+                .zip(docs)
+                .map(|(op, doc)| match (op, doc) {
+                    (WriteOp::Put { collection, id, shard, .. }, Some(doc)) => {
+                        Op::Put(PutOp { collection, id, shard: shard.get(), version: lsn, doc })
+                    }
+                    (
+                        WriteOp::Put { collection, id, shard, .. }
+                        | WriteOp::Delete { collection, id, shard, .. },
+                        _,
+                    ) => Op::Delete(DeleteOp { collection, id, shard: shard.get(), version: lsn }),
+                })
+                .collect();
+            let (body, effect) = match kind {
+                Kind::Autocommit if rec_ops.len() == 1 => match rec_ops.pop() {
+                    Some(Op::Put(p)) => (RecordBody::Put(p), Effect::Ops(metas)),
+                    Some(Op::Delete(d)) => (RecordBody::Delete(d), Effect::Ops(metas)),
+                    None => return Err(InputError::BatchSize { ops: 0, max: BATCH_OPS_MAX }.into()),
+                },
+                Kind::Autocommit => (RecordBody::Batch(rec_ops), Effect::Ops(metas)),
+                Kind::Prepare(txid) => (
+                    RecordBody::Prepare { txid: txid.get(), ops: rec_ops },
+                    Effect::Prepare(txid, metas),
+                ),
+            };
+            let done = self.enqueue(&mut st, Record { lsn, body }, effect)?;
+            if let Kind::Prepare(_) = kind {
+                // Prepared writes are invisible: forget their pending versions again; the locks
+                // taken by `enqueue` keep other writers away.
+            } else {
+                for (k, v) in overlay {
+                    st.pending.insert(k, v);
+                }
+            }
+            done
+        };
+        self.wake_writer();
+        Ok(done)
+    }
+
+    /// Serializes `record` and puts it in the queue. Takes locks for a prepare.
+    fn enqueue(
+        &self,
+        st: &mut State,
+        record: Record,
+        effect: Effect,
+    ) -> Result<Rc<Completion>, AppendError> {
+        let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&record).map_err(|_| {
+            // Serializing owned values into memory fails only on allocation limits; report it
+            // as an oversized record rather than panic.
+            InputError::RecordTooLarge { bytes: usize::MAX, max: RECORD_BYTES_MAX }
+        })?;
+        let cap = chunk_capacity(self.inner.options.segment_bytes);
+        let need = (CHUNK_HEADER_BYTES + frame_bytes(payload.len())) as u64;
+        if payload.len() > RECORD_BYTES_MAX || need.next_multiple_of(BLOCK_BYTES) > cap {
+            let max = RECORD_BYTES_MAX.min(usize::try_from(cap).unwrap_or(usize::MAX));
+            return Err(InputError::RecordTooLarge { bytes: payload.len(), max }.into());
+        }
+        assert_eq!(record.lsn, st.next_lsn);
+        if let Effect::Prepare(txid, metas) = &effect {
+            for m in metas {
+                st.locks.insert(lock_key(&m.collection, &m.key), *txid);
+            }
+            st.txns.insert(*txid, Prepared { loc: None, ops: metas.clone(), finishing: false });
+        }
+        st.next_lsn += 1;
+        let done = Rc::new(Completion::default());
+        st.queue_bytes += payload.len();
+        st.queue.push_back(Pending { lsn: record.lsn, payload, effect, done: done.clone() });
+        Ok(done)
+    }
+
+    fn check_open(&self, st: &State) -> Result<(), AppendError> {
+        if let Some(reason) = &st.fatal {
+            return Err(AppendError::Fatal { fragment: self.inner.id, reason: reason.clone() });
+        }
+        if self.inner.closing.get() {
+            return Err(AppendError::Closed { fragment: self.inner.id });
+        }
+        Ok(())
+    }
+
+    /// Backpressure: waits while the queue holds `QUEUE_BYTES_MAX` or more.
+    async fn wait_for_space(&self) -> Result<(), AppendError> {
+        std::future::poll_fn(|cx| {
+            let st = self.inner.st.borrow();
+            if let Err(e) = self.check_open(&st) {
+                return std::task::Poll::Ready(Err(e));
+            }
+            if st.queue_bytes < QUEUE_BYTES_MAX {
+                return std::task::Poll::Ready(Ok(()));
+            }
+            self.inner.space_waiters.borrow_mut().push_back(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+        .await
+    }
+
+    fn wake_writer(&self) {
+        if let Some(w) = self.inner.writer_waker.take() {
+            w.wake();
+        }
+    }
+
+    /// The current version of a document, for optimistic concurrency.
+    pub fn version_of(&self, collection: &str, id: &str) -> Option<Version> {
+        self.inner.st.borrow().index.get(collection, &doc_key(id)).map(|e| e.version)
+    }
+
+    /// Reads a document in place (ids are case-insensitive). No copy, no deserialization.
+    pub fn get(&self, collection: &str, id: &str) -> Option<DocRef<'_>> {
+        let st = self.inner.st.borrow();
+        let entry = st.index.get(collection, &doc_key(id))?;
+        DocRef::new(&entry.loc, entry.version)
+    }
+
+    /// Visits the documents of `collection` whose shard is in `range`, in (shard, lower-cased
+    /// id) order, until `visit` breaks. Runs without yielding: bound long scans by breaking and
+    /// resuming with a narrower range.
+    pub fn scan(
+        &self,
+        collection: &str,
+        range: ShardRange,
+        mut visit: impl FnMut(DocRef<'_>) -> ControlFlow<()>,
+    ) {
+        let st = self.inner.st.borrow();
+        for (_, entry) in st.index.scan(collection, range) {
+            if let Some(doc) = DocRef::new(&entry.loc, entry.version)
+                && visit(doc).is_break()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Names of collections that have documents, sorted.
+    pub fn collections(&self) -> Vec<String> {
+        self.inner.st.borrow().index.collections().map(str::to_owned).collect()
+    }
+
+    /// Counters, including per-shard document counts and bytes.
+    pub fn stats(&self) -> FragmentStats {
+        let st = self.inner.st.borrow();
+        FragmentStats {
+            docs: st.index.docs(),
+            live_bytes: st.index.live_bytes(),
+            dead_bytes: st.log_bytes.saturating_sub(st.index.live_bytes()),
+            segments: st.segments.len() as u64,
+            torn_tails: st.torn_tails,
+            lsn_durable: st.lsn_durable,
+            compactions: st.compactions,
+            shards: st.index.shards().clone(),
+        }
+    }
+
+    /// Per-shard counters for the shards of `range` that have documents.
+    pub fn shard_stats(&self, range: ShardRange) -> BTreeMap<ShardId, ShardStats> {
+        let st = self.inner.st.borrow();
+        st.index
+            .shards()
+            .iter()
+            .filter(|(s, _)| range.contains(**s))
+            .map(|(s, v)| (*s, *v))
+            .collect()
+    }
+
+    /// Why the fragment stopped accepting writes, if it did.
+    pub fn fatal(&self) -> Option<String> {
+        self.inner.st.borrow().fatal.clone()
+    }
+
+    /// Rewrites the live records of every sealed segment into one compacted segment and
+    /// removes the old files. Writers keep going meanwhile (into the active segment).
+    pub async fn compact(&self) -> Result<CompactStats, CompactError> {
+        crate::compaction::compact(self.inner.clone()).await
+    }
+
+    /// A stream of the documents whose shard is in `range`, as framed records (see FORMAT.md).
+    pub fn export(&self, range: ShardRange) -> Export {
+        Export::new(self.inner.clone(), range)
+    }
+
+    /// Imports one chunk of an export stream: every document becomes a put here (new versions).
+    pub async fn import(&self, chunk: &[u8]) -> Result<ImportStats, ImportError> {
+        crate::export::import(self, chunk).await
+    }
+
+    /// Stops accepting writes, lets queued writes finish, waits for a running compaction and
+    /// closes the files.
+    pub async fn close(mut self) {
+        self.inner.closing.set(true);
+        self.wake_writer();
+        wake_all(&self.inner.space_waiters);
+        if let Some(writer) = self.writer.take() {
+            writer.await;
+        }
+        let compaction = self.inner.compaction_task.borrow_mut().take();
+        if let Some(task) = compaction {
+            task.await;
+        }
+        let file = self.inner.st.borrow_mut().active.take().map(|a| a.file);
+        if let Some(file) = file
+            && let Err(e) = file.close().await
+        {
+            tracing::warn!(fragment = %self.inner.id, error = %e, "closing segment failed");
+        }
+    }
+}
+
+impl Drop for Fragment {
+    fn drop(&mut self) {
+        // The writer task ends once it sees `closing`; it holds the files until then.
+        self.inner.closing.set(true);
+        if let Some(w) = self.inner.writer_waker.take() {
+            w.wake();
+        }
+    }
+}
+
+pub(crate) fn wake_all(waiters: &RefCell<VecDeque<Waker>>) {
+    let woken: Vec<Waker> = waiters.borrow_mut().drain(..).collect();
+    for w in woken {
+        w.wake();
+    }
+}
+
+/// Largest chunk (header included, block-aligned) a segment of `segment_bytes` can carry.
+pub(crate) fn chunk_capacity(segment_bytes: u64) -> u64 {
+    (GROUP_COMMIT_BATCH_BYTES_MAX as u64).min(segment_bytes.saturating_sub(SEGMENT_HEADER_BYTES))
+}
+
+fn check_names(collection: &str, id: &str) -> Result<(), InputError> {
+    if collection.is_empty() || collection.len() > COLLECTION_BYTES_MAX {
+        return Err(InputError::CollectionName {
+            bytes: collection.len(),
+            max: COLLECTION_BYTES_MAX,
+        });
+    }
+    if id.is_empty() {
+        return Err(InputError::IdEmpty);
+    }
+    if id.len() > ID_BYTES_MAX {
+        return Err(InputError::IdTooLong { bytes: id.len(), max: ID_BYTES_MAX });
+    }
+    Ok(())
+}
+
+/// The document size the limit applies to: bytes of every string and member name plus the
+/// size of one archived node per value. Close to the archived size, and cheap to compute.
+fn archived_bytes_estimate(value: &JsonValue) -> usize {
+    let node = std::mem::size_of::<ArchivedJsonValue>();
+    match value {
+        JsonValue::String(s) => node + s.len(),
+        JsonValue::Array(items) => node + items.iter().map(archived_bytes_estimate).sum::<usize>(),
+        JsonValue::Object(members) => {
+            node + members
+                .iter()
+                .map(|m| node + m.key.len() + archived_bytes_estimate(&m.value))
+                .sum::<usize>()
+        }
+        _ => node,
+    }
+}

@@ -1,0 +1,176 @@
+//! The in-memory index: per collection, the lower-cased document id to its location, version
+//! and shard, plus an ordered set by (shard, id) for range scans, and per-shard counters.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
+
+use router::{ShardId, ShardRange};
+
+use crate::Version;
+use crate::archive::RecordSpan;
+use crate::segment::Segment;
+
+/// Where a document's current version lives: a record of a segment, and the op inside it.
+#[derive(Debug, Clone)]
+pub struct Loc {
+    /// The segment (kept mapped while referenced).
+    pub seg: Rc<Segment>,
+    /// The record.
+    pub span: RecordSpan,
+    /// The op inside the record.
+    pub op: u32,
+}
+
+/// One live document.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Where it is.
+    pub loc: Loc,
+    /// Its version.
+    pub version: Version,
+    /// Its shard.
+    pub shard: ShardId,
+    /// Log bytes it accounts for (its share of its record's frame).
+    pub bytes: u64,
+}
+
+/// Documents and bytes of one shard.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShardStats {
+    /// Live documents.
+    pub docs: u64,
+    /// Log bytes of those documents.
+    pub bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct Collection {
+    by_key: HashMap<Rc<str>, Entry>,
+    by_shard: BTreeSet<(ShardId, Rc<str>)>,
+}
+
+/// The index of one fragment.
+#[derive(Debug, Default)]
+pub struct Index {
+    collections: BTreeMap<Box<str>, Collection>,
+    shards: BTreeMap<ShardId, ShardStats>,
+    docs: u64,
+    live_bytes: u64,
+}
+
+impl Index {
+    /// The entry of `key` (already lower-cased).
+    pub fn get(&self, collection: &str, key: &str) -> Option<&Entry> {
+        self.collections.get(collection)?.by_key.get(key)
+    }
+
+    /// Inserts or replaces; returns the previous entry.
+    pub fn put(&mut self, collection: &str, key: &str, entry: Entry) -> Option<Entry> {
+        let old = self.remove(collection, key);
+        let coll = match self.collections.get_mut(collection) {
+            Some(c) => c,
+            None => self.collections.entry(collection.into()).or_default(),
+        };
+        let key: Rc<str> = Rc::from(key);
+        coll.by_shard.insert((entry.shard, key.clone()));
+        let s = self.shards.entry(entry.shard).or_default();
+        s.docs += 1;
+        s.bytes += entry.bytes;
+        self.docs += 1;
+        self.live_bytes += entry.bytes;
+        coll.by_key.insert(key, entry);
+        old
+    }
+
+    /// Replaces the location of an entry whose version is `version`; false when it changed.
+    pub fn relocate(
+        &mut self,
+        collection: &str,
+        key: &str,
+        version: Version,
+        loc: Loc,
+        bytes: u64,
+    ) -> bool {
+        let Some(entry) = self.collections.get_mut(collection).and_then(|c| c.by_key.get_mut(key))
+        else {
+            return false;
+        };
+        if entry.version != version {
+            return false;
+        }
+        if let Some(s) = self.shards.get_mut(&entry.shard) {
+            s.bytes = s.bytes - entry.bytes + bytes;
+        }
+        self.live_bytes = self.live_bytes - entry.bytes + bytes;
+        entry.loc = loc;
+        entry.bytes = bytes;
+        true
+    }
+
+    /// Removes; returns the removed entry.
+    pub fn remove(&mut self, collection: &str, key: &str) -> Option<Entry> {
+        let coll = self.collections.get_mut(collection)?;
+        let (k, entry) = coll.by_key.remove_entry(key)?;
+        coll.by_shard.remove(&(entry.shard, k));
+        if let Some(s) = self.shards.get_mut(&entry.shard) {
+            s.docs -= 1;
+            s.bytes -= entry.bytes;
+            if s.docs == 0 {
+                self.shards.remove(&entry.shard);
+            }
+        }
+        self.docs -= 1;
+        self.live_bytes -= entry.bytes;
+        if coll.by_key.is_empty() {
+            self.collections.remove(collection);
+        }
+        Some(entry)
+    }
+
+    /// Entries of `collection` in `range`, in (shard, key) order.
+    pub fn scan<'a>(
+        &'a self,
+        collection: &str,
+        range: ShardRange,
+    ) -> impl Iterator<Item = (&'a str, &'a Entry)> + 'a {
+        let coll = self.collections.get(collection);
+        let start = ShardId::new(range.start());
+        let end = ShardId::new(range.end());
+        coll.into_iter().flat_map(move |c| {
+            let lower = start.map(|s| (s, Rc::<str>::from("")));
+            let iter: Box<dyn Iterator<Item = &(ShardId, Rc<str>)>> = match (lower, end) {
+                (Some(lo), Some(hi)) => Box::new(c.by_shard.range(lo..(hi, Rc::from("")))),
+                (Some(lo), None) => Box::new(c.by_shard.range(lo..)),
+                _ => Box::new(std::iter::empty()),
+            };
+            iter.filter_map(move |(_, k)| c.by_key.get_key_value(k).map(|(k, e)| (&**k, e)))
+        })
+    }
+
+    /// Every (collection, key, entry).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &Entry)> {
+        self.collections
+            .iter()
+            .flat_map(|(c, coll)| coll.by_key.iter().map(move |(k, e)| (&**c, &**k, e)))
+    }
+
+    /// Collection names, sorted.
+    pub fn collections(&self) -> impl Iterator<Item = &str> {
+        self.collections.keys().map(|c| &**c)
+    }
+
+    /// Per-shard counters.
+    pub fn shards(&self) -> &BTreeMap<ShardId, ShardStats> {
+        &self.shards
+    }
+
+    /// Live documents.
+    pub fn docs(&self) -> u64 {
+        self.docs
+    }
+
+    /// Log bytes of live documents.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+}

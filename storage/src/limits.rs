@@ -1,0 +1,77 @@
+//! Every bound of the storage crate, with its unit and the reason for its value.
+
+/// Bytes of one I/O block: every chunk starts at a multiple of it and is padded to it, so a block
+/// that holds acknowledged data is never written again. 4 KiB matches the file system block and
+/// the page size (the mmap base), and is a multiple of the 512-byte O_DIRECT alignment.
+pub const BLOCK_BYTES: u64 = 4096;
+
+/// Bytes of the segment header: one whole block, so the first chunk starts block-aligned.
+pub const SEGMENT_HEADER_BYTES: u64 = BLOCK_BYTES;
+
+/// Default preallocated size of a segment, in bytes. Large enough that rolling (which writes the
+/// whole file once with zeros) is rare; small enough that compaction frees space in useful steps.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+
+/// Smallest allowed segment size in bytes (tests use it to force many segments).
+pub const SEGMENT_BYTES_MIN: u64 = 64 << 10;
+
+/// Largest allowed segment size in bytes: offsets inside a segment stay far from `u32::MAX`.
+pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
+
+/// Bytes of a chunk header (see FORMAT.md).
+pub const CHUNK_HEADER_BYTES: usize = 32;
+
+/// Bytes of a frame header: length and CRC, 4 bytes each.
+pub const FRAME_HEADER_BYTES: usize = 8;
+
+/// Alignment of every frame and so of every archived record, relative to the segment start
+/// (which is page-aligned in the mapping): what rkyv needs for `u64` and `f64` fields.
+pub const RECORD_ALIGN_BYTES: usize = 8;
+
+/// Largest group-commit batch, in bytes, chunk header and padding included: bounds the DMA
+/// buffer of one write and so the largest torn region recovery must clean.
+pub const GROUP_COMMIT_BATCH_BYTES_MAX: usize = 4 << 20;
+
+/// Largest archived record in bytes; one record always fits into one group-commit batch.
+pub const RECORD_BYTES_MAX: usize = 2 << 20;
+
+/// Bytes waiting in the group-commit queue above which new writers wait (backpressure).
+pub const QUEUE_BYTES_MAX: usize = 16 << 20;
+
+/// Largest archived document in bytes.
+pub const DOC_BYTES_MAX: usize = 1 << 20;
+
+/// Deepest nesting of arrays and objects in a document (the root counts as 1). Checked while
+/// converting from serde_json, before anything recursive runs on the value.
+pub const DOC_DEPTH_MAX: usize = 64;
+
+/// Longest document id in bytes.
+pub const ID_BYTES_MAX: usize = 512;
+
+/// Longest collection name in bytes.
+pub const COLLECTION_BYTES_MAX: usize = 128;
+
+/// Most operations in one write batch (one transaction).
+pub const BATCH_OPS_MAX: usize = 4096;
+
+/// Long loops (replay, compaction, export) yield to other tasks after this many items.
+pub const YIELD_EVERY_ITEMS: usize = 256;
+
+/// Bytes of one export chunk: the unit a migration stream carries.
+pub const EXPORT_CHUNK_BYTES: usize = 1 << 20;
+
+/// Default dead bytes above which a write triggers compaction.
+pub const COMPACT_DEAD_BYTES_DEFAULT: u64 = 256 << 20;
+
+const _: () = assert!(SEGMENT_HEADER_BYTES.is_multiple_of(BLOCK_BYTES));
+const _: () = assert!(BLOCK_BYTES.is_multiple_of(512));
+const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(BLOCK_BYTES));
+const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(BLOCK_BYTES));
+const _: () = assert!(SEGMENT_BYTES_MAX.is_multiple_of(BLOCK_BYTES));
+const _: () = assert!(CHUNK_HEADER_BYTES.is_multiple_of(RECORD_ALIGN_BYTES));
+const _: () = assert!(FRAME_HEADER_BYTES.is_multiple_of(RECORD_ALIGN_BYTES));
+const _: () = assert!(
+    RECORD_BYTES_MAX + CHUNK_HEADER_BYTES + FRAME_HEADER_BYTES + 8 <= GROUP_COMMIT_BATCH_BYTES_MAX
+);
+const _: () = assert!(DOC_BYTES_MAX < RECORD_BYTES_MAX);
+const _: () = assert!((GROUP_COMMIT_BATCH_BYTES_MAX as u64).is_multiple_of(BLOCK_BYTES));

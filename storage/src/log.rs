@@ -1,0 +1,320 @@
+//! Group commit: one writer task per fragment drains the queue of serialized records into one
+//! block-aligned chunk, writes it with one O_DIRECT write, runs one fdatasync, and only then
+//! applies the records to the index and wakes their writers. Records that arrive while a write
+//! and fdatasync are in flight wait in the queue and form the next chunk. A failed write or
+//! fdatasync is fatal: every waiting and future write fails with the reason, nothing is retried.
+
+use std::cell::{Cell, RefCell};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+use rkyv::util::AlignedVec;
+use router::ShardId;
+
+use crate::archive::{self, RecordSpan};
+use crate::error::AppendError;
+use crate::format::{ChunkHeader, SegmentHeader, SegmentKind, encode_frame, frame_bytes};
+use crate::fragment::{Active, Inner, State, chunk_capacity, lock_key, wake_all};
+use crate::index::{Entry, Loc};
+use crate::limits::{BLOCK_BYTES, CHUNK_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::segment::{Segment, create_preallocated};
+use crate::{Lsn, TxId, Version};
+
+/// One document operation, as the index needs it.
+#[derive(Debug, Clone)]
+pub(crate) struct OpMeta {
+    pub collection: Box<str>,
+    /// Lower-cased id.
+    pub key: Box<str>,
+    pub shard: ShardId,
+    pub version: Version,
+    pub put: bool,
+}
+
+/// What a record does to the in-memory state once durable.
+pub(crate) enum Effect {
+    Ops(Vec<OpMeta>),
+    Prepare(TxId, Vec<OpMeta>),
+    Commit(TxId),
+    Abort(TxId),
+}
+
+/// A serialized record waiting for the writer.
+pub(crate) struct Pending {
+    pub lsn: u64,
+    pub payload: AlignedVec,
+    pub effect: Effect,
+    pub done: Rc<Completion>,
+}
+
+/// Where a writer waits for its record's fdatasync.
+#[derive(Default)]
+pub(crate) struct Completion {
+    result: RefCell<Option<Result<Lsn, AppendError>>>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl Completion {
+    pub fn complete(&self, result: Result<Lsn, AppendError>) {
+        *self.result.borrow_mut() = Some(result);
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+
+    pub async fn wait(&self) -> Result<Lsn, AppendError> {
+        std::future::poll_fn(|cx| match self.result.borrow_mut().take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                self.waker.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+/// A random salt for a new segment.
+pub(crate) fn new_salt() -> u64 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(u64::from(std::process::id()));
+    h.finish()
+}
+
+/// Applies durable document operations at `seg`/`span` to the index.
+pub(crate) fn apply_ops(st: &mut State, metas: &[OpMeta], seg: &Rc<Segment>, span: RecordSpan) {
+    let n = metas.len().max(1) as u64;
+    let share = frame_bytes(span.len()) as u64 / n;
+    for (i, m) in metas.iter().enumerate() {
+        if m.put {
+            let op = u32::try_from(i).unwrap_or(u32::MAX);
+            let entry = Entry {
+                loc: Loc { seg: seg.clone(), span, op },
+                version: m.version,
+                shard: m.shard,
+                bytes: share,
+            };
+            st.index.put(&m.collection, &m.key, entry);
+        } else {
+            st.index.remove(&m.collection, &m.key);
+        }
+    }
+}
+
+/// Applies a durable record's effect (log path and recovery share it).
+pub(crate) fn apply_effect(st: &mut State, effect: &Effect, seg: &Rc<Segment>, span: RecordSpan) {
+    match effect {
+        Effect::Ops(metas) => apply_ops(st, metas, seg, span),
+        Effect::Prepare(txid, metas) => {
+            for m in metas {
+                st.locks.insert(lock_key(&m.collection, &m.key), *txid);
+            }
+            let txn = st.txns.entry(*txid).or_insert_with(|| crate::fragment::Prepared {
+                loc: None,
+                ops: metas.clone(),
+                finishing: false,
+            });
+            txn.loc = Some(Loc { seg: seg.clone(), span, op: 0 });
+        }
+        Effect::Commit(txid) | Effect::Abort(txid) => {
+            // A commit whose prepare is gone was absorbed by compaction (its writes are puts in
+            // the compacted segment): nothing left to do.
+            if let Some(txn) = st.txns.remove(txid) {
+                for m in &txn.ops {
+                    st.locks.remove(&lock_key(&m.collection, &m.key));
+                }
+                if let (Effect::Commit(_), Some(loc)) = (effect, &txn.loc) {
+                    apply_ops(st, &txn.ops, &loc.seg.clone(), loc.span);
+                }
+            }
+        }
+    }
+    st.log_bytes += frame_bytes(span.len()) as u64;
+    seg.add_record_bytes(frame_bytes(span.len()) as u64);
+}
+
+/// The writer task of one fragment.
+pub(crate) async fn run_writer(inner: Rc<Inner>) {
+    loop {
+        std::future::poll_fn(|cx| {
+            if !inner.st.borrow().queue.is_empty() || inner.closing.get() {
+                Poll::Ready(())
+            } else {
+                inner.writer_waker.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        })
+        .await;
+        if inner.st.borrow().queue.is_empty() {
+            // Closing with nothing left to write.
+            break;
+        }
+        let Ok(permit) = inner.log_lock.acquire_permit(1).await else { break };
+        flush(&inner).await;
+        drop(permit);
+    }
+}
+
+/// Marks the fragment failed and fails every queued write.
+fn fail(inner: &Inner, reason: String, batch: Vec<Pending>) {
+    tracing::error!(fragment = %inner.id, %reason, "log write failed; fragment stops accepting writes");
+    let queued: Vec<Pending> = {
+        let mut st = inner.st.borrow_mut();
+        st.fatal = Some(reason.clone());
+        st.queue_bytes = 0;
+        st.queue.drain(..).collect()
+    };
+    for p in batch.into_iter().chain(queued) {
+        p.done.complete(Err(AppendError::Fatal { fragment: inner.id, reason: reason.clone() }));
+    }
+    wake_all(&inner.space_waiters);
+}
+
+fn chunk_need(payload_len: usize) -> u64 {
+    ((CHUNK_HEADER_BYTES + frame_bytes(payload_len)) as u64).next_multiple_of(BLOCK_BYTES)
+}
+
+/// Writes one chunk from the head of the queue.
+async fn flush(inner: &Rc<Inner>) {
+    // Roll to a new segment when the head record does not fit in the active one.
+    loop {
+        let need_roll = {
+            let st = inner.st.borrow();
+            let (Some(head), Some(active)) = (st.queue.front(), st.active.as_ref()) else {
+                return;
+            };
+            chunk_need(head.payload.len()) > active.seg.len().saturating_sub(active.pos)
+        };
+        if !need_roll {
+            break;
+        }
+        if let Err(e) = roll(inner).await {
+            fail(inner, format!("creating a segment: {e}"), Vec::new());
+            return;
+        }
+    }
+    // Take as many records as fit in one chunk.
+    let (batch, file, seg, pos, used) = {
+        let mut st = inner.st.borrow_mut();
+        let Some(active) = st.active.as_ref() else { return };
+        let (file, seg, pos) = (active.file.clone(), active.seg.clone(), active.pos);
+        let cap = chunk_capacity(inner.options.segment_bytes).min(seg.len().saturating_sub(pos));
+        let mut used = CHUNK_HEADER_BYTES as u64;
+        let mut batch = Vec::new();
+        while let Some(head) = st.queue.front() {
+            let next = used + frame_bytes(head.payload.len()) as u64;
+            if next.next_multiple_of(BLOCK_BYTES) > cap {
+                break;
+            }
+            used = next;
+            if let Some(p) = st.queue.pop_front() {
+                st.queue_bytes = st.queue_bytes.saturating_sub(p.payload.len());
+                batch.push(p);
+            }
+        }
+        (batch, file, seg, pos, used)
+    };
+    wake_all(&inner.space_waiters);
+    let (Some(first), Some(last)) = (batch.first(), batch.last()) else { return };
+    let header = ChunkHeader {
+        lsn_first: first.lsn,
+        lsn_last: last.lsn,
+        frames_bytes: u32::try_from(used - CHUNK_HEADER_BYTES as u64).unwrap_or(u32::MAX),
+        record_count: u32::try_from(batch.len()).unwrap_or(u32::MAX),
+    };
+    let total = usize::try_from(used.next_multiple_of(BLOCK_BYTES)).unwrap_or(usize::MAX);
+    let mut buf = file.alloc(total);
+    let mut spans = Vec::with_capacity(batch.len());
+    {
+        let b = buf.as_bytes_mut();
+        b.fill(0);
+        let salt = seg.header().salt;
+        if let Some(h) = b.get_mut(..CHUNK_HEADER_BYTES) {
+            h.copy_from_slice(&header.encode(salt));
+        }
+        let mut at = CHUNK_HEADER_BYTES;
+        for p in &batch {
+            let n = frame_bytes(p.payload.len());
+            if let Some(out) = b.get_mut(at..at + n) {
+                let off = encode_frame(&p.payload, out);
+                let offset = usize::try_from(pos).unwrap_or(usize::MAX) + at + off;
+                spans.push(archive::written(offset, p.payload.len()));
+            }
+            at += n;
+        }
+    }
+    let result: io::Result<()> = async {
+        file.write_at(buf, pos).await?;
+        file.fdatasync().await
+    }
+    .await;
+    if let Err(e) = result {
+        fail(
+            inner,
+            format!("write or fdatasync at offset {pos} of {}: {e}", seg.path().display()),
+            batch,
+        );
+        return;
+    }
+    let mut st = inner.st.borrow_mut();
+    for (p, span) in batch.iter().zip(&spans) {
+        apply_effect(&mut st, &p.effect, &seg, *span);
+        if let Effect::Ops(metas) = &p.effect {
+            for m in metas {
+                let lk = lock_key(&m.collection, &m.key);
+                if st.pending.get(&lk) == Some(&m.put.then_some(m.version)) {
+                    st.pending.remove(&lk);
+                }
+            }
+        }
+    }
+    st.lsn_durable = last.lsn;
+    if let Some(active) = st.active.as_mut()
+        && Rc::ptr_eq(&active.seg, &seg)
+    {
+        active.pos = pos + total as u64;
+    }
+    let should_compact = {
+        let dead = st.log_bytes.saturating_sub(st.index.live_bytes());
+        dead >= inner.options.compact_dead_bytes_min && dead.saturating_mul(2) >= st.log_bytes
+    };
+    drop(st);
+    for p in &batch {
+        p.done.complete(Ok(Lsn::new(p.lsn)));
+    }
+    if should_compact && !inner.compacting.get() && !inner.closing.get() {
+        crate::compaction::spawn(inner.clone());
+    }
+}
+
+/// Seals the active segment and starts a new one. Called with the log lock held.
+pub(crate) async fn roll(inner: &Rc<Inner>) -> io::Result<()> {
+    let seq = {
+        let st = inner.st.borrow();
+        st.segments.last().map_or(0, |s| s.header().seq + 1)
+    };
+    let header = SegmentHeader {
+        fragment: inner.id.get(),
+        kind: SegmentKind::Normal,
+        seq,
+        generation: 0,
+        salt: new_salt(),
+        lsn_through: 0,
+    };
+    let (seg, file) =
+        create_preallocated(&*inner.options.disk, &inner.dir, header, inner.options.segment_bytes)
+            .await?;
+    let old = {
+        let mut st = inner.st.borrow_mut();
+        st.segments.push(seg.clone());
+        st.active.replace(Active { seg, file, pos: SEGMENT_HEADER_BYTES })
+    };
+    if let Some(old) = old {
+        old.file.close().await?;
+    }
+    tracing::debug!(fragment = %inner.id, seq, "rolled to a new segment");
+    Ok(())
+}

@@ -1,0 +1,301 @@
+//! Opening a fragment: list and order the segment files, finish or undo an interrupted
+//! compaction or segment creation, scan every record (CRC, then bytecheck once), replay the
+//! records into the index, and decide what a damaged spot means.
+//!
+//! The rule: the chunk being written at the moment of a crash may be torn (any subset of its
+//! blocks reached the disk) and was never acknowledged. So damage, or non-zero bytes, within
+//! one maximal chunk (`GROUP_COMMIT_BATCH_BYTES_MAX`) after the last valid chunk of the last
+//! segment is a torn tail: it is counted, logged and zeroed (durably) before writes resume.
+//! Anything else is corruption and the fragment refuses to open, naming segment and offset:
+//! damage in any other segment, a valid chunk (of this segment's salt, with a later LSN)
+//! anywhere after the damaged spot, non-zero bytes beyond the torn window, a gap in LSNs or in
+//! the segment sequence.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use router::{FragmentId, ShardId};
+
+use crate::disk::Disk;
+use crate::error::OpenError;
+use crate::format::{
+    Damage, LsnRule, RecordAt, SegmentHeader, SegmentKind, find_chunk_after, scan_segment,
+};
+use crate::fragment::{Active, FragmentOptions, State};
+use crate::index::Index;
+use crate::limits::{
+    BLOCK_BYTES, GROUP_COMMIT_BATCH_BYTES_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
+    SEGMENT_HEADER_BYTES,
+};
+use crate::log::{Effect, OpMeta, apply_effect, new_salt};
+use crate::record::{ArchivedDeleteOp, ArchivedOp, ArchivedPutOp, ArchivedRecordBody};
+use crate::segment::{Segment, create_preallocated, parse_file_name};
+use crate::{TxId, Version, doc_key};
+
+/// Bytes zeroed per write when cleaning a torn tail.
+const ZERO_BYTES: usize = 1 << 20;
+
+fn io_err(fragment: FragmentId, path: &Path) -> impl FnOnce(io::Error) -> OpenError + '_ {
+    move |source| OpenError::Io { fragment, path: path.to_path_buf(), source }
+}
+
+fn corruption(fragment: FragmentId, segment: &Path, offset: u64, what: Damage) -> OpenError {
+    OpenError::Corruption { fragment, segment: segment.to_path_buf(), offset, what }
+}
+
+pub(crate) fn empty_state() -> State {
+    State {
+        index: Index::default(),
+        txns: BTreeMap::new(),
+        locks: HashMap::new(),
+        pending: HashMap::new(),
+        next_lsn: 1,
+        lsn_durable: 0,
+        queue: VecDeque::new(),
+        queue_bytes: 0,
+        fatal: None,
+        active: None,
+        segments: Vec::new(),
+        log_bytes: 0,
+        torn_tails: 0,
+        generation: 0,
+        compactions: 0,
+    }
+}
+
+fn meta_put(p: &ArchivedPutOp) -> OpMeta {
+    OpMeta {
+        collection: p.collection.as_str().into(),
+        key: doc_key(p.id.as_str()).into(),
+        shard: ShardId::from_u64_mod(u64::from(p.shard.to_native())),
+        version: Version::new(p.version.to_native()),
+        put: true,
+    }
+}
+
+fn meta_delete(d: &ArchivedDeleteOp) -> OpMeta {
+    OpMeta {
+        collection: d.collection.as_str().into(),
+        key: doc_key(d.id.as_str()).into(),
+        shard: ShardId::from_u64_mod(u64::from(d.shard.to_native())),
+        version: Version::new(d.version.to_native()),
+        put: false,
+    }
+}
+
+fn meta_op(op: &ArchivedOp) -> OpMeta {
+    match op {
+        ArchivedOp::Put(p) => meta_put(p),
+        ArchivedOp::Delete(d) => meta_delete(d),
+    }
+}
+
+/// Applies one validated record found by recovery.
+fn replay(st: &mut State, seg: &Rc<Segment>, rec: RecordAt<'_>) {
+    let effect = match &rec.record.body {
+        ArchivedRecordBody::Put(p) => Effect::Ops(vec![meta_put(p)]),
+        ArchivedRecordBody::Delete(d) => Effect::Ops(vec![meta_delete(d)]),
+        ArchivedRecordBody::Batch(ops) => Effect::Ops(ops.iter().map(meta_op).collect()),
+        ArchivedRecordBody::Prepare { txid, ops } => {
+            Effect::Prepare(TxId::new(txid.to_native()), ops.iter().map(meta_op).collect())
+        }
+        ArchivedRecordBody::Commit { txid } => Effect::Commit(TxId::new(txid.to_native())),
+        ArchivedRecordBody::Abort { txid } => Effect::Abort(TxId::new(txid.to_native())),
+    };
+    apply_effect(st, &effect, seg, rec.span);
+}
+
+/// Lists segment files, removing leftovers of interrupted creations and compactions.
+async fn list_segments(
+    dir: &Path,
+    id: FragmentId,
+    disk: &dyn Disk,
+) -> Result<Vec<(u64, u64, PathBuf)>, OpenError> {
+    let mut files = Vec::new();
+    let mut removed = false;
+    // Blocking directory listing: once, at open, before the fragment serves anything.
+    for entry in std::fs::read_dir(dir).map_err(io_err(id, dir))? {
+        let entry = entry.map_err(io_err(id, dir))?;
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
+            continue;
+        };
+        if name.ends_with(".seg.tmp") {
+            disk.remove(&path).await.map_err(io_err(id, &path))?;
+            removed = true;
+        } else if let Some((seq, generation)) = parse_file_name(&name) {
+            files.push((seq, generation, path));
+        }
+    }
+    files.sort();
+    // The newest compacted segment replaces every older file at or below its sequence number:
+    // it was made durable and renamed into place before any of them was removed.
+    if let Some((cseq, cgen)) =
+        files.iter().filter(|f| f.1 > 0).max_by_key(|f| f.1).map(|f| (f.0, f.1))
+    {
+        let mut keep = Vec::new();
+        for f in files {
+            if f.0 <= cseq && f.1 < cgen {
+                disk.remove(&f.2).await.map_err(io_err(id, &f.2))?;
+                removed = true;
+            } else {
+                keep.push(f);
+            }
+        }
+        files = keep;
+    }
+    if removed {
+        disk.sync_dir(dir).await.map_err(io_err(id, dir))?;
+    }
+    // What is left: an optional compacted segment, then normal ones numbered without gaps.
+    let mut expected = match files.first() {
+        Some((seq, generation, _)) if *generation > 0 => Some(seq + 1),
+        _ => Some(0),
+    };
+    for (i, (seq, generation, path)) in files.iter().enumerate() {
+        if i == 0 && *generation > 0 {
+            continue;
+        }
+        if *generation != 0 || Some(*seq) != expected {
+            return Err(corruption(id, path, 0, Damage::SegmentSequence));
+        }
+        expected = seq.checked_add(1);
+    }
+    Ok(files)
+}
+
+/// Rebuilds a fragment's state from its directory.
+pub(crate) async fn recover(
+    dir: &Path,
+    id: FragmentId,
+    options: &FragmentOptions,
+) -> Result<State, OpenError> {
+    let segment_bytes = options.segment_bytes;
+    if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&segment_bytes)
+        || !segment_bytes.is_multiple_of(BLOCK_BYTES)
+    {
+        return Err(OpenError::SegmentSize { fragment: id, segment_bytes });
+    }
+    std::fs::create_dir_all(dir).map_err(io_err(id, dir))?;
+    let disk = &*options.disk;
+    let files = list_segments(dir, id, disk).await?;
+    let mut st = empty_state();
+    let mut prev_lsn = 0u64;
+    let count = files.len();
+    for (i, (seq, generation, path)) in files.into_iter().enumerate() {
+        let (map, path) = Segment::map_unchecked_header(&path).map_err(io_err(id, &path))?;
+        let header = SegmentHeader::decode(&map).map_err(|d| corruption(id, &path, 0, d))?;
+        if header.fragment != id.get() {
+            return Err(OpenError::WrongFragment {
+                fragment: id,
+                segment: path,
+                found: FragmentId::new(header.fragment),
+            });
+        }
+        if header.seq != seq || header.generation != generation {
+            return Err(corruption(id, &path, 0, Damage::HeaderField));
+        }
+        let seg = Rc::new(Segment::from_map(map, path, header));
+        let (rule, start) = match header.kind {
+            SegmentKind::Compacted => (LsnRule::NonDecreasing, 0),
+            SegmentKind::Normal => (LsnRule::Contiguous, prev_lsn),
+        };
+        let end = scan_segment(seg.bytes(), &header, rule, start, |rec| replay(&mut st, &seg, rec));
+        let last = i + 1 == count;
+        let tail_allowed = last && header.kind == SegmentKind::Normal;
+        if let Some(damage) = end.damage
+            && (damage == Damage::LsnGap || !tail_allowed)
+        {
+            return Err(corruption(id, seg.path(), end.offset, damage));
+        }
+        prev_lsn = match header.kind {
+            SegmentKind::Compacted => {
+                if end.last_lsn > header.lsn_through {
+                    return Err(corruption(id, seg.path(), end.offset, Damage::LsnOrder));
+                }
+                header.lsn_through
+            }
+            SegmentKind::Normal => end.last_lsn,
+        };
+        if tail_allowed {
+            check_tail(&mut st, id, &seg, end.offset, end.last_lsn, end.damage, disk).await?;
+            let file = disk.open(seg.path()).await.map_err(io_err(id, seg.path()))?;
+            st.active = Some(Active { seg: seg.clone(), file, pos: end.offset });
+        }
+        st.segments.push(seg);
+        glommio::executor().yield_if_needed().await;
+    }
+    if st.active.is_none() {
+        let seq = st.segments.last().map_or(0, |s| s.header().seq + 1);
+        let header = SegmentHeader {
+            fragment: id.get(),
+            kind: SegmentKind::Normal,
+            seq,
+            generation: 0,
+            salt: new_salt(),
+            lsn_through: 0,
+        };
+        let (seg, file) =
+            create_preallocated(disk, dir, header, segment_bytes).await.map_err(io_err(id, dir))?;
+        st.segments.push(seg.clone());
+        st.active = Some(Active { seg, file, pos: SEGMENT_HEADER_BYTES });
+    }
+    st.generation = st.segments.first().map_or(0, |s| s.header().generation);
+    st.next_lsn = prev_lsn + 1;
+    st.lsn_durable = prev_lsn;
+    Ok(st)
+}
+
+/// Decides what the bytes after the last valid chunk of the last segment mean (see the module
+/// docs), and cleans a torn tail.
+async fn check_tail(
+    st: &mut State,
+    id: FragmentId,
+    seg: &Rc<Segment>,
+    end: u64,
+    last_lsn: u64,
+    damage: Option<Damage>,
+    disk: &dyn Disk,
+) -> Result<(), OpenError> {
+    let bytes = seg.bytes();
+    let salt = seg.header().salt;
+    if find_chunk_after(bytes, end.saturating_add(BLOCK_BYTES), salt, last_lsn).is_some() {
+        return Err(corruption(id, seg.path(), end, damage.unwrap_or(Damage::AfterTail)));
+    }
+    let start = usize::try_from(end).unwrap_or(usize::MAX).min(bytes.len());
+    let window_end = start.saturating_add(GROUP_COMMIT_BATCH_BYTES_MAX).min(bytes.len());
+    if let Some(beyond) = bytes.get(window_end..)
+        && let Some(at) = beyond.iter().position(|&b| b != 0)
+    {
+        return Err(corruption(id, seg.path(), (window_end + at) as u64, Damage::AfterTail));
+    }
+    let dirty = bytes.get(start..window_end).is_some_and(|w| w.iter().any(|&b| b != 0));
+    if damage.is_none() && !dirty {
+        return Ok(());
+    }
+    cov_mark::hit!(torn_tail_truncated);
+    st.torn_tails += 1;
+    tracing::warn!(
+        fragment = %id,
+        segment = %seg.path().display(),
+        offset = end,
+        damage = ?damage,
+        "torn tail truncated (an unacknowledged write was interrupted)"
+    );
+    // Zero the torn window durably, so the next chunk lands on clean blocks.
+    let file = disk.open(seg.path()).await.map_err(io_err(id, seg.path()))?;
+    let mut at = end;
+    let stop = window_end as u64;
+    while at < stop {
+        let len = usize::try_from((stop - at).min(ZERO_BYTES as u64)).unwrap_or(ZERO_BYTES);
+        let mut buf = file.alloc(len);
+        buf.as_bytes_mut().fill(0);
+        file.write_at(buf, at).await.map_err(io_err(id, seg.path()))?;
+        at += len as u64;
+    }
+    file.fdatasync().await.map_err(io_err(id, seg.path()))?;
+    file.close().await.map_err(io_err(id, seg.path()))?;
+    Ok(())
+}

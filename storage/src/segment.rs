@@ -1,0 +1,173 @@
+//! One segment file: its header, its read-only shared mapping, and how it is created.
+//!
+//! **Reading the active tail.** Every segment, the active one included, is read through one
+//! `MAP_SHARED` read-only mapping of its full preallocated size, made once, so the mapping never
+//! moves and references into it stay valid for the life of the `Segment`. The log writes the
+//! same file with O_DIRECT. Linux keeps the two coherent: a direct write first writes back and
+//! then invalidates the page-cache pages of its range (unmapping them from every mapping), and
+//! invalidates them again when it completes, so the next access through the mapping faults the
+//! new bytes in from disk. The log reads a record through the mapping only after the write (and
+//! the fdatasync) that carries it completed, and a block holding a chunk is never written again.
+//! The test `mapping_sees_direct_writes` checks this on the real file system.
+
+use std::cell::Cell;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use memmap2::Mmap;
+
+use crate::archive::{self, RecordSpan};
+use crate::disk::{Disk, DiskFile};
+use crate::format::{SEGMENT_HEADER_USED_BYTES, SegmentHeader};
+use crate::limits::BLOCK_BYTES;
+use crate::record::ArchivedRecord;
+
+/// Bytes written per call while zero-filling a new segment.
+const ZERO_FILL_BYTES: usize = 1 << 20;
+
+static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+
+/// A mapped segment file.
+pub struct Segment {
+    uid: u64,
+    path: PathBuf,
+    header: SegmentHeader,
+    map: Mmap,
+    /// Frame bytes of the records applied from this segment (for dead-byte accounting).
+    record_bytes: Cell<u64>,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment").field("path", &self.path).field("header", &self.header).finish()
+    }
+}
+
+/// The file name of segment `seq`, generation `generation`.
+pub fn file_name(seq: u64, generation: u64) -> String {
+    format!("{seq:016x}-{generation:04x}.seg")
+}
+
+/// Parses a segment file name into (seq, generation).
+pub fn parse_file_name(name: &str) -> Option<(u64, u64)> {
+    let stem = name.strip_suffix(".seg")?;
+    let (seq, generation) = stem.split_once('-')?;
+    if seq.len() != 16 || generation.len() < 4 {
+        return None;
+    }
+    Some((u64::from_str_radix(seq, 16).ok()?, u64::from_str_radix(generation, 16).ok()?))
+}
+
+impl Segment {
+    /// Maps an existing segment file (blocking: called at open and after creating a file).
+    pub fn map(path: &Path, header: SegmentHeader) -> io::Result<Segment> {
+        let file = std::fs::File::open(path)?;
+        // SAFETY: the mapping is read-only and shared. Bytes of this file that hold records
+        // are never modified after their write completed (chunks go to zeroed blocks that are
+        // never rewritten; compaction writes new files; torn-tail cleanup happens before any
+        // record past the tail is read). Other processes do not write our segment files.
+        let map = unsafe { Mmap::map(&file)? };
+        Ok(Segment::from_map(map, path.to_path_buf(), header))
+    }
+
+    /// Maps a file and reads its header (recovery).
+    pub fn map_unchecked_header(path: &Path) -> io::Result<(Mmap, PathBuf)> {
+        let file = std::fs::File::open(path)?;
+        // SAFETY: as in `map`.
+        let map = unsafe { Mmap::map(&file)? };
+        Ok((map, path.to_path_buf()))
+    }
+
+    /// Wraps an existing mapping whose header was decoded.
+    pub fn from_map(map: Mmap, path: PathBuf, header: SegmentHeader) -> Segment {
+        Segment {
+            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
+            path,
+            header,
+            map,
+            record_bytes: Cell::new(0),
+        }
+    }
+
+    /// A process-wide unique number.
+    pub fn uid(&self) -> u64 {
+        self.uid
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The header.
+    pub fn header(&self) -> &SegmentHeader {
+        &self.header
+    }
+
+    /// The whole mapped file.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Size of the file.
+    pub fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// Whether the file is empty (never, for a valid segment).
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Frame bytes of the records applied from this segment.
+    pub fn record_bytes(&self) -> u64 {
+        self.record_bytes.get()
+    }
+
+    /// Counts `bytes` more record bytes in this segment.
+    pub fn add_record_bytes(&self, bytes: u64) {
+        self.record_bytes.set(self.record_bytes.get() + bytes);
+    }
+
+    /// The record at `span`, which must come from this segment.
+    pub fn record(&self, span: RecordSpan) -> Option<&ArchivedRecord> {
+        archive::record(&self.map, span)
+    }
+}
+
+/// Creates a segment durably: writes header and zeros to `<name>.tmp`, fdatasyncs it, renames
+/// it into place and syncs the directory. Returns the mapped segment and its writable file.
+pub async fn create_preallocated(
+    disk: &dyn Disk,
+    dir: &Path,
+    header: SegmentHeader,
+    bytes: u64,
+) -> io::Result<(Rc<Segment>, Rc<dyn DiskFile>)> {
+    assert!(bytes.is_multiple_of(BLOCK_BYTES));
+    let name = file_name(header.seq, header.generation);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let path = dir.join(&name);
+    let file = disk.create(&tmp).await?;
+    let mut offset = 0u64;
+    while offset < bytes {
+        let len = usize::try_from((bytes - offset).min(ZERO_FILL_BYTES as u64))
+            .map_err(|_| io::Error::other("fill length"))?;
+        let mut buf = file.alloc(len);
+        let b = buf.as_bytes_mut();
+        b.fill(0);
+        if offset == 0
+            && let Some(head) = b.get_mut(..SEGMENT_HEADER_USED_BYTES)
+        {
+            head.copy_from_slice(&header.encode());
+        }
+        file.write_at(buf, offset).await?;
+        offset += len as u64;
+    }
+    file.fdatasync().await?;
+    disk.rename(&tmp, &path).await?;
+    disk.sync_dir(dir).await?;
+    let segment = Segment::map(&path, header)?;
+    Ok((Rc::new(segment), file))
+}

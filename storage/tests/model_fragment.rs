@@ -1,0 +1,148 @@
+//! The model test: random sequences of put, delete, batch, conflicting write, compaction and
+//! reopen against a `BTreeMap` oracle, comparing every read. Cases: `PROPTEST_CASES`
+//! (default 32).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+
+use common::*;
+use proptest::prelude::*;
+use serde_json::json;
+use storage::{AppendError, Version, WriteBatch};
+
+const SEGMENT: u64 = 64 << 10;
+const KEYS: usize = 12;
+
+#[derive(Debug, Clone)]
+enum Step {
+    Put(usize, u32, usize),
+    Delete(usize),
+    Batch(Vec<(usize, Option<u32>)>),
+    StaleWrite(usize),
+    Compact,
+    Reopen,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0..KEYS, any::<u32>(), 0..600usize).prop_map(|(k, v, pad)| Step::Put(k, v, pad)),
+        2 => (0..KEYS).prop_map(Step::Delete),
+        2 => proptest::collection::vec((0..KEYS, proptest::option::of(any::<u32>())), 1..5)
+            .prop_map(Step::Batch),
+        1 => (0..KEYS).prop_map(Step::StaleWrite),
+        1 => Just(Step::Compact),
+        1 => Just(Step::Reopen),
+    ]
+}
+
+/// Key `k`, with its case varied by `salt`, so lookups are case-insensitive.
+fn id(k: usize, salt: u32) -> String {
+    if salt.is_multiple_of(2) { format!("doc/{k}") } else { format!("DOC/{k}") }
+}
+
+async fn check_all(f: &storage::Fragment, model: &BTreeMap<usize, u32>) {
+    for k in 0..KEYS {
+        let got = f.get("m", &id(k, 0)).map(|d| d.doc().to_serde()["v"].clone());
+        assert_eq!(got, model.get(&k).map(|v| json!(v)), "key {k}");
+    }
+    let mut n = 0;
+    f.scan("m", router::ShardRange::ALL, |_| {
+        n += 1;
+        ControlFlow::Continue(())
+    });
+    assert_eq!(n, model.len());
+    assert_eq!(f.stats().docs, model.len() as u64);
+}
+
+fn run_case(steps: Vec<Step>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let mut f = open(&path, options(SEGMENT)).await;
+        let mut model: BTreeMap<usize, u32> = BTreeMap::new();
+        for (i, s) in steps.into_iter().enumerate() {
+            match s {
+                Step::Put(k, v, pad) => {
+                    let doc = json!({"v": v, "pad": "x".repeat(pad)});
+                    let key = id(k, v);
+                    f.apply(WriteBatch::new().put("m", &key, shard_of(&id(k, 0)), None, doc))
+                        .await
+                        .expect("put");
+                    model.insert(k, v);
+                }
+                Step::Delete(k) => {
+                    f.apply(WriteBatch::new().delete("m", &id(k, 1), shard_of(&id(k, 0)), None))
+                        .await
+                        .expect("delete");
+                    model.remove(&k);
+                }
+                Step::Batch(ops) => {
+                    let mut b = WriteBatch::new();
+                    for (k, v) in &ops {
+                        b = match v {
+                            Some(v) => {
+                                b.put("m", &id(*k, *v), shard_of(&id(*k, 0)), None, json!({"v": v}))
+                            }
+                            None => b.delete("m", &id(*k, 0), shard_of(&id(*k, 0)), None),
+                        };
+                    }
+                    f.apply(b).await.expect("batch");
+                    for (k, v) in ops {
+                        match v {
+                            Some(v) => model.insert(k, v),
+                            None => model.remove(&k),
+                        };
+                    }
+                }
+                Step::StaleWrite(k) => {
+                    let stale = match f.version_of("m", &id(k, 0)) {
+                        Some(v) => Version::new(v.get() - 1),
+                        None => Version::new(1_000_000),
+                    };
+                    let b = WriteBatch::new()
+                        .put(
+                            "m",
+                            &id((k + 1) % KEYS, 0),
+                            shard_of(&id((k + 1) % KEYS, 0)),
+                            None,
+                            json!({"v": 0}),
+                        )
+                        .put("m", &id(k, 0), shard_of(&id(k, 0)), Some(stale), json!({"v": 1}));
+                    assert!(matches!(f.apply(b).await, Err(AppendError::Conflict { .. })));
+                }
+                Step::Compact => {
+                    f.compact().await.expect("compact");
+                    let st = f.stats();
+                    assert!(st.live_bytes <= st.live_bytes + st.dead_bytes);
+                }
+                Step::Reopen => {
+                    f.close().await;
+                    f = open(&path, options(SEGMENT)).await;
+                    assert_eq!(f.stats().torn_tails, 0);
+                }
+            }
+            check_all(&f, &model).await;
+            let _ = i;
+        }
+        f.close().await;
+        let f = open(&path, options(SEGMENT)).await;
+        check_all(&f, &model).await;
+        f.close().await;
+    });
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(32)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    // Checks the fragment against the BTreeMap after every step of a random sequence.
+    #[test]
+    fn model_matches_btreemap(steps in proptest::collection::vec(step(), 1..60)) {
+        run_case(steps);
+    }
+}
