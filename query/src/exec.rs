@@ -172,8 +172,12 @@ impl AggState {
                     *count = count.saturating_add(1);
                 }
             }
-            (AggState::Min(m), Some(v)) => keep(m, v.to_natural_datum()?, Ordering::Less),
-            (AggState::Max(m), Some(v)) => keep(m, v.to_natural_datum()?, Ordering::Greater),
+            (AggState::Min(m), Some(v)) => {
+                keep(m, canonical(v.to_natural_datum()?), Ordering::Less)
+            }
+            (AggState::Max(m), Some(v)) => {
+                keep(m, canonical(v.to_natural_datum()?), Ordering::Greater)
+            }
             // A non-integer reaching an int8 sum cannot happen (its argument is a cast to
             // int8); ignoring it matches how sums treat values that are not numbers.
             (AggState::SumInt(_), Some(_)) => {}
@@ -238,6 +242,21 @@ fn number<D>(v: &Value<'_, D>) -> Option<f64> {
         Value::Int(i) => Some(*i as f64),
         Value::Float(f) => Some(*f),
         _ => None,
+    }
+}
+
+/// One spelling per number for values that compare equal, so a group key or a MIN/MAX does
+/// not depend on which fragment's document was seen first: an integral float within 2^53
+/// becomes the integer (`1.0` and `1` are one group, shown as `1`).
+fn canonical(d: Datum) -> Datum {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every integer below is exact in f64
+    match d {
+        Datum::Float8(f) if f.fract() == 0.0 && f.abs() < EXACT => {
+            // |f| < 2^53 and integral, so the conversion is exact.
+            #[allow(clippy::cast_possible_truncation)]
+            Datum::Int8(f as i64)
+        }
+        other => other,
     }
 }
 
@@ -501,7 +520,7 @@ pub fn execute_select<'s, S: FragmentSource>(
                     let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
                     let key = group_by
                         .iter()
-                        .map(|g| eval(g, &row)?.to_natural_datum().map(OrdDatum))
+                        .map(|g| eval(g, &row)?.to_natural_datum().map(|d| OrdDatum(canonical(d))))
                         .collect::<Result<Vec<_>, ExecError>>()?;
                     if !groups.contains_key(&key) && groups.len() >= GROUPS_MAX {
                         return Err(ExecError::LimitExceeded { what: "groups", limit: GROUPS_MAX });

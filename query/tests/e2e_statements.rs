@@ -477,3 +477,15 @@ fn top_k_skips_hopeless_rows() {
     let r = query::merge(&s, vec![p]).expect("merges");
     assert_eq!(texts(&r.rows), ["0", "1", "2"]);
 }
+
+// Checks numbers that compare equal (1 and 1.0) form one group with one spelling, whichever
+// fragment is read first.
+#[test]
+fn equal_numbers_group_together() {
+    let mut c = Cluster::new(4);
+    for (n, v) in [json!(1), json!(1.0), json!(2.5), json!(1)].into_iter().enumerate() {
+        c.put("c", &format!("c/{n}"), json!({"v": v}));
+    }
+    let r = c.query("SELECT v, count(*), min(v), max(v) FROM c GROUP BY v ORDER BY v");
+    assert_eq!(texts(&r.rows), ["1|3|1|1", "2.5|1|2.5|2.5"]);
+}
