@@ -489,3 +489,19 @@ fn equal_numbers_group_together() {
     let r = c.query("SELECT v, count(*), min(v), max(v) FROM c GROUP BY v ORDER BY v");
     assert_eq!(texts(&r.rows), ["1|3|1|1", "2.5|1|2.5|2.5"]);
 }
+
+// Checks a driver-style UPDATE with untyped text parameters: `n = n + $1` adds the number.
+#[test]
+fn untyped_parameter_in_arithmetic() {
+    let mut f = MemFragment::default();
+    f.put("c", "c/1", json!({"n": 40}));
+    let prepared = one("UPDATE c SET n = n + $1 WHERE id() = $2 RETURNING n");
+    assert_eq!(param_types(&prepared), [None, Some(SqlType::Text)]);
+    let Statement::Update(up) =
+        bind(&prepared, &[Datum::Text("2".into()), Datum::Text("c/1".into())]).expect("binds")
+    else {
+        panic!()
+    };
+    let out = execute_update(&up, &f, &[router::ShardRange::ALL]).expect("updates");
+    assert_eq!(out.returning, vec![vec![Datum::Json(json!(42))]]);
+}
