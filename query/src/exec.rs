@@ -172,8 +172,12 @@ impl AggState {
                     *count = count.saturating_add(1);
                 }
             }
-            (AggState::Min(m), Some(v)) => keep(m, v.to_natural_datum()?, Ordering::Less),
-            (AggState::Max(m), Some(v)) => keep(m, v.to_natural_datum()?, Ordering::Greater),
+            (AggState::Min(m), Some(v)) => {
+                keep(m, canonical(v.to_natural_datum()?), Ordering::Less)
+            }
+            (AggState::Max(m), Some(v)) => {
+                keep(m, canonical(v.to_natural_datum()?), Ordering::Greater)
+            }
             // A non-integer reaching an int8 sum cannot happen (its argument is a cast to
             // int8); ignoring it matches how sums treat values that are not numbers.
             (AggState::SumInt(_), Some(_)) => {}
@@ -238,6 +242,21 @@ fn number<D>(v: &Value<'_, D>) -> Option<f64> {
         Value::Int(i) => Some(*i as f64),
         Value::Float(f) => Some(*f),
         _ => None,
+    }
+}
+
+/// One spelling per number for values that compare equal, so a group key or a MIN/MAX does
+/// not depend on which fragment's document was seen first: an integral float within 2^53
+/// becomes the integer (`1.0` and `1` are one group, shown as `1`).
+fn canonical(d: Datum) -> Datum {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every integer below is exact in f64
+    match d {
+        Datum::Float8(f) if f.fract() == 0.0 && f.abs() < EXACT => {
+            // |f| < 2^53 and integral, so the conversion is exact.
+            #[allow(clippy::cast_possible_truncation)]
+            Datum::Int8(f as i64)
+        }
+        other => other,
     }
 }
 
@@ -366,13 +385,24 @@ fn fragment_budget(select: &Select) -> Result<Option<usize>, ExecError> {
 
 /// Orders two rows by the ORDER BY keys, then by document id.
 pub(crate) fn cmp_rows(order_by: &[OrderKey], a: &PartialRow, b: &PartialRow) -> Ordering {
+    cmp_parts(order_by, &a.keys, &a.id, &b.keys, &b.id)
+}
+
+/// [`cmp_rows`] on the parts of two rows.
+fn cmp_parts(
+    order_by: &[OrderKey],
+    a_keys: &[Datum],
+    a_id: &str,
+    b_keys: &[Datum],
+    b_id: &str,
+) -> Ordering {
     for (i, key) in order_by.iter().enumerate() {
-        let o = cmp_key(key, a.keys.get(i), b.keys.get(i));
+        let o = cmp_key(key, a_keys.get(i), b_keys.get(i));
         if o != Ordering::Equal {
             return o;
         }
     }
-    a.id.cmp(&b.id)
+    a_id.cmp(b_id)
 }
 
 /// Orders two values of one key, honouring DESC and NULLS FIRST/LAST.
@@ -430,6 +460,8 @@ pub fn execute_select<'s, S: FragmentSource>(
     match &select.shape {
         SelectShape::Rows { outputs } => {
             let mut rows: Vec<PartialRow> = Vec::new();
+            // The k-th best row so far, once k rows are known (ORDER BY … LIMIT only).
+            let mut threshold: Option<PartialRow> = None;
             let ordered = !select.order_by.is_empty();
             let scanned =
                 for_each_match(source, collection, select.filter.as_ref(), ranges, &mut |d| {
@@ -437,23 +469,34 @@ pub fn execute_select<'s, S: FragmentSource>(
                         return Ok(ControlFlow::Break(()));
                     }
                     let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
-                    let values = output_row(outputs, &row)?;
                     let keys = select
                         .order_by
                         .iter()
                         .map(|k| match &k.target {
-                            OrderTarget::Output(i) => {
-                                Ok(values.get(*i).cloned().unwrap_or(Datum::Null))
-                            }
+                            OrderTarget::Output(i) => match outputs.get(*i) {
+                                Some(o) => eval(&o.expr, &row)?.to_datum(o.column.ty),
+                                None => Ok(Datum::Null),
+                            },
                             OrderTarget::Expr(e) => eval(e, &row)?.to_natural_datum(),
                         })
                         .collect::<Result<Vec<_>, ExecError>>()?;
+                    // Once the best k are known, a row that does not beat the k-th never
+                    // enters the result: skip it before building its output values.
+                    if let Some(t) = &threshold
+                        && cmp_parts(&select.order_by, &keys, d.id, &t.keys, &t.id)
+                            != Ordering::Less
+                    {
+                        cov_mark::hit!(top_k_skip);
+                        return Ok(ControlFlow::Continue(()));
+                    }
+                    let values = output_row(outputs, &row)?;
                     rows.push(PartialRow { id: d.id.to_owned(), values, keys });
                     match (ordered, budget) {
                         (false, Some(k)) if rows.len() >= k => return Ok(ControlFlow::Break(())),
                         // Keep memory at O(k): cut back to the best k whenever 2k accumulate.
-                        (true, Some(k)) if rows.len() >= k.saturating_mul(2).max(64) => {
-                            truncate_top(&mut rows, &select.order_by, k)
+                        (true, Some(k)) if rows.len() >= k.saturating_mul(2).max(16) => {
+                            truncate_top(&mut rows, &select.order_by, k);
+                            threshold = rows.last().filter(|_| rows.len() == k).cloned();
                         }
                         _ => {}
                     }
@@ -477,7 +520,7 @@ pub fn execute_select<'s, S: FragmentSource>(
                     let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
                     let key = group_by
                         .iter()
-                        .map(|g| eval(g, &row)?.to_natural_datum().map(OrdDatum))
+                        .map(|g| eval(g, &row)?.to_natural_datum().map(|d| OrdDatum(canonical(d))))
                         .collect::<Result<Vec<_>, ExecError>>()?;
                     if !groups.contains_key(&key) && groups.len() >= GROUPS_MAX {
                         return Err(ExecError::LimitExceeded { what: "groups", limit: GROUPS_MAX });

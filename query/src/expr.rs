@@ -8,8 +8,9 @@
 //! false, `<>` is true, `<`, `<=`, `>`, `>=` are false. Nothing raises.
 //!
 //! Arithmetic (`+ - * / %`) on two integers is checked `int8` arithmetic (overflow and
-//! division by zero raise); with a float it is `float8`; with anything that is not a number it
-//! is NULL. `AND`, `OR`, `NOT` on something that is not a boolean treat it as NULL.
+//! division by zero raise); with a float it is `float8`; untyped parameter text reads as the
+//! number it spells; with anything else that is not a number it is NULL. `AND`, `OR`, `NOT`
+//! on something that is not a boolean treat it as NULL.
 //!
 //! Evaluating a comparison between a field and a literal allocates nothing: fields are read in
 //! place through [`DocValue`] and literal strings are borrowed from the plan.
@@ -735,7 +736,7 @@ fn arithmetic<'v, D: DocValue<'v>>(
     r: Value<'v, D>,
 ) -> Result<Value<'v, D>, ExecError> {
     let overflow = |what| ExecError::Overflow { what };
-    Ok(match (l, r) {
+    Ok(match (numeric_untyped(l), numeric_untyped(r)) {
         (Value::Int(a), Value::Int(b)) => Value::Int(match op {
             BinaryOp::Add => a.checked_add(b).ok_or(overflow("addition"))?,
             BinaryOp::Sub => a.checked_sub(b).ok_or(overflow("subtraction"))?,
@@ -778,6 +779,18 @@ fn arithmetic<'v, D: DocValue<'v>>(
             })
         }
     })
+}
+
+/// Untyped text in arithmetic reads as the number it spells (`n + $1` with `'2'`), as an
+/// unknown-typed literal does in PostgreSQL; anything else is unchanged.
+fn numeric_untyped<'v, D>(v: Value<'v, D>) -> Value<'v, D> {
+    match v {
+        Value::Untyped(s) => match s.trim().parse::<i64>() {
+            Ok(i) => Value::Int(i),
+            Err(_) => parse_float(s).map_or(Value::Untyped(s), Value::Float),
+        },
+        other => other,
+    }
 }
 
 fn as_float<D>(v: &Value<'_, D>) -> Option<f64> {
@@ -1015,6 +1028,10 @@ mod tests {
         let e = bin(BinaryOp::Add, lit(Literal::Int(i64::MAX)), field("n"));
         assert!(matches!(eval(&e, &row), Err(ExecError::Overflow { .. })));
         let e = bin(BinaryOp::Add, field("s"), lit(Literal::Int(1)));
+        assert!(matches!(eval(&e, &row), Ok(Value::Null)));
+        let e = bin(BinaryOp::Add, field("n"), lit(Literal::Untyped("2".into())));
+        assert!(matches!(eval(&e, &row), Ok(Value::Int(9))));
+        let e = bin(BinaryOp::Add, field("n"), lit(Literal::Untyped("x".into())));
         assert!(matches!(eval(&e, &row), Ok(Value::Null)));
         let e = bin(BinaryOp::Mul, field("n"), lit(Literal::Float(0.5)));
         assert!(matches!(eval(&e, &row), Ok(Value::Float(f)) if f == 3.5));

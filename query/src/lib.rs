@@ -35,6 +35,7 @@
 //! [`plan`], comparisons and arithmetic in [`expr`], column types and ordering in [`types`],
 //! parameter types in [`mod@bind`].
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)

@@ -107,6 +107,28 @@ pub enum Statement {
 }
 
 impl Statement {
+    /// The collection the statement is about (node looks up its sharding configuration by
+    /// it); the inner statement's for EXPLAIN.
+    pub fn collection(&self) -> Option<&CollectionName> {
+        match self {
+            Statement::Select(s) => s.collection.as_ref(),
+            Statement::Insert(i) => Some(&i.collection),
+            Statement::Update(u) => Some(&u.collection),
+            Statement::Delete(d) => Some(&d.collection),
+            Statement::CreateCollection { collection, .. }
+            | Statement::AlterSharding { collection, .. }
+            | Statement::VerifySharding { collection } => Some(collection),
+            Statement::ShowSharding { collection } => collection.as_ref(),
+            Statement::Explain { inner, .. } => inner.collection(),
+            Statement::ShowFragments
+            | Statement::Show { .. }
+            | Statement::Set { .. }
+            | Statement::Begin
+            | Statement::Commit
+            | Statement::Rollback => None,
+        }
+    }
+
     /// The columns of the rows this statement returns (for RowDescription), or `None` when it
     /// returns only a command tag. Node fills the rows of SHOW and verify_sharding.
     ///

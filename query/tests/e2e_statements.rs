@@ -457,4 +457,51 @@ fn verify_sharding_and_result_columns() {
     assert_eq!(cols("INSERT INTO c VALUES ('a', '{}') RETURNING id()"), Some(vec!["id".into()]));
     assert_eq!(cols("SHOW server_version"), Some(vec!["server_version".into()]));
     assert_eq!(cols("BEGIN"), None);
+    let coll = |sql: &str| one(sql).collection().map(|c| c.as_str().to_owned());
+    assert_eq!(coll("EXPLAIN UPDATE \"Orders\" SET a = 1"), Some("Orders".into()));
+    assert_eq!(coll("SELECT * FROM public.orders"), Some("orders".into()));
+    assert_eq!(coll("SELECT 1"), None);
+}
+
+// Checks ORDER BY … LIMIT skips rows that cannot beat the fragment's current k-th best
+// without building their output, and still returns the right rows.
+#[test]
+fn top_k_skips_hopeless_rows() {
+    let mut f = MemFragment::default();
+    for n in 0..200 {
+        f.put("c", &format!("c/{n}"), json!({"n": (n * 37) % 200}));
+    }
+    let Statement::Select(s) = one("SELECT n FROM c ORDER BY n LIMIT 3") else { panic!() };
+    cov_mark::check!(top_k_skip);
+    let p = query::execute_select(&s, &f, &[router::ShardRange::ALL]).expect("executes");
+    let r = query::merge(&s, vec![p]).expect("merges");
+    assert_eq!(texts(&r.rows), ["0", "1", "2"]);
+}
+
+// Checks numbers that compare equal (1 and 1.0) form one group with one spelling, whichever
+// fragment is read first.
+#[test]
+fn equal_numbers_group_together() {
+    let mut c = Cluster::new(4);
+    for (n, v) in [json!(1), json!(1.0), json!(2.5), json!(1)].into_iter().enumerate() {
+        c.put("c", &format!("c/{n}"), json!({"v": v}));
+    }
+    let r = c.query("SELECT v, count(*), min(v), max(v) FROM c GROUP BY v ORDER BY v");
+    assert_eq!(texts(&r.rows), ["1|3|1|1", "2.5|1|2.5|2.5"]);
+}
+
+// Checks a driver-style UPDATE with untyped text parameters: `n = n + $1` adds the number.
+#[test]
+fn untyped_parameter_in_arithmetic() {
+    let mut f = MemFragment::default();
+    f.put("c", "c/1", json!({"n": 40}));
+    let prepared = one("UPDATE c SET n = n + $1 WHERE id() = $2 RETURNING n");
+    assert_eq!(param_types(&prepared), [None, Some(SqlType::Text)]);
+    let Statement::Update(up) =
+        bind(&prepared, &[Datum::Text("2".into()), Datum::Text("c/1".into())]).expect("binds")
+    else {
+        panic!()
+    };
+    let out = execute_update(&up, &f, &[router::ShardRange::ALL]).expect("updates");
+    assert_eq!(out.returning, vec![vec![Datum::Json(json!(42))]]);
 }
