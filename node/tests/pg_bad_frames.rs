@@ -195,3 +195,18 @@ fn startup_reports_parameter_status() {
     }
     assert!(messages.iter().any(|(tag, body)| *tag == b'K' && body.len() == 8));
 }
+
+// Checks that a Sync with a malformed body is reported (08P01) and still ends the batch with
+// ReadyForQuery, so the client is not left waiting.
+#[test]
+fn bad_frame_malformed_sync_still_syncs() {
+    let mut stream = session(server().addr);
+    let mut batch = frame(b'P', b"\0select 1\0\0\0");
+    batch.extend_from_slice(&frame(b'S', b"junk"));
+    stream.write_all(&batch).unwrap();
+    let messages = read_until_ready(&mut stream);
+    assert_eq!(tags(&messages), "1EZ");
+    assert_eq!(error_codes(&messages), vec!["08P01"]);
+    stream.write_all(&query("select 2")).unwrap();
+    assert_eq!(tags(&read_until_ready(&mut stream)), "TDCZ");
+}

@@ -401,12 +401,18 @@ impl<E: Engine> Conn<E> {
 
     async fn handle(&mut self, frame: Frame) -> Result<Next, ServeError> {
         let extended_tag = matches!(frame.tag, b'P' | b'B' | b'D' | b'E' | b'C' | b'H' | b'S');
+        let is_sync = frame.tag == b'S';
         let message = match decode_message(frame) {
             Ok(message) => message,
             Err(e) => {
                 if !self.skip_until_sync {
                     self.send_error(&frame_error(&e));
                     self.after_error(extended_tag);
+                }
+                if is_sync {
+                    // A Sync with a malformed body still ends the batch: the client waits for
+                    // ReadyForQuery after it.
+                    self.sync();
                 }
                 return Ok(Next::Continue);
             }
@@ -419,13 +425,7 @@ impl<E: Engine> Conn<E> {
         let result = match message {
             FrontendMessage::Terminate => return Ok(Next::Terminate),
             FrontendMessage::Sync => {
-                self.skip_until_sync = false;
-                self.in_extended = false;
-                if self.engine.transaction_status() == TransactionStatus::Idle {
-                    // The implicit transaction ended: its portals go with it, as in PostgreSQL.
-                    self.portals.clear();
-                }
-                self.send_ready();
+                self.sync();
                 return Ok(Next::Continue);
             }
             FrontendMessage::Query { sql } => {
@@ -472,6 +472,17 @@ impl<E: Engine> Conn<E> {
             self.after_error(true);
         }
         Ok(Next::Continue)
+    }
+
+    /// Ends an extended batch: stop skipping, answer ReadyForQuery.
+    fn sync(&mut self) {
+        self.skip_until_sync = false;
+        self.in_extended = false;
+        if self.engine.transaction_status() == TransactionStatus::Idle {
+            // The implicit transaction ended: its portals go with it, as in PostgreSQL.
+            self.portals.clear();
+        }
+        self.send_ready();
     }
 
     /// After an ErrorResponse: in an extended batch, discard until Sync; otherwise the client
