@@ -139,3 +139,22 @@ async fn extended_large_result_streams() {
         messages.iter().filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_))).count();
     assert_eq!(count, 100_000);
 }
+
+// Checks rows kept in portals for later Executes share one session budget
+// (PG_RESULT_BYTES_MAX, 64 MiB): a second 40 MiB portal fails with 54000 while the first is
+// still held, and the first still delivers its rows.
+#[tokio::test]
+async fn extended_portal_budget_is_per_session() {
+    let mut client = server().connect().await;
+    let transaction = client.transaction().await.unwrap();
+    let statement = transaction.prepare("wide 40 1048576").await.unwrap();
+    let first = transaction.bind(&statement, &[]).await.unwrap();
+    assert_eq!(transaction.query_portal(&first, 1).await.unwrap().len(), 1);
+    let second = transaction.bind(&statement, &[]).await.unwrap();
+    let err = transaction.query_portal(&second, 1).await.unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code(), &SqlState::PROGRAM_LIMIT_EXCEEDED);
+    assert_eq!(transaction.query_portal(&first, 0).await.unwrap().len(), 39);
+    drop(transaction);
+    let rows = client.query("series 2", &[]).await.unwrap();
+    assert_eq!(rows.len(), 2);
+}

@@ -40,7 +40,7 @@ use crate::pg::frame::{
 };
 use crate::pg::limits::{
     PG_BIND_PARAMETERS_MAX, PG_PORTALS_MAX, PG_PREPARED_STATEMENTS_MAX, PG_READ_CHUNK_BYTES,
-    PG_WRITE_BUFFER_BYTES,
+    PG_RESULT_BYTES_MAX, PG_WRITE_BUFFER_BYTES,
 };
 use crate::pg::scram::{SCRAM_SHA_256, ScramError, ScramExchange, random_nonce};
 use crate::pg::server::{PgAuth, PgConfig, PgRegistry, SessionSlot};
@@ -668,6 +668,15 @@ impl<E: Engine> Conn<E> {
     }
 
     async fn execute(&mut self, name: &str, max_rows: i32) -> Result<(), PgError> {
+        // Rows kept in portals for later Executes share one budget per session.
+        let captured_bytes: usize = self
+            .portals
+            .values()
+            .map(|p| match &p.state {
+                PortalState::Captured { rows, .. } => rows.len(),
+                PortalState::Ready | PortalState::Done { .. } => 0,
+            })
+            .sum();
         let portal = self.portals.get_mut(name).ok_or_else(|| unknown_portal(name))?;
         let Some(statement) = &portal.prepared.statement else {
             put(&mut self.out, B::EmptyQueryResponse(EmptyQueryResponse::new()));
@@ -700,6 +709,7 @@ impl<E: Engine> Conn<E> {
                 &portal.result_formats,
                 portal.column_count,
                 &self.cancel,
+                PG_RESULT_BYTES_MAX.saturating_sub(captured_bytes),
             );
             let tag = self.engine.execute(statement, params, &mut sink).await?;
             portal.state =

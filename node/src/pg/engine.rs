@@ -254,6 +254,9 @@ pub struct RowSink<'a> {
     formats: &'a [Format],
     column_count: usize,
     start: usize,
+    /// Unsent row bytes allowed: [`PG_RESULT_BYTES_MAX`] when streaming, what is left of the
+    /// session's budget for rows kept in portals when capturing.
+    bytes_max: usize,
     rows: u64,
     cancel: &'a CancelFlag,
 }
@@ -278,13 +281,14 @@ impl<'a> RowSink<'a> {
             formats,
             column_count,
             start,
+            bytes_max: PG_RESULT_BYTES_MAX,
             rows: 0,
             cancel,
         }
     }
 
-    /// Rows go to `rows` with their end offsets recorded (for Execute with a row limit);
-    /// notices go to `out`.
+    /// Rows go to `rows` with their end offsets recorded (for Execute with a row limit), at
+    /// most `bytes_max` bytes of them; notices go to `out`.
     pub(crate) fn capturing(
         rows: &'a mut BytesMut,
         row_ends: &'a mut Vec<usize>,
@@ -292,6 +296,7 @@ impl<'a> RowSink<'a> {
         formats: &'a [Format],
         column_count: usize,
         cancel: &'a CancelFlag,
+        bytes_max: usize,
     ) -> RowSink<'a> {
         let start = rows.len();
         RowSink {
@@ -302,6 +307,7 @@ impl<'a> RowSink<'a> {
             formats,
             column_count,
             start,
+            bytes_max,
             rows: 0,
             cancel,
         }
@@ -438,13 +444,14 @@ impl RowWriter<'_, '_> {
         let out = &mut *self.sink.rows_out;
         let frame_len = out.len() - self.start - 1;
         let columns = i16::try_from(self.columns);
-        let too_big = out.len() - self.sink.start > PG_RESULT_BYTES_MAX;
+        let bytes_max = self.sink.bytes_max;
+        let too_big = out.len() - self.sink.start > bytes_max;
         let (Ok(columns), Ok(frame_len), false) = (columns, i32::try_from(frame_len), too_big)
         else {
             out.truncate(self.start);
             return Err(PgError::new(
                 SqlState::PROGRAM_LIMIT_EXCEEDED,
-                format!("result is larger than {PG_RESULT_BYTES_MAX} bytes"),
+                format!("result is larger than {bytes_max} unsent bytes"),
             )
             .with_hint("Add a LIMIT or select fewer columns, or fetch in pages with a cursor."));
         };
@@ -556,7 +563,8 @@ mod tests {
         let mut ends = Vec::new();
         let mut notices = BytesMut::new();
         let formats = [Format::Binary];
-        let mut sink = RowSink::capturing(&mut rows, &mut ends, &mut notices, &formats, 1, &cancel);
+        let mut sink =
+            RowSink::capturing(&mut rows, &mut ends, &mut notices, &formats, 1, &cancel, 1 << 20);
         assert_eq!(sink.format(5), Format::Binary);
         for i in 0..3u8 {
             let mut row = sink.row();
