@@ -20,7 +20,7 @@ fn server() -> &'static Server {
 }
 
 // Checks that a statement prepared once runs many times with different binary parameters
-// (tokio-postgres sends and asks for binary) without the engine preparing it again.
+// (tokio-postgres sends and asks for binary) without the engine planning it again.
 #[tokio::test]
 async fn extended_prepared_statement_is_reused() {
     let server = pg_support::start(PgConfig::default(), 4);
@@ -29,14 +29,14 @@ async fn extended_prepared_statement_is_reused() {
     assert_eq!(statement.params(), &[Type::INT4, Type::TEXT]);
     assert_eq!(statement.columns()[0].name(), "c1");
     assert_eq!(statement.columns()[1].type_(), &Type::TEXT);
-    let prepares = server.shared.prepares.load(Ordering::SeqCst);
+    let plans = server.shared.plans.load(Ordering::SeqCst);
     for i in 0..20i32 {
         let text = format!("row {i}");
         let row = client.query_one(&statement, &[&i, &text]).await.unwrap();
         assert_eq!(row.get::<_, i32>(0), i);
         assert_eq!(row.get::<_, &str>(1), text);
     }
-    assert_eq!(server.shared.prepares.load(Ordering::SeqCst), prepares);
+    assert_eq!(server.shared.plans.load(Ordering::SeqCst), plans);
 }
 
 // Checks NULL parameters come back as NULL, and int8 round trips in binary.

@@ -128,3 +128,19 @@ async fn simple_query_notice_reaches_client() {
     client.simple_query("notice").await.unwrap();
     assert_eq!(rx.recv().await.unwrap(), "hello from the test engine");
 }
+
+// Checks statements of one string are planned in turn, after the ones before them ran: `use t`
+// plans because `create t` already executed; alone on a fresh session it fails (42P01) at
+// plan time, in both protocols.
+#[tokio::test]
+async fn simple_query_plans_each_statement_after_the_previous_ran() {
+    let client = server().connect().await;
+    let messages = client.simple_query("create t; use t").await.unwrap();
+    assert_eq!(tags(&messages), vec![0, 0]);
+    let fresh = server().connect().await;
+    let err = fresh.simple_query("use t").await.unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code(), &SqlState::UNDEFINED_TABLE);
+    let err = fresh.prepare("use t").await.unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code(), &SqlState::UNDEFINED_TABLE);
+    client.prepare("use t").await.unwrap();
+}

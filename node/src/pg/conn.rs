@@ -500,41 +500,46 @@ impl<E: Engine> Conn<E> {
         // A simple query closes the unnamed statement and portal, as in PostgreSQL.
         self.statements.remove("");
         self.portals.remove("");
-        match self.engine.prepare(sql, &[]).await {
-            Err(err) => self.send_error(&err),
-            Ok(statements) if statements.is_empty() => {
-                self.encode(B::EmptyQueryResponse(EmptyQueryResponse::new()));
+        let parsed = match self.engine.parse(sql).await {
+            Ok(parsed) => parsed,
+            Err(err) => {
+                self.send_error(&err);
+                self.send_ready();
+                return;
             }
-            Ok(statements) => {
-                for statement in &statements {
-                    let description = self.engine.describe(statement);
-                    let column_count = description.columns.as_ref().map_or(0, Vec::len);
-                    if let Some(columns) = &description.columns {
-                        let message = row_description(columns, &[]);
-                        self.encode(message);
-                    }
-                    self.cancel.reset();
-                    let mut sink = RowSink::streaming(
-                        &mut self.out,
-                        Some(&mut self.stream),
-                        &[],
-                        column_count,
-                        &self.cancel,
-                    );
-                    let result = self.engine.execute(statement, Params::empty(), &mut sink).await;
-                    match result {
-                        Ok(tag) => self.encode(B::CommandComplete(CommandComplete::new(
-                            tag.as_str().to_owned(),
-                        ))),
-                        Err(err) => {
-                            self.send_error(&err);
-                            break;
-                        }
-                    }
-                }
+        };
+        if parsed.is_empty() {
+            self.encode(B::EmptyQueryResponse(EmptyQueryResponse::new()));
+        }
+        for parsed in parsed {
+            if let Err(err) = self.simple_statement(parsed).await {
+                self.send_error(&err);
+                break;
             }
         }
         self.send_ready();
+    }
+
+    /// Plans and runs one statement of a simple query: RowDescription, rows, CommandComplete.
+    async fn simple_statement(&mut self, parsed: E::Parsed) -> Result<(), PgError> {
+        let statement = self.engine.plan(parsed, &[]).await?;
+        let description = self.engine.describe(&statement);
+        let column_count = description.columns.as_ref().map_or(0, Vec::len);
+        if let Some(columns) = &description.columns {
+            let message = row_description(columns, &[]);
+            self.encode(message);
+        }
+        self.cancel.reset();
+        let mut sink = RowSink::streaming(
+            &mut self.out,
+            Some(&mut self.stream),
+            &[],
+            column_count,
+            &self.cancel,
+        );
+        let tag = self.engine.execute(&statement, Params::empty(), &mut sink).await?;
+        self.encode(B::CommandComplete(CommandComplete::new(tag.as_str().to_owned())));
+        Ok(())
     }
 
     async fn parse(&mut self, name: String, sql: &str, param_types: &[u32]) -> Result<(), PgError> {
@@ -554,16 +559,22 @@ impl<E: Engine> Conn<E> {
                 .with_hint("Close prepared statements you no longer use."));
             }
         }
-        let types: Vec<Oid> = param_types.iter().map(|&t| Oid(t)).collect();
-        let mut statements = self.engine.prepare(sql, &types).await?;
-        if statements.len() > 1 {
+        let mut parsed = self.engine.parse(sql).await?;
+        if parsed.len() > 1 {
             return Err(PgError::new(
                 SqlState::SYNTAX_ERROR,
                 "cannot insert multiple commands into a prepared statement",
             )
             .with_hint("Prepare each statement separately, or send them as a simple query."));
         }
-        let prepared = Prepared { statement: statements.pop() };
+        let statement = match parsed.pop() {
+            Some(parsed) => {
+                let types: Vec<Oid> = param_types.iter().map(|&t| Oid(t)).collect();
+                Some(self.engine.plan(parsed, &types).await?)
+            }
+            None => None,
+        };
+        let prepared = Prepared { statement };
         self.statements.insert(name, Rc::new(prepared));
         self.encode(B::ParseComplete(ParseComplete::new()));
         Ok(())

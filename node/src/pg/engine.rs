@@ -495,8 +495,11 @@ impl fmt::Write for BufWriter<'_> {
 /// single-threaded.
 #[allow(async_fn_in_trait)]
 pub trait Engine {
-    /// A parsed and planned statement, kept by name for reuse (prepared statements) and shared
-    /// by the portals bound from it.
+    /// One statement after parsing (syntax only is enough), not yet planned.
+    type Parsed;
+
+    /// A planned statement, kept by name for reuse (prepared statements) and shared by the
+    /// portals bound from it.
     type Statement;
 
     /// Called once after authentication, before the first ReadyForQuery. An error here is sent
@@ -506,16 +509,23 @@ pub trait Engine {
         Ok(())
     }
 
-    /// Parses and plans `sql`, which may hold several statements (simple query) or none (an
-    /// empty or comment-only string: the client gets EmptyQueryResponse). `param_types` are the
-    /// types the client specified in Parse (`Oid::UNSPECIFIED` where it left them open; empty
-    /// for simple query). Nothing is executed here: a syntax error anywhere fails the whole
-    /// string before any statement runs, as in PostgreSQL.
-    async fn prepare(
+    /// Splits and parses `sql` into statements: several for a simple query, none for an empty
+    /// or comment-only string (the client gets EmptyQueryResponse). A syntax error anywhere
+    /// fails the whole string before any statement runs, as in PostgreSQL. The wire layer
+    /// refuses more than one statement in an extended-protocol Parse (42601).
+    async fn parse(&mut self, sql: &str) -> Result<Vec<Self::Parsed>, PgError>;
+
+    /// Resolves names, types and plan of one parsed statement. `param_types` are the types the
+    /// client gave in Parse (`Oid::UNSPECIFIED` where it left them open; empty for a simple
+    /// query). Extended protocol: called at Parse. Simple query: called for each statement
+    /// right before it runs, after the statements before it in the same string have run, so a
+    /// later statement may use what an earlier one created (`CREATE ...; INSERT ...`), as in
+    /// PostgreSQL.
+    async fn plan(
         &mut self,
-        sql: &str,
+        parsed: Self::Parsed,
         param_types: &[Oid],
-    ) -> Result<Vec<Self::Statement>, PgError>;
+    ) -> Result<Self::Statement, PgError>;
 
     /// Parameter types and result columns of a prepared statement.
     fn describe<'s>(&'s self, statement: &'s Self::Statement) -> &'s Description;

@@ -11,7 +11,9 @@
 //! - `notice`: sends a NoticeResponse, then tag `DO`;
 //! - `wait_for_cancel`: signals `started`, then runs until cancelled (57014);
 //! - `fail`: fails at execution with 22012 (and fails an open transaction);
-//! - anything else: a syntax error 42601 at prepare time, with position and hint.
+//! - `create <name>`: remembers a name for the session; `use <name>`: fails at plan time with
+//!   42P01 unless the name was created (checks plans happen after earlier statements ran);
+//! - anything else: a syntax error 42601 at parse time, with position and hint.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::net::SocketAddr;
@@ -30,8 +32,8 @@ use node::pg::{
 /// Counters and signals shared between the test and the engines of one server.
 #[derive(Default)]
 pub struct Shared {
-    /// Number of `Engine::prepare` calls.
-    pub prepares: AtomicUsize,
+    /// Number of `Engine::plan` calls.
+    pub plans: AtomicUsize,
     /// Notified when `wait_for_cancel` starts running.
     pub started: tokio::sync::Notify,
 }
@@ -48,6 +50,8 @@ pub enum Kind {
     Notice,
     WaitForCancel,
     Fail,
+    Create(String),
+    Use(String),
 }
 
 pub struct Statement {
@@ -58,11 +62,12 @@ pub struct Statement {
 pub struct TestEngine {
     shared: Arc<Shared>,
     status: TransactionStatus,
+    names: std::collections::HashSet<String>,
 }
 
 impl TestEngine {
     pub fn new(shared: Arc<Shared>) -> TestEngine {
-        TestEngine { shared, status: TransactionStatus::Idle }
+        TestEngine { shared, status: TransactionStatus::Idle, names: Default::default() }
     }
 }
 
@@ -85,6 +90,8 @@ fn parse_one(sql: &str, text: &str) -> Result<Statement, PgError> {
         ["notice"] => no_rows(Kind::Notice),
         ["fail"] => no_rows(Kind::Fail),
         ["wait_for_cancel"] => no_rows(Kind::WaitForCancel),
+        ["create", name] => no_rows(Kind::Create((*name).to_owned())),
+        ["use", name] => no_rows(Kind::Use((*name).to_owned())),
         ["series", n] => {
             let n = n.parse().map_err(|_| syntax_error(sql, n))?;
             Ok(Statement {
@@ -159,11 +166,24 @@ fn decode_int(oid: Oid, format: Format, bytes: &[u8]) -> Result<i64, PgError> {
 }
 
 impl Engine for TestEngine {
+    type Parsed = Statement;
     type Statement = Statement;
 
-    async fn prepare(&mut self, sql: &str, _types: &[Oid]) -> Result<Vec<Statement>, PgError> {
-        self.shared.prepares.fetch_add(1, Ordering::SeqCst);
+    async fn parse(&mut self, sql: &str) -> Result<Vec<Statement>, PgError> {
         sql.split(';').filter(|s| !s.trim().is_empty()).map(|s| parse_one(sql, s)).collect()
+    }
+
+    async fn plan(&mut self, parsed: Statement, _types: &[Oid]) -> Result<Statement, PgError> {
+        self.shared.plans.fetch_add(1, Ordering::SeqCst);
+        if let Kind::Use(name) = &parsed.kind
+            && !self.names.contains(name)
+        {
+            return Err(PgError::new(
+                SqlState::new(b"42P01").unwrap(),
+                format!("relation \"{name}\" does not exist"),
+            ));
+        }
+        Ok(parsed)
     }
 
     fn describe<'s>(&'s self, statement: &'s Statement) -> &'s Description {
@@ -184,8 +204,13 @@ impl Engine for TestEngine {
                 "current transaction is aborted, commands ignored until end of transaction block",
             ));
         }
-        match statement.kind {
-            Kind::Int(n) => {
+        match &statement.kind {
+            Kind::Create(name) => {
+                self.names.insert(name.clone());
+                Ok(CommandTag::new("CREATE TABLE"))
+            }
+            Kind::Use(_) => Ok(CommandTag::new("USE")),
+            &Kind::Int(n) => {
                 let mut row = sink.row();
                 match row.format() {
                     Format::Text => row.display(n),
@@ -194,7 +219,7 @@ impl Engine for TestEngine {
                 row.finish()?;
                 Ok(CommandTag::with_rows("SELECT", 1))
             }
-            Kind::Series(n) => {
+            &Kind::Series(n) => {
                 for i in 1..=n {
                     sink.check_cancelled()?;
                     let mut row = sink.row();
@@ -207,7 +232,7 @@ impl Engine for TestEngine {
                 }
                 Ok(CommandTag::with_rows("SELECT", sink.rows()))
             }
-            Kind::Wide(rows, bytes) => {
+            &Kind::Wide(rows, bytes) => {
                 let value = vec![b'w'; bytes];
                 for _ in 0..rows {
                     let mut row = sink.row();
