@@ -33,6 +33,7 @@ async fn scram_login_succeeds() {
         })
         .collect();
     assert_eq!(values, vec!["1".to_owned()]);
+    pg_support::assert_no_warnings();
 }
 
 // Checks a wrong password is refused with 28P01 and a message naming the user.
@@ -44,6 +45,7 @@ async fn scram_wrong_password_is_28p01() {
     assert_eq!(db.message(), "password authentication failed for user \"tester\"");
     // The server is fine afterwards.
     server().connect_with("password=s3cret").await.unwrap();
+    pg_support::assert_no_warnings();
 }
 
 // Checks a client-first message asking for channel binding gets a clear FATAL (0A000).
@@ -62,6 +64,7 @@ fn scram_channel_binding_is_refused() {
     stream.write_all(&frame(b'p', &sasl)).unwrap();
     let messages = read_to_eof(&mut stream);
     assert_eq!(error_codes(&messages), vec!["0A000"]);
+    pg_support::assert_no_warnings();
 }
 
 // Checks an operator-supplied verifier in PostgreSQL's format authenticates like the password
@@ -73,4 +76,5 @@ async fn scram_verifier_configuration() {
     let server =
         pg_support::start(PgConfig { auth: PgAuth::Scram(credentials), ..PgConfig::default() }, 4);
     server.connect_with("password=hunter2").await.unwrap();
+    pg_support::assert_no_warnings();
 }

@@ -34,4 +34,5 @@ async fn cancel_request_stops_running_statement() {
         })
         .collect();
     assert_eq!(values, vec!["1".to_owned()]);
+    pg_support::assert_no_warnings();
 }

@@ -79,6 +79,7 @@ fn extended_misuse_gets_sqlstates() {
     // The statements that were created survive the errors: s2 runs with a text parameter.
     let reply = round(&mut s, &[bind("", "s2", &[0], &[b"12"]), execute("")]);
     assert_eq!(tags(&reply), "2DCZ");
+    pg_support::assert_no_warnings();
 }
 
 // Checks Describe of a statement (ParameterDescription, then RowDescription or NoData), the
@@ -102,4 +103,5 @@ fn extended_describe_empty_and_close() {
     let reply = round(&mut s, &[frame(b'C', b"Sd1\0"), bind("", "d1", &[], &[])]);
     assert_eq!(tags(&reply), "3EZ");
     assert_eq!(error_codes(&reply), vec!["26000"]);
+    pg_support::assert_no_warnings();
 }

@@ -29,6 +29,7 @@ async fn limit_connections_refuses_past_max() {
     assert!(read_to_eof(&mut second).is_empty());
     let third = server.connect().await;
     third.simple_query("select 1").await.unwrap();
+    pg_support::assert_no_warnings();
 }
 
 // Checks the idle timeout: a session that sends nothing gets FATAL 57P05 and EOF, while a
@@ -43,4 +44,5 @@ fn limit_idle_timeout_closes_session() {
     let messages = read_to_eof(&mut stream);
     assert_eq!(error_codes(&messages), vec!["57P05"]);
     assert_eq!(error_field(&messages[0].1, b'S').as_deref(), Some("FATAL"));
+    pg_support::assert_no_warnings();
 }

@@ -66,4 +66,5 @@ fn pgbench_custom_script_all_modes() {
         }
     }
     std::fs::remove_file(&script).unwrap();
+    pg_support::assert_no_warnings();
 }

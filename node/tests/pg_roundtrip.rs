@@ -75,6 +75,7 @@ async fn roundtrip_select_1() {
         pipelined.as_secs_f64() * 1e3,
         (batches * 16) as f64 / pipelined.as_secs_f64()
     );
+    pg_support::assert_no_warnings();
 }
 
 /// Runs futures concurrently on the current task and returns their outputs in order.

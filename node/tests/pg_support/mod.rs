@@ -309,6 +309,34 @@ impl Engine for TestEngine {
     }
 }
 
+/// WARN and ERROR events logged by the server since the test process started.
+static WARNINGS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts (and prints) every WARN or ERROR event: the tests expect none.
+struct WarnCounter;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarnCounter {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if *event.metadata().level() <= tracing::Level::WARN {
+            WARNINGS.fetch_add(1, Ordering::SeqCst);
+            eprintln!("unexpected {} log event: {event:?}", event.metadata().level());
+        }
+    }
+}
+
+/// Fails the test if the server logged any WARN or ERROR so far. Every test calls it at its
+/// end, and the connect helpers call it too.
+pub fn assert_no_warnings() {
+    assert_eq!(WARNINGS.load(Ordering::SeqCst), 0, "the server logged WARN/ERROR lines (above)");
+}
+
+fn install_log_check() {
+    use tracing_subscriber::layer::SubscriberExt;
+    // Only the first call per test process installs it; later ones find it in place.
+    let subscriber = tracing_subscriber::registry().with(WarnCounter);
+    let _ = tracing::subscriber::set_global_default(subscriber);
+}
+
 /// A running test server.
 pub struct Server {
     pub addr: SocketAddr,
@@ -347,6 +375,7 @@ impl Server {
 /// Starts a server with `config` and at most `connections_max` sessions on a new executor
 /// thread. The thread lives until the test process exits.
 pub fn start(config: PgConfig, connections_max: usize) -> Server {
+    install_log_check();
     let shared = Arc::new(Shared::default());
     let registry = Arc::new(PgRegistry::new(connections_max));
     let (tx, rx) = std::sync::mpsc::channel();
@@ -480,6 +509,7 @@ pub mod raw {
 
     /// Connects and completes a trust startup; returns the socket ready for queries.
     pub fn session(addr: SocketAddr) -> TcpStream {
+        super::assert_no_warnings();
         let mut stream = connect(addr);
         stream.write_all(&startup_packet(3, 0, &[("user", "raw"), ("database", "test")])).unwrap();
         let messages = read_until_ready(&mut stream);
