@@ -385,7 +385,7 @@ impl<'a> RowSink<'a> {
         self.rows_out.put_u8(b'D');
         self.rows_out.put_i32(0); // length, patched in finish
         self.rows_out.put_i16(0); // column count, patched in finish
-        RowWriter { sink: self, start, columns: 0, finished: false }
+        RowWriter { sink: self, start, columns: 0, finished: false, oversized: false }
     }
 }
 
@@ -395,6 +395,8 @@ pub struct RowWriter<'s, 'a> {
     start: usize,
     columns: usize,
     finished: bool,
+    /// A value was refused for size; `finish` fails with 54000.
+    oversized: bool,
 }
 
 impl RowWriter<'_, '_> {
@@ -411,9 +413,16 @@ impl RowWriter<'_, '_> {
 
     /// A value already encoded in [`RowWriter::format`].
     pub fn bytes(&mut self, value: &[u8]) {
-        // Values larger than i32::MAX cannot be framed; they would also exceed
-        // PG_RESULT_BYTES_MAX, which `finish` reports, so write an empty marker length here.
-        let len = i32::try_from(value.len()).unwrap_or(i32::MAX);
+        // A value larger than the budget is not copied at all; `finish` reports 54000. This also
+        // keeps every length below i32::MAX (PG_RESULT_BYTES_MAX <= i32::MAX).
+        let Ok(len) = i32::try_from(value.len()) else {
+            self.oversized = true;
+            return;
+        };
+        if value.len() > self.sink.bytes_max {
+            self.oversized = true;
+            return;
+        }
         self.sink.rows_out.put_i32(len);
         self.sink.rows_out.put_slice(value);
         self.columns += 1;
@@ -445,7 +454,7 @@ impl RowWriter<'_, '_> {
         let frame_len = out.len() - self.start - 1;
         let columns = i16::try_from(self.columns);
         let bytes_max = self.sink.bytes_max;
-        let too_big = out.len() - self.sink.start > bytes_max;
+        let too_big = self.oversized || out.len() - self.sink.start > bytes_max;
         let (Ok(columns), Ok(frame_len), false) = (columns, i32::try_from(frame_len), too_big)
         else {
             out.truncate(self.start);
@@ -593,8 +602,14 @@ mod tests {
         let cancel = CancelFlag::default();
         let mut out = BytesMut::new();
         let mut sink = RowSink::streaming(&mut out, None, &[], 1, &cancel);
+        // A value over the budget is refused without being copied.
         let mut row = sink.row();
-        row.bytes(&vec![b'x'; PG_RESULT_BYTES_MAX]);
+        row.bytes(&vec![b'x'; PG_RESULT_BYTES_MAX + 1]);
+        let err = row.finish().unwrap_err();
+        assert_eq!(err.code(), SqlState::PROGRAM_LIMIT_EXCEEDED);
+        // Just under the value limit, but the framing pushes the row over.
+        let mut row = sink.row();
+        row.bytes(&vec![b'x'; PG_RESULT_BYTES_MAX - 4]);
         let err = row.finish().unwrap_err();
         assert_eq!(err.code(), SqlState::PROGRAM_LIMIT_EXCEEDED);
         assert!(err.hint().is_some());
