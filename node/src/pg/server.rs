@@ -1,7 +1,7 @@
 //! Node-wide state of the wire layer and the accept loop.
 //!
 //! [`PgRegistry`] is shared by every executor of a node (it is `Send + Sync`, behind an `Arc`):
-//! it counts connections against [`PgConfig::connections_max`] and maps each session's
+//! it counts sessions against the limit given to [`PgRegistry::new`] and maps each session's
 //! (pid, secret) to its cancel flag, because a CancelRequest arrives on a *new* connection,
 //! possibly accepted by another executor. It sits outside the data path: touched once at
 //! session start and end and by cancel requests.
