@@ -105,3 +105,18 @@ fn extended_describe_empty_and_close() {
     assert_eq!(error_codes(&reply), vec!["26000"]);
     pg_support::assert_no_warnings();
 }
+
+// Checks Flush: after Parse + Flush (no Sync) the ParseComplete arrives, and the batch goes on
+// with Bind/Execute/Sync on the same socket.
+#[test]
+fn extended_flush_sends_without_sync() {
+    use pg_support::raw::read_message;
+    let mut s = session(server().addr);
+    let mut bytes = parse("f1", "select 6");
+    bytes.extend_from_slice(&frame(b'H', b""));
+    s.write_all(&bytes).unwrap();
+    assert_eq!(read_message(&mut s).map(|m| m.0), Some(b'1'));
+    let reply = round(&mut s, &[bind("", "f1", &[], &[]), execute("")]);
+    assert_eq!(tags(&reply), "2DCZ");
+    pg_support::assert_no_warnings();
+}
