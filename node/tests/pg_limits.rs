@@ -1,6 +1,6 @@
-//! Connection limit and idle timeout: the connection past the limit gets FATAL 53300 while the
-//! others keep working, a freed slot is reusable, and an idle session gets FATAL 57P05 and is
-//! closed.
+//! Connection limit, idle timeout and stopping: the connection past the limit gets FATAL 53300
+//! while the others keep working, a freed slot is reusable, an idle session gets FATAL 57P05
+//! and is closed, and a stopped accept loop closes its listener.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod pg_support;
@@ -44,5 +44,18 @@ fn limit_idle_timeout_closes_session() {
     let messages = read_to_eof(&mut stream);
     assert_eq!(error_codes(&messages), vec!["57P05"]);
     assert_eq!(error_field(&messages[0].1, b'S').as_deref(), Some("FATAL"));
+    pg_support::assert_no_warnings();
+}
+
+// Checks `accept_loop` returns when its stop future completes: after the executor thread has
+// ended, the port refuses connections.
+#[test]
+fn limit_accept_loop_stops() {
+    let server = pg_support::start(PgConfig::default(), 4);
+    let addr = server.addr;
+    drop(session(addr));
+    server.shutdown();
+    let err = std::net::TcpStream::connect(addr).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
     pg_support::assert_no_warnings();
 }

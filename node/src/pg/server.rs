@@ -208,24 +208,36 @@ impl Drop for SessionSlot {
     }
 }
 
-/// Accepts connections on `listener` forever, serving each in its own task on the current
-/// executor with an engine from `make_engine`. Call it on every executor with a listener bound
-/// to the same address: glommio's `TcpListener::bind` sets SO_REUSEPORT, so the kernel spreads
-/// connections across executors.
+/// Accepts connections on `listener` until `stop` completes, serving each in its own task on
+/// the current executor with an engine from `make_engine`. Call it on every executor with a
+/// listener bound to the same address: glommio's `TcpListener::bind` sets SO_REUSEPORT, so the
+/// kernel spreads connections across executors. Connections already accepted keep running
+/// after `stop` (their tasks are detached); pass `std::future::pending()` to run forever.
 pub async fn accept_loop<E, F>(
     listener: TcpListener,
     config: Rc<PgConfig>,
     registry: Arc<PgRegistry>,
     mut make_engine: F,
+    stop: impl Future<Output = ()>,
 ) where
     E: Engine + 'static,
     F: FnMut() -> E,
 {
+    let mut stop = std::pin::pin!(stop);
     loop {
-        let stream = match listener.accept().await {
-            Ok(stream) => stream,
-            Err(e) => {
-                // Out of file descriptors and the like: log, let other tasks run, go on.
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            stop.as_mut().await;
+            None
+        })
+        .await;
+        let stream = match accepted {
+            None => {
+                debug!("accept loop stopped");
+                return;
+            }
+            Some(Ok(stream)) => stream,
+            Some(Err(e)) => {
+                // Out of file descriptors and the like: log, back off, go on.
                 warn!(error = %e, "accept failed");
                 glommio::timer::sleep(PG_ACCEPT_BACKOFF).await;
                 continue;

@@ -342,6 +342,29 @@ pub struct Server {
     pub addr: SocketAddr,
     pub shared: Arc<Shared>,
     pub registry: Arc<PgRegistry>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<glommio::ExecutorJoinHandle<()>>,
+}
+
+impl Server {
+    /// Stops the accept loop and waits for the executor thread to end (the listener is closed
+    /// when this returns).
+    pub fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("server thread");
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
 }
 
 impl Server {
@@ -373,12 +396,14 @@ impl Server {
 }
 
 /// Starts a server with `config` and at most `connections_max` sessions on a new executor
-/// thread. The thread lives until the test process exits.
+/// thread, which ends when the returned `Server` is dropped (servers kept in a `static` live
+/// until the test process exits).
 pub fn start(config: PgConfig, connections_max: usize) -> Server {
     install_log_check();
     let shared = Arc::new(Shared::default());
     let registry = Arc::new(PgRegistry::new(connections_max));
     let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let engine_shared = Arc::clone(&shared);
     let loop_registry = Arc::clone(&registry);
     let handle = LocalExecutorBuilder::new(Placement::Unbound)
@@ -387,15 +412,18 @@ pub fn start(config: PgConfig, connections_max: usize) -> Server {
         .spawn(move || async move {
             let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
             tx.send(listener.local_addr().expect("addr")).expect("send addr");
-            accept_loop(listener, Rc::new(config), loop_registry, move || {
-                TestEngine::new(Arc::clone(&engine_shared))
-            })
-            .await;
+            let make_engine = move || TestEngine::new(Arc::clone(&engine_shared));
+            // A oneshot receiver is a plain future: it needs no tokio runtime to be awaited.
+            let stop = async {
+                let _ = stop_rx.await;
+            };
+            accept_loop(listener, Rc::new(config), loop_registry, make_engine, stop).await;
+            // Stopped: the executor ends with this future, dropping its connection tasks.
         })
         .expect("executor");
-    std::mem::forget(handle);
     let addr = rx.recv().expect("server address");
-    Server { addr, shared, registry }
+    // Dropping the Server stops the accept loop and the thread ends by itself (not joined).
+    Server { addr, shared, registry, stop: Some(stop_tx), thread: Some(handle) }
 }
 
 /// A blocking raw-protocol client for tests that send bytes no driver would.
