@@ -5,7 +5,8 @@
 //! I/O discipline: bytes are read in chunks of [`PG_READ_CHUNK_BYTES`]; every complete frame in
 //! the buffer is handled before the next read; responses accumulate in one output buffer that
 //! is written with one `write_all` when we are about to wait for the client again (so a
-//! pipelined batch of Parse/Bind/Execute/Sync, or several queries, costs one write).
+//! pipelined batch of Parse/Bind/Execute/Sync, or several queries, costs one write), or
+//! earlier once [`PG_RESULT_FLUSH_BYTES`] are pending.
 
 use std::collections::HashMap;
 use std::io;
@@ -40,7 +41,7 @@ use crate::pg::frame::{
 };
 use crate::pg::limits::{
     PG_BIND_PARAMETERS_MAX, PG_PORTALS_MAX, PG_PREPARED_STATEMENTS_MAX, PG_READ_CHUNK_BYTES,
-    PG_RESULT_BYTES_MAX, PG_WRITE_BUFFER_BYTES,
+    PG_RESULT_BYTES_MAX, PG_RESULT_FLUSH_BYTES, PG_WRITE_BUFFER_BYTES,
 };
 use crate::pg::scram::{SCRAM_SHA_256, ScramError, ScramExchange, random_nonce};
 use crate::pg::server::{PgAuth, PgConfig, PgRegistry, SessionSlot};
@@ -389,6 +390,11 @@ impl<E: Engine> Conn<E> {
                 if let Next::Terminate = self.handle(frame).await? {
                     self.flush().await?;
                     return Ok(());
+                }
+                // A long pipeline of queries with large answers: write as we go rather than
+                // holding every answer of the batch.
+                if self.out.len() >= PG_RESULT_FLUSH_BYTES {
+                    self.flush().await?;
                 }
             }
             // Everything the client sent so far is answered: one write for the whole batch.
