@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use node::pg::PgConfig;
 use pg_support::Server;
-use pg_support::raw::{error_codes, frame, read_until_ready, session, tags};
+use pg_support::raw::{error_codes, error_field, frame, read_until_ready, session, tags};
 
 fn server() -> &'static Server {
     static SERVER: OnceLock<Server> = OnceLock::new();
@@ -58,7 +58,8 @@ fn round(stream: &mut TcpStream, batch: &[Vec<u8>]) -> Vec<(u8, Vec<u8>)> {
     read_until_ready(stream)
 }
 
-// Checks each misuse gets its SQLSTATE, one error per batch, and the session keeps working.
+// Checks each misuse gets its SQLSTATE and a hint, one error per batch, and the session keeps
+// working.
 #[test]
 fn extended_misuse_gets_sqlstates() {
     let mut s = session(server().addr);
@@ -75,6 +76,9 @@ fn extended_misuse_gets_sqlstates() {
         let reply = round(&mut s, &batch);
         assert_eq!(tags(&reply), expected_tags, "{code}");
         assert_eq!(error_codes(&reply), vec![code]);
+        // Every one of them says what to do about it.
+        let error = reply.iter().find(|(tag, _)| *tag == b'E').unwrap();
+        assert!(error_field(&error.1, b'H').is_some(), "{code} has no hint");
     }
     // The statements that were created survive the errors: s2 runs with a text parameter.
     let reply = round(&mut s, &[bind("", "s2", &[0], &[b"12"]), execute("")]);

@@ -601,18 +601,15 @@ impl<E: Engine> Conn<E> {
         params: Vec<Option<Bytes>>,
         result_formats: &[i16],
     ) -> Result<(), PgError> {
-        let prepared = self.statements.get(statement).cloned().ok_or_else(|| {
-            PgError::new(
-                SqlState::INVALID_SQL_STATEMENT_NAME,
-                format!("prepared statement \"{statement}\" does not exist"),
-            )
-        })?;
+        let prepared =
+            self.statements.get(statement).cloned().ok_or_else(|| unknown_statement(statement))?;
         if !portal.is_empty() {
             if self.portals.contains_key(&portal) {
                 return Err(PgError::new(
                     SqlState::DUPLICATE_CURSOR,
                     format!("portal \"{portal}\" already exists"),
-                ));
+                )
+                .with_hint("Close it first, or use another name."));
             }
             if self.portals.len() >= PG_PORTALS_MAX {
                 return Err(PgError::new(
@@ -631,7 +628,8 @@ impl<E: Engine> Conn<E> {
                     "bind message supplies {} parameters, but prepared statement \"{statement}\" requires {expected}",
                     params.len()
                 ),
-            ));
+            )
+            .with_hint("Send one value (or NULL) per parameter of the statement."));
         }
         let column_count = description.columns.as_ref().map_or(0, Vec::len);
         let param_types = description.params.clone();
@@ -656,12 +654,8 @@ impl<E: Engine> Conn<E> {
     fn describe(&mut self, target: Target, name: &str) -> Result<(), PgError> {
         match target {
             Target::Statement => {
-                let prepared = self.statements.get(name).cloned().ok_or_else(|| {
-                    PgError::new(
-                        SqlState::INVALID_SQL_STATEMENT_NAME,
-                        format!("prepared statement \"{name}\" does not exist"),
-                    )
-                })?;
+                let prepared =
+                    self.statements.get(name).cloned().ok_or_else(|| unknown_statement(name))?;
                 let description = self.description(&prepared);
                 let params = description.params.iter().map(|o| o.0).collect();
                 let rows = description.columns.as_ref().map(|c| row_description(c, &[]));
@@ -804,6 +798,7 @@ fn row_description(columns: &[Column], formats: &[Format]) -> B {
 fn resolve_formats(codes: &[i16], count: usize, what: &str) -> Result<Vec<Format>, PgError> {
     let bad = |code: i16| {
         PgError::new(SqlState::PROTOCOL_VIOLATION, format!("unsupported format code: {code}"))
+            .with_hint("Use 0 for text or 1 for binary.")
     };
     match codes {
         [] => Ok(vec![Format::Text; count]),
@@ -814,12 +809,22 @@ fn resolve_formats(codes: &[i16], count: usize, what: &str) -> Result<Vec<Format
         many => Err(PgError::new(
             SqlState::PROTOCOL_VIOLATION,
             format!("bind message has {} {what} formats but {count} {what}s", many.len()),
-        )),
+        )
+        .with_hint("Send no format code (all text), one (for all), or one per value.")),
     }
+}
+
+fn unknown_statement(name: &str) -> PgError {
+    PgError::new(
+        SqlState::INVALID_SQL_STATEMENT_NAME,
+        format!("prepared statement \"{name}\" does not exist"),
+    )
+    .with_hint("Send Parse for it first; prepared statements belong to one connection.")
 }
 
 fn unknown_portal(name: &str) -> PgError {
     PgError::new(SqlState::INVALID_CURSOR_NAME, format!("portal \"{name}\" does not exist"))
+        .with_hint("Send Bind for it first; portals end at Sync outside a transaction block.")
 }
 
 fn fatal_protocol(message: impl Into<String>) -> ServeError {
