@@ -47,6 +47,18 @@ fn limit_idle_timeout_closes_session() {
     pg_support::assert_no_warnings();
 }
 
+// Checks the startup timeout: a client that connects and sends nothing gets FATAL 08P01 and
+// EOF, without waiting for the (much longer) idle timeout.
+#[test]
+fn limit_startup_timeout_closes_silent_client() {
+    let config = PgConfig { startup_timeout: Duration::from_millis(50), ..PgConfig::default() };
+    let server = pg_support::start(config, 4);
+    let mut stream = pg_support::raw::connect(server.addr);
+    let messages = read_to_eof(&mut stream);
+    assert_eq!(error_codes(&messages), vec!["08P01"]);
+    pg_support::assert_no_warnings();
+}
+
 // Checks `accept_loop` returns when its stop future completes: the executor thread, whose only
 // future is the accept loop, ends and joins. (Whether the port refuses connections right after
 // is not checked: glommio closes sockets asynchronously.)

@@ -71,6 +71,7 @@ pub async fn serve_connection<E: Engine>(
         skip_until_sync: false,
         in_extended: false,
         cancel: CancelFlag::default(),
+        starting: true,
     };
     let result = conn.run(config, registry).await;
     if let Err(ServeError::Fatal(err)) = &result {
@@ -117,6 +118,8 @@ struct Conn<E: Engine> {
     /// An extended-query batch is open (a message since the last Sync).
     in_extended: bool,
     cancel: CancelFlag,
+    /// Before the first ReadyForQuery: a read timeout is the startup timeout, not idleness.
+    starting: bool,
 }
 
 enum Next {
@@ -134,6 +137,7 @@ impl<E: Engine> Conn<E> {
     ) -> Result<(), ServeError> {
         self.stream.set_read_timeout(Some(config.startup_timeout)).map_err(io::Error::from)?;
         let Some(session) = self.startup(config, registry).await? else { return Ok(()) };
+        self.starting = false;
         self.stream.set_read_timeout(Some(config.idle_timeout)).map_err(io::Error::from)?;
         // A client that stops reading its results is as gone as one that stops sending.
         self.stream.set_write_timeout(Some(config.idle_timeout)).map_err(io::Error::from)?;
@@ -153,6 +157,9 @@ impl<E: Engine> Conn<E> {
             Ok(n) => {
                 self.inbuf.extend_from_slice(chunk.get(..n).unwrap_or_default());
                 Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut && self.starting => {
+                Err(fatal_protocol("startup and authentication did not complete in time"))
             }
             Err(e) if e.kind() == io::ErrorKind::TimedOut => Err(ServeError::Fatal(
                 PgError::fatal(
