@@ -78,3 +78,15 @@ async fn scram_verifier_configuration() {
     server.connect_with("password=hunter2").await.unwrap();
     pg_support::assert_no_warnings();
 }
+
+// Checks an engine's refusal at session start (here: unknown database) reaches the client as
+// FATAL with its SQLSTATE and hint, after a successful password exchange.
+#[tokio::test]
+async fn start_session_refusal_is_fatal_with_hint() {
+    let err = server().connect_with("password=s3cret dbname=nodb").await.unwrap_err();
+    let db = err.as_db_error().expect("server error");
+    assert_eq!(db.code(), &SqlState::INVALID_CATALOG_NAME);
+    assert_eq!(db.severity(), "FATAL");
+    assert_eq!(db.hint(), Some("Connect to database test."));
+    pg_support::assert_no_warnings();
+}

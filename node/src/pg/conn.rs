@@ -34,7 +34,7 @@ use crate::pg::engine::{
     CancelFlag, Column, Description, Engine, Format, Oid, Params, RowSink, SessionInfo,
     TransactionStatus,
 };
-use crate::pg::error::{Notice, PgError, ServeError, Severity};
+use crate::pg::error::{Notice, PgError, ServeError};
 use crate::pg::frame::{
     Frame, FrameError, FrontendMessage, StartupRequest, Target, decode_message,
     decode_sasl_initial, decode_startup, split_frame, split_startup,
@@ -276,12 +276,7 @@ impl<E: Engine> Conn<E> {
         let session = registry.register(self.cancel.clone()).map_err(ServeError::Fatal)?;
         self.authenticate(config, &user).await?;
         let info = SessionInfo { user: user.clone(), database, parameters };
-        self.engine.start_session(&info).await.map_err(|e| {
-            ServeError::Fatal(match e.severity() {
-                Severity::Fatal => e,
-                Severity::Error => PgError::fatal(e.code(), e.message().to_owned()),
-            })
-        })?;
+        self.engine.start_session(&info).await.map_err(|e| ServeError::Fatal(e.into_fatal()))?;
 
         self.encode(B::Authentication(Authentication::Ok));
         let statuses: [(&str, &str); 11] = [

@@ -262,7 +262,6 @@ pub struct RowSink<'a> {
 }
 
 impl<'a> RowSink<'a> {
-    /// Rows and notices both go to `out`.
     /// Rows and notices both go to `out`; with a `writer`, [`RowSink::flush_if_needed`] sends
     /// them early.
     pub(crate) fn streaming(

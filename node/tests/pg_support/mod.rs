@@ -14,6 +14,8 @@
 //! - `create <name>`: remembers a name for the session; `use <name>`: fails at plan time with
 //!   42P01 unless the name was created (checks plans happen after earlier statements ran);
 //! - anything else: a syntax error 42601 at parse time, with position and hint.
+//!
+//! Sessions for the database `nodb` are refused at start with 3D000 and a hint.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::net::SocketAddr;
@@ -26,7 +28,7 @@ use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 use node::pg::{
     Column, CommandTag, Description, Engine, Format, Notice, Oid, Params, PgConfig, PgError,
-    PgRegistry, RowSink, SqlState, TransactionStatus, accept_loop,
+    PgRegistry, RowSink, SessionInfo, SqlState, TransactionStatus, accept_loop,
 };
 
 /// Counters and signals shared between the test and the engines of one server.
@@ -168,6 +170,17 @@ fn decode_int(oid: Oid, format: Format, bytes: &[u8]) -> Result<i64, PgError> {
 impl Engine for TestEngine {
     type Parsed = Statement;
     type Statement = Statement;
+
+    async fn start_session(&mut self, session: &SessionInfo) -> Result<(), PgError> {
+        if session.database == "nodb" {
+            return Err(PgError::new(
+                SqlState::new(b"3D000").unwrap(),
+                "database \"nodb\" does not exist",
+            )
+            .with_hint("Connect to database test."));
+        }
+        Ok(())
+    }
 
     async fn parse(&mut self, sql: &str) -> Result<Vec<Statement>, PgError> {
         sql.split(';').filter(|s| !s.trim().is_empty()).map(|s| parse_one(sql, s)).collect()
