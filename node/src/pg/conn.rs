@@ -777,11 +777,7 @@ fn row_description(columns: &[Column], formats: &[Format]) -> B {
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let format = match formats {
-                [] => Format::Text,
-                [one] => *one,
-                many => many.get(i).copied().unwrap_or_default(),
-            };
+            let format = Format::for_column(formats, i);
             FieldDescription::new(
                 c.name.clone(),
                 0,

@@ -71,6 +71,16 @@ impl Format {
         }
     }
 
+    /// The format of column `i` under Bind's rule: no codes means all text, one code applies
+    /// to every column, otherwise one code per column.
+    pub(crate) fn for_column(formats: &[Format], i: usize) -> Format {
+        match formats {
+            [] => Format::Text,
+            [one] => *one,
+            many => many.get(i).copied().unwrap_or_default(),
+        }
+    }
+
     /// The wire format code.
     pub fn code(self) -> i16 {
         match self {
@@ -314,11 +324,7 @@ impl<'a> RowSink<'a> {
 
     /// The format column `i` must be encoded in.
     pub fn format(&self, column: usize) -> Format {
-        match self.formats {
-            [] => Format::Text,
-            [one] => *one,
-            many => many.get(column).copied().unwrap_or_default(),
-        }
+        Format::for_column(self.formats, column)
     }
 
     /// Number of result columns the statement described.

@@ -23,7 +23,7 @@ use crate::pg::limits::{
     PG_ACCEPT_BACKOFF, PG_CONNECTIONS_MAX, PG_CONNECTIONS_STARTING_MAX, PG_IDLE_TIMEOUT_DEFAULT,
     PG_STARTUP_TIMEOUT,
 };
-use crate::pg::scram::ScramCredentials;
+use crate::pg::scram::{ScramCredentials, constant_time_eq};
 use crate::pg::sqlstate::SqlState;
 
 /// How clients authenticate.
@@ -164,10 +164,6 @@ impl PgRegistry {
             _ => false,
         }
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// A socket counted against the node's limit until dropped.
