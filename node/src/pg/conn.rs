@@ -63,6 +63,7 @@ pub async fn serve_connection<E: Engine>(
     stream.set_nodelay(true).map_err(io::Error::from)?;
     let mut conn = Conn {
         stream,
+        chunk: vec![0u8; PG_READ_CHUNK_BYTES].into_boxed_slice(),
         inbuf: BytesMut::with_capacity(PG_READ_CHUNK_BYTES),
         out: BytesMut::with_capacity(PG_WRITE_BUFFER_BYTES),
         engine,
@@ -108,6 +109,8 @@ struct Portal<S> {
 
 struct Conn<E: Engine> {
     stream: TcpStream,
+    /// One socket read lands here, then is appended to `inbuf` (allocated once per connection).
+    chunk: Box<[u8]>,
     inbuf: BytesMut,
     out: BytesMut,
     engine: E,
@@ -151,11 +154,10 @@ impl<E: Engine> Conn<E> {
 
     /// Reads more bytes. `Ok(false)` on EOF; FATAL 57P05 on the idle timeout.
     async fn fill(&mut self) -> Result<bool, ServeError> {
-        let mut chunk = [0u8; PG_READ_CHUNK_BYTES];
-        match self.stream.read(&mut chunk).await {
+        match self.stream.read(&mut self.chunk).await {
             Ok(0) => Ok(false),
             Ok(n) => {
-                self.inbuf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+                self.inbuf.extend_from_slice(self.chunk.get(..n).unwrap_or_default());
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::TimedOut && self.starting => {
