@@ -151,3 +151,12 @@ async fn simple_query_plans_each_statement_after_the_previous_ran() {
     client.prepare("use t").await.unwrap();
     pg_support::assert_no_warnings();
 }
+
+// Checks tokio-postgres connects with sslmode=prefer (with NoTls it goes straight to plain
+// text; psql's SSLRequest fallback is covered by pg_psql, the raw 'N' by pg_bad_frames).
+#[tokio::test]
+async fn simple_query_sslmode_prefer_connects() {
+    let client = server().connect_with("sslmode=prefer").await.unwrap();
+    assert_eq!(tags(&client.simple_query("select 1").await.unwrap()), vec![1]);
+    pg_support::assert_no_warnings();
+}
