@@ -25,14 +25,7 @@ fn server() -> &'static Server {
 async fn scram_login_succeeds() {
     let client = server().connect_with("password=s3cret").await.unwrap();
     let rows = client.simple_query("select 1").await.unwrap();
-    let values: Vec<_> = rows
-        .iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(values, vec!["1".to_owned()]);
+    assert_eq!(pg_support::first_column(&rows), vec!["1".to_owned()]);
     pg_support::assert_no_warnings();
 }
 

@@ -350,6 +350,17 @@ fn install_log_check() {
     let _ = tracing::subscriber::set_global_default(subscriber);
 }
 
+/// The first column of every row in a simple-query answer.
+pub fn first_column(messages: &[tokio_postgres::SimpleQueryMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A running test server.
 pub struct Server {
     pub addr: SocketAddr,
