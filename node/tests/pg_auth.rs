@@ -25,14 +25,8 @@ fn server() -> &'static Server {
 async fn scram_login_succeeds() {
     let client = server().connect_with("password=s3cret").await.unwrap();
     let rows = client.simple_query("select 1").await.unwrap();
-    let values: Vec<_> = rows
-        .iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(values, vec!["1".to_owned()]);
+    assert_eq!(pg_support::first_column(&rows), vec!["1".to_owned()]);
+    pg_support::assert_no_warnings();
 }
 
 // Checks a wrong password is refused with 28P01 and a message naming the user.
@@ -44,6 +38,7 @@ async fn scram_wrong_password_is_28p01() {
     assert_eq!(db.message(), "password authentication failed for user \"tester\"");
     // The server is fine afterwards.
     server().connect_with("password=s3cret").await.unwrap();
+    pg_support::assert_no_warnings();
 }
 
 // Checks a client-first message asking for channel binding gets a clear FATAL (0A000).
@@ -62,6 +57,7 @@ fn scram_channel_binding_is_refused() {
     stream.write_all(&frame(b'p', &sasl)).unwrap();
     let messages = read_to_eof(&mut stream);
     assert_eq!(error_codes(&messages), vec!["0A000"]);
+    pg_support::assert_no_warnings();
 }
 
 // Checks an operator-supplied verifier in PostgreSQL's format authenticates like the password
@@ -73,4 +69,17 @@ async fn scram_verifier_configuration() {
     let server =
         pg_support::start(PgConfig { auth: PgAuth::Scram(credentials), ..PgConfig::default() }, 4);
     server.connect_with("password=hunter2").await.unwrap();
+    pg_support::assert_no_warnings();
+}
+
+// Checks an engine's refusal at session start (here: unknown database) reaches the client as
+// FATAL with its SQLSTATE and hint, after a successful password exchange.
+#[tokio::test]
+async fn start_session_refusal_is_fatal_with_hint() {
+    let err = server().connect_with("password=s3cret dbname=nodb").await.unwrap_err();
+    let db = err.as_db_error().expect("server error");
+    assert_eq!(db.code(), &SqlState::INVALID_CATALOG_NAME);
+    assert_eq!(db.severity(), "FATAL");
+    assert_eq!(db.hint(), Some("Connect to database test."));
+    pg_support::assert_no_warnings();
 }

@@ -37,6 +37,7 @@ fn bad_frame_zero_length_is_fatal() {
     assert_eq!(error_codes(&messages), vec!["08P01"]);
     assert_eq!(error_field(&messages[0].1, b'S').as_deref(), Some("FATAL"));
     assert_server_alive();
+    pg_support::assert_no_warnings();
 }
 
 // Checks that a length past PG_MESSAGE_BYTES_MAX is FATAL 54000 without reading the body.
@@ -47,6 +48,7 @@ fn bad_frame_huge_length_is_fatal() {
     let messages = read_to_eof(&mut stream);
     assert_eq!(error_codes(&messages), vec!["54000"]);
     assert_server_alive();
+    pg_support::assert_no_warnings();
 }
 
 // Checks that an unknown message type with a valid length is an ERROR and the session goes
@@ -60,6 +62,7 @@ fn bad_frame_unknown_type_keeps_session() {
     assert_eq!(error_codes(&messages), vec!["08P01"]);
     stream.write_all(&query("select 3")).unwrap();
     assert_eq!(tags(&read_until_ready(&mut stream)), "TDCZ");
+    pg_support::assert_no_warnings();
 }
 
 // Checks that a malformed Bind makes the server skip the rest of the batch until Sync (one
@@ -77,6 +80,7 @@ fn bad_frame_malformed_bind_skips_until_sync() {
     assert_eq!(error_codes(&messages), vec!["08P01"]);
     stream.write_all(&query("select 4")).unwrap();
     assert_eq!(tags(&read_until_ready(&mut stream)), "TDCZ");
+    pg_support::assert_no_warnings();
 }
 
 // Checks a full pipelined extended batch written in one go: Parse, Bind, Describe portal,
@@ -98,6 +102,7 @@ fn extended_pipeline_in_one_write() {
     // CommandComplete, CloseComplete, then Execute of the closed portal fails (34000).
     assert_eq!(tags(&messages), "12TDDDsDDC3EZ");
     assert_eq!(error_codes(&messages), vec!["34000"]);
+    pg_support::assert_no_warnings();
 }
 
 // Checks that a Query that is not UTF-8 is ERROR 22021 followed by ReadyForQuery.
@@ -108,6 +113,7 @@ fn bad_frame_invalid_utf8_query() {
     let messages = read_until_ready(&mut stream);
     assert_eq!(tags(&messages), "EZ");
     assert_eq!(error_codes(&messages), vec!["22021"]);
+    pg_support::assert_no_warnings();
 }
 
 // Checks that a client that sends half a startup packet and hangs up does not hurt the server.
@@ -118,6 +124,7 @@ fn bad_startup_truncated_then_closed() {
     stream.write_all(&packet[..6]).unwrap();
     drop(stream);
     assert_server_alive();
+    pg_support::assert_no_warnings();
 }
 
 // Checks startup packets with a bad length, an old protocol version and no user name: each
@@ -136,6 +143,7 @@ fn bad_startup_packets_are_fatal() {
         assert_eq!(error_codes(&messages), vec![code]);
     }
     assert_server_alive();
+    pg_support::assert_no_warnings();
 }
 
 // Checks SSLRequest and GSSENCRequest are answered 'N' and the startup continues in plain text.
@@ -155,6 +163,7 @@ fn ssl_and_gss_requests_answered_n() {
         assert_eq!(messages.first().map(|m| m.0), Some(b'R'));
         assert_eq!(messages.last().map(|m| m.0), Some(b'Z'));
     }
+    pg_support::assert_no_warnings();
 }
 
 // Checks that a 3.2 startup with a `_pq_` option gets NegotiateProtocolVersion (3.0, option
@@ -168,6 +177,7 @@ fn protocol_3_2_is_negotiated_down() {
     assert_eq!(&messages[0].1[..4], &0i32.to_be_bytes());
     assert!(messages[0].1.ends_with(b"_pq_.future\0"));
     assert_eq!(messages.last().map(|m| m.0), Some(b'Z'));
+    pg_support::assert_no_warnings();
 }
 
 // Checks the ParameterStatus values drivers rely on are sent at startup.
@@ -194,4 +204,21 @@ fn startup_reports_parameter_status() {
         assert!(statuses.iter().any(|s| s == expected), "{expected} missing in {statuses:?}");
     }
     assert!(messages.iter().any(|(tag, body)| *tag == b'K' && body.len() == 8));
+    pg_support::assert_no_warnings();
+}
+
+// Checks that a Sync with a malformed body is reported (08P01) and still ends the batch with
+// ReadyForQuery, so the client is not left waiting.
+#[test]
+fn bad_frame_malformed_sync_still_syncs() {
+    let mut stream = session(server().addr);
+    let mut batch = frame(b'P', b"\0select 1\0\0\0");
+    batch.extend_from_slice(&frame(b'S', b"junk"));
+    stream.write_all(&batch).unwrap();
+    let messages = read_until_ready(&mut stream);
+    assert_eq!(tags(&messages), "1EZ");
+    assert_eq!(error_codes(&messages), vec!["08P01"]);
+    stream.write_all(&query("select 2")).unwrap();
+    assert_eq!(tags(&read_until_ready(&mut stream)), "TDCZ");
+    pg_support::assert_no_warnings();
 }

@@ -26,12 +26,6 @@ async fn cancel_request_stops_running_statement() {
     let err = running.await.unwrap().unwrap_err();
     assert_eq!(err.as_db_error().expect("server error").code(), &SqlState::QUERY_CANCELED);
     let rows = client.simple_query("select 1").await.unwrap();
-    let values: Vec<_> = rows
-        .iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(values, vec!["1".to_owned()]);
+    assert_eq!(pg_support::first_column(&rows), vec!["1".to_owned()]);
+    pg_support::assert_no_warnings();
 }

@@ -20,7 +20,7 @@ fn server() -> &'static Server {
 }
 
 // Checks that a statement prepared once runs many times with different binary parameters
-// (tokio-postgres sends and asks for binary) without the engine preparing it again.
+// (tokio-postgres sends and asks for binary) without the engine planning it again.
 #[tokio::test]
 async fn extended_prepared_statement_is_reused() {
     let server = pg_support::start(PgConfig::default(), 4);
@@ -29,14 +29,15 @@ async fn extended_prepared_statement_is_reused() {
     assert_eq!(statement.params(), &[Type::INT4, Type::TEXT]);
     assert_eq!(statement.columns()[0].name(), "c1");
     assert_eq!(statement.columns()[1].type_(), &Type::TEXT);
-    let prepares = server.shared.prepares.load(Ordering::SeqCst);
+    let plans = server.shared.plans.load(Ordering::SeqCst);
     for i in 0..20i32 {
         let text = format!("row {i}");
         let row = client.query_one(&statement, &[&i, &text]).await.unwrap();
         assert_eq!(row.get::<_, i32>(0), i);
         assert_eq!(row.get::<_, &str>(1), text);
     }
-    assert_eq!(server.shared.prepares.load(Ordering::SeqCst), prepares);
+    assert_eq!(server.shared.plans.load(Ordering::SeqCst), plans);
+    pg_support::assert_no_warnings();
 }
 
 // Checks NULL parameters come back as NULL, and int8 round trips in binary.
@@ -49,6 +50,7 @@ async fn extended_null_and_int8_parameters() {
         .unwrap();
     assert_eq!(row.get::<_, i64>(0), i64::MAX - 1);
     assert_eq!(row.get::<_, Option<&str>>(1), None);
+    pg_support::assert_no_warnings();
 }
 
 // Checks the unnamed statement path (Parse "" + Bind + Execute in one round trip) with typed
@@ -62,6 +64,7 @@ async fn extended_unnamed_statement_typed_query() {
     let rows = client.query_typed("series 4", &[]).await.unwrap();
     let got: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(got, vec![1, 2, 3, 4]);
+    pg_support::assert_no_warnings();
 }
 
 // Checks that a Parse error carries SQLSTATE 42601 and that the connection recovers at Sync:
@@ -75,6 +78,7 @@ async fn extended_parse_error_then_recovery() {
     assert_eq!(err.as_db_error().unwrap().code(), &SqlState::SYNTAX_ERROR);
     let row = client.query_one("select 5", &[]).await.unwrap();
     assert_eq!(row.get::<_, i32>(0), 5);
+    pg_support::assert_no_warnings();
 }
 
 // Checks that an execution error inside Bind/Execute is reported with its SQLSTATE and the
@@ -85,6 +89,7 @@ async fn extended_execute_error_then_recovery() {
     let err = client.execute("fail", &[]).await.unwrap_err();
     assert_eq!(err.as_db_error().unwrap().code(), &SqlState::DIVISION_BY_ZERO);
     assert_eq!(client.execute("insert", &[]).await.unwrap(), 1);
+    pg_support::assert_no_warnings();
 }
 
 // Checks that a wrong parameter value is a per-statement error (22P03 from the engine).
@@ -97,6 +102,7 @@ async fn extended_bad_binary_parameter() {
     assert!(err.as_db_error().is_some(), "{err}");
     let row = client.query_one(&statement, &[&3i32]).await.unwrap();
     assert_eq!(row.get::<_, i32>(0), 3);
+    pg_support::assert_no_warnings();
 }
 
 // Checks Execute with a row limit: a portal inside a transaction is fetched 3 rows at a
@@ -118,6 +124,7 @@ async fn extended_portal_row_limit() {
     }
     assert_eq!(got, (1..=8).collect::<Vec<i64>>());
     transaction.commit().await.unwrap();
+    pg_support::assert_no_warnings();
 }
 
 // Checks a result larger than PG_RESULT_BYTES_MAX (70 rows of 1 MiB against a 64 MiB bound)
@@ -138,4 +145,25 @@ async fn extended_large_result_streams() {
     let count =
         messages.iter().filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_))).count();
     assert_eq!(count, 100_000);
+    pg_support::assert_no_warnings();
+}
+
+// Checks rows kept in portals for later Executes share one session budget
+// (PG_RESULT_BYTES_MAX, 64 MiB): a second 40 MiB portal fails with 54000 while the first is
+// still held, and the first still delivers its rows.
+#[tokio::test]
+async fn extended_portal_budget_is_per_session() {
+    let mut client = server().connect().await;
+    let transaction = client.transaction().await.unwrap();
+    let statement = transaction.prepare("wide 40 1048576").await.unwrap();
+    let first = transaction.bind(&statement, &[]).await.unwrap();
+    assert_eq!(transaction.query_portal(&first, 1).await.unwrap().len(), 1);
+    let second = transaction.bind(&statement, &[]).await.unwrap();
+    let err = transaction.query_portal(&second, 1).await.unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code(), &SqlState::PROGRAM_LIMIT_EXCEEDED);
+    assert_eq!(transaction.query_portal(&first, 0).await.unwrap().len(), 39);
+    drop(transaction);
+    let rows = client.query("series 2", &[]).await.unwrap();
+    assert_eq!(rows.len(), 2);
+    pg_support::assert_no_warnings();
 }

@@ -1,6 +1,6 @@
-//! Connection limit and idle timeout: the connection past the limit gets FATAL 53300 while the
-//! others keep working, a freed slot is reusable, and an idle session gets FATAL 57P05 and is
-//! closed.
+//! Connection limit, idle timeout and stopping: the connection past the limit gets FATAL 53300
+//! while the others keep working, a freed slot is reusable, an idle session gets FATAL 57P05
+//! and is closed, and the accept loop returns when told to stop.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod pg_support;
@@ -29,6 +29,7 @@ async fn limit_connections_refuses_past_max() {
     assert!(read_to_eof(&mut second).is_empty());
     let third = server.connect().await;
     third.simple_query("select 1").await.unwrap();
+    pg_support::assert_no_warnings();
 }
 
 // Checks the idle timeout: a session that sends nothing gets FATAL 57P05 and EOF, while a
@@ -43,4 +44,28 @@ fn limit_idle_timeout_closes_session() {
     let messages = read_to_eof(&mut stream);
     assert_eq!(error_codes(&messages), vec!["57P05"]);
     assert_eq!(error_field(&messages[0].1, b'S').as_deref(), Some("FATAL"));
+    pg_support::assert_no_warnings();
+}
+
+// Checks the startup timeout: a client that connects and sends nothing gets FATAL 08P01 and
+// EOF, without waiting for the (much longer) idle timeout.
+#[test]
+fn limit_startup_timeout_closes_silent_client() {
+    let config = PgConfig { startup_timeout: Duration::from_millis(50), ..PgConfig::default() };
+    let server = pg_support::start(config, 4);
+    let mut stream = pg_support::raw::connect(server.addr);
+    let messages = read_to_eof(&mut stream);
+    assert_eq!(error_codes(&messages), vec!["08P01"]);
+    pg_support::assert_no_warnings();
+}
+
+// Checks `accept_loop` returns when its stop future completes: the executor thread, whose only
+// future is the accept loop, ends and joins. (Whether the port refuses connections right after
+// is not checked: glommio closes sockets asynchronously.)
+#[test]
+fn limit_accept_loop_stops() {
+    let server = pg_support::start(PgConfig::default(), 4);
+    drop(session(server.addr));
+    server.shutdown();
+    pg_support::assert_no_warnings();
 }

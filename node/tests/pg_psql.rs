@@ -53,4 +53,5 @@ fn psql_runs_a_script() {
     assert!(stderr.contains("ERROR:  division by zero"), "{stderr}");
     assert!(stderr.contains("ERROR:  current transaction is aborted"), "{stderr}");
     assert_eq!(stderr.matches("ERROR:").count(), 3, "{stderr}");
+    pg_support::assert_no_warnings();
 }

@@ -52,6 +52,7 @@ async fn simple_query_runs_every_statement() {
         ]
     );
     assert_eq!(tags(&messages), vec![1, 3, 1]);
+    pg_support::assert_no_warnings();
 }
 
 // Checks that a syntax error reports 42601 with the engine's position and hint, that nothing
@@ -67,6 +68,7 @@ async fn simple_query_syntax_error_keeps_session() {
     assert!(matches!(db.position(), Some(tokio_postgres::error::ErrorPosition::Original(9))));
     let messages = client.simple_query("select 1").await.unwrap();
     assert_eq!(rows(&messages), vec![vec![Some("1".to_owned())]]);
+    pg_support::assert_no_warnings();
 }
 
 // Checks that an execution error stops the statements after it in the same string.
@@ -79,6 +81,7 @@ async fn simple_query_error_stops_the_rest() {
     assert_eq!(db.hint(), Some("Do not divide by zero."));
     // The engine counts nothing here, so check the session is still usable and sane.
     assert_eq!(tags(&client.simple_query("insert").await.unwrap()), vec![1]);
+    pg_support::assert_no_warnings();
 }
 
 // Checks that an empty or blank string gets EmptyQueryResponse (no rows; tokio-postgres
@@ -92,6 +95,7 @@ async fn simple_query_empty_string() {
     let messages = client.simple_query("  ;  ").await.unwrap();
     assert_eq!(tags(&messages), vec![0]);
     assert_eq!(tags(&client.simple_query("select 2").await.unwrap()), vec![1]);
+    pg_support::assert_no_warnings();
 }
 
 // Checks transaction status flows from the engine to ReadyForQuery: a failed statement inside
@@ -105,6 +109,7 @@ async fn simple_query_transaction_status() {
     assert_eq!(err.as_db_error().unwrap().code(), &SqlState::IN_FAILED_SQL_TRANSACTION);
     client.simple_query("rollback").await.unwrap();
     assert_eq!(tags(&client.simple_query("select 1").await.unwrap()), vec![1]);
+    pg_support::assert_no_warnings();
 }
 
 // Checks that a notice sent by the engine reaches the client ahead of the command's completion.
@@ -127,4 +132,31 @@ async fn simple_query_notice_reaches_client() {
     });
     client.simple_query("notice").await.unwrap();
     assert_eq!(rx.recv().await.unwrap(), "hello from the test engine");
+    pg_support::assert_no_warnings();
+}
+
+// Checks statements of one string are planned in turn, after the ones before them ran: `use t`
+// plans because `create t` already executed; alone on a fresh session it fails (42P01) at
+// plan time, in both protocols.
+#[tokio::test]
+async fn simple_query_plans_each_statement_after_the_previous_ran() {
+    let client = server().connect().await;
+    let messages = client.simple_query("create t; use t").await.unwrap();
+    assert_eq!(tags(&messages), vec![0, 0]);
+    let fresh = server().connect().await;
+    let err = fresh.simple_query("use t").await.unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code(), &SqlState::UNDEFINED_TABLE);
+    let err = fresh.prepare("use t").await.unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code(), &SqlState::UNDEFINED_TABLE);
+    client.prepare("use t").await.unwrap();
+    pg_support::assert_no_warnings();
+}
+
+// Checks tokio-postgres connects with sslmode=prefer (with NoTls it goes straight to plain
+// text; psql's SSLRequest fallback is covered by pg_psql, the raw 'N' by pg_bad_frames).
+#[tokio::test]
+async fn simple_query_sslmode_prefer_connects() {
+    let client = server().connect_with("sslmode=prefer").await.unwrap();
+    assert_eq!(tags(&client.simple_query("select 1").await.unwrap()), vec![1]);
+    pg_support::assert_no_warnings();
 }

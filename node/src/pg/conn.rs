@@ -5,7 +5,8 @@
 //! I/O discipline: bytes are read in chunks of [`PG_READ_CHUNK_BYTES`]; every complete frame in
 //! the buffer is handled before the next read; responses accumulate in one output buffer that
 //! is written with one `write_all` when we are about to wait for the client again (so a
-//! pipelined batch of Parse/Bind/Execute/Sync, or several queries, costs one write).
+//! pipelined batch of Parse/Bind/Execute/Sync, or several queries, costs one write), or
+//! earlier once [`PG_RESULT_FLUSH_BYTES`] are pending.
 
 use std::collections::HashMap;
 use std::io;
@@ -33,14 +34,14 @@ use crate::pg::engine::{
     CancelFlag, Column, Description, Engine, Format, Oid, Params, RowSink, SessionInfo,
     TransactionStatus,
 };
-use crate::pg::error::{Notice, PgError, ServeError, Severity};
+use crate::pg::error::{Notice, PgError, ServeError};
 use crate::pg::frame::{
     Frame, FrameError, FrontendMessage, StartupRequest, Target, decode_message,
     decode_sasl_initial, decode_startup, split_frame, split_startup,
 };
 use crate::pg::limits::{
     PG_BIND_PARAMETERS_MAX, PG_PORTALS_MAX, PG_PREPARED_STATEMENTS_MAX, PG_READ_CHUNK_BYTES,
-    PG_WRITE_BUFFER_BYTES,
+    PG_RESULT_BYTES_MAX, PG_RESULT_FLUSH_BYTES, PG_WRITE_BUFFER_BYTES,
 };
 use crate::pg::scram::{SCRAM_SHA_256, ScramError, ScramExchange, random_nonce};
 use crate::pg::server::{PgAuth, PgConfig, PgRegistry, SessionSlot};
@@ -62,6 +63,7 @@ pub async fn serve_connection<E: Engine>(
     stream.set_nodelay(true).map_err(io::Error::from)?;
     let mut conn = Conn {
         stream,
+        chunk: vec![0u8; PG_READ_CHUNK_BYTES].into_boxed_slice(),
         inbuf: BytesMut::with_capacity(PG_READ_CHUNK_BYTES),
         out: BytesMut::with_capacity(PG_WRITE_BUFFER_BYTES),
         engine,
@@ -70,6 +72,7 @@ pub async fn serve_connection<E: Engine>(
         skip_until_sync: false,
         in_extended: false,
         cancel: CancelFlag::default(),
+        starting: true,
     };
     let result = conn.run(config, registry).await;
     if let Err(ServeError::Fatal(err)) = &result {
@@ -106,6 +109,8 @@ struct Portal<S> {
 
 struct Conn<E: Engine> {
     stream: TcpStream,
+    /// One socket read lands here, then is appended to `inbuf` (allocated once per connection).
+    chunk: Box<[u8]>,
     inbuf: BytesMut,
     out: BytesMut,
     engine: E,
@@ -116,6 +121,8 @@ struct Conn<E: Engine> {
     /// An extended-query batch is open (a message since the last Sync).
     in_extended: bool,
     cancel: CancelFlag,
+    /// Before the first ReadyForQuery: a read timeout is the startup timeout, not idleness.
+    starting: bool,
 }
 
 enum Next {
@@ -133,6 +140,7 @@ impl<E: Engine> Conn<E> {
     ) -> Result<(), ServeError> {
         self.stream.set_read_timeout(Some(config.startup_timeout)).map_err(io::Error::from)?;
         let Some(session) = self.startup(config, registry).await? else { return Ok(()) };
+        self.starting = false;
         self.stream.set_read_timeout(Some(config.idle_timeout)).map_err(io::Error::from)?;
         // A client that stops reading its results is as gone as one that stops sending.
         self.stream.set_write_timeout(Some(config.idle_timeout)).map_err(io::Error::from)?;
@@ -146,12 +154,14 @@ impl<E: Engine> Conn<E> {
 
     /// Reads more bytes. `Ok(false)` on EOF; FATAL 57P05 on the idle timeout.
     async fn fill(&mut self) -> Result<bool, ServeError> {
-        let mut chunk = [0u8; PG_READ_CHUNK_BYTES];
-        match self.stream.read(&mut chunk).await {
+        match self.stream.read(&mut self.chunk).await {
             Ok(0) => Ok(false),
             Ok(n) => {
-                self.inbuf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+                self.inbuf.extend_from_slice(self.chunk.get(..n).unwrap_or_default());
                 Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut && self.starting => {
+                Err(fatal_protocol("startup and authentication did not complete in time"))
             }
             Err(e) if e.kind() == io::ErrorKind::TimedOut => Err(ServeError::Fatal(
                 PgError::fatal(
@@ -268,12 +278,7 @@ impl<E: Engine> Conn<E> {
         let session = registry.register(self.cancel.clone()).map_err(ServeError::Fatal)?;
         self.authenticate(config, &user).await?;
         let info = SessionInfo { user: user.clone(), database, parameters };
-        self.engine.start_session(&info).await.map_err(|e| {
-            ServeError::Fatal(match e.severity() {
-                Severity::Fatal => e,
-                Severity::Error => PgError::fatal(e.code(), e.message().to_owned()),
-            })
-        })?;
+        self.engine.start_session(&info).await.map_err(|e| ServeError::Fatal(e.into_fatal()))?;
 
         self.encode(B::Authentication(Authentication::Ok));
         let statuses: [(&str, &str); 11] = [
@@ -390,6 +395,11 @@ impl<E: Engine> Conn<E> {
                     self.flush().await?;
                     return Ok(());
                 }
+                // A long pipeline of queries with large answers: write as we go rather than
+                // holding every answer of the batch.
+                if self.out.len() >= PG_RESULT_FLUSH_BYTES {
+                    self.flush().await?;
+                }
             }
             // Everything the client sent so far is answered: one write for the whole batch.
             self.flush().await?;
@@ -401,12 +411,18 @@ impl<E: Engine> Conn<E> {
 
     async fn handle(&mut self, frame: Frame) -> Result<Next, ServeError> {
         let extended_tag = matches!(frame.tag, b'P' | b'B' | b'D' | b'E' | b'C' | b'H' | b'S');
+        let is_sync = frame.tag == b'S';
         let message = match decode_message(frame) {
             Ok(message) => message,
             Err(e) => {
                 if !self.skip_until_sync {
                     self.send_error(&frame_error(&e));
                     self.after_error(extended_tag);
+                }
+                if is_sync {
+                    // A Sync with a malformed body still ends the batch: the client waits for
+                    // ReadyForQuery after it.
+                    self.sync();
                 }
                 return Ok(Next::Continue);
             }
@@ -419,13 +435,7 @@ impl<E: Engine> Conn<E> {
         let result = match message {
             FrontendMessage::Terminate => return Ok(Next::Terminate),
             FrontendMessage::Sync => {
-                self.skip_until_sync = false;
-                self.in_extended = false;
-                if self.engine.transaction_status() == TransactionStatus::Idle {
-                    // The implicit transaction ended: its portals go with it, as in PostgreSQL.
-                    self.portals.clear();
-                }
-                self.send_ready();
+                self.sync();
                 return Ok(Next::Continue);
             }
             FrontendMessage::Query { sql } => {
@@ -474,6 +484,17 @@ impl<E: Engine> Conn<E> {
         Ok(Next::Continue)
     }
 
+    /// Ends an extended batch: stop skipping, answer ReadyForQuery.
+    fn sync(&mut self) {
+        self.skip_until_sync = false;
+        self.in_extended = false;
+        if self.engine.transaction_status() == TransactionStatus::Idle {
+            // The implicit transaction ended: its portals go with it, as in PostgreSQL.
+            self.portals.clear();
+        }
+        self.send_ready();
+    }
+
     /// After an ErrorResponse: in an extended batch, discard until Sync; otherwise the client
     /// waits for ReadyForQuery.
     fn after_error(&mut self, extended: bool) {
@@ -489,41 +510,46 @@ impl<E: Engine> Conn<E> {
         // A simple query closes the unnamed statement and portal, as in PostgreSQL.
         self.statements.remove("");
         self.portals.remove("");
-        match self.engine.prepare(sql, &[]).await {
-            Err(err) => self.send_error(&err),
-            Ok(statements) if statements.is_empty() => {
-                self.encode(B::EmptyQueryResponse(EmptyQueryResponse::new()));
+        let parsed = match self.engine.parse(sql).await {
+            Ok(parsed) => parsed,
+            Err(err) => {
+                self.send_error(&err);
+                self.send_ready();
+                return;
             }
-            Ok(statements) => {
-                for statement in &statements {
-                    let description = self.engine.describe(statement);
-                    let column_count = description.columns.as_ref().map_or(0, Vec::len);
-                    if let Some(columns) = &description.columns {
-                        let message = row_description(columns, &[]);
-                        self.encode(message);
-                    }
-                    self.cancel.reset();
-                    let mut sink = RowSink::streaming(
-                        &mut self.out,
-                        Some(&mut self.stream),
-                        &[],
-                        column_count,
-                        &self.cancel,
-                    );
-                    let result = self.engine.execute(statement, Params::empty(), &mut sink).await;
-                    match result {
-                        Ok(tag) => self.encode(B::CommandComplete(CommandComplete::new(
-                            tag.as_str().to_owned(),
-                        ))),
-                        Err(err) => {
-                            self.send_error(&err);
-                            break;
-                        }
-                    }
-                }
+        };
+        if parsed.is_empty() {
+            self.encode(B::EmptyQueryResponse(EmptyQueryResponse::new()));
+        }
+        for parsed in parsed {
+            if let Err(err) = self.simple_statement(parsed).await {
+                self.send_error(&err);
+                break;
             }
         }
         self.send_ready();
+    }
+
+    /// Plans and runs one statement of a simple query: RowDescription, rows, CommandComplete.
+    async fn simple_statement(&mut self, parsed: E::Parsed) -> Result<(), PgError> {
+        let statement = self.engine.plan(parsed, &[]).await?;
+        let description = self.engine.describe(&statement);
+        let column_count = description.columns.as_ref().map_or(0, Vec::len);
+        if let Some(columns) = &description.columns {
+            let message = row_description(columns, &[]);
+            self.encode(message);
+        }
+        self.cancel.reset();
+        let mut sink = RowSink::streaming(
+            &mut self.out,
+            Some(&mut self.stream),
+            &[],
+            column_count,
+            &self.cancel,
+        );
+        let tag = self.engine.execute(&statement, Params::empty(), &mut sink).await?;
+        self.encode(B::CommandComplete(CommandComplete::new(tag.as_str().to_owned())));
+        Ok(())
     }
 
     async fn parse(&mut self, name: String, sql: &str, param_types: &[u32]) -> Result<(), PgError> {
@@ -543,16 +569,22 @@ impl<E: Engine> Conn<E> {
                 .with_hint("Close prepared statements you no longer use."));
             }
         }
-        let types: Vec<Oid> = param_types.iter().map(|&t| Oid(t)).collect();
-        let mut statements = self.engine.prepare(sql, &types).await?;
-        if statements.len() > 1 {
+        let mut parsed = self.engine.parse(sql).await?;
+        if parsed.len() > 1 {
             return Err(PgError::new(
                 SqlState::SYNTAX_ERROR,
                 "cannot insert multiple commands into a prepared statement",
             )
             .with_hint("Prepare each statement separately, or send them as a simple query."));
         }
-        let prepared = Prepared { statement: statements.pop() };
+        let statement = match parsed.pop() {
+            Some(parsed) => {
+                let types: Vec<Oid> = param_types.iter().map(|&t| Oid(t)).collect();
+                Some(self.engine.plan(parsed, &types).await?)
+            }
+            None => None,
+        };
+        let prepared = Prepared { statement };
         self.statements.insert(name, Rc::new(prepared));
         self.encode(B::ParseComplete(ParseComplete::new()));
         Ok(())
@@ -573,18 +605,15 @@ impl<E: Engine> Conn<E> {
         params: Vec<Option<Bytes>>,
         result_formats: &[i16],
     ) -> Result<(), PgError> {
-        let prepared = self.statements.get(statement).cloned().ok_or_else(|| {
-            PgError::new(
-                SqlState::INVALID_SQL_STATEMENT_NAME,
-                format!("prepared statement \"{statement}\" does not exist"),
-            )
-        })?;
+        let prepared =
+            self.statements.get(statement).cloned().ok_or_else(|| unknown_statement(statement))?;
         if !portal.is_empty() {
             if self.portals.contains_key(&portal) {
                 return Err(PgError::new(
                     SqlState::DUPLICATE_CURSOR,
                     format!("portal \"{portal}\" already exists"),
-                ));
+                )
+                .with_hint("Close it first, or use another name."));
             }
             if self.portals.len() >= PG_PORTALS_MAX {
                 return Err(PgError::new(
@@ -603,7 +632,8 @@ impl<E: Engine> Conn<E> {
                     "bind message supplies {} parameters, but prepared statement \"{statement}\" requires {expected}",
                     params.len()
                 ),
-            ));
+            )
+            .with_hint("Send one value (or NULL) per parameter of the statement."));
         }
         let column_count = description.columns.as_ref().map_or(0, Vec::len);
         let param_types = description.params.clone();
@@ -628,12 +658,8 @@ impl<E: Engine> Conn<E> {
     fn describe(&mut self, target: Target, name: &str) -> Result<(), PgError> {
         match target {
             Target::Statement => {
-                let prepared = self.statements.get(name).cloned().ok_or_else(|| {
-                    PgError::new(
-                        SqlState::INVALID_SQL_STATEMENT_NAME,
-                        format!("prepared statement \"{name}\" does not exist"),
-                    )
-                })?;
+                let prepared =
+                    self.statements.get(name).cloned().ok_or_else(|| unknown_statement(name))?;
                 let description = self.description(&prepared);
                 let params = description.params.iter().map(|o| o.0).collect();
                 let rows = description.columns.as_ref().map(|c| row_description(c, &[]));
@@ -657,6 +683,15 @@ impl<E: Engine> Conn<E> {
     }
 
     async fn execute(&mut self, name: &str, max_rows: i32) -> Result<(), PgError> {
+        // Rows kept in portals for later Executes share one budget per session.
+        let captured_bytes: usize = self
+            .portals
+            .values()
+            .map(|p| match &p.state {
+                PortalState::Captured { rows, .. } => rows.len(),
+                PortalState::Ready | PortalState::Done { .. } => 0,
+            })
+            .sum();
         let portal = self.portals.get_mut(name).ok_or_else(|| unknown_portal(name))?;
         let Some(statement) = &portal.prepared.statement else {
             put(&mut self.out, B::EmptyQueryResponse(EmptyQueryResponse::new()));
@@ -689,6 +724,7 @@ impl<E: Engine> Conn<E> {
                 &portal.result_formats,
                 portal.column_count,
                 &self.cancel,
+                PG_RESULT_BYTES_MAX.saturating_sub(captured_bytes),
             );
             let tag = self.engine.execute(statement, params, &mut sink).await?;
             portal.state =
@@ -743,11 +779,7 @@ fn row_description(columns: &[Column], formats: &[Format]) -> B {
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let format = match formats {
-                [] => Format::Text,
-                [one] => *one,
-                many => many.get(i).copied().unwrap_or_default(),
-            };
+            let format = Format::for_column(formats, i);
             FieldDescription::new(
                 c.name.clone(),
                 0,
@@ -766,6 +798,7 @@ fn row_description(columns: &[Column], formats: &[Format]) -> B {
 fn resolve_formats(codes: &[i16], count: usize, what: &str) -> Result<Vec<Format>, PgError> {
     let bad = |code: i16| {
         PgError::new(SqlState::PROTOCOL_VIOLATION, format!("unsupported format code: {code}"))
+            .with_hint("Use 0 for text or 1 for binary.")
     };
     match codes {
         [] => Ok(vec![Format::Text; count]),
@@ -776,12 +809,22 @@ fn resolve_formats(codes: &[i16], count: usize, what: &str) -> Result<Vec<Format
         many => Err(PgError::new(
             SqlState::PROTOCOL_VIOLATION,
             format!("bind message has {} {what} formats but {count} {what}s", many.len()),
-        )),
+        )
+        .with_hint("Send no format code (all text), one (for all), or one per value.")),
     }
+}
+
+fn unknown_statement(name: &str) -> PgError {
+    PgError::new(
+        SqlState::INVALID_SQL_STATEMENT_NAME,
+        format!("prepared statement \"{name}\" does not exist"),
+    )
+    .with_hint("Send Parse for it first; prepared statements belong to one connection.")
 }
 
 fn unknown_portal(name: &str) -> PgError {
     PgError::new(SqlState::INVALID_CURSOR_NAME, format!("portal \"{name}\" does not exist"))
+        .with_hint("Send Bind for it first; portals end at Sync outside a transaction block.")
 }
 
 fn fatal_protocol(message: impl Into<String>) -> ServeError {

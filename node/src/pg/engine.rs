@@ -71,6 +71,16 @@ impl Format {
         }
     }
 
+    /// The format of column `i` under Bind's rule: no codes means all text, one code applies
+    /// to every column, otherwise one code per column.
+    pub(crate) fn for_column(formats: &[Format], i: usize) -> Format {
+        match formats {
+            [] => Format::Text,
+            [one] => *one,
+            many => many.get(i).copied().unwrap_or_default(),
+        }
+    }
+
     /// The wire format code.
     pub fn code(self) -> i16 {
         match self {
@@ -254,12 +264,14 @@ pub struct RowSink<'a> {
     formats: &'a [Format],
     column_count: usize,
     start: usize,
+    /// Unsent row bytes allowed: [`PG_RESULT_BYTES_MAX`] when streaming, what is left of the
+    /// session's budget for rows kept in portals when capturing.
+    bytes_max: usize,
     rows: u64,
     cancel: &'a CancelFlag,
 }
 
 impl<'a> RowSink<'a> {
-    /// Rows and notices both go to `out`.
     /// Rows and notices both go to `out`; with a `writer`, [`RowSink::flush_if_needed`] sends
     /// them early.
     pub(crate) fn streaming(
@@ -278,13 +290,14 @@ impl<'a> RowSink<'a> {
             formats,
             column_count,
             start,
+            bytes_max: PG_RESULT_BYTES_MAX,
             rows: 0,
             cancel,
         }
     }
 
-    /// Rows go to `rows` with their end offsets recorded (for Execute with a row limit);
-    /// notices go to `out`.
+    /// Rows go to `rows` with their end offsets recorded (for Execute with a row limit), at
+    /// most `bytes_max` bytes of them; notices go to `out`.
     pub(crate) fn capturing(
         rows: &'a mut BytesMut,
         row_ends: &'a mut Vec<usize>,
@@ -292,6 +305,7 @@ impl<'a> RowSink<'a> {
         formats: &'a [Format],
         column_count: usize,
         cancel: &'a CancelFlag,
+        bytes_max: usize,
     ) -> RowSink<'a> {
         let start = rows.len();
         RowSink {
@@ -302,6 +316,7 @@ impl<'a> RowSink<'a> {
             formats,
             column_count,
             start,
+            bytes_max,
             rows: 0,
             cancel,
         }
@@ -309,11 +324,7 @@ impl<'a> RowSink<'a> {
 
     /// The format column `i` must be encoded in.
     pub fn format(&self, column: usize) -> Format {
-        match self.formats {
-            [] => Format::Text,
-            [one] => *one,
-            many => many.get(column).copied().unwrap_or_default(),
-        }
+        Format::for_column(self.formats, column)
     }
 
     /// Number of result columns the statement described.
@@ -379,7 +390,7 @@ impl<'a> RowSink<'a> {
         self.rows_out.put_u8(b'D');
         self.rows_out.put_i32(0); // length, patched in finish
         self.rows_out.put_i16(0); // column count, patched in finish
-        RowWriter { sink: self, start, columns: 0, finished: false }
+        RowWriter { sink: self, start, columns: 0, finished: false, oversized: false }
     }
 }
 
@@ -389,6 +400,8 @@ pub struct RowWriter<'s, 'a> {
     start: usize,
     columns: usize,
     finished: bool,
+    /// A value was refused for size; `finish` fails with 54000.
+    oversized: bool,
 }
 
 impl RowWriter<'_, '_> {
@@ -405,9 +418,16 @@ impl RowWriter<'_, '_> {
 
     /// A value already encoded in [`RowWriter::format`].
     pub fn bytes(&mut self, value: &[u8]) {
-        // Values larger than i32::MAX cannot be framed; they would also exceed
-        // PG_RESULT_BYTES_MAX, which `finish` reports, so write an empty marker length here.
-        let len = i32::try_from(value.len()).unwrap_or(i32::MAX);
+        // A value larger than the budget is not copied at all; `finish` reports 54000. This also
+        // keeps every length below i32::MAX (PG_RESULT_BYTES_MAX <= i32::MAX).
+        let Ok(len) = i32::try_from(value.len()) else {
+            self.oversized = true;
+            return;
+        };
+        if value.len() > self.sink.bytes_max {
+            self.oversized = true;
+            return;
+        }
         self.sink.rows_out.put_i32(len);
         self.sink.rows_out.put_slice(value);
         self.columns += 1;
@@ -438,13 +458,14 @@ impl RowWriter<'_, '_> {
         let out = &mut *self.sink.rows_out;
         let frame_len = out.len() - self.start - 1;
         let columns = i16::try_from(self.columns);
-        let too_big = out.len() - self.sink.start > PG_RESULT_BYTES_MAX;
+        let bytes_max = self.sink.bytes_max;
+        let too_big = self.oversized || out.len() - self.sink.start > bytes_max;
         let (Ok(columns), Ok(frame_len), false) = (columns, i32::try_from(frame_len), too_big)
         else {
             out.truncate(self.start);
             return Err(PgError::new(
                 SqlState::PROGRAM_LIMIT_EXCEEDED,
-                format!("result is larger than {PG_RESULT_BYTES_MAX} bytes"),
+                format!("result is larger than {bytes_max} unsent bytes"),
             )
             .with_hint("Add a LIMIT or select fewer columns, or fetch in pages with a cursor."));
         };
@@ -488,8 +509,11 @@ impl fmt::Write for BufWriter<'_> {
 /// single-threaded.
 #[allow(async_fn_in_trait)]
 pub trait Engine {
-    /// A parsed and planned statement, kept by name for reuse (prepared statements) and shared
-    /// by the portals bound from it.
+    /// One statement after parsing (syntax only is enough), not yet planned.
+    type Parsed;
+
+    /// A planned statement, kept by name for reuse (prepared statements) and shared by the
+    /// portals bound from it.
     type Statement;
 
     /// Called once after authentication, before the first ReadyForQuery. An error here is sent
@@ -499,16 +523,23 @@ pub trait Engine {
         Ok(())
     }
 
-    /// Parses and plans `sql`, which may hold several statements (simple query) or none (an
-    /// empty or comment-only string: the client gets EmptyQueryResponse). `param_types` are the
-    /// types the client specified in Parse (`Oid::UNSPECIFIED` where it left them open; empty
-    /// for simple query). Nothing is executed here: a syntax error anywhere fails the whole
-    /// string before any statement runs, as in PostgreSQL.
-    async fn prepare(
+    /// Splits and parses `sql` into statements: several for a simple query, none for an empty
+    /// or comment-only string (the client gets EmptyQueryResponse). A syntax error anywhere
+    /// fails the whole string before any statement runs, as in PostgreSQL. The wire layer
+    /// refuses more than one statement in an extended-protocol Parse (42601).
+    async fn parse(&mut self, sql: &str) -> Result<Vec<Self::Parsed>, PgError>;
+
+    /// Resolves names, types and plan of one parsed statement. `param_types` are the types the
+    /// client gave in Parse (`Oid::UNSPECIFIED` where it left them open; empty for a simple
+    /// query). Extended protocol: called at Parse. Simple query: called for each statement
+    /// right before it runs, after the statements before it in the same string have run, so a
+    /// later statement may use what an earlier one created (`CREATE ...; INSERT ...`), as in
+    /// PostgreSQL.
+    async fn plan(
         &mut self,
-        sql: &str,
+        parsed: Self::Parsed,
         param_types: &[Oid],
-    ) -> Result<Vec<Self::Statement>, PgError>;
+    ) -> Result<Self::Statement, PgError>;
 
     /// Parameter types and result columns of a prepared statement.
     fn describe<'s>(&'s self, statement: &'s Self::Statement) -> &'s Description;
@@ -556,7 +587,8 @@ mod tests {
         let mut ends = Vec::new();
         let mut notices = BytesMut::new();
         let formats = [Format::Binary];
-        let mut sink = RowSink::capturing(&mut rows, &mut ends, &mut notices, &formats, 1, &cancel);
+        let mut sink =
+            RowSink::capturing(&mut rows, &mut ends, &mut notices, &formats, 1, &cancel, 1 << 20);
         assert_eq!(sink.format(5), Format::Binary);
         for i in 0..3u8 {
             let mut row = sink.row();
@@ -575,8 +607,14 @@ mod tests {
         let cancel = CancelFlag::default();
         let mut out = BytesMut::new();
         let mut sink = RowSink::streaming(&mut out, None, &[], 1, &cancel);
+        // A value over the budget is refused without being copied.
         let mut row = sink.row();
-        row.bytes(&vec![b'x'; PG_RESULT_BYTES_MAX]);
+        row.bytes(&vec![b'x'; PG_RESULT_BYTES_MAX + 1]);
+        let err = row.finish().unwrap_err();
+        assert_eq!(err.code(), SqlState::PROGRAM_LIMIT_EXCEEDED);
+        // Just under the value limit, but the framing pushes the row over.
+        let mut row = sink.row();
+        row.bytes(&vec![b'x'; PG_RESULT_BYTES_MAX - 4]);
         let err = row.finish().unwrap_err();
         assert_eq!(err.code(), SqlState::PROGRAM_LIMIT_EXCEEDED);
         assert!(err.hint().is_some());

@@ -55,6 +55,11 @@ impl PgError {
         PgError { severity: Severity::Fatal, ..PgError::new(code, message) }
     }
 
+    /// The same error as FATAL (detail, hint and position kept).
+    pub fn into_fatal(self) -> PgError {
+        PgError { severity: Severity::Fatal, ..self }
+    }
+
     /// Adds a detail line (facts about the failure).
     pub fn with_detail(mut self, detail: impl Into<String>) -> PgError {
         self.detail = Some(detail.into());

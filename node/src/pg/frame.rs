@@ -156,6 +156,7 @@ pub fn decode_startup(body: Bytes) -> Result<StartupRequest, FrameError> {
                 }
                 let value = r.cstr("parameter value")?;
                 if parameters.len() >= PG_STARTUP_PARAMETERS_MAX {
+                    cov_mark::hit!(pg_startup_too_many_parameters);
                     return Err(FrameError::Malformed { message: M, what: "too many parameters" });
                 }
                 parameters.push((name, value));
@@ -312,9 +313,9 @@ pub fn decode_message(frame: Frame) -> Result<FrontendMessage, FrameError> {
                 if len == -1 {
                     params.push(None);
                 } else {
-                    let len = usize::try_from(len).map_err(|_| FrameError::Malformed {
-                        message: "Bind",
-                        what: "negative parameter length",
+                    let len = usize::try_from(len).map_err(|_| {
+                        cov_mark::hit!(pg_bind_negative_length);
+                        FrameError::Malformed { message: "Bind", what: "negative parameter length" }
                     })?;
                     params.push(Some(r.bytes(len)?));
                 }
@@ -535,6 +536,32 @@ mod tests {
         assert!(matches!(decode_message(f), Err(FrameError::Malformed { .. })));
         let f = split_frame(&mut frame(b'S', b"x")).unwrap().unwrap();
         assert!(matches!(decode_message(f), Err(FrameError::Malformed { .. })));
+    }
+
+    // Checks the two hard-to-reach refusals: a startup packet with more parameters than
+    // PG_STARTUP_PARAMETERS_MAX, and a Bind parameter length below -1.
+    #[test]
+    fn unit_startup_parameter_limit_and_negative_bind_length() {
+        let mut body = 196_608u32.to_be_bytes().to_vec();
+        for i in 0..=PG_STARTUP_PARAMETERS_MAX {
+            body.extend_from_slice(format!("k{i}\0v\0").as_bytes());
+        }
+        body.push(0);
+        {
+            cov_mark::check!(pg_startup_too_many_parameters);
+            assert!(matches!(
+                decode_startup(Bytes::from(body)),
+                Err(FrameError::Malformed { what: "too many parameters", .. })
+            ));
+        }
+        let mut bind = b"\0\0".to_vec();
+        bind.extend_from_slice(&0u16.to_be_bytes());
+        bind.extend_from_slice(&1u16.to_be_bytes());
+        bind.extend_from_slice(&(-2i32).to_be_bytes());
+        bind.extend_from_slice(&0u16.to_be_bytes());
+        let f = split_frame(&mut frame(b'B', &bind)).unwrap().unwrap();
+        cov_mark::check!(pg_bind_negative_length);
+        assert!(decode_message(f).is_err());
     }
 
     // Checks that a full Bind with NULL, text and binary values decodes.

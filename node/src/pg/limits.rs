@@ -49,9 +49,9 @@ pub const PG_PORTALS_MAX: usize = 256;
 /// Bind parameters per statement; the wire format counts them in an i16 (PostgreSQL: 65535).
 pub const PG_BIND_PARAMETERS_MAX: usize = u16::MAX as usize;
 
-/// Bytes of encoded result rows one statement may buffer before the client reads them. Rows are
-/// encoded into the connection's output buffer and written at the end of the statement (or kept
-/// in the portal for an Execute with a row limit); past this the statement fails with 54000 and
+/// Bytes of encoded result rows a session may hold unsent: rows in the output buffer between
+/// flushes (see [`PG_RESULT_FLUSH_BYTES`]), and, as one budget for the whole session, rows kept
+/// in portals for the next Execute with a row limit. Past it the statement fails with 54000 and
 /// a hint to add LIMIT.
 pub const PG_RESULT_BYTES_MAX: usize = 64 << 20;
 

@@ -13,6 +13,7 @@
 //! - [`engine`]: the [`Engine`] trait and its vocabulary ([`Description`], [`RowSink`], ...).
 //! - [`sqlstate`]: every SQLSTATE code; [`error`]: [`PgError`] and [`ServeError`].
 //! - [`limits`]: every bound, with unit and reason.
+//! - [`fuzz`]: the entry point of the `pg_frontend` fuzz target (and its corpus replay test).
 //!
 //! A connection ends on Terminate, EOF, a FATAL error (bad startup, failed authentication, a
 //! frame too large to skip, idle timeout, too many connections) or an I/O error. Anything else

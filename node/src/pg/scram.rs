@@ -169,8 +169,9 @@ fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
     }
 }
 
-/// Compares two byte strings in time independent of where they differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+/// Compares two byte strings in time independent of where they differ (secrets: SCRAM keys,
+/// cancel keys).
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

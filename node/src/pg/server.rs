@@ -1,7 +1,7 @@
 //! Node-wide state of the wire layer and the accept loop.
 //!
 //! [`PgRegistry`] is shared by every executor of a node (it is `Send + Sync`, behind an `Arc`):
-//! it counts connections against [`PgConfig::connections_max`] and maps each session's
+//! it counts sessions against the limit given to [`PgRegistry::new`] and maps each session's
 //! (pid, secret) to its cancel flag, because a CancelRequest arrives on a *new* connection,
 //! possibly accepted by another executor. It sits outside the data path: touched once at
 //! session start and end and by cancel requests.
@@ -23,7 +23,7 @@ use crate::pg::limits::{
     PG_ACCEPT_BACKOFF, PG_CONNECTIONS_MAX, PG_CONNECTIONS_STARTING_MAX, PG_IDLE_TIMEOUT_DEFAULT,
     PG_STARTUP_TIMEOUT,
 };
-use crate::pg::scram::ScramCredentials;
+use crate::pg::scram::{ScramCredentials, constant_time_eq};
 use crate::pg::sqlstate::SqlState;
 
 /// How clients authenticate.
@@ -166,10 +166,6 @@ impl PgRegistry {
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// A socket counted against the node's limit until dropped.
 #[derive(Debug)]
 pub struct SocketSlot {
@@ -208,24 +204,36 @@ impl Drop for SessionSlot {
     }
 }
 
-/// Accepts connections on `listener` forever, serving each in its own task on the current
-/// executor with an engine from `make_engine`. Call it on every executor with a listener bound
-/// to the same address: glommio's `TcpListener::bind` sets SO_REUSEPORT, so the kernel spreads
-/// connections across executors.
+/// Accepts connections on `listener` until `stop` completes, serving each in its own task on
+/// the current executor with an engine from `make_engine`. Call it on every executor with a
+/// listener bound to the same address: glommio's `TcpListener::bind` sets SO_REUSEPORT, so the
+/// kernel spreads connections across executors. Connections already accepted keep running
+/// after `stop` (their tasks are detached); pass `std::future::pending()` to run forever.
 pub async fn accept_loop<E, F>(
     listener: TcpListener,
     config: Rc<PgConfig>,
     registry: Arc<PgRegistry>,
     mut make_engine: F,
+    stop: impl Future<Output = ()>,
 ) where
     E: Engine + 'static,
     F: FnMut() -> E,
 {
+    let mut stop = std::pin::pin!(stop);
     loop {
-        let stream = match listener.accept().await {
-            Ok(stream) => stream,
-            Err(e) => {
-                // Out of file descriptors and the like: log, let other tasks run, go on.
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            stop.as_mut().await;
+            None
+        })
+        .await;
+        let stream = match accepted {
+            None => {
+                debug!("accept loop stopped");
+                return;
+            }
+            Some(Ok(stream)) => stream,
+            Some(Err(e)) => {
+                // Out of file descriptors and the like: log, back off, go on.
                 warn!(error = %e, "accept failed");
                 glommio::timer::sleep(PG_ACCEPT_BACKOFF).await;
                 continue;

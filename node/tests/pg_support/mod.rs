@@ -11,7 +11,11 @@
 //! - `notice`: sends a NoticeResponse, then tag `DO`;
 //! - `wait_for_cancel`: signals `started`, then runs until cancelled (57014);
 //! - `fail`: fails at execution with 22012 (and fails an open transaction);
-//! - anything else: a syntax error 42601 at prepare time, with position and hint.
+//! - `create <name>`: remembers a name for the session; `use <name>`: fails at plan time with
+//!   42P01 unless the name was created (checks plans happen after earlier statements ran);
+//! - anything else: a syntax error 42601 at parse time, with position and hint.
+//!
+//! Sessions for the database `nodb` are refused at start with 3D000 and a hint.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::net::SocketAddr;
@@ -24,14 +28,14 @@ use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 use node::pg::{
     Column, CommandTag, Description, Engine, Format, Notice, Oid, Params, PgConfig, PgError,
-    PgRegistry, RowSink, SqlState, TransactionStatus, accept_loop,
+    PgRegistry, RowSink, SessionInfo, SqlState, TransactionStatus, accept_loop,
 };
 
 /// Counters and signals shared between the test and the engines of one server.
 #[derive(Default)]
 pub struct Shared {
-    /// Number of `Engine::prepare` calls.
-    pub prepares: AtomicUsize,
+    /// Number of `Engine::plan` calls.
+    pub plans: AtomicUsize,
     /// Notified when `wait_for_cancel` starts running.
     pub started: tokio::sync::Notify,
 }
@@ -48,6 +52,8 @@ pub enum Kind {
     Notice,
     WaitForCancel,
     Fail,
+    Create(String),
+    Use(String),
 }
 
 pub struct Statement {
@@ -58,11 +64,12 @@ pub struct Statement {
 pub struct TestEngine {
     shared: Arc<Shared>,
     status: TransactionStatus,
+    names: std::collections::HashSet<String>,
 }
 
 impl TestEngine {
     pub fn new(shared: Arc<Shared>) -> TestEngine {
-        TestEngine { shared, status: TransactionStatus::Idle }
+        TestEngine { shared, status: TransactionStatus::Idle, names: Default::default() }
     }
 }
 
@@ -85,6 +92,8 @@ fn parse_one(sql: &str, text: &str) -> Result<Statement, PgError> {
         ["notice"] => no_rows(Kind::Notice),
         ["fail"] => no_rows(Kind::Fail),
         ["wait_for_cancel"] => no_rows(Kind::WaitForCancel),
+        ["create", name] => no_rows(Kind::Create((*name).to_owned())),
+        ["use", name] => no_rows(Kind::Use((*name).to_owned())),
         ["series", n] => {
             let n = n.parse().map_err(|_| syntax_error(sql, n))?;
             Ok(Statement {
@@ -159,11 +168,35 @@ fn decode_int(oid: Oid, format: Format, bytes: &[u8]) -> Result<i64, PgError> {
 }
 
 impl Engine for TestEngine {
+    type Parsed = Statement;
     type Statement = Statement;
 
-    async fn prepare(&mut self, sql: &str, _types: &[Oid]) -> Result<Vec<Statement>, PgError> {
-        self.shared.prepares.fetch_add(1, Ordering::SeqCst);
+    async fn start_session(&mut self, session: &SessionInfo) -> Result<(), PgError> {
+        if session.database == "nodb" {
+            return Err(PgError::new(
+                SqlState::new(b"3D000").unwrap(),
+                "database \"nodb\" does not exist",
+            )
+            .with_hint("Connect to database test."));
+        }
+        Ok(())
+    }
+
+    async fn parse(&mut self, sql: &str) -> Result<Vec<Statement>, PgError> {
         sql.split(';').filter(|s| !s.trim().is_empty()).map(|s| parse_one(sql, s)).collect()
+    }
+
+    async fn plan(&mut self, parsed: Statement, _types: &[Oid]) -> Result<Statement, PgError> {
+        self.shared.plans.fetch_add(1, Ordering::SeqCst);
+        if let Kind::Use(name) = &parsed.kind
+            && !self.names.contains(name)
+        {
+            return Err(PgError::new(
+                SqlState::new(b"42P01").unwrap(),
+                format!("relation \"{name}\" does not exist"),
+            ));
+        }
+        Ok(parsed)
     }
 
     fn describe<'s>(&'s self, statement: &'s Statement) -> &'s Description {
@@ -184,8 +217,13 @@ impl Engine for TestEngine {
                 "current transaction is aborted, commands ignored until end of transaction block",
             ));
         }
-        match statement.kind {
-            Kind::Int(n) => {
+        match &statement.kind {
+            Kind::Create(name) => {
+                self.names.insert(name.clone());
+                Ok(CommandTag::new("CREATE TABLE"))
+            }
+            Kind::Use(_) => Ok(CommandTag::new("USE")),
+            &Kind::Int(n) => {
                 let mut row = sink.row();
                 match row.format() {
                     Format::Text => row.display(n),
@@ -194,7 +232,7 @@ impl Engine for TestEngine {
                 row.finish()?;
                 Ok(CommandTag::with_rows("SELECT", 1))
             }
-            Kind::Series(n) => {
+            &Kind::Series(n) => {
                 for i in 1..=n {
                     sink.check_cancelled()?;
                     let mut row = sink.row();
@@ -207,7 +245,7 @@ impl Engine for TestEngine {
                 }
                 Ok(CommandTag::with_rows("SELECT", sink.rows()))
             }
-            Kind::Wide(rows, bytes) => {
+            &Kind::Wide(rows, bytes) => {
                 let value = vec![b'w'; bytes];
                 for _ in 0..rows {
                     let mut row = sink.row();
@@ -284,11 +322,73 @@ impl Engine for TestEngine {
     }
 }
 
+/// WARN and ERROR events logged by the server since the test process started.
+static WARNINGS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts (and prints) every WARN or ERROR event: the tests expect none.
+struct WarnCounter;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarnCounter {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if *event.metadata().level() <= tracing::Level::WARN {
+            WARNINGS.fetch_add(1, Ordering::SeqCst);
+            eprintln!("unexpected {} log event: {event:?}", event.metadata().level());
+        }
+    }
+}
+
+/// Fails the test if the server logged any WARN or ERROR so far. Every test calls it at its
+/// end, and the connect helpers call it too.
+pub fn assert_no_warnings() {
+    assert_eq!(WARNINGS.load(Ordering::SeqCst), 0, "the server logged WARN/ERROR lines (above)");
+}
+
+fn install_log_check() {
+    use tracing_subscriber::layer::SubscriberExt;
+    // Only the first call per test process installs it; later ones find it in place.
+    let subscriber = tracing_subscriber::registry().with(WarnCounter);
+    let _ = tracing::subscriber::set_global_default(subscriber);
+}
+
+/// The first column of every row in a simple-query answer.
+pub fn first_column(messages: &[tokio_postgres::SimpleQueryMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A running test server.
 pub struct Server {
     pub addr: SocketAddr,
     pub shared: Arc<Shared>,
     pub registry: Arc<PgRegistry>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<glommio::ExecutorJoinHandle<()>>,
+}
+
+impl Server {
+    /// Stops the accept loop and waits for the executor thread to end (the listener is closed
+    /// when this returns).
+    pub fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("server thread");
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
 }
 
 impl Server {
@@ -320,11 +420,14 @@ impl Server {
 }
 
 /// Starts a server with `config` and at most `connections_max` sessions on a new executor
-/// thread. The thread lives until the test process exits.
+/// thread, which ends when the returned `Server` is dropped (servers kept in a `static` live
+/// until the test process exits).
 pub fn start(config: PgConfig, connections_max: usize) -> Server {
+    install_log_check();
     let shared = Arc::new(Shared::default());
     let registry = Arc::new(PgRegistry::new(connections_max));
     let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let engine_shared = Arc::clone(&shared);
     let loop_registry = Arc::clone(&registry);
     let handle = LocalExecutorBuilder::new(Placement::Unbound)
@@ -333,15 +436,18 @@ pub fn start(config: PgConfig, connections_max: usize) -> Server {
         .spawn(move || async move {
             let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
             tx.send(listener.local_addr().expect("addr")).expect("send addr");
-            accept_loop(listener, Rc::new(config), loop_registry, move || {
-                TestEngine::new(Arc::clone(&engine_shared))
-            })
-            .await;
+            let make_engine = move || TestEngine::new(Arc::clone(&engine_shared));
+            // A oneshot receiver is a plain future: it needs no tokio runtime to be awaited.
+            let stop = async {
+                let _ = stop_rx.await;
+            };
+            accept_loop(listener, Rc::new(config), loop_registry, make_engine, stop).await;
+            // Stopped: the executor ends with this future, dropping its connection tasks.
         })
         .expect("executor");
-    std::mem::forget(handle);
     let addr = rx.recv().expect("server address");
-    Server { addr, shared, registry }
+    // Dropping the Server stops the accept loop and the thread ends by itself (not joined).
+    Server { addr, shared, registry, stop: Some(stop_tx), thread: Some(handle) }
 }
 
 /// A blocking raw-protocol client for tests that send bytes no driver would.
@@ -455,6 +561,7 @@ pub mod raw {
 
     /// Connects and completes a trust startup; returns the socket ready for queries.
     pub fn session(addr: SocketAddr) -> TcpStream {
+        super::assert_no_warnings();
         let mut stream = connect(addr);
         stream.write_all(&startup_packet(3, 0, &[("user", "raw"), ("database", "test")])).unwrap();
         let messages = read_until_ready(&mut stream);
