@@ -295,8 +295,11 @@ pub struct Settings {
     /// Rounds each workload is split into; targets alternate within a round, and the order
     /// rotates between rounds so machine drift hits every target alike.
     pub rounds: u32,
-    /// Documents the loader writes before the workloads (0: use what is there).
+    /// Documents in the data set: keys `0..docs` (see `ops.rs`).
     pub docs: u64,
+    /// Create the collection and load the documents before the workloads (false: they are
+    /// already there, from an earlier run with the same `docs`).
+    pub load: bool,
     /// Seed of every random choice.
     pub seed: u64,
 }
@@ -363,6 +366,7 @@ mod tests {
             arrival: Loop::Closed,
             rounds: 1,
             docs: 100,
+            load: true,
             seed: 1,
         }
     }

@@ -64,10 +64,8 @@ pub enum ConfigError {
         /// Largest allowed value.
         max: u64,
     },
-    /// A workload that needs loaded documents, with `--docs 0` and no existing data to rely on.
-    #[error(
-        "workload {workload} reads existing documents; give --docs N (N >= {min}) so they exist"
-    )]
+    /// A workload that needs more documents than the data set has.
+    #[error("workload {workload} reads existing documents; give --docs N with N >= {min}")]
     NeedsDocuments {
         /// The workload.
         workload: &'static str,

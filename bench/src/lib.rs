@@ -78,7 +78,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<RunReport> {
         pools.push(driver::connect(t, settings.connections).await?);
     }
     let mut loads = Vec::new();
-    if settings.docs > 0 {
+    if settings.load {
         for (t, pool) in plan.targets.iter().zip(&pools) {
             let l = driver::load(t, pool, settings.docs, settings.seed, plan.show_progress).await?;
             eprintln!("loaded {} docs into {} in {:.1}s", l.docs, l.target, l.secs);

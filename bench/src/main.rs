@@ -21,10 +21,14 @@ struct Cli {
     /// single-fragment-txn, cross-fragment-transfer, ycsb-a, ycsb-b, ycsb-c, or all.
     #[arg(long, default_value = "all")]
     workloads: String,
-    /// Documents to load before the workloads (drops and recreates the collection); 0 keeps
-    /// what is there.
+    /// Documents in the data set. They are loaded first (dropping and recreating the
+    /// collection) unless --skip-load is given.
     #[arg(long, default_value_t = 10_000)]
     docs: u64,
+    /// Do not create or load the collection: reuse the documents of an earlier run with the
+    /// same --docs.
+    #[arg(long)]
+    skip_load: bool,
     /// Measured time per workload per target, e.g. 10s, 500ms, 2m.
     #[arg(long, default_value = "10s")]
     duration: String,
@@ -85,6 +89,7 @@ fn plan(cli: &Cli) -> anyhow::Result<Plan> {
             arrival,
             rounds: cli.rounds,
             docs: cli.docs,
+            load: !cli.skip_load,
             seed: cli.seed,
         },
         show_progress: !cli.no_progress,

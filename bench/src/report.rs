@@ -288,6 +288,7 @@ mod tests {
                 arrival: Loop::Closed,
                 rounds: 1,
                 docs: 10,
+                load: true,
                 seed: 5,
             },
             targets: vec![],

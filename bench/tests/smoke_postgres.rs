@@ -1,0 +1,190 @@
+//! Smoke test against a real PostgreSQL: starts a private instance with scripts/pg-local.sh,
+//! runs every workload for one second with tiny sizes (closed loop), then one workload in
+//! open loop, and checks that every output file exists and every workload completed
+//! operations without a single error.
+//!
+//! PostgreSQL's server binaries are required: without them this test fails and says to run
+//! scripts/install-deps.sh (CI does), rather than skipping silently.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("bench sits inside the workspace")
+        .to_owned()
+}
+
+/// Stops the server and removes its directory however the test ends.
+struct PrivatePostgres {
+    dir: PathBuf,
+    url: String,
+}
+
+impl PrivatePostgres {
+    fn start() -> Self {
+        let have_binaries = std::env::var_os("PG_BINDIR").is_some()
+            || std::fs::read_dir("/usr/lib/postgresql")
+                .map(|versions| versions.flatten().any(|v| v.path().join("bin/postgres").exists()))
+                .unwrap_or(false);
+        assert!(
+            have_binaries,
+            "PostgreSQL server binaries are missing: run scripts/install-deps.sh postgres \
+             (or set PG_BINDIR) before this test"
+        );
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+        let dir = std::env::temp_dir().join(format!("bench-smoke-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // As root the server runs as the postgres user, which must be able to enter the dir.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut guard = PrivatePostgres { dir, url: String::new() };
+        let out = Command::new(repo_root().join("scripts/pg-local.sh"))
+            .arg("start")
+            .arg(guard.dir.join("pg"))
+            .output()
+            .expect("running scripts/pg-local.sh");
+        assert!(
+            out.status.success(),
+            "scripts/pg-local.sh start failed (run scripts/install-deps.sh postgres if \
+             PostgreSQL is missing):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        guard.url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        assert!(guard.url.starts_with("postgres://"), "{}", guard.url);
+        guard
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("scripts/pg-local.sh"))
+            .arg("stop")
+            .arg(self.dir.join("pg"))
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn run_bench(args: &[&str]) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(args)
+        .output()
+        .expect("running the bench binary");
+    assert!(
+        out.status.success(),
+        "bench failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Reads the total count from an .hgrm footer.
+fn hgrm_total(path: &Path) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap();
+    let line = text.lines().find(|l| l.contains("Total count")).expect("hgrm footer");
+    line.rsplit('=').next().unwrap().trim_end_matches(']').trim().parse().unwrap()
+}
+
+#[test]
+fn smoke_every_workload_against_a_private_postgres() {
+    let pg = PrivatePostgres::start();
+    let target = format!("postgres={}", pg.url);
+    let out_dir = pg.dir.join("closed");
+    let out = out_dir.to_str().unwrap();
+    run_bench(&[
+        "--target",
+        &target,
+        "--workloads",
+        "all",
+        "--docs",
+        "200",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0s",
+        "--rounds",
+        "1",
+        "--connections",
+        "2",
+        "--depth",
+        "2",
+        "--seed",
+        "7",
+        "--no-progress",
+        "--out",
+        out,
+    ]);
+
+    for file in ["summary.md", "run.json"] {
+        assert!(out_dir.join(file).is_file(), "{file} missing");
+    }
+    let run = read_json(&out_dir.join("run.json"));
+    let results = run["results"].as_array().unwrap();
+    assert_eq!(results.len(), 10, "one result per workload");
+    assert_eq!(run["load"][0]["docs"], 200);
+    let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
+    for r in results {
+        let workload = r["workload"].as_str().unwrap();
+        let ops = r["ops"].as_u64().unwrap();
+        assert!(ops > 0, "{workload}: no operations completed");
+        assert_eq!(r["error_count"], 0, "{workload}: errors {}", r["errors"]);
+        assert_eq!(r["target"], "postgres");
+        // Every read, update and transfer touched an existing document.
+        assert!(r["rows"].as_u64().unwrap() > 0, "{workload}: no rows");
+        let hgrm = out_dir.join(r["hgrm"].as_str().unwrap());
+        assert_eq!(
+            hgrm_total(&hgrm),
+            ops + r["unsent"].as_u64().unwrap(),
+            "{workload}: the .hgrm holds every measured request"
+        );
+        let svg = std::fs::read_to_string(out_dir.join(format!("{workload}.svg"))).unwrap();
+        assert!(svg.contains("<polyline"), "{workload}.svg has no line");
+        assert!(
+            summary.contains(&format!("| {workload} | postgres |")),
+            "{workload} not in summary"
+        );
+    }
+    // Point reads of loaded ids find exactly one row each.
+    let point = results.iter().find(|r| r["workload"] == "point-read").unwrap();
+    assert_eq!(point["rows"], point["ops"]);
+
+    // Open loop, on the documents loaded above (--skip-load keeps them).
+    let open_dir = pg.dir.join("open");
+    run_bench(&[
+        "--target",
+        &target,
+        "--workloads",
+        "point-read",
+        "--docs",
+        "200",
+        "--skip-load",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0s",
+        "--rounds",
+        "1",
+        "--connections",
+        "2",
+        "--rate",
+        "200",
+        "--no-progress",
+        "--out",
+        open_dir.to_str().unwrap(),
+    ]);
+    let run = read_json(&open_dir.join("run.json"));
+    assert_eq!(run["settings"]["arrival"]["kind"], "open");
+    assert_eq!(run["settings"]["arrival"]["rate_per_sec"], 200);
+    let r = &run["results"][0];
+    assert!(r["ops"].as_u64().unwrap() > 0);
+    assert_eq!(r["error_count"], 0);
+}
