@@ -86,9 +86,10 @@ mkdir -p "$out"
   echo "cpus: $(nproc)"
   echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- bench scripts || echo ' (with uncommitted changes)')"
   echo "rustc: $(rustc --version)"
   echo "postgres: $("$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)/postgres" --version)"
-  [ -n "$tessera_pid" ] && echo "tessera: $tessera ($(git rev-parse --short HEAD))" || echo "tessera: not run (no binary with 'serve')"
+  [ -n "$tessera_pid" ] && echo "tessera: $tessera" || echo "tessera: not run (no binary with 'serve')"
 } >"$out/machine.txt"
 
 status=0

@@ -130,7 +130,7 @@ pub async fn load(
     let progress = bar(
         docs,
         format!("load {}", target.name()),
-        "{prefix:>20} [{bar:30}] {pos}/{len} docs {per_sec} eta {eta}",
+        "{prefix:>20} [{bar:30}] {pos}/{len} docs, eta {eta}",
         show_progress,
     );
     let started = Instant::now();
@@ -280,6 +280,7 @@ pub async fn run_slice(slice: Slice<'_>) -> Recorder {
         "{prefix:>36} [{bar:30}] {elapsed_precise} {msg}",
         slice.show_progress,
     );
+    let warmup_ms = warmup_ns / 1_000_000;
     let ticker = {
         let progress = progress.clone();
         let completed = Arc::clone(&completed);
@@ -290,8 +291,9 @@ pub async fn run_slice(slice: Slice<'_>) -> Recorder {
                 tick.tick().await;
                 let ms = u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX);
                 progress.set_position(ms);
+                let phase = if ms < warmup_ms { "warm-up" } else { "measuring" };
                 progress.set_message(format!(
-                    "{} ops, {} errors",
+                    "{phase}: {} ops, {} errors",
                     completed.load(Ordering::Relaxed),
                     failed.load(Ordering::Relaxed)
                 ));
