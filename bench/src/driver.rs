@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
@@ -10,6 +10,7 @@ use futures_util::StreamExt;
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use indicatif::{ProgressBar, ProgressStyle};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_postgres::{Client, NoTls, Statement};
 
@@ -247,6 +248,14 @@ pub async fn run_slice(slice: Slice<'_>) -> Recorder {
     let completed = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let base = Instant::now();
+    let wakers: Vec<Arc<Notify>> =
+        slice.pool.clients.iter().map(|_| Arc::new(Notify::new())).collect();
+    let ticker = match slice.settings.arrival {
+        Loop::Open { rate_per_sec } => {
+            Some(Ticker::start(base, rate_per_sec, end_ns, wakers.clone()))
+        }
+        Loop::Closed => None,
+    };
     let mut tasks = Vec::new();
     for (i, (client, statements)) in slice.pool.clients.iter().zip(prepared).enumerate() {
         let pacer = match slice.settings.arrival {
@@ -264,6 +273,7 @@ pub async fn run_slice(slice: Slice<'_>) -> Recorder {
             format!("n/{}/{}/{}", slice.run_nonce, slice.slice_id, i),
         );
         let conn = Connection {
+            wake: wakers.get(i).cloned(),
             client: Arc::clone(client),
             statements,
             base,
@@ -281,7 +291,7 @@ pub async fn run_slice(slice: Slice<'_>) -> Recorder {
         slice.show_progress,
     );
     let warmup_ms = warmup_ns / 1_000_000;
-    let ticker = {
+    let progress_ticker = {
         let progress = progress.clone();
         let completed = Arc::clone(&completed);
         let failed = Arc::clone(&failed);
@@ -308,12 +318,84 @@ pub async fn run_slice(slice: Slice<'_>) -> Recorder {
             Err(e) => merged.error("client", &format!("connection task failed: {e}")),
         }
     }
-    ticker.abort();
+    drop(ticker);
+    progress_ticker.abort();
     progress.finish_and_clear();
     merged
 }
 
+/// Wakes open-loop connections at their due times from an OS thread. tokio's timer wheel
+/// rounds every sleep up to a whole millisecond, which would add up to 1 ms of the
+/// generator's own lateness to every open-loop latency; a thread sleeping with
+/// `std::thread::sleep` (nanosleep) wakes within tens of microseconds. The thread follows the
+/// global arrival sequence (`Schedule`): slot `s` is due at `s * 1e9 / rate` and belongs to
+/// connection `s mod n`, whose `Notify` it signals.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    /// Longest single sleep, so `stop` is noticed quickly at low rates.
+    const SLEEP_MAX: Duration = Duration::from_millis(10);
+
+    fn start(base: Instant, rate_per_sec: u64, end_ns: u64, wakers: Vec<Arc<Notify>>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            let base = base.into_std();
+            let n = wakers.len().max(1) as u64;
+            std::thread::Builder::new()
+                .name("bench-ticker".into())
+                .spawn(move || {
+                    let mut slot = 0u64;
+                    // One schedule over all slots: connection index 0 of 1 at the full rate.
+                    let all = Schedule::new(0, rate_per_sec, 0, 1);
+                    while !stop.load(Ordering::Relaxed) {
+                        let due = all.due_ns(slot);
+                        if due >= end_ns {
+                            break;
+                        }
+                        let now = u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                        if due > now {
+                            std::thread::sleep(
+                                Duration::from_nanos(due - now).min(Self::SLEEP_MAX),
+                            );
+                            continue;
+                        }
+                        let index = usize::try_from(slot % n).unwrap_or(0);
+                        if let Some(w) = wakers.get(index) {
+                            w.notify_one();
+                        }
+                        slot += 1;
+                    }
+                })
+                .ok()
+        };
+        Ticker { stop, thread }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            // The thread sleeps at most SLEEP_MAX between checks of `stop`.
+            let _ = t.join();
+        }
+    }
+}
+
+struct Completion {
+    due_ns: u64,
+    sent_ns: u64,
+    done_ns: u64,
+    result: Result<u64, (String, String)>,
+}
+
 struct Connection {
+    /// Signalled by the `Ticker` when this connection's next open-loop request is due.
+    wake: Option<Arc<Notify>>,
     client: Arc<Client>,
     statements: BTreeMap<Stmt, Statement>,
     base: Instant,
@@ -381,9 +463,12 @@ impl Connection {
         }
     }
 
-    async fn timed(&self, op: Op, due_ns: u64) -> (u64, u64, Result<u64, (String, String)>) {
+    /// Runs one operation; returns its due, send and completion times and its result. The
+    /// send time is taken at the first poll, when the request enters the connection's queue.
+    async fn timed(&self, op: Op, due_ns: u64) -> Completion {
+        let sent_ns = self.now_ns();
         let result = self.execute(&op).await;
-        (due_ns, self.now_ns(), result)
+        Completion { due_ns, sent_ns, done_ns: self.now_ns(), result }
     }
 
     /// The request loop of one connection: asks the pacer what to do, keeps up to `depth`
@@ -415,8 +500,17 @@ impl Connection {
                 }
                 Action::Done => break,
                 Action::WaitUntil { at_ns } => {
+                    // The ticker's wake-up is the precise one; tokio's timer (1 ms granularity)
+                    // is the fallback. A stale wake-up only makes the pacer look again.
                     let at = self.base + Duration::from_nanos(at_ns);
+                    let wake = async {
+                        match &self.wake {
+                            Some(w) => w.notified().await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
+                        _ = wake => continue,
                         _ = tokio::time::sleep_until(at) => continue,
                         Some(c) = in_flight.next(), if !in_flight.is_empty() => c,
                     }
@@ -445,10 +539,10 @@ impl Connection {
                     None => continue,
                 },
             };
-            let (due_ns, done_ns, result) = completion;
-            match result {
+            rec.sent(completion.due_ns, completion.sent_ns);
+            match completion.result {
                 Ok(rows) => {
-                    rec.success(due_ns, done_ns, rows);
+                    rec.success(completion.due_ns, completion.done_ns, rows);
                     self.completed.fetch_add(1, Ordering::Relaxed);
                 }
                 Err((kind, message)) => {

@@ -33,6 +33,9 @@ pub struct WorkloadResult {
     pub depth: usize,
     /// Latency summary, from each request's due time.
     pub latency: Percentiles,
+    /// Client send lag (due -> sent): the generator's lateness, plus queueing behind a full
+    /// pipeline when an open loop is overloaded. Already included in `latency`.
+    pub send_lag: Percentiles,
     /// Errors by kind (SQLSTATE, `connection-closed`, `timeout`, `client`).
     pub errors: BTreeMap<String, ErrorCount>,
     /// Sum of `errors`.
@@ -69,6 +72,7 @@ impl WorkloadResult {
             measured_secs,
             depth,
             latency: Percentiles::of(rec.histogram()),
+            send_lag: Percentiles::of(rec.lag_histogram()),
             errors: rec.errors().clone(),
             error_count: rec.error_count(),
             unsent: rec.unsent_count(),
@@ -167,6 +171,20 @@ pub fn summary_markdown(report: &RunReport) -> String {
                     r.workload, r.target, e.count, kind, e.example
                 );
             }
+        }
+    }
+    if matches!(report.settings.arrival, crate::config::Loop::Open { .. }) {
+        let _ = writeln!(
+            s,
+            "\nClient send lag (due → sent, included in the latencies above; generator lateness plus queueing when overloaded):\n"
+        );
+        for r in &report.results {
+            let l = &r.send_lag;
+            let _ = writeln!(
+                s,
+                "- {} on {}: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+                r.workload, r.target, l.p50_ms, l.p99_ms, l.max_ms
+            );
         }
     }
     let unsent: Vec<&WorkloadResult> = report.results.iter().filter(|r| r.unsent > 0).collect();

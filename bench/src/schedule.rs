@@ -155,6 +155,8 @@ pub struct ErrorCount {
 #[derive(Clone, Debug)]
 pub struct Recorder {
     histogram: Histogram<u64>,
+    /// Client send lag of measured requests: sent - due, microseconds (see `sent`).
+    lag: Histogram<u64>,
     measure_from_ns: u64,
     warmup_ops: u64,
     rows: u64,
@@ -170,6 +172,16 @@ pub fn new_histogram() -> Histogram<u64> {
         .unwrap_or_else(|e| panic!("histogram bounds are constants: {e}"))
 }
 
+/// Adds `from` into `into`. Both come from `new_histogram`, so their bounds match and `add`
+/// cannot fail; saturate rather than lose counts if that ever changes.
+fn add_histogram(into: &mut Histogram<u64>, from: &Histogram<u64>) {
+    if into.add(from).is_err() {
+        for v in from.iter_recorded() {
+            into.saturating_record_n(v.value_iterated_to(), v.count_at_value());
+        }
+    }
+}
+
 fn latency_us(due_ns: u64, done_ns: u64) -> u64 {
     // Round to the nearest microsecond, at least 1 (the histogram's lowest value).
     (done_ns.saturating_sub(due_ns).saturating_add(500) / 1_000).clamp(1, limits::LATENCY_US_MAX)
@@ -180,6 +192,7 @@ impl Recorder {
     pub fn new(measure_from_ns: u64) -> Self {
         Recorder {
             histogram: new_histogram(),
+            lag: new_histogram(),
             measure_from_ns,
             warmup_ops: 0,
             rows: 0,
@@ -196,6 +209,16 @@ impl Recorder {
         }
         self.histogram.saturating_record(latency_us(due_ns, done_ns));
         self.rows += rows;
+    }
+
+    /// A measured request due at `due_ns` left the client at `sent_ns`. The difference is the
+    /// generator's own lateness plus, in an overloaded open loop, queueing behind a full
+    /// pipeline; it is already inside the latency and is reported to judge the generator.
+    pub fn sent(&mut self, due_ns: u64, sent_ns: u64) {
+        if due_ns < self.measure_from_ns {
+            return;
+        }
+        self.lag.saturating_record(latency_us(due_ns, sent_ns));
     }
 
     /// A failed request. Errors count during warm-up too: they are never hidden. Their latency
@@ -231,13 +254,8 @@ impl Recorder {
 
     /// Adds another recorder's counts (another connection, or another round).
     pub fn merge(&mut self, other: &Recorder) {
-        // Both histograms come from `new_histogram`, so their bounds match and `add` cannot
-        // fail; saturate rather than lose counts if that ever changes.
-        if self.histogram.add(&other.histogram).is_err() {
-            for v in other.histogram.iter_recorded() {
-                self.histogram.saturating_record_n(v.value_iterated_to(), v.count_at_value());
-            }
-        }
+        add_histogram(&mut self.histogram, &other.histogram);
+        add_histogram(&mut self.lag, &other.lag);
         self.warmup_ops += other.warmup_ops;
         self.rows += other.rows;
         self.unsent += other.unsent;
@@ -250,6 +268,10 @@ impl Recorder {
         }
     }
 
+    /// Client send lag of measured requests, microseconds (see `sent`).
+    pub fn lag_histogram(&self) -> &Histogram<u64> {
+        &self.lag
+    }
     /// Latencies of measured requests (successes and unsent lower bounds), microseconds.
     pub fn histogram(&self) -> &Histogram<u64> {
         &self.histogram
@@ -397,6 +419,11 @@ mod tests {
         assert_eq!(r.unsent_count(), 1);
         assert_eq!(r.ops(), 2);
         assert!(r.histogram().equivalent(r.histogram().max(), 50_000));
+        // Send lag is kept apart from latency, and not for warm-up requests.
+        r.sent(1_000_000, 1_250_000);
+        r.sent(500_000, 900_000);
+        assert_eq!(r.lag_histogram().len(), 1);
+        assert!(r.lag_histogram().equivalent(r.lag_histogram().max(), 250));
         // Latencies beyond the histogram's range are clamped, not dropped.
         r.success(1_000_000, u64::MAX, 0);
         assert_eq!(r.ops(), 3);

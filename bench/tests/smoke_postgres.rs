@@ -116,4 +116,8 @@ fn smoke_every_workload_against_a_private_postgres() {
     let r = &run["results"][0];
     assert!(r["ops"].as_u64().unwrap() > 0);
     assert_eq!(r["error_count"], 0);
+    // The generator reports its own lateness (no bound asserted: that would be a timing test).
+    assert!(r["send_lag"]["p50_ms"].as_f64().is_some());
+    let summary = std::fs::read_to_string(open_dir.join("summary.md")).unwrap();
+    assert!(summary.contains("Client send lag"), "{summary}");
 }
