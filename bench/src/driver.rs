@@ -148,8 +148,9 @@ pub async fn load(
                 .await
                 .map_err(|e| anyhow!("{name}: prepare insert: {}", describe(&e)))?;
             let mut rng = Rng::stream(seed, 1_000_000 + i as u64);
-            let keys: Vec<u64> = (i as u64..docs).step_by(step).collect();
-            for batch in keys.chunks(limits::LOAD_BATCH_DOCS) {
+            let mut keys = (i as u64..docs).step_by(step).peekable();
+            while keys.peek().is_some() {
+                let batch: Vec<u64> = keys.by_ref().take(limits::LOAD_BATCH_DOCS).collect();
                 let rows: Vec<(String, String)> = batch
                     .iter()
                     .map(|&k| (ops::doc_id(k), ops::loaded_document(k, &mut rng)))

@@ -335,6 +335,26 @@ mod tests {
     }
 
     #[test]
+    fn unit_global_slots_match_per_connection_schedules() {
+        // The driver's ticker walks one schedule of all slots and wakes connection
+        // `slot mod n`; that must be exactly when each connection's own schedule says its
+        // request is due, at any rate (including ones that do not divide a second).
+        for (rate, n) in [(1000u64, 8u64), (7, 3), (999_999, 5)] {
+            let all = Schedule::new(0, rate, 0, 1);
+            for j in 0..n {
+                let own = Schedule::new(0, rate, j, n);
+                for i in 0..50 {
+                    assert_eq!(
+                        own.due_ns(i),
+                        all.due_ns(i * n + j),
+                        "rate {rate} n {n} j {j} i {i}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn unit_count_before_matches_due_times() {
         // count_before(end) is the number of indices whose due time is < end, for every
         // connection phase and a range of ends, including exact hits on a due time.
