@@ -302,6 +302,9 @@ pub struct Settings {
     pub load: bool,
     /// Seed of every random choice.
     pub seed: u64,
+    /// How long to wait after the end of a slice for requests still in flight.
+    #[serde(serialize_with = "ser_secs")]
+    pub drain_timeout: Duration,
 }
 
 fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -336,6 +339,12 @@ impl Settings {
         check_limit("depth", self.depth as u64, 1, limits::PIPELINE_DEPTH_MAX as u64)?;
         check_limit("rounds", u64::from(self.rounds), 1, u64::from(limits::ROUNDS_MAX))?;
         check_limit("docs", self.docs, 0, limits::DOCS_MAX)?;
+        check_limit(
+            "drain timeout (ms)",
+            u64::try_from(self.drain_timeout.as_millis()).unwrap_or(u64::MAX),
+            1,
+            limits::DRAIN_TIMEOUT_SECS_MAX * 1000,
+        )?;
         if let Loop::Open { rate_per_sec } = self.arrival {
             check_limit("rate (ops/s)", rate_per_sec, 1, limits::RATE_PER_SEC_MAX)?;
         }
@@ -368,6 +377,7 @@ mod tests {
             docs: 100,
             load: true,
             seed: 1,
+            drain_timeout: Duration::from_secs(1),
         }
     }
 

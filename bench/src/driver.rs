@@ -274,6 +274,7 @@ pub async fn run_slice(slice: Slice<'_>) -> Recorder {
             format!("n/{}/{}/{}", slice.run_nonce, slice.slice_id, i),
         );
         let conn = Connection {
+            drain_timeout: slice.settings.drain_timeout,
             wake: wakers.get(i).cloned(),
             client: Arc::clone(client),
             statements,
@@ -395,6 +396,7 @@ struct Completion {
 }
 
 struct Connection {
+    drain_timeout: Duration,
     /// Signalled by the `Ticker` when this connection's next open-loop request is due.
     wake: Option<Arc<Notify>>,
     client: Arc<Client>,
@@ -482,9 +484,8 @@ impl Connection {
         end_ns: u64,
     ) -> Recorder {
         let mut in_flight = FuturesUnordered::new();
-        let drain_deadline = self.base
-            + Duration::from_nanos(end_ns)
-            + Duration::from_secs(limits::DRAIN_TIMEOUT_SECS);
+        let end = self.base + Duration::from_nanos(end_ns);
+        let drain_deadline = end + self.drain_timeout;
         let mut closed = false;
         loop {
             let now = self.now_ns();
@@ -525,8 +526,8 @@ impl Connection {
                                 rec.error(
                                     "timeout",
                                     &format!(
-                                        "no reply within {}s after the run ended",
-                                        limits::DRAIN_TIMEOUT_SECS
+                                        "no reply within {:?} after the run ended",
+                                        self.drain_timeout
                                     ),
                                 );
                                 self.failed.fetch_add(1, Ordering::Relaxed);
@@ -535,10 +536,14 @@ impl Connection {
                         }
                     }
                 }
-                Action::WaitCompletion => match in_flight.next().await {
-                    Some(c) => c,
-                    None => continue,
-                },
+                // Before the end: wait for a completion, but no longer than the end, so that a
+                // server that stops answering cannot keep the run from ending.
+                Action::WaitCompletion => {
+                    match tokio::time::timeout_at(end, in_flight.next()).await {
+                        Ok(Some(c)) => c,
+                        Ok(None) | Err(_) => continue,
+                    }
+                }
             };
             rec.sent(completion.due_ns, completion.sent_ns);
             match completion.result {

@@ -42,10 +42,13 @@ pub const LATENCY_US_MAX: u64 = 60_000_000;
 /// Significant decimal digits of every latency histogram (0.1 % value resolution).
 pub const HISTOGRAM_SIGFIGS: u8 = 3;
 
-/// How long the driver waits, after a run's end, for requests still in flight, in seconds.
-/// Past it the remaining requests are counted as errors (`timeout`), so a hung server cannot
-/// hang the benchmark.
+/// Default of how long the driver waits, after a run's end, for requests still in flight, in
+/// seconds (`--drain-timeout`). Past it the remaining requests are counted as errors
+/// (`timeout`), so a hung server cannot hang the benchmark.
 pub const DRAIN_TIMEOUT_SECS: u64 = 30;
+
+/// Longest `--drain-timeout`, in seconds.
+pub const DRAIN_TIMEOUT_SECS_MAX: u64 = 600;
 
 /// How long connecting to a target may take, in seconds.
 pub const CONNECT_TIMEOUT_SECS: u64 = 10;

@@ -54,6 +54,10 @@ struct Cli {
     /// Seed of every random choice.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// After each slice's end, how long to wait for requests still in flight before counting
+    /// them as `timeout` errors.
+    #[arg(long, default_value = "30s")]
+    drain_timeout: String,
     /// Results directory (default: bench/results/<UTC date and time>).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -91,6 +95,7 @@ fn plan(cli: &Cli) -> anyhow::Result<Plan> {
             docs: cli.docs,
             load: !cli.skip_load,
             seed: cli.seed,
+            drain_timeout: parse_duration(&cli.drain_timeout)?,
         },
         show_progress: !cli.no_progress,
     };

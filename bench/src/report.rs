@@ -308,6 +308,7 @@ mod tests {
                 docs: 10,
                 load: true,
                 seed: 5,
+                drain_timeout: Duration::from_secs(30),
             },
             targets: vec![],
             load: vec![LoadReport { target: "pg".into(), docs: 10, secs: 0.5 }],

@@ -1,0 +1,109 @@
+//! A server that stops answering: the open loop must charge the stall to every request that
+//! was due during it (no coordinated omission), and the run must still end, counting the
+//! requests that never got a reply as `timeout` errors.
+//!
+//! The server is a fake in this file: it speaks just enough of the PostgreSQL protocol to let
+//! a client connect and prepare a statement, then never answers an Execute. Everything asserted
+//! follows from the schedule arithmetic (rate 100/s for 1 s over 2 connections at depth 1),
+//! not from how fast anything ran: each connection sends its first request and then nothing,
+//! so 98 of the 100 due requests are unsent and recorded at their lower-bound latency, the
+//! longest being the end minus the due time of the earliest unsent one (1000 - 20 ms).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+use common::run_bench_raw;
+
+fn read_exact(s: &mut TcpStream, n: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0; n];
+    s.read_exact(&mut buf).ok()?;
+    Some(buf)
+}
+
+fn len_of(bytes: &[u8]) -> usize {
+    let n = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    usize::try_from(n).unwrap()
+}
+
+/// One client: startup, then answer Parse/Describe/Sync; after an Execute, say nothing more.
+fn serve(mut s: TcpStream) -> Option<()> {
+    let len = len_of(&read_exact(&mut s, 4)?);
+    read_exact(&mut s, len - 4)?; // startup message (protocol version and parameters)
+    // AuthenticationOk, ReadyForQuery(idle).
+    s.write_all(b"R\0\0\0\x08\0\0\0\0Z\0\0\0\x05I").ok()?;
+    let mut stalled = false;
+    loop {
+        let head = read_exact(&mut s, 5)?;
+        read_exact(&mut s, len_of(&head[1..]) - 4)?;
+        if stalled {
+            continue;
+        }
+        match head[0] {
+            b'P' => s.write_all(b"1\0\0\0\x04").ok()?, // ParseComplete
+            // ParameterDescription: one parameter of type text (oid 25); then NoData.
+            b'D' => s.write_all(b"t\0\0\0\x0a\0\x01\0\0\0\x19n\0\0\0\x04").ok()?,
+            b'E' => stalled = true,
+            b'S' => s.write_all(b"Z\0\0\0\x05I").ok()?,
+            b'X' => return Some(()),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn stall_is_charged_to_every_due_request_and_the_run_ends() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || serve(stream));
+        }
+    });
+    let dir = std::env::temp_dir().join(format!("bench-stall-{}", std::process::id()));
+    let target = format!("postgres=postgres://bench@127.0.0.1:{port}/x?sslmode=disable");
+    let out = run_bench_raw(&[
+        "--target",
+        &target,
+        "--workloads",
+        "point-read",
+        "--docs",
+        "10",
+        "--skip-load",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0s",
+        "--rounds",
+        "1",
+        "--connections",
+        "2",
+        "--rate",
+        "100",
+        "--drain-timeout",
+        "200ms",
+        "--no-progress",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "timeouts fail the run: {stderr}");
+
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let r = &run["results"][0];
+    assert_eq!(r["ops"], 0);
+    assert_eq!(r["errors"]["timeout"]["count"], 2, "one hung request per connection");
+    assert_eq!(r["error_count"], 2);
+    assert_eq!(r["unsent"], 98, "100 due in 1 s at 100/s, 2 sent");
+    // Lower bounds 10 ms .. 980 ms (end minus due times 20 ms .. 990 ms), 0.1 % precision.
+    let max = r["latency"]["max_ms"].as_f64().unwrap();
+    assert!((979.0..=981.0).contains(&max), "max {max}");
+    let p50 = r["latency"]["p50_ms"].as_f64().unwrap();
+    assert!((480.0..=510.0).contains(&p50), "p50 {p50}");
+    let summary = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    assert!(summary.contains("point-read on postgres: 98"), "{summary}");
+    assert!(summary.contains("2 × timeout"), "{summary}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
