@@ -236,7 +236,17 @@ pub async fn run_slice(slice: Slice<'_>) -> Recorder {
     // Prepare first, on every connection, so the clock starts with everything ready.
     let mut prepared = Vec::with_capacity(slice.pool.clients.len());
     for client in &slice.pool.clients {
-        match prepare_all(client, slice.target, slice.workload).await {
+        let timeout = Duration::from_secs(limits::PREPARE_TIMEOUT_SECS);
+        let result =
+            tokio::time::timeout(timeout, prepare_all(client, slice.target, slice.workload))
+                .await
+                .unwrap_or_else(|_| {
+                    Err((
+                        "timeout".to_owned(),
+                        format!("preparing statements took longer than {timeout:?}"),
+                    ))
+                });
+        match result {
             Ok(p) => prepared.push(p),
             Err((kind, message)) => {
                 let mut r = Recorder::new(warmup_ns);

@@ -125,6 +125,22 @@ pub async fn run(plan: &Plan) -> anyhow::Result<RunReport> {
                 if let Some(m) = merged.get_mut(i) {
                     m.merge(&rec);
                 }
+                if rec.errors().contains_key("timeout") {
+                    // Requests that never got a reply still occupy their connections; later
+                    // slices would queue behind them. Start the next slice on fresh ones.
+                    eprintln!("{}: requests timed out; reconnecting", target.name());
+                    match driver::connect(target, settings.connections).await {
+                        Ok(fresh) => {
+                            if let Some(slot) = pools.get_mut(i) {
+                                *slot = fresh;
+                            }
+                        }
+                        Err(e) => eprintln!(
+                            "{}: reconnecting failed, keeping the old connections: {e:#}",
+                            target.name()
+                        ),
+                    }
+                }
             }
         }
         for (target, rec) in plan.targets.iter().zip(&merged) {

@@ -50,6 +50,9 @@ pub const DRAIN_TIMEOUT_SECS: u64 = 30;
 /// Longest `--drain-timeout`, in seconds.
 pub const DRAIN_TIMEOUT_SECS_MAX: u64 = 600;
 
+/// How long preparing a workload's statements on one connection may take, in seconds.
+pub const PREPARE_TIMEOUT_SECS: u64 = 10;
+
 /// How long connecting to a target may take, in seconds.
 pub const CONNECT_TIMEOUT_SECS: u64 = 10;
 
