@@ -28,6 +28,13 @@ pub struct Pool {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+impl Pool {
+    /// Whether any connection has been closed (by the server, or after an error).
+    pub fn any_closed(&self) -> bool {
+        self.clients.iter().any(|c| c.is_closed())
+    }
+}
+
 impl Drop for Pool {
     fn drop(&mut self) {
         for t in &self.tasks {
@@ -571,10 +578,10 @@ impl Connection {
             }
         }
         drop(in_flight);
-        if !closed {
-            for due in pacer.unsent() {
-                rec.unsent(due, end_ns);
-            }
+        // Open-loop requests due before the end that were never sent (pipeline full, or the
+        // connection died) are recorded at their lower-bound latency and counted as unsent.
+        for due in pacer.unsent() {
+            rec.unsent(due, end_ns);
         }
         rec
     }

@@ -125,10 +125,14 @@ pub async fn run(plan: &Plan) -> anyhow::Result<RunReport> {
                 if let Some(m) = merged.get_mut(i) {
                     m.merge(&rec);
                 }
-                if rec.errors().contains_key("timeout") {
-                    // Requests that never got a reply still occupy their connections; later
-                    // slices would queue behind them. Start the next slice on fresh ones.
-                    eprintln!("{}: requests timed out; reconnecting", target.name());
+                if rec.errors().contains_key("timeout") || pool.any_closed() {
+                    // Requests that never got a reply still occupy their connections, and
+                    // closed connections fail everything; later slices would inherit both.
+                    // Start the next slice on fresh connections.
+                    eprintln!(
+                        "{}: requests timed out or connections closed; reconnecting",
+                        target.name()
+                    );
                     match driver::connect(target, settings.connections).await {
                         Ok(fresh) => {
                             if let Some(slot) = pools.get_mut(i) {

@@ -13,56 +13,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-
+use common::fake_pg::{Mode, spawn_fake_server};
 use common::run_bench_raw;
-
-fn read_exact(s: &mut TcpStream, n: usize) -> Option<Vec<u8>> {
-    let mut buf = vec![0; n];
-    s.read_exact(&mut buf).ok()?;
-    Some(buf)
-}
-
-fn len_of(bytes: &[u8]) -> usize {
-    let n = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-    usize::try_from(n).unwrap()
-}
-
-/// One client: startup, then answer Parse/Describe/Sync; after an Execute, say nothing more.
-fn serve(mut s: TcpStream) -> Option<()> {
-    let len = len_of(&read_exact(&mut s, 4)?);
-    read_exact(&mut s, len - 4)?; // startup message (protocol version and parameters)
-    // AuthenticationOk, ReadyForQuery(idle).
-    s.write_all(b"R\0\0\0\x08\0\0\0\0Z\0\0\0\x05I").ok()?;
-    let mut stalled = false;
-    loop {
-        let head = read_exact(&mut s, 5)?;
-        read_exact(&mut s, len_of(&head[1..]) - 4)?;
-        if stalled {
-            continue;
-        }
-        match head[0] {
-            b'P' => s.write_all(b"1\0\0\0\x04").ok()?, // ParseComplete
-            // ParameterDescription: one parameter of type text (oid 25); then NoData.
-            b'D' => s.write_all(b"t\0\0\0\x0a\0\x01\0\0\0\x19n\0\0\0\x04").ok()?,
-            b'E' => stalled = true,
-            b'S' => s.write_all(b"Z\0\0\0\x05I").ok()?,
-            b'X' => return Some(()),
-            _ => {}
-        }
-    }
-}
 
 #[test]
 fn stall_is_charged_to_every_due_request_and_the_run_ends() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || serve(stream));
-        }
-    });
+    let port = spawn_fake_server(Mode::StallOnExecute);
     let dir = std::env::temp_dir().join(format!("bench-stall-{}", std::process::id()));
     let target = format!("postgres=postgres://bench@127.0.0.1:{port}/x?sslmode=disable");
     let out = run_bench_raw(&[

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // Each test file uses a different subset.
 
+pub mod fake_pg;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
