@@ -75,6 +75,84 @@ fn percent_label(nines: u32) -> String {
     }
 }
 
+/// Above this ratio between the largest latency and the smallest median of the series, a
+/// linear y axis would squash that series' body into the bottom 2 % of the plot, so the axis
+/// becomes logarithmic.
+const LOG_RATIO_MIN: f64 = 50.0;
+
+/// How the y axis maps latency (ms) to height.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum YAxis {
+    /// `0 ..= max`, ticks every `step`.
+    Linear {
+        /// Top of the axis.
+        max: f64,
+        /// Tick spacing.
+        step: f64,
+    },
+    /// `10^lo ..= 10^hi`, a tick per decade.
+    Log {
+        /// Lowest decade.
+        lo: i32,
+        /// Highest decade (> lo).
+        hi: i32,
+    },
+}
+
+impl YAxis {
+    /// Picks the axis for these series (see `LOG_RATIO_MIN`).
+    pub fn for_series(series: &[Series<'_>]) -> Self {
+        let values = || series.iter().flat_map(|s| s.points.iter()).map(|p| p.value_ms);
+        let max = values().fold(0.0f64, f64::max);
+        let min_median = series
+            .iter()
+            .filter_map(|s| s.points.iter().find(|p| p.quantile >= 0.5).map(|p| p.value_ms))
+            .fold(f64::INFINITY, f64::min);
+        let min_positive = values().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
+        if max > 0.0
+            && min_median > 0.0
+            && min_median.is_finite()
+            && max / min_median > LOG_RATIO_MIN
+        {
+            let lo = small_int(min_positive.log10().floor());
+            let hi = small_int(max.log10().ceil()).max(lo + 1);
+            YAxis::Log { lo, hi }
+        } else {
+            let (max, step) = nice_axis(max);
+            YAxis::Linear { max, step }
+        }
+    }
+
+    /// Height fraction `0..=1` of a latency.
+    pub fn fraction(&self, ms: f64) -> f64 {
+        match *self {
+            YAxis::Linear { max, .. } => (ms / max).clamp(0.0, 1.0),
+            YAxis::Log { lo, hi } => {
+                let v = ms.max(10f64.powi(lo)).log10();
+                ((v - f64::from(lo)) / f64::from(hi - lo)).clamp(0.0, 1.0)
+            }
+        }
+    }
+
+    /// Tick values.
+    pub fn ticks(&self) -> Vec<f64> {
+        match *self {
+            YAxis::Linear { max, step } => {
+                let count = small_int((max / step).round()).max(0);
+                (0..=count).map(|i| f64::from(i) * step).collect()
+            }
+            YAxis::Log { lo, hi } => (lo..=hi).map(|e| 10f64.powi(e)).collect(),
+        }
+    }
+
+    fn label(&self) -> &'static str {
+        match self {
+            YAxis::Linear { .. } => "latency (ms)",
+            YAxis::Log { .. } => "latency (ms, log scale)",
+        }
+    }
+}
+
 /// An SVG plot of latency (ms) by percentile, one line per series.
 pub fn svg(title: &str, series: &[Series<'_>]) -> String {
     let plot_w = WIDTH - LEFT - RIGHT;
@@ -87,11 +165,9 @@ pub fn svg(title: &str, series: &[Series<'_>]) -> String {
         .map(|p| nines(p.quantile))
         .fold(3.0f64, f64::max);
     let x_nines = deepest.ceil().min(f64::from(NINES_MAX));
-    let y_max_data =
-        series.iter().flat_map(|s| s.points.iter()).map(|p| p.value_ms).fold(0.0f64, f64::max);
-    let (y_max, y_step) = nice_axis(y_max_data);
+    let axis = YAxis::for_series(series);
     let x_of = |n: f64| LEFT + plot_w * (n.min(x_nines) / x_nines);
-    let y_of = |ms: f64| TOP + plot_h * (1.0 - ms / y_max);
+    let y_of = |ms: f64| TOP + plot_h * (1.0 - axis.fraction(ms));
 
     let mut s = String::new();
     // Writing to a String cannot fail; results are ignored on purpose.
@@ -107,8 +183,7 @@ pub fn svg(title: &str, series: &[Series<'_>]) -> String {
         escape(title)
     );
     // Grid and y ticks.
-    let mut y = 0.0;
-    while y <= y_max + y_step / 2.0 {
+    for y in axis.ticks() {
         let py = y_of(y);
         let _ = writeln!(
             s,
@@ -118,7 +193,6 @@ pub fn svg(title: &str, series: &[Series<'_>]) -> String {
             py + 4.0,
             trim_number(y)
         );
-        y += y_step;
     }
     // x ticks at each nine.
     for n in (0..=NINES_MAX).filter(|&n| f64::from(n) <= x_nines) {
@@ -143,9 +217,10 @@ pub fn svg(title: &str, series: &[Series<'_>]) -> String {
     );
     let _ = writeln!(
         s,
-        r#"<text x="20" y="{:.1}" text-anchor="middle" transform="rotate(-90 20 {:.1})">latency (ms)</text>"#,
+        r#"<text x="20" y="{:.1}" text-anchor="middle" transform="rotate(-90 20 {:.1})">{}</text>"#,
         TOP + plot_h / 2.0,
-        TOP + plot_h / 2.0
+        TOP + plot_h / 2.0,
+        axis.label()
     );
     // One line per series, then the legend.
     for (i, series_i) in series.iter().enumerate() {
@@ -174,8 +249,16 @@ pub fn svg(title: &str, series: &[Series<'_>]) -> String {
     s
 }
 
+/// Rounds a float known to be a small whole number (a decade exponent or a tick count) to
+/// `i32`, clamped to `-100..=100` first so the cast cannot truncate.
+#[allow(clippy::cast_possible_truncation)]
+fn small_int(x: f64) -> i32 {
+    // NaN casts to 0; the clamp keeps every other value well inside i32.
+    x.clamp(-100.0, 100.0) as i32
+}
+
 fn trim_number(v: f64) -> String {
-    let text = format!("{v:.3}");
+    let text = if v < 0.001 && v > 0.0 { format!("{v:.6}") } else { format!("{v:.3}") };
     text.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
@@ -218,6 +301,31 @@ mod tests {
             assert!((4.0..=10.0).contains(&ticks.round()), "{max}: {top} / {step}");
         }
         assert_eq!(nice_axis(0.0), (1.0, 0.2));
+    }
+
+    #[test]
+    fn unit_y_axis_turns_logarithmic_when_series_differ_widely() {
+        // Close series keep a linear axis; a tail 100x above a median gets decades.
+        let a = points(1.0); // 1..6 ms, median 2 ms
+        let b = points(2.0); // 2..12 ms
+        let both = [Series { name: "a", points: &a }, Series { name: "b", points: &b }];
+        assert!(matches!(YAxis::for_series(&both), YAxis::Linear { .. }));
+        let slow = points(100.0); // 100..600 ms
+        let mixed = [Series { name: "a", points: &a }, Series { name: "slow", points: &slow }];
+        let axis = YAxis::for_series(&mixed);
+        assert_eq!(axis, YAxis::Log { lo: 0, hi: 3 });
+        assert_eq!(axis.ticks(), [1.0, 10.0, 100.0, 1000.0]);
+        assert!((axis.fraction(10.0) - 1.0 / 3.0).abs() < 1e-9);
+        assert_eq!(axis.fraction(0.0), 0.0);
+        assert_eq!(axis.fraction(1e9), 1.0);
+        let text = svg("mixed", &mixed);
+        assert!(text.contains("log scale"));
+        assert!(text.contains(">1000<"));
+        assert!(!text.contains("NaN"));
+        // Linear ticks run from 0 to the top in equal steps.
+        let lin = YAxis::Linear { max: 15.0, step: 5.0 };
+        assert_eq!(lin.ticks(), [0.0, 5.0, 10.0, 15.0]);
+        assert_eq!(trim_number(0.0001), "0.0001");
     }
 
     #[test]
