@@ -9,7 +9,7 @@ use crate::hist::DistributionPoint;
 const WIDTH: f64 = 860.0;
 const HEIGHT: f64 = 500.0;
 const LEFT: f64 = 80.0;
-const RIGHT: f64 = 30.0;
+const RIGHT: f64 = 50.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 60.0;
 /// The x axis never extends past 99.9999 %.
