@@ -86,6 +86,14 @@ pub enum OutputError {
         /// The cause.
         source: std::io::Error,
     },
+    /// Encoding a histogram log failed.
+    #[error("writing the histogram log {path}: {message}")]
+    HistogramLog {
+        /// The file.
+        path: PathBuf,
+        /// The encoder's complaint.
+        message: String,
+    },
     /// Serialising run.json failed.
     #[error("serialising {path}: {source}")]
     Json {

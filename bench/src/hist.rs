@@ -2,7 +2,11 @@
 
 use std::fmt::Write as _;
 
+use std::time::{Duration, UNIX_EPOCH};
+
 use hdrhistogram::Histogram;
+use hdrhistogram::serialization::V2DeflateSerializer;
+use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
 use serde::Serialize;
 
 use crate::limits;
@@ -128,6 +132,30 @@ pub fn hgrm(h: &Histogram<u64>) -> String {
     s
 }
 
+/// The histogram as an HdrHistogram interval log (`.hlog`) holding one interval: the whole
+/// measured time, lossless (V2 + DEFLATE, base64), tagged with `tag`. HistogramLogAnalyzer and
+/// HdrHistogram's tools read it, and histograms of several runs can be merged from it exactly.
+/// Values are microseconds; the interval's max column is in milliseconds.
+pub fn hlog(
+    h: &Histogram<u64>,
+    tag: &str,
+    start_since_epoch: Duration,
+    duration: Duration,
+) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut serializer = V2DeflateSerializer::new();
+    let mut writer = IntervalLogWriterBuilder::new()
+        .add_comment("bench latency histogram; values in microseconds")
+        .with_start_time(UNIX_EPOCH + start_since_epoch)
+        .with_base_time(UNIX_EPOCH + start_since_epoch)
+        .with_max_value_divisor(1_000.0)
+        .begin_log_with(&mut out, &mut serializer)
+        .map_err(|e| e.to_string())?;
+    let tag = Tag::new(tag).ok_or_else(|| format!("tag {tag:?} has a comma, space or newline"))?;
+    writer.write_histogram(h, Duration::ZERO, duration, Some(tag)).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +215,36 @@ mod tests {
             text.contains("#[Max     =       10.007") || text.contains("#[Max     =       10.000")
         );
         assert!(text.contains("SubBuckets     =         2048]"));
+    }
+
+    #[test]
+    fn unit_hlog_holds_one_tagged_interval() {
+        // The log parses back as one interval with our tag, duration and max (in ms), after
+        // the StartTime and BaseTime headers.
+        use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+        let bytes = hlog(
+            &uniform_1_to_10ms(),
+            "postgres",
+            Duration::from_secs(1_700_000_000),
+            Duration::from_secs(15),
+        )
+        .unwrap();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(text.contains("#[StartTime: 1700000000.000"), "{text}");
+        let intervals: Vec<_> = IntervalLogIterator::new(&bytes)
+            .filter_map(|e| match e.unwrap() {
+                LogEntry::Interval(i) => {
+                    Some((i.tag().map(|t| t.as_str().to_owned()), i.duration(), i.max()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(intervals.len(), 1);
+        let (tag, duration, max) = &intervals[0];
+        assert_eq!(tag.as_deref(), Some("postgres"));
+        assert_eq!(*duration, Duration::from_secs(15));
+        assert!((max - 10.007).abs() < 0.01, "max {max}");
+        assert!(hlog(&new_histogram(), "bad tag", Duration::ZERO, Duration::ZERO).is_err());
     }
 
     #[test]

@@ -172,6 +172,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<RunReport> {
 
     Ok(RunReport {
         started_utc: report::utc_timestamp(started.as_secs()),
+        started_unix_secs: started.as_secs(),
         settings: settings.clone(),
         targets: plan
             .targets

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -48,6 +49,8 @@ pub struct WorkloadResult {
     pub rows: u64,
     /// The `.hgrm` file, relative to the results directory.
     pub hgrm: String,
+    /// The `.hlog` file (lossless histogram), relative to the results directory.
+    pub hlog: String,
     #[serde(skip)]
     histogram: Histogram<u64>,
 }
@@ -79,6 +82,7 @@ impl WorkloadResult {
             warmup_ops: rec.warmup_ops(),
             rows: rec.rows(),
             hgrm: format!("{}.{}.hgrm", workload.name(), target),
+            hlog: format!("{}.{}.hlog", workload.name(), target),
             histogram: rec.histogram().clone(),
         }
     }
@@ -105,6 +109,8 @@ pub struct TargetInfo {
 pub struct RunReport {
     /// UTC start time, `YYYY-MM-DDTHH:MM:SSZ`.
     pub started_utc: String,
+    /// The same instant, seconds since the Unix epoch.
+    pub started_unix_secs: u64,
     /// Settings used.
     pub settings: Settings,
     /// Targets measured.
@@ -234,6 +240,17 @@ pub fn write_all(dir: &Path, report: &RunReport) -> Result<Vec<PathBuf>, OutputE
         let path = dir.join(&r.hgrm);
         write(path.clone(), &hist::hgrm(r.histogram()))?;
         written.push(path);
+        let path = dir.join(&r.hlog);
+        let bytes = hist::hlog(
+            r.histogram(),
+            &r.target,
+            Duration::from_secs(report.started_unix_secs),
+            Duration::from_secs_f64(r.measured_secs),
+        )
+        .map_err(|message| OutputError::HistogramLog { path: path.clone(), message })?;
+        std::fs::write(&path, bytes)
+            .map_err(|source| OutputError::Io { path: path.clone(), source })?;
+        written.push(path);
     }
 
     let mut workloads: Vec<Workload> = Vec::new();
@@ -298,6 +315,7 @@ mod tests {
         bad.error("40001", "could not serialize access");
         RunReport {
             started_utc: utc_timestamp(0),
+            started_unix_secs: 0,
             settings: Settings {
                 duration: Duration::from_secs(2),
                 warmup: Duration::ZERO,
@@ -360,7 +378,9 @@ mod tests {
                 "summary.md",
                 "run.json",
                 "point-read.pg.hgrm",
+                "point-read.pg.hlog",
                 "point-read.other.hgrm",
+                "point-read.other.hlog",
                 "point-read.svg"
             ]
         );

@@ -75,6 +75,8 @@ fn smoke_every_workload_against_a_private_postgres() {
             ops + r["unsent"].as_u64().unwrap(),
             "{workload}: the .hgrm holds every measured request"
         );
+        let hlog = std::fs::read_to_string(out_dir.join(r["hlog"].as_str().unwrap())).unwrap();
+        assert!(hlog.contains("#[StartTime:"), "{workload}: hlog header");
         let svg = std::fs::read_to_string(out_dir.join(format!("{workload}.svg"))).unwrap();
         assert!(svg.contains("<polyline"), "{workload}.svg has no line");
         assert!(
