@@ -10,41 +10,35 @@
 mod common;
 
 use common::fake_pg::{Mode, spawn_fake_server};
-use common::run_bench_raw;
+use common::{read_json, run_bench_raw, short_run};
 
 #[test]
 fn crash_closed_connections_are_counted_and_replaced() {
     let port = spawn_fake_server(Mode::CloseOnExecute);
     let dir = std::env::temp_dir().join(format!("bench-crash-{}", std::process::id()));
     let target = format!("postgres=postgres://bench@127.0.0.1:{port}/x?sslmode=disable");
-    let out = run_bench_raw(&[
-        "--target",
+    let out = run_bench_raw(&short_run(
         &target,
-        "--workloads",
-        "point-read,ycsb-c",
-        "--docs",
-        "10",
-        "--skip-load",
-        "--duration",
-        "1s",
-        "--warmup",
-        "0s",
-        "--rounds",
-        "1",
-        "--connections",
-        "2",
-        "--rate",
-        "100",
-        "--no-progress",
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
+        &dir,
+        &[
+            "--workloads",
+            "point-read,ycsb-c",
+            "--docs",
+            "10",
+            "--skip-load",
+            "--duration",
+            "1s",
+            "--connections",
+            "2",
+            "--rate",
+            "100",
+        ],
+    ));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "lost requests fail the run: {stderr}");
     assert!(stderr.contains("reconnecting"), "{stderr}");
 
-    let run: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let run: serde_json::Value = read_json(&dir.join("run.json"));
     let results = run["results"].as_array().unwrap();
     assert_eq!(results.len(), 2);
     for r in results {

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{PrivatePostgres, run_bench, run_bench_raw};
+use common::{PrivatePostgres, read_json, run_bench, run_bench_raw, short_run};
 
 #[test]
 fn errors_are_counted_by_sqlstate_and_fail_the_run() {
@@ -15,57 +15,37 @@ fn errors_are_counted_by_sqlstate_and_fail_the_run() {
     let target = format!("postgres={}", pg.url);
     // Load 64 documents (balance 1000) and run nothing else.
     let load_dir = pg.dir.join("load");
-    run_bench(&[
-        "--target",
+    run_bench(&short_run(
         &target,
-        "--workloads",
-        "insert",
-        "--docs",
-        "64",
-        "--duration",
-        "100ms",
-        "--warmup",
-        "0s",
-        "--rounds",
-        "1",
-        "--connections",
-        "1",
-        "--no-progress",
-        "--out",
-        load_dir.to_str().unwrap(),
-    ]);
+        &load_dir,
+        &["--workloads", "insert", "--docs", "64", "--duration", "100ms", "--connections", "1"],
+    ));
     pg.psql(
         "ALTER TABLE bench_docs ADD CONSTRAINT balance_floor \
          CHECK ((doc->>'balance')::bigint >= 1000)",
     );
 
     let out_dir = pg.dir.join("failing");
-    let out = run_bench_raw(&[
-        "--target",
+    let out = run_bench_raw(&short_run(
         &target,
-        "--workloads",
-        "single-fragment-txn",
-        "--docs",
-        "64",
-        "--skip-load",
-        "--duration",
-        "500ms",
-        "--warmup",
-        "0s",
-        "--rounds",
-        "1",
-        "--connections",
-        "2",
-        "--no-progress",
-        "--out",
-        out_dir.to_str().unwrap(),
-    ]);
+        &out_dir,
+        &[
+            "--workloads",
+            "single-fragment-txn",
+            "--docs",
+            "64",
+            "--skip-load",
+            "--duration",
+            "500ms",
+            "--connections",
+            "2",
+        ],
+    ));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "bench must fail the run: {stderr}");
     assert!(stderr.contains("requests failed"), "{stderr}");
 
-    let run: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
+    let run: serde_json::Value = read_json(&out_dir.join("run.json"));
     let r = &run["results"][0];
     assert_eq!(r["ops"], 0, "every transfer violates the constraint");
     let errors = r["errors"].as_object().unwrap();
@@ -93,26 +73,21 @@ fn errors_when_the_collection_is_missing_are_reported() {
     let pg = PrivatePostgres::start();
     let target = format!("postgres={}", pg.url);
     let out_dir = pg.dir.join("missing");
-    let out = run_bench_raw(&[
-        "--target",
+    let out = run_bench_raw(&short_run(
         &target,
-        "--workloads",
-        "point-read",
-        "--docs",
-        "10",
-        "--skip-load",
-        "--duration",
-        "200ms",
-        "--warmup",
-        "0s",
-        "--rounds",
-        "1",
-        "--connections",
-        "1",
-        "--no-progress",
-        "--out",
-        out_dir.to_str().unwrap(),
-    ]);
+        &out_dir,
+        &[
+            "--workloads",
+            "point-read",
+            "--docs",
+            "10",
+            "--skip-load",
+            "--duration",
+            "200ms",
+            "--connections",
+            "1",
+        ],
+    ));
     assert_eq!(out.status.code(), Some(2));
     let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
     assert!(summary.contains("1 × 42P01"), "{summary}");

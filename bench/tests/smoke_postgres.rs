@@ -10,11 +10,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{PrivatePostgres, run_bench};
-
-fn read_json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
+use common::{PrivatePostgres, read_json, run_bench, short_run};
 
 /// Reads the total count from an .hgrm footer.
 fn hgrm_total(path: &Path) -> u64 {
@@ -28,30 +24,24 @@ fn smoke_every_workload_against_a_private_postgres() {
     let pg = PrivatePostgres::start();
     let target = format!("postgres={}", pg.url);
     let out_dir = pg.dir.join("closed");
-    let out = out_dir.to_str().unwrap();
-    run_bench(&[
-        "--target",
+    run_bench(&short_run(
         &target,
-        "--workloads",
-        "all",
-        "--docs",
-        "200",
-        "--duration",
-        "1s",
-        "--warmup",
-        "0s",
-        "--rounds",
-        "1",
-        "--connections",
-        "2",
-        "--depth",
-        "2",
-        "--seed",
-        "7",
-        "--no-progress",
-        "--out",
-        out,
-    ]);
+        &out_dir,
+        &[
+            "--workloads",
+            "all",
+            "--docs",
+            "200",
+            "--duration",
+            "1s",
+            "--connections",
+            "2",
+            "--depth",
+            "2",
+            "--seed",
+            "7",
+        ],
+    ));
 
     for file in ["summary.md", "run.json"] {
         assert!(out_dir.join(file).is_file(), "{file} missing");
@@ -90,28 +80,23 @@ fn smoke_every_workload_against_a_private_postgres() {
 
     // Open loop, on the documents loaded above (--skip-load keeps them).
     let open_dir = pg.dir.join("open");
-    run_bench(&[
-        "--target",
+    run_bench(&short_run(
         &target,
-        "--workloads",
-        "point-read",
-        "--docs",
-        "200",
-        "--skip-load",
-        "--duration",
-        "1s",
-        "--warmup",
-        "0s",
-        "--rounds",
-        "1",
-        "--connections",
-        "2",
-        "--rate",
-        "200",
-        "--no-progress",
-        "--out",
-        open_dir.to_str().unwrap(),
-    ]);
+        &open_dir,
+        &[
+            "--workloads",
+            "point-read",
+            "--docs",
+            "200",
+            "--skip-load",
+            "--duration",
+            "1s",
+            "--connections",
+            "2",
+            "--rate",
+            "200",
+        ],
+    ));
     let run = read_json(&open_dir.join("run.json"));
     assert_eq!(run["settings"]["arrival"]["kind"], "open");
     assert_eq!(run["settings"]["arrival"]["rate_per_sec"], 200);

@@ -14,42 +14,36 @@
 mod common;
 
 use common::fake_pg::{Mode, spawn_fake_server};
-use common::run_bench_raw;
+use common::{read_json, run_bench_raw, short_run};
 
 #[test]
 fn stall_is_charged_to_every_due_request_and_the_run_ends() {
     let port = spawn_fake_server(Mode::StallOnExecute);
     let dir = std::env::temp_dir().join(format!("bench-stall-{}", std::process::id()));
     let target = format!("postgres=postgres://bench@127.0.0.1:{port}/x?sslmode=disable");
-    let out = run_bench_raw(&[
-        "--target",
+    let out = run_bench_raw(&short_run(
         &target,
-        "--workloads",
-        "point-read,ycsb-c",
-        "--docs",
-        "10",
-        "--skip-load",
-        "--duration",
-        "1s",
-        "--warmup",
-        "0s",
-        "--rounds",
-        "1",
-        "--connections",
-        "2",
-        "--rate",
-        "100",
-        "--drain-timeout",
-        "200ms",
-        "--no-progress",
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
+        &dir,
+        &[
+            "--workloads",
+            "point-read,ycsb-c",
+            "--docs",
+            "10",
+            "--skip-load",
+            "--duration",
+            "1s",
+            "--connections",
+            "2",
+            "--rate",
+            "100",
+            "--drain-timeout",
+            "200ms",
+        ],
+    ));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "timeouts fail the run: {stderr}");
 
-    let run: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let run: serde_json::Value = read_json(&dir.join("run.json"));
     // The second workload runs on fresh connections (the stalled ones are replaced), so it
     // sees exactly the same picture instead of queueing behind the hung requests.
     assert_eq!(run["results"].as_array().unwrap().len(), 2);

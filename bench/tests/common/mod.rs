@@ -4,6 +4,7 @@
 
 pub mod fake_pg;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -66,7 +67,7 @@ impl Drop for PrivatePostgres {
     }
 }
 
-pub fn run_bench(args: &[&str]) -> std::process::Output {
+pub fn run_bench<S: AsRef<OsStr>>(args: &[S]) -> std::process::Output {
     let out = Command::new(env!("CARGO_BIN_EXE_bench"))
         .args(args)
         .output()
@@ -82,7 +83,7 @@ pub fn run_bench(args: &[&str]) -> std::process::Output {
 }
 
 /// Runs bench with `args` and returns its output without judging the exit status.
-pub fn run_bench_raw(args: &[&str]) -> std::process::Output {
+pub fn run_bench_raw<S: AsRef<OsStr>>(args: &[S]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_bench")).args(args).output().expect("running the bench binary")
 }
 
@@ -112,4 +113,22 @@ impl PrivatePostgres {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// The options every short test run shares (one target, no warm-up, one round, no progress
+/// bars, results in `out`) followed by the run's own `rest`.
+pub fn short_run(target: &str, out: &Path, rest: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> =
+        ["--target", target, "--warmup", "0s", "--rounds", "1", "--no-progress", "--out"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+    args.push(out.to_str().expect("temporary paths are UTF-8").to_owned());
+    args.extend(rest.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+/// Parses a JSON file.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
