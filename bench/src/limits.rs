@@ -1,0 +1,72 @@
+//! Every bound the load generator enforces, with its unit and the reason for it.
+//!
+//! A value past a limit is a configuration error reported before any connection opens
+//! (see `error::ConfigError::Limit`); nothing here grows without bound during a run.
+
+/// Most targets in one run. Interleaving more than this many servers makes each slice too
+/// short to say anything; run them in separate invocations.
+pub const TARGETS_MAX: usize = 8;
+
+/// Most client connections per target. Each is a tokio task and a server backend; past this
+/// the client itself becomes the bottleneck on the small machines we run on.
+pub const CONNECTIONS_MAX: usize = 1024;
+
+/// Most requests in flight on one connection (pipelining depth).
+pub const PIPELINE_DEPTH_MAX: usize = 256;
+
+/// Highest open-loop arrival rate, operations per second per target. The open-loop driver
+/// records a lower-bound latency for every scheduled operation it could not send, so this also
+/// bounds the work done at the end of an overloaded run.
+pub const RATE_PER_SEC_MAX: u64 = 1_000_000;
+
+/// Longest measured duration of one workload on one target, in seconds (one hour).
+pub const DURATION_SECS_MAX: u64 = 3_600;
+
+/// Longest warm-up, in seconds.
+pub const WARMUP_SECS_MAX: u64 = 600;
+
+/// Most rounds a workload's duration is split into (targets alternate each round).
+pub const ROUNDS_MAX: u32 = 100;
+
+/// Most documents the loader writes (ten million: about 2 GB of JSON on the server side).
+pub const DOCS_MAX: u64 = 10_000_000;
+
+/// Documents per loader transaction. Their inserts are pipelined on one connection and
+/// committed together, so loading pays one commit (fsync) per batch instead of per document.
+pub const LOAD_BATCH_DOCS: usize = 256;
+
+/// Highest latency a histogram can hold, in microseconds (one minute). Longer latencies are
+/// clamped to this value (and so still counted); a stall that long is visible as the max.
+pub const LATENCY_US_MAX: u64 = 60_000_000;
+
+/// Significant decimal digits of every latency histogram (0.1 % value resolution).
+pub const HISTOGRAM_SIGFIGS: u8 = 3;
+
+/// Default of how long the driver waits, after a run's end, for requests still in flight, in
+/// seconds (`--drain-timeout`). Past it the remaining requests are counted as errors
+/// (`timeout`), so a hung server cannot hang the benchmark.
+pub const DRAIN_TIMEOUT_SECS: u64 = 30;
+
+/// Longest `--drain-timeout`, in seconds.
+pub const DRAIN_TIMEOUT_SECS_MAX: u64 = 600;
+
+/// How long preparing a workload's statements on one connection may take, in seconds.
+pub const PREPARE_TIMEOUT_SECS: u64 = 10;
+
+/// How long connecting to a target may take, in seconds.
+pub const CONNECT_TIMEOUT_SECS: u64 = 10;
+
+/// Documents that share one customer (and so, for Tessera, one shard via the `$` suffix).
+pub const DOCS_PER_CUSTOMER: u64 = 8;
+
+/// Distinct values of the unindexed `tag` field that the scatter query filters on.
+pub const TAG_COUNT: u64 = 100;
+
+/// Bytes of filler in every generated document (`field0`), like a YCSB field.
+pub const FILLER_BYTES: usize = 100;
+
+/// Most distinct error kinds remembered per run; further kinds are counted under `other`.
+pub const ERROR_KINDS_MAX: usize = 32;
+
+/// Longest error message kept as an example per kind, in bytes.
+pub const ERROR_EXAMPLE_BYTES_MAX: usize = 300;

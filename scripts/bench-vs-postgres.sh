@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Runs the benchmark suite against a private PostgreSQL and a Tessera node, side by side in one
+# bench invocation (targets alternate every round), and writes the results under
+# bench/results/<UTC date and time>/.
+#
+# Usage: scripts/bench-vs-postgres.sh [bench options...]
+#   With no options it runs two passes of every workload: closed-loop/ (throughput) and
+#   open-loop/ (latency at $BENCH_RATE ops/s per target, default 1000). With options, one pass
+#   with exactly those options (see `cargo run -p bench --release -- --help`).
+# Environment:
+#   TESSERA_BIN    the tessera binary (default: target/release/tessera, built here)
+#   BENCH_RESULTS  results directory (default: bench/results/<UTC date and time>)
+#   BENCH_RATE     open-loop rate of the default open-loop pass, ops/s per target
+#
+# It installs PostgreSQL from Debian's packages when missing (scripts/install-deps.sh), starts
+# a private instance on a random loopback port with fsync on (scripts/pg-local.sh), starts
+# Tessera on another random loopback port when its binary has a `serve` command, and stops
+# both on exit, whatever happens. Without a usable tessera binary it says so and measures
+# PostgreSQL alone: it never invents the other side.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh postgres
+
+stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
+out=${BENCH_RESULTS:-bench/results/$stamp}
+work=$(mktemp -d /tmp/bench-vs-postgres.XXXXXX)
+chmod 755 "$work"   # as root, PostgreSQL runs as the postgres user and must enter it
+tessera_pid=""
+
+cleanup() {
+  status=$?
+  if [ -n "$tessera_pid" ]; then
+    kill "$tessera_pid" 2>/dev/null || true
+    wait "$tessera_pid" 2>/dev/null || true
+  fi
+  scripts/pg-local.sh stop "$work/pg" || true
+  mkdir -p "$out/raw"
+  cp "$work"/pg/postgres.log "$work"/tessera.log "$out/raw/" 2>/dev/null || true
+  rm -rf "$work"
+  exit $status
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+echo "bench-vs-postgres: building bench and tessera (release)"
+cargo build --release -p bench
+tessera=${TESSERA_BIN:-target/release/tessera}
+if [ -z "${TESSERA_BIN:-}" ]; then
+  cargo build --release -p node || echo "bench-vs-postgres: building tessera failed" >&2
+fi
+
+pg_url=$(scripts/pg-local.sh start "$work/pg")
+echo "bench-vs-postgres: PostgreSQL at ${pg_url}"
+targets=(--target "postgres=$pg_url")
+
+if [ -x "$tessera" ] && "$tessera" serve --help >/dev/null 2>&1; then
+  port=$(free_port)
+  mkdir -p "$work/tessera"
+  "$tessera" serve --listen "127.0.0.1:$port" --data-dir "$work/tessera" >"$work/tessera.log" 2>&1 &
+  tessera_pid=$!
+  # Wait (bounded) until it accepts PostgreSQL connections.
+  for _ in $(seq 1 120); do
+    pg_isready -q -h 127.0.0.1 -p "$port" && break
+    kill -0 "$tessera_pid" 2>/dev/null || { tail -n 20 "$work/tessera.log" >&2; echo "bench-vs-postgres: tessera exited" >&2; exit 1; }
+    sleep 0.5
+  done
+  pg_isready -q -h 127.0.0.1 -p "$port" || { echo "bench-vs-postgres: tessera did not accept connections in 60 s" >&2; exit 1; }
+  echo "bench-vs-postgres: Tessera at 127.0.0.1:$port"
+  targets+=(--target "tessera=postgres://bench@127.0.0.1:$port/bench")
+else
+  echo "bench-vs-postgres: NO TESSERA: $tessera is missing or has no 'serve' command yet;" \
+       "measuring PostgreSQL ONLY" >&2
+fi
+
+mkdir -p "$out"
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "command: scripts/bench-vs-postgres.sh $*"
+  echo "targets: ${targets[*]}"
+  echo "kernel: $(uname -sr)"
+  echo "cpus: $(nproc)"
+  echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- bench scripts || echo ' (with uncommitted changes)')"
+  echo "rustc: $(rustc --version)"
+  echo "postgres: $("$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)/postgres" --version)"
+  [ -n "$tessera_pid" ] && echo "tessera: $tessera" || echo "tessera: not run (no binary with 'serve')"
+} >"$out/machine.txt"
+
+status=0
+run() {
+  local dir=$1; shift
+  echo "bench-vs-postgres: bench $* -> $dir"
+  target/release/bench "${targets[@]}" --out "$dir" "$@" || status=$?
+}
+if [ $# -gt 0 ]; then
+  run "$out" "$@"
+else
+  common=(--docs 100000 --duration 15s --warmup 3s --connections 8 --rounds 3)
+  run "$out/closed-loop" "${common[@]}"
+  run "$out/open-loop" "${common[@]}" --skip-load --rate "${BENCH_RATE:-1000}"
+fi
+echo "bench-vs-postgres: results in $out (exit $status)"
+exit $status
