@@ -168,10 +168,8 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
                     tracing::info!("{summary}");
                 }
                 let session_ctx = ctx.clone();
-                let accept = accept_loop(listener, pg, registry, move || {
-                    Session::new(Rc::clone(&core), session_ctx.clone())
-                });
-                futures_lite::future::or(accept, ctx.shutdown.wait()).await;
+                let make_session = move || Session::new(Rc::clone(&core), session_ctx.clone());
+                accept_loop(listener, pg, registry, make_session, ctx.shutdown.wait()).await;
             }
         },
         |core: Rc<Core>, _ctx| async move { core.close().await },
