@@ -976,8 +976,10 @@ pub struct VerifyPartial {
     pub rows_scanned: u64,
 }
 
-/// Checks every document of the collection in `ranges` with `router::validate` against
-/// `config` (with `Mutable = true` nothing is checked, as for writes).
+/// Checks every document of the collection in `ranges` with `router::verify` against
+/// `config`: as if `Mutable = false`, whatever the configuration says, since this is the
+/// check operators run before switching `Mutable` from true to false (a switch that checks
+/// no old document).
 pub fn execute_verify_sharding<S: FragmentSource>(
     collection: &CollectionName,
     config: &router::ShardingConfig,
@@ -988,7 +990,7 @@ pub fn execute_verify_sharding<S: FragmentSource>(
     let mut overflow = false;
     source.scan(collection, ranges, &mut |d| {
         out.rows_scanned += 1;
-        if let Err(e) = router::validate(config, d.id, d.doc) {
+        if let Err(e) = router::verify(config, d.id, d.doc) {
             if out.violations.len() >= RESULT_ROWS_MAX {
                 overflow = true;
                 return ControlFlow::Break(());

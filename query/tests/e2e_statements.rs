@@ -444,6 +444,12 @@ fn verify_sharding_and_result_columns() {
         out.violations.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
         ["orders/2-A$@5"]
     );
+    // With Mutable = true writes are not validated, which is exactly when the check matters.
+    let mutable = router::ShardingConfig::parse(r#"{"Fields": ["Customer"], "Mutable": true}"#)
+        .expect("config");
+    let out = query::execute_verify_sharding(&collection, &mutable, &f, &[router::ShardRange::ALL])
+        .expect("verifies");
+    assert_eq!(out.violations.len(), 1, "{:?}", out.violations);
 
     let cols = |sql: &str| {
         one(sql).result_columns().map(|c| c.into_iter().map(|c| c.name).collect::<Vec<_>>())
