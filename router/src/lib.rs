@@ -9,7 +9,22 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod content;
 pub mod doc;
+pub mod error;
+pub mod fuzzing;
+pub mod id;
 pub mod ids;
+pub mod limits;
+pub mod map;
+pub mod prune;
 
+pub use content::{ContentKey, FieldPath, ShardingConfig, assign, check_change, validate};
+pub use error::{
+    AssignError, ChangeError, ConfigError, ContentError, DateTimeError, IdError, MapError,
+    ValidationError,
+};
+pub use id::{DocKey, Placement, doc_key, hash, shard_of, shard_of_bytes};
 pub use ids::{FragmentId, SHARD_COUNT, ShardId, ShardRange};
+pub use map::{Epoch, ExecutorId, Fragment, NodeId, Owner, ShardMap};
+pub use prune::{Literal, Opcode, Predicate, RoutePlan, RouteRule, route};
