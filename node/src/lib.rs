@@ -6,3 +6,5 @@
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)
 )]
+
+pub mod cli;
