@@ -5,8 +5,8 @@
 //! "placed by content"; any other tail is hashed instead of the whole id.
 //!
 //! The parser is total: every byte string gives a [`Placement`] or an [`IdError`]. ASCII ids
-//! are lower-cased without touching the heap: an id with no upper-case letter is hashed in
-//! place, any other through a stack buffer.
+//! are lower-cased without touching the heap, through a stack buffer in one pass that also
+//! detects non-ASCII text (which takes `str::to_lowercase`).
 
 use std::fmt;
 
@@ -16,9 +16,13 @@ use crate::error::IdError;
 use crate::ids::{SHARD_COUNT, ShardId};
 use crate::limits::ID_BYTES_MAX;
 
-/// Bytes lower-cased per step when hashing an ASCII string with upper-case letters. Ids
-/// (at most [`ID_BYTES_MAX`]) fit in one step; longer strings (content values) stream.
-const LOWER_CHUNK_BYTES: usize = 128;
+/// Strings up to this many bytes (most ids) are lower-cased through a stack buffer this
+/// small, so clearing it costs next to nothing; longer ids use an `ID_BYTES_MAX` buffer.
+const SHORT_BYTES: usize = 32;
+
+/// Bytes lower-cased per step when hashing an ASCII string longer than any id (a content
+/// value); such strings are streamed through xxh64.
+const LOWER_CHUNK_BYTES: usize = 256;
 
 /// Where an id places its document.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -60,33 +64,49 @@ pub fn hash(s: &str) -> ShardId {
 
 fn hash64_lower(s: &str) -> u64 {
     let bytes = s.as_bytes();
+    if bytes.len() <= SHORT_BYTES {
+        let mut buf = [0u8; SHORT_BYTES];
+        if let Some(lowered) = lower_ascii(&mut buf, bytes) {
+            return xxh64(lowered, 0);
+        }
+        return xxh64(s.to_lowercase().as_bytes(), 0);
+    }
+    if bytes.len() <= ID_BYTES_MAX {
+        let mut buf = [0u8; ID_BYTES_MAX];
+        if let Some(lowered) = lower_ascii(&mut buf, bytes) {
+            return xxh64(lowered, 0);
+        }
+        return xxh64(s.to_lowercase().as_bytes(), 0);
+    }
+    // Longer than any id (a content value): stream in chunks.
     if !bytes.is_ascii() {
         return xxh64(s.to_lowercase().as_bytes(), 0);
     }
-    if !bytes.iter().any(u8::is_ascii_uppercase) {
-        return xxh64(bytes, 0);
-    }
     let mut buf = [0u8; LOWER_CHUNK_BYTES];
-    if bytes.len() <= LOWER_CHUNK_BYTES {
-        let lowered = lower_into(&mut buf, bytes);
-        return xxh64(lowered, 0);
-    }
     let mut state = Xxh64::new(0);
     for chunk in bytes.chunks(LOWER_CHUNK_BYTES) {
-        state.update(lower_into(&mut buf, chunk));
+        match lower_ascii(&mut buf, chunk) {
+            Some(lowered) => state.update(lowered),
+            // Unreachable after the `is_ascii` check; correct regardless.
+            None => return xxh64(s.to_lowercase().as_bytes(), 0),
+        }
     }
     state.digest()
 }
 
-/// Copies `src` lower-cased (ASCII) into the front of `buf` and returns that part.
-/// `src.len() <= buf.len()` by every caller; `zip` keeps this total regardless.
-fn lower_into<'b>(buf: &'b mut [u8; LOWER_CHUNK_BYTES], src: &[u8]) -> &'b [u8] {
-    debug_assert!(src.len() <= buf.len());
-    for (dst, b) in buf.iter_mut().zip(src) {
+/// Copies `src` ASCII-lower-cased into the front of `buf` and returns that part, or `None`
+/// when `src` is longer than `buf` or not all ASCII. One pass the compiler vectorises: the
+/// non-ASCII check rides along with the copy.
+fn lower_ascii<'b, const N: usize>(buf: &'b mut [u8; N], src: &[u8]) -> Option<&'b [u8]> {
+    if src.len() > N {
+        return None;
+    }
+    let mut any_high = 0u8;
+    for (dst, &b) in buf.iter_mut().zip(src) {
+        any_high |= b;
         *dst = b.to_ascii_lowercase();
     }
-    let n = src.len().min(LOWER_CHUNK_BYTES);
-    buf.split_at(n).0
+    if any_high.is_ascii() { Some(buf.split_at(src.len()).0) } else { None }
 }
 
 /// The placement of document id `id` (SHARDING.md §2).
@@ -124,9 +144,32 @@ fn check_len(bytes: usize) -> Result<(), IdError> {
 pub(crate) fn tail(id: &str) -> Option<&str> {
     let bytes = id.as_bytes();
     let rest = bytes.get(1..)?;
-    let pos = rest.iter().rposition(|&b| b == b'$')?;
+    let pos = last_dollar(rest)?;
     // `pos + 2` is just past a `$` byte, a character boundary.
     id.get(pos + 2..)
+}
+
+/// The offset of the last `$` in `bytes`, eight bytes at a time (a byte loop with an early
+/// exit does not vectorise, and long ids would pay a cycle or more per byte).
+fn last_dollar(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const DOLLARS: u64 = u64::from_ne_bytes([b'$'; 8]);
+    let mut end = bytes.len();
+    while end >= 8 {
+        let start = end - 8;
+        let word = bytes.get(start..end)?;
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(word);
+        // Zero bytes of `x` are the `$` bytes of `word`; the expression is non-zero exactly
+        // when `x` has a zero byte.
+        let x = u64::from_ne_bytes(eight) ^ DOLLARS;
+        if x.wrapping_sub(ONES) & !x & HIGHS != 0 {
+            return word.iter().rposition(|&b| b == b'$').map(|p| start + p);
+        }
+        end = start;
+    }
+    bytes.get(..end)?.iter().rposition(|&b| b == b'$')
 }
 
 /// The placement of `id` without the emptiness and length checks: for routing a literal that
@@ -297,6 +340,12 @@ mod tests {
             "orders/1-a".to_owned(),
             "ORDERS/1-A".to_owned(),
             "X".repeat(LOWER_CHUNK_BYTES),
+            "X".repeat(SHORT_BYTES),
+            "x".repeat(SHORT_BYTES + 1),
+            format!("{}É", "X".repeat(SHORT_BYTES + 1)),
+            "Y".repeat(ID_BYTES_MAX),
+            "Y".repeat(ID_BYTES_MAX + 1),
+            format!("{}É", "X".repeat(ID_BYTES_MAX + 1)),
             "Ab".repeat(LOWER_CHUNK_BYTES + 3),
             "ÀÉÎõü/ΣΑΣ".to_owned(),
             "İstanbul".to_owned(),
@@ -306,6 +355,19 @@ mod tests {
             assert_eq!(hash(s), hash(&s.to_lowercase()), "{s}");
         }
         assert_eq!(doc_key("Orders/1-A").as_str(), "orders/1-a");
+        // The word-at-a-time `$` search finds the last one at every position.
+        for len in 1..40 {
+            for at in 0..len {
+                let mut id = vec![b'a'; len];
+                id[at] = b'$';
+                if at + 1 < len {
+                    id[at + 1] = b'$';
+                }
+                let expected = id.iter().rposition(|&b| b == b'$');
+                assert_eq!(last_dollar(&id), expected, "len {len} at {at}");
+            }
+            assert_eq!(last_dollar(&vec![b'a'; len]), None);
+        }
         assert_eq!(doc_key("ÀB").as_str(), "àb");
     }
 }
