@@ -380,6 +380,17 @@ pub fn validate<'a, D: DocValue<'a>>(
     if config.mutable {
         return Ok(());
     }
+    verify(config, id, doc)
+}
+
+/// [`validate`] as if `Mutable = false`, whatever the configuration says: the check behind
+/// the statement that lists a collection's violating ids, which operators run before (or
+/// after) switching `Mutable` from true to false, since that switch checks no old document.
+pub fn verify<'a, D: DocValue<'a>>(
+    config: &ShardingConfig,
+    id: &str,
+    doc: D,
+) -> Result<(), ValidationError> {
     let id_shard = match shard_of(id) {
         Ok(Placement::Content) => return Err(ValidationError::Unassigned),
         Ok(placement) => placement.fixed().map_err(ValidationError::Id)?,
@@ -956,6 +967,12 @@ mod tests {
         assert!(matches!(validate(&c, "x$@", &d), Err(ValidationError::Id(_))));
         let m = config(r#"{"Fields": ["Customer"], "Mutable": true}"#);
         assert_eq!(validate(&m, "orders/1-A$@5", &d), Ok(()));
+        // verify ignores Mutable: it finds what a true -> false switch would leave behind.
+        assert!(matches!(
+            verify(&m, "orders/1-A$@5", &d),
+            Err(ValidationError::OutsideBlock { .. })
+        ));
+        assert_eq!(verify(&m, "orders/1-A$@982173", &d), Ok(()));
     }
 
     // Checks each online change rule of §3: growth by a multiple, refusals with reasons, and

@@ -19,7 +19,7 @@ pub mod limits;
 pub mod map;
 pub mod prune;
 
-pub use content::{ContentKey, FieldPath, ShardingConfig, assign, check_change, validate};
+pub use content::{ContentKey, FieldPath, ShardingConfig, assign, check_change, validate, verify};
 pub use error::{
     AssignError, ChangeError, ConfigError, ContentError, DateTimeError, IdError, MapError,
     ValidationError,

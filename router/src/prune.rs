@@ -22,6 +22,11 @@
 //!   numbers may compare equal through `f64` while their texts differ.
 //! - `AND` intersects the children's shard sets; `OR` unites them.
 //!
+//! Content pruning trusts validation. Switching `Mutable` from true to false checks no old
+//! document (SHARDING.md §3), so a document written while it was true may sit outside its
+//! block and be missed; [`crate::verify`] is the check that lists such documents, to run
+//! before the switch.
+//!
 //! A plan whose `fragments` is empty can match no document; its opcode is `Single` (at most
 //! one fragment). A caller must treat `fragments` as the list to visit, never index it.
 
