@@ -90,3 +90,20 @@ fn refuses_bad_arguments() {
     let out = tessera(&[]);
     assert!(!out.status.success(), "at least one id is required");
 }
+
+// Checks an id that is not UTF-8 (possible in a Unix argument) is a typed error line, shown
+// with the replacement character, not a crash.
+#[test]
+fn non_utf8_id_is_an_error_line() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("shard-of")
+        .arg(OsStr::from_bytes(b"ab\xffc"))
+        .output()
+        .expect("running the tessera binary");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.starts_with("ab\u{fffd}c\terror: "), "{text}");
+    assert!(text.contains("not valid UTF-8"), "{text}");
+}
