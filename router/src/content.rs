@@ -844,6 +844,11 @@ mod tests {
             c.content_shard(&doc(r#"{"Customer":[1]}"#)),
             Err(ContentError::NotScalar { kind: ValueKind::Array, .. })
         ));
+        let e = c.content_shard(&doc(r#"{"Customer":{}}"#)).expect_err("an object");
+        assert_eq!(
+            e.to_string(),
+            "sharding field `Customer` holds an object; it must hold a string, a number or a boolean"
+        );
         let two = config(r#"{"Fields": ["A.B", "C"]}"#);
         assert_eq!(two.content_shard(&doc(r#"{"A":{"B":"x"},"C":7}"#)), Ok(Some(hash("x\u{1f}7"))));
         let n = config(r#"{"Fields": ["numeric(N)"]}"#);

@@ -28,6 +28,21 @@ pub enum ValueKind {
     Object,
 }
 
+impl std::fmt::Display for ValueKind {
+    /// The kind in words, for error messages: `null`, `a boolean`, `an integer`, …
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ValueKind::Null => "null",
+            ValueKind::Bool => "a boolean",
+            ValueKind::Int => "an integer",
+            ValueKind::Float => "a non-integer number",
+            ValueKind::Str => "a string",
+            ValueKind::Array => "an array",
+            ValueKind::Object => "an object",
+        })
+    }
+}
+
 /// A borrowed view of one JSON value. `Copy`, like a reference: it borrows the document for
 /// `'a`, and everything it hands out borrows the same document.
 pub trait DocValue<'a>: Copy + 'a {

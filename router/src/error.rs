@@ -195,7 +195,7 @@ pub enum ContentError {
         field: String,
     },
     /// A plain sharding field holds an object or an array.
-    #[error("sharding field `{field}` holds {kind:?}; it must hold a string, number or boolean")]
+    #[error("sharding field `{field}` holds {kind}; it must hold a string, a number or a boolean")]
     NotScalar {
         /// The field path.
         field: String,
@@ -203,7 +203,7 @@ pub enum ContentError {
         kind: ValueKind,
     },
     /// A `numeric()` field does not hold an integer.
-    #[error("sharding field `{field}` (numeric) holds {kind:?}; it must hold an integer")]
+    #[error("sharding field `{field}` (numeric) holds {kind}; it must hold an integer")]
     NotInteger {
         /// The field path.
         field: String,
@@ -212,7 +212,7 @@ pub enum ContentError {
     },
     /// A `ticks()` field does not hold a string.
     #[error(
-        "sharding field `{field}` (ticks) holds {kind:?}; it must hold an ISO-8601 date-time string"
+        "sharding field `{field}` (ticks) holds {kind}; it must hold an ISO-8601 date-time string"
     )]
     NotDateTimeString {
         /// The field path.
