@@ -204,15 +204,35 @@ impl Index {
         collection: &str,
         range: ShardRange,
     ) -> impl Iterator<Item = (&'a str, &'a Entry)> + 'a {
+        self.scan_after(collection, range, None)
+    }
+
+    /// Like `scan`, starting strictly after `(shard, key)` when given.
+    pub fn scan_after<'a>(
+        &'a self,
+        collection: &str,
+        range: ShardRange,
+        after: Option<(ShardId, &str)>,
+    ) -> impl Iterator<Item = (&'a str, &'a Entry)> + 'a {
+        use std::ops::Bound;
         let coll = self.collections.get(collection);
         let start = ShardId::new(range.start());
         let end = ShardId::new(range.end());
+        let lower = match (after, start) {
+            (Some((shard, key)), Some(s)) if shard >= s => {
+                Some(Bound::Excluded((shard, Key::new(key))))
+            }
+            (_, Some(s)) => Some(Bound::Included((s, Key::new("")))),
+            (_, None) => None,
+        };
         coll.into_iter().flat_map(move |c| {
-            let lower = start.map(|s| (s, Key::new("")));
-            let iter: Box<dyn Iterator<Item = &(ShardId, Key)>> = match (lower, end) {
-                (Some(lo), Some(hi)) => Box::new(c.by_shard.range(lo..(hi, Key::new("")))),
-                (Some(lo), None) => Box::new(c.by_shard.range(lo..)),
-                _ => Box::new(std::iter::empty()),
+            let upper = match end {
+                Some(hi) => Bound::Excluded((hi, Key::new(""))),
+                None => Bound::Unbounded,
+            };
+            let iter: Box<dyn Iterator<Item = &(ShardId, Key)>> = match lower.clone() {
+                Some(lo) => Box::new(c.by_shard.range((lo, upper))),
+                None => Box::new(std::iter::empty()),
             };
             iter.filter_map(move |(_, k)| {
                 c.by_key.get_key_value(k.as_str()).map(|(k, e)| (k.as_str(), e))
