@@ -19,7 +19,7 @@ pub mod error;
 mod export;
 pub mod format;
 mod fragment;
-pub mod index;
+mod index;
 pub mod limits;
 mod log;
 pub mod record;
