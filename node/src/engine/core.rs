@@ -94,11 +94,13 @@ impl Core {
         index: ExecutorIndex,
         shared: Arc<Shared>,
         owned: Vec<(FragmentId, ShardRange, std::path::PathBuf)>,
+        segment_bytes: u64,
     ) -> Result<Core, String> {
         let mut fragments = BTreeMap::new();
         for (id, range, dir) in owned {
             let started = Instant::now();
-            let fragment = Fragment::open(&dir, id, range, FragmentOptions::default())
+            let options = FragmentOptions { segment_bytes, ..FragmentOptions::default() };
+            let fragment = Fragment::open(&dir, id, range, options)
                 .await
                 .map_err(|e| format!("cannot open fragment {id} in {}: {e}", dir.display()))?;
             // storage logs the recovery itself; this adds where and how long.
