@@ -4,8 +4,8 @@
 //!
 //! A filter of the form `id() = 'x'` or `id() IN (…)` (alone or inside a top-level `AND`)
 //! is answered with [`FragmentSource::get`] instead of a scan; the whole filter is still
-//! checked on the document fetched. `id()` compares exactly (case-sensitively) with the id as
-//! stored, on both paths.
+//! checked on the document fetched. Both paths agree on ids that differ only in case: `get`
+//! looks ids up case-insensitively and `id()` equality ignores case (see [`crate::expr`]).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
