@@ -7,6 +7,10 @@
 //! against a number literal, an array or object against anything) are *not equal*: `=` is
 //! false, `<>` is true, `<`, `<=`, `>`, `>=` are false. Nothing raises.
 //!
+//! Document ids are case-insensitive for equality, as placement and storage treat them
+//! (SHARDING.md §1): `id() = 'ORDERS/1-a'` and `id() IN (…)` match `orders/1-A`; ordering on
+//! `id()` keeps the stored case and byte order.
+//!
 //! Arithmetic (`+ - * / %`) on two integers is checked `int8` arithmetic (overflow and
 //! division by zero raise); with a float it is `float8`; untyped parameter text reads as the
 //! number it spells; with anything else that is not a number it is NULL. `AND`, `OR`, `NOT`
@@ -685,8 +689,6 @@ pub fn matches<'v, D: DocValue<'v>>(filter: &'v Expr, row: &Row<'v, D>) -> Resul
     Ok(matches!(eval(filter, row)?, Value::Bool(true)))
 }
 
-/// Three-way comparison under the module's rule: `None` when either side is NULL,
-/// `Some(None)` when the kinds do not match.
 /// Equality of document ids: ids that differ only in case are the same document (SHARDING.md
 /// §1), so `id() = 'X'` and `id() IN (…)` compare lower-cased forms. `None` when either side is
 /// not text (the ordinary comparison rules then apply). Ordering (`<`, ORDER BY) keeps the
@@ -709,6 +711,8 @@ fn id_equal<'v, D: DocValue<'v>>(l: &Value<'v, D>, r: &Value<'v, D>) -> Option<b
     })
 }
 
+/// Three-way comparison under the module's rule: `None` when either side is NULL,
+/// `Some(None)` when the kinds do not match.
 fn compare<'v, D: DocValue<'v>>(l: &Value<'v, D>, r: &Value<'v, D>) -> Option<Option<Ordering>> {
     Some(match (l, r) {
         (Value::Null, _) | (_, Value::Null) => return None,
