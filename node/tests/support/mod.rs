@@ -428,6 +428,11 @@ impl Node {
         self.start_again();
     }
 
+    /// The `--fragments` of the next start (an existing data directory keeps its own).
+    pub fn set_fragments(&mut self, fragments: u32) {
+        self.options.fragments = fragments;
+    }
+
     /// Whether the process is still running (it has not exited on its own).
     pub fn is_running(&mut self) -> bool {
         match self.child.as_mut() {
