@@ -144,3 +144,27 @@ async fn sigkill_keeps_every_acknowledged_write() {
     let sharding = simple_rows(&client.simple_query("SHOW SHARDING orders").await.unwrap());
     assert_eq!(sharding.len(), 1, "the acknowledged CREATE TABLE survived");
 }
+
+// Checks that a second `tessera serve` on a data directory in use exits 1 at once with an
+// ERROR naming the directory, and that the first node keeps serving and stops cleanly.
+#[tokio::test]
+async fn a_second_node_on_the_same_data_directory_is_refused() {
+    let node = Node::start();
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = probe.local_addr().unwrap().port();
+    drop(probe);
+    let mut second = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"));
+    second
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(node.data_dir())
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--executors", "1", "--fragments", "8"])
+        .env("NO_COLOR", "1");
+    let out = support::run_client(second);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert!(stderr.contains("is in use by another tessera process"), "{stderr}");
+    let client = node.connect().await;
+    let one: i64 = client.query_one("SELECT 1::int8", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+}
