@@ -168,3 +168,70 @@ async fn content_routed_queries_touch_the_block_fragments() {
         .unwrap();
     assert_eq!(touched_by(&client, one).await, all);
 }
+
+/// (fragment, rows scanned) from EXPLAIN ANALYZE's `Fragment $n: rows scanned=X ...` lines.
+async fn analyzed(client: &tokio_postgres::Client, sql: &str) -> Vec<(String, i64)> {
+    let rows = client.query(&format!("EXPLAIN ANALYZE {sql}"), &[]).await.unwrap();
+    rows.iter()
+        .map(|r| r.get::<_, String>(0))
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("Fragment ")?;
+            let (fragment, rest) = rest.split_once(": rows scanned=")?;
+            let scanned = rest.split_whitespace().next()?.parse().ok()?;
+            Some((fragment.to_owned(), scanned))
+        })
+        .collect()
+}
+
+// Checks EXPLAIN ANALYZE against the counters: the fragments it reports and the rows each
+// scanned equal the growth of `statements` and `rows_scanned` around it; a lookup by id reads
+// at most one document, a content-routed query only its customer's documents' fragment.
+#[tokio::test]
+async fn explain_analyze_agrees_with_counters() {
+    let node = Node::start();
+    let client = node.connect().await;
+    client
+        .simple_query(
+            r#"CREATE TABLE orders () WITH (sharding = '{"Fields":["Customer"],"Range":1000}')"#,
+        )
+        .await
+        .unwrap();
+    for i in 0..30 {
+        let customer = ["customers/1-A", "customers/6-A", "customers/1582-A"][i % 3];
+        client
+            .simple_query(&format!(
+                r#"INSERT INTO orders VALUES ('orders/{i}$', '{{"Customer":"{customer}","i":{i}}}')"#
+            ))
+            .await
+            .unwrap();
+    }
+    let first_id: String =
+        client.query_one("SELECT id() FROM orders WHERE i = 0", &[]).await.unwrap().get(0);
+    for sql in [
+        format!("SELECT * FROM orders WHERE id() = '{first_id}'"),
+        "SELECT * FROM orders WHERE \"Customer\" = 'customers/1-A'".to_owned(),
+        "SELECT count(*) FROM orders WHERE \"Customer\" = 'customers/1582-A'".to_owned(),
+        "SELECT * FROM orders WHERE i > 20".to_owned(),
+    ] {
+        let before = fragment_counters(&client).await;
+        let report = analyzed(&client, &sql).await;
+        let after = fragment_counters(&client).await;
+        let grown: Vec<(String, i64)> = before
+            .iter()
+            .zip(&after)
+            .filter(|(b, a)| a.1 > b.1)
+            .map(|(b, a)| (a.0.clone(), a.2 - b.2))
+            .collect();
+        assert_eq!(report, grown, "{sql}");
+        let scanned: i64 = report.iter().map(|r| r.1).sum();
+        if sql.contains("id()") {
+            assert_eq!(report.len(), 1, "{sql}");
+            assert!(scanned <= 1, "{sql}: a point lookup scanned {scanned}");
+        } else if sql.contains("customers/") {
+            assert_eq!(scanned, 10, "{sql}: only the customer's ten orders are read");
+        } else {
+            assert_eq!(report.len(), 8, "{sql}");
+            assert_eq!(scanned, 30, "{sql}");
+        }
+    }
+}
