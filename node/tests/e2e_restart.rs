@@ -168,3 +168,22 @@ async fn a_second_node_on_the_same_data_directory_is_refused() {
     let one: i64 = client.query_one("SELECT 1::int8", &[]).await.unwrap().get(0);
     assert_eq!(one, 1);
 }
+
+// Checks SIGTERM with client connections open: the node still exits 0 (within the harness's
+// stop bound), the open connections then fail instead of hanging, and after a start on the
+// same directory a new connection reads what they wrote.
+#[tokio::test]
+async fn sigterm_with_open_connections_exits_cleanly() {
+    let mut node = Node::start();
+    let idle = node.connect().await;
+    let busy = node.connect().await;
+    busy.simple_query(r#"INSERT INTO open VALUES ('o', '{"v":1}')"#).await.unwrap();
+    node.stop();
+    assert!(idle.simple_query("SELECT 1").await.is_err(), "the connection ended with the node");
+    assert!(busy.simple_query("SELECT 1").await.is_err(), "the connection ended with the node");
+    node.start_again();
+    let client = node.connect().await;
+    let v: i64 =
+        client.query_one("SELECT v::int8 FROM open WHERE id() = 'o'", &[]).await.unwrap().get(0);
+    assert_eq!(v, 1);
+}
