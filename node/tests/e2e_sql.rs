@@ -349,3 +349,39 @@ async fn errors_carry_sqlstate_and_the_connection_survives() {
     let n: i64 = client.query_one("SELECT count(*) FROM orders", &[]).await.unwrap().get(0);
     assert_eq!(n, 0);
 }
+
+// Regression: ids that differ only in case are one document (SHARDING.md; storage keys them
+// lowercased and refuses the second INSERT with 23505), but `WHERE id() = 'ORDERS/1-A'`
+// found nothing because the filter re-checked the stored 'Orders/1-A' byte-wise. Checks
+// SELECT, IN, UPDATE and DELETE by id in another case, over both protocols.
+#[tokio::test]
+async fn ids_match_in_any_case() {
+    let node = Node::start();
+    let client = node.connect().await;
+    client.simple_query(r#"INSERT INTO o VALUES ('Orders/1-A', '{"v":1}')"#).await.unwrap();
+    let e =
+        client.simple_query(r#"INSERT INTO o VALUES ('orders/1-a', '{"v":2}')"#).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    let rows = client
+        .query("SELECT id(), v::int8 FROM o WHERE id() = $1", &[&"ORDERS/1-A"])
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, String>(0), "Orders/1-A", "the first-written case is kept");
+    let rows =
+        client.simple_query("SELECT id() FROM o WHERE id() IN ('x', 'orders/1-a')").await.unwrap();
+    assert_eq!(simple_rows(&rows), vec![vec![Some("Orders/1-A".to_owned())]]);
+    let updated =
+        client.execute("UPDATE o SET v = 5 WHERE id() = 'oRdErS/1-a'", &[]).await.unwrap();
+    assert_eq!(updated, 1);
+    let v: i64 = client
+        .query_one("SELECT v::int8 FROM o WHERE id() = 'Orders/1-A'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 5);
+    let deleted = client.execute("DELETE FROM o WHERE id() = 'ORDERS/1-a'", &[]).await.unwrap();
+    assert_eq!(deleted, 1);
+    let n: i64 = client.query_one("SELECT count(*) FROM o", &[]).await.unwrap().get(0);
+    assert_eq!(n, 0);
+}

@@ -11,6 +11,11 @@
 //! division by zero raise); with a float it is `float8`; with anything that is not a number it
 //! is NULL. `AND`, `OR`, `NOT` on something that is not a boolean treat it as NULL.
 //!
+//! **Ids.** `id() = x`, `id() <> x` and `id() [NOT] IN (…)` compare ids case-insensitively
+//! (Unicode lowercase, as SHARDING.md places and storage keys them): ids that differ only in
+//! case are one document, so a lookup in another case finds it. Ordering and `LIKE` on
+//! `id()` stay byte-wise.
+//!
 //! Evaluating a comparison between a field and a literal allocates nothing: fields are read in
 //! place through [`DocValue`] and literal strings are borrowed from the plan.
 
@@ -610,6 +615,16 @@ pub fn eval<'v, D: DocValue<'v>>(
                 _ => Value::Null,
             }
         }
+        Expr::Binary { op: op @ (BinaryOp::Eq | BinaryOp::Ne), left, right }
+            if matches!(**left, Expr::Id) || matches!(**right, Expr::Id) =>
+        {
+            let l = eval(left, row)?;
+            let r = eval(right, row)?;
+            match (l.as_str(), r.as_str()) {
+                (Some(a), Some(b)) => Value::Bool(same_id(a, b) == (*op == BinaryOp::Eq)),
+                _ => compare_op(*op, &l, &r).map_or(Value::Null, Value::Bool),
+            }
+        }
         Expr::Binary { op, left, right } if op.is_comparison() => {
             let l = eval(left, row)?;
             let r = eval(right, row)?;
@@ -626,8 +641,14 @@ pub fn eval<'v, D: DocValue<'v>>(
             }
             let mut saw_null = false;
             let mut found = false;
+            let by_id = matches!(**expr, Expr::Id);
             for candidate in list {
-                match compare_op(BinaryOp::Eq, &v, &eval(candidate, row)?) {
+                let c = eval(candidate, row)?;
+                let equal = match (by_id, v.as_str(), c.as_str()) {
+                    (true, Some(a), Some(b)) => Some(same_id(a, b)),
+                    _ => compare_op(BinaryOp::Eq, &v, &c),
+                };
+                match equal {
                     Some(true) => {
                         found = true;
                         break;
@@ -666,6 +687,16 @@ pub fn eval<'v, D: DocValue<'v>>(
         }
         Expr::Cast { expr, to } => cast(eval(expr, row)?, *to)?,
     })
+}
+
+/// Whether two document ids name the same document: equal after Unicode lowercasing, the
+/// rule storage keys documents by. ASCII ids compare without allocating.
+fn same_id(a: &str, b: &str) -> bool {
+    if a.is_ascii() && b.is_ascii() {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        a.to_lowercase() == b.to_lowercase()
+    }
 }
 
 /// Whether the filter holds for the row (NULL counts as false).
@@ -953,6 +984,51 @@ mod tests {
         assert_eq!(holds(&cmp(BinaryOp::Gt, "name", Literal::Str("Al".into())), &doc), Some(true));
         let is_null = Expr::IsNull { expr: field("missing"), negated: false };
         assert_eq!(holds(&is_null, &doc), Some(true));
+    }
+
+    // Checks that id() equality, inequality and IN ignore case (Unicode lowercase, non-ASCII
+    // included) while ordering on id() stays byte-wise.
+    #[test]
+    fn ids_compare_case_insensitively() {
+        let doc = json!({});
+        let row = Row { id: "Orders/ÄB-1", doc: Some(&doc), excluded: None };
+        let id_cmp = |op, s: &str| Expr::Binary {
+            op,
+            left: Box::new(Expr::Id),
+            right: lit(Literal::Str(s.to_owned())),
+        };
+        let holds_row = |e: &Expr| matches!(eval(e, &row).expect("evaluates"), Value::Bool(true));
+        assert!(holds_row(&id_cmp(BinaryOp::Eq, "orders/äb-1")));
+        assert!(holds_row(&id_cmp(BinaryOp::Eq, "ORDERS/ÄB-1")));
+        assert!(!holds_row(&id_cmp(BinaryOp::Ne, "orders/äb-1")));
+        assert!(holds_row(&id_cmp(BinaryOp::Ne, "orders/äb-2")));
+        let reversed = Expr::Binary {
+            op: BinaryOp::Eq,
+            left: lit(Literal::Str("oRDERS/äB-1".into())),
+            right: Box::new(Expr::Id),
+        };
+        assert!(holds_row(&reversed));
+        let in_list = Expr::InList {
+            expr: Box::new(Expr::Id),
+            list: vec![
+                Expr::Literal(Literal::Str("x".into())),
+                Expr::Literal(Literal::Str("ORDERS/äb-1".into())),
+            ],
+            negated: false,
+        };
+        assert!(holds_row(&in_list));
+        // Byte-wise ordering: 'O' (0x4F) sorts before 'o' (0x6F).
+        assert!(holds_row(&id_cmp(BinaryOp::Lt, "orders/äb-1")));
+        let row = Row { id: "d/1", doc: Some(&doc), excluded: None };
+        let plain = Expr::Binary {
+            op: BinaryOp::Eq,
+            left: lit(Literal::Str("A".into())),
+            right: lit(Literal::Str("a".into())),
+        };
+        assert!(
+            matches!(eval(&plain, &row).expect("evaluates"), Value::Bool(false)),
+            "only ids ignore case"
+        );
     }
 
     // Checks three-valued AND/OR/NOT and IN with NULL candidates.
