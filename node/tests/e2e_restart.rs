@@ -18,7 +18,8 @@ async fn all_docs(client: &tokio_postgres::Client, collection: &str) -> BTreeMap
 
 // Checks a clean restart: documents in two collections (after updates and deletes), the
 // content configuration (SHOW SHARDING, validation still enforced with 23514, routing still
-// by block) and the fragment layout (a restart asking for 4 fragments keeps the 8 created).
+// by block) and the fragment layout (a restart asking for 4 fragments keeps the 8 created,
+// and one executor serves all 8 of them).
 #[tokio::test]
 async fn clean_restart_keeps_data_and_configuration() {
     let mut node = Node::start();
@@ -73,12 +74,15 @@ async fn clean_restart_keeps_data_and_configuration() {
     // The data directory keeps the layout it was created with.
     node.stop();
     node.set_fragments(4);
+    node.set_executors(1);
     node.expect_log("keeps the fragment count");
     node.start_again();
     let client = node.connect().await;
     let fragments = simple_rows(&client.simple_query("SHOW FRAGMENTS").await.unwrap());
     assert_eq!(fragments.len(), 8);
+    assert!(fragments.iter().all(|f| f[2].as_deref() == Some("executor-0")), "{fragments:?}");
     assert_eq!(all_docs(&client, "items").await, items);
+    assert_eq!(all_docs(&client, "orders").await, orders);
 }
 
 // Checks kill -9: four connections write (inserts, then upserts bumping a counter) and record

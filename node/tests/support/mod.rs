@@ -433,6 +433,11 @@ impl Node {
         self.options.fragments = fragments;
     }
 
+    /// The `--executors` of the next start (fragments are dealt to them round-robin).
+    pub fn set_executors(&mut self, executors: u32) {
+        self.options.executors = executors;
+    }
+
     /// Whether the process is still running (it has not exited on its own).
     pub fn is_running(&mut self) -> bool {
         match self.child.as_mut() {
