@@ -335,10 +335,8 @@ async fn errors_carry_sqlstate_and_the_connection_survives() {
     assert!(db.message().contains("position 27"), "{}", db.message());
     match db.position() {
         Some(ErrorPosition::Original(p)) => {
-            // node::pg::sqlstate adds 1 to query's already 1-based position, so the wire field
-            // says 28 (the character after the token). Reported; node/src/pg is not this
-            // suite's to change. Tighten to `*p == 27` once fixed.
-            assert!(*p == 27 || *p == 28, "position {p} of {sql:?}");
+            // The wire field is the same 1-based position: psql draws its caret there.
+            assert_eq!(*p, 27, "position of {sql:?}");
         }
         other => panic!("syntax error without position: {other:?}"),
     }

@@ -284,6 +284,10 @@ impl Node {
                 .arg(self.options.executors.to_string())
                 .arg("--fragments")
                 .arg(self.options.fragments.to_string())
+                // Small segments: each is zero-filled at creation, and 64 MiB ones would make
+                // every test node write 512 MiB before it serves.
+                .arg("--segment-bytes")
+                .arg("1048576")
                 .arg("--log")
                 .arg("info");
             if let Some(p) = &self.options.password {
