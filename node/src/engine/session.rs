@@ -514,10 +514,16 @@ impl Session {
                     Some(self.select(&statement).await?.1)
                 }
                 Statement::Select(_) => Some(Vec::new()),
+                // As in PostgreSQL, EXPLAIN ANALYZE of a write performs the write.
+                Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
+                    let mut analysis = self.write(&statement).await?.analysis;
+                    analysis.sort_by_key(|a| a.fragment);
+                    Some(analysis)
+                }
                 _ => {
                     return Err(EngineError::NotSupported {
-                        what: "EXPLAIN ANALYZE of a statement other than SELECT",
-                        hint: "EXPLAIN without ANALYZE shows how a write is routed",
+                        what: "EXPLAIN ANALYZE of a statement that reads no collection",
+                        hint: "EXPLAIN ANALYZE takes SELECT, INSERT, UPDATE or DELETE",
                     });
                 }
             }
