@@ -145,7 +145,7 @@ impl Session {
                 Ok(CommandTag::with_rows(verb, outcome.affected))
             }
             Statement::CreateCollection { collection, sharding, if_not_exists } => {
-                self.create(collection, sharding.clone(), *if_not_exists, sink).await?;
+                self.create(collection, sharding.clone(), *if_not_exists).await?;
                 Ok(CommandTag::new("CREATE TABLE"))
             }
             Statement::AlterSharding { collection, sharding } => {
@@ -469,13 +469,12 @@ impl Session {
                 }
             })
             .await?;
-        let mut rows: Rows = found
+        let mut violations: Vec<(String, String)> = found.into_iter().flatten().collect();
+        violations.sort();
+        Ok(violations
             .into_iter()
-            .flatten()
             .map(|(id, reason)| vec![Datum::Text(id), Datum::Text(reason)])
-            .collect();
-        rows.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
-        Ok(rows)
+            .collect())
     }
 
     fn all_fragments(&self) -> BTreeMap<ExecutorIndex, Vec<Target>> {
@@ -538,7 +537,6 @@ impl Session {
         collection: &CollectionName,
         sharding: Option<router::ShardingConfig>,
         if_not_exists: bool,
-        _sink: &mut RowSink<'_>,
     ) -> Result<(), EngineError> {
         // A collection exists once written to, so CREATE TABLE without a configuration only
         // has to refuse a configured one that exists.
