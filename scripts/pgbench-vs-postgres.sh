@@ -125,6 +125,16 @@ for t in pgb_docs pgb_content; do
 done
 
 mkdir -p "$out/raw"
+# Before timing anything: the point read finds exactly one document and the content query
+# exactly eight, through the same prepared, untyped parameters as the timed scripts.
+for flavor in postgres tessera; do
+  if [ "$flavor" = postgres ]; then p=$pg_port; db=postgres; else p=$port; db=bench; fi
+  pgbench -h 127.0.0.1 -p "$p" -U bench -n -M prepared -c 2 -j 2 -t 100 -D docs="$docs" \
+    -f "bench/pgbench/$flavor-check.sql" "$db" >"$out/raw/check.$flavor.txt" 2>&1 \
+    && grep -q '^number of failed transactions: 0' "$out/raw/check.$flavor.txt" \
+    || { cat "$out/raw/check.$flavor.txt" >&2; echo "pgbench-vs-postgres: $flavor check failed: its queries do not find the loaded documents" >&2; exit 1; }
+done
+echo "pgbench-vs-postgres: check passed: point reads find 1 document, content queries 8, on both"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "command: scripts/pgbench-vs-postgres.sh (PGB_SECONDS=$seconds PGB_DOCS=$docs PGB_CLIENTS='$clients')"
