@@ -46,6 +46,11 @@ pub struct ServeArgs {
     /// Password clients must give (SCRAM-SHA-256). Unset: trust authentication.
     #[arg(long, env = "TESSERA_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+    /// Size of each log segment, preallocated and zero-filled when created (writes that
+    /// overwrite preallocated blocks sync much faster than appends). Default 64 MiB; smaller
+    /// segments start faster and use less disk on small nodes.
+    #[arg(long, env = "TESSERA_SEGMENT_BYTES")]
+    pub segment_bytes: Option<u64>,
 }
 
 /// The same settings read from a TOML file.
@@ -58,6 +63,7 @@ struct FileConfig {
     fragments: Option<u32>,
     log: Option<String>,
     password: Option<String>,
+    segment_bytes: Option<u64>,
 }
 
 /// The resolved configuration of one node.
@@ -77,6 +83,8 @@ pub struct NodeConfig {
     pub password: Option<String>,
     /// How long a connection may sit idle before the node closes it.
     pub idle_timeout: Duration,
+    /// Preallocated size of each log segment.
+    pub segment_bytes: u64,
 }
 
 /// A configuration that cannot be used, with the setting and the reason.
@@ -149,6 +157,25 @@ impl NodeConfig {
         }
         let log = args.log.clone().or(file.log).unwrap_or_else(|| "info".to_owned());
         let password = args.password.clone().or(file.password).filter(|p| !p.is_empty());
+        let segment_bytes = args
+            .segment_bytes
+            .or(file.segment_bytes)
+            .unwrap_or(storage::limits::SEGMENT_BYTES_DEFAULT);
+        let segments = storage::limits::SEGMENT_BYTES_MIN..=storage::limits::SEGMENT_BYTES_MAX;
+        if !segments.contains(&segment_bytes)
+            || !segment_bytes.is_multiple_of(storage::limits::BLOCK_BYTES)
+        {
+            return Err(ConfigError::Invalid {
+                setting: "segment-bytes",
+                value: segment_bytes.to_string(),
+                reason: format!(
+                    "must be a multiple of {} between {} and {}",
+                    storage::limits::BLOCK_BYTES,
+                    segments.start(),
+                    segments.end()
+                ),
+            });
+        }
         Ok(NodeConfig {
             data_dir,
             listen,
@@ -157,6 +184,7 @@ impl NodeConfig {
             log,
             password,
             idle_timeout: Duration::from_secs(IDLE_TIMEOUT_SECS_DEFAULT),
+            segment_bytes,
         })
     }
 }
@@ -217,6 +245,9 @@ mod tests {
         let bad = ServeArgs { executors: Some(0), ..ServeArgs::default() };
         let e = NodeConfig::resolve(&bad, 2).expect_err("zero executors");
         assert!(e.to_string().contains("executors"), "{e}");
+        let bad = ServeArgs { segment_bytes: Some(5000), ..ServeArgs::default() };
+        let e = NodeConfig::resolve(&bad, 2).expect_err("unaligned segment");
+        assert!(e.to_string().contains("segment-bytes"), "{e}");
         let bad = ServeArgs { listen: Some("nonsense".into()), ..ServeArgs::default() };
         let e = NodeConfig::resolve(&bad, 2).expect_err("bad address");
         assert!(e.to_string().contains("listen"), "{e}");

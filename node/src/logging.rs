@@ -1,5 +1,7 @@
 //! Logging setup: `tracing` to stderr with a filter from `--log` / `TESSERA_LOG`.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber. A filter that does not parse is an error naming it, so a
@@ -10,6 +12,9 @@ pub fn init(filter: &str) -> Result<(), String> {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, and never when NO_COLOR is set
+        // (https://no-color.org): logs piped to files and tests stay plain text.
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_target(false)
         .try_init()
         .map_err(|e| format!("cannot install the logger: {e}"))

@@ -4,8 +4,8 @@
 //!
 //! A filter of the form `id() = 'x'` or `id() IN (…)` (alone or inside a top-level `AND`)
 //! is answered with [`FragmentSource::get`] instead of a scan; the whole filter is still
-//! checked on the document fetched. `id()` compares exactly (case-sensitively) with the id as
-//! stored, on both paths.
+//! checked on the document fetched. Both paths agree on ids that differ only in case: `get`
+//! looks ids up case-insensitively and `id()` equality ignores case (see [`crate::expr`]).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -976,8 +976,10 @@ pub struct VerifyPartial {
     pub rows_scanned: u64,
 }
 
-/// Checks every document of the collection in `ranges` with `router::validate` against
-/// `config` (with `Mutable = true` nothing is checked, as for writes).
+/// Checks every document of the collection in `ranges` with `router::verify` against
+/// `config`: as if `Mutable = false`, whatever the configuration says, since this is the
+/// check operators run before switching `Mutable` from true to false (a switch that checks
+/// no old document).
 pub fn execute_verify_sharding<S: FragmentSource>(
     collection: &CollectionName,
     config: &router::ShardingConfig,
@@ -988,7 +990,7 @@ pub fn execute_verify_sharding<S: FragmentSource>(
     let mut overflow = false;
     source.scan(collection, ranges, &mut |d| {
         out.rows_scanned += 1;
-        if let Err(e) = router::validate(config, d.id, d.doc) {
+        if let Err(e) = router::verify(config, d.id, d.doc) {
             if out.violations.len() >= RESULT_ROWS_MAX {
                 overflow = true;
                 return ControlFlow::Break(());
@@ -1004,4 +1006,67 @@ pub fn execute_verify_sharding<S: FragmentSource>(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    // Checks NULL placement follows NULLS FIRST/LAST independently of DESC.
+    #[test]
+    fn key_order_with_nulls() {
+        let key = |descending, nulls_first| OrderKey {
+            target: OrderTarget::Output(0),
+            descending,
+            nulls_first,
+        };
+        let one = Datum::Int8(1);
+        let two = Datum::Int8(2);
+        assert_eq!(cmp_key(&key(false, false), Some(&one), Some(&two)), Ordering::Less);
+        assert_eq!(cmp_key(&key(true, true), Some(&one), Some(&two)), Ordering::Greater);
+        assert_eq!(cmp_key(&key(false, false), Some(&Datum::Null), Some(&one)), Ordering::Greater);
+        assert_eq!(cmp_key(&key(true, true), Some(&Datum::Null), Some(&one)), Ordering::Less);
+        assert_eq!(cmp_key(&key(true, false), None, Some(&one)), Ordering::Greater);
+    }
+
+    // Checks SET paths create missing objects and refuse to walk through a scalar.
+    #[test]
+    fn set_paths() {
+        let mut doc = json!({"a": 1});
+        let path = |p: &[&str]| FieldPath::new(p.iter().map(|s| (*s).to_owned()).collect());
+        set_path(&mut doc, &path(&["b", "c"]), json!(2)).expect("creates b");
+        assert_eq!(doc, json!({"a": 1, "b": {"c": 2}}));
+        assert!(matches!(
+            set_path(&mut doc, &path(&["a", "x"]), json!(3)),
+            Err(ExecError::PathConflict { .. })
+        ));
+        assert!(set_path(&mut doc, &path(&[]), json!(3)).is_err());
+    }
+
+    // Checks equal numbers get one spelling, and only where that is exact.
+    #[test]
+    fn canonical_numbers() {
+        assert_eq!(canonical(Datum::Float8(3.0)), Datum::Int8(3));
+        assert_eq!(canonical(Datum::Float8(-0.0)), Datum::Int8(0));
+        assert_eq!(canonical(Datum::Float8(2.5)), Datum::Float8(2.5));
+        assert_eq!(canonical(Datum::Float8(1e300)), Datum::Float8(1e300));
+        assert_eq!(canonical(Datum::Text("1".into())), Datum::Text("1".into()));
+    }
+
+    // Checks partial aggregate states combine like one state over all values, and that
+    // combining states of different aggregates is reported, not ignored.
+    #[test]
+    fn aggregate_states_combine() {
+        let mut a = AggState::SumInt(Some(i64::MAX));
+        assert!(matches!(a.combine(AggState::SumInt(Some(1))), Err(ExecError::Overflow { .. })));
+        let mut m = AggState::Min(Some(Datum::Int8(5)));
+        m.combine(AggState::Min(Some(Datum::Float8(4.5)))).expect("combines");
+        assert_eq!(m, AggState::Min(Some(Datum::Float8(4.5))));
+        let mut avg = AggState::Avg { sum: 3.0, count: 2 };
+        avg.combine(AggState::Avg { sum: 6.0, count: 1 }).expect("combines");
+        assert_eq!(avg.finish(SqlType::Float8), Ok(Datum::Float8(3.0)));
+        let mut c = AggState::Count(1);
+        assert!(matches!(c.combine(AggState::Min(None)), Err(ExecError::PartialMismatch { .. })));
+    }
 }

@@ -7,6 +7,10 @@
 //! against a number literal, an array or object against anything) are *not equal*: `=` is
 //! false, `<>` is true, `<`, `<=`, `>`, `>=` are false. Nothing raises.
 //!
+//! Document ids are case-insensitive for equality, as placement and storage treat them
+//! (SHARDING.md §1): `id() = 'ORDERS/1-a'` and `id() IN (…)` match `orders/1-A`; ordering on
+//! `id()` keeps the stored case and byte order.
+//!
 //! Arithmetic (`+ - * / %`) on two integers is checked `int8` arithmetic (overflow and
 //! division by zero raise); with a float it is `float8`; untyped parameter text reads as the
 //! number it spells; with anything else that is not a number it is NULL. `AND`, `OR`, `NOT`
@@ -611,6 +615,14 @@ pub fn eval<'v, D: DocValue<'v>>(
                 _ => Value::Null,
             }
         }
+        Expr::Binary { op: op @ (BinaryOp::Eq | BinaryOp::Ne), left, right }
+            if matches!(**left, Expr::Id) || matches!(**right, Expr::Id) =>
+        {
+            let l = eval(left, row)?;
+            let r = eval(right, row)?;
+            let equal = id_equal(&l, &r).or_else(|| compare_op(BinaryOp::Eq, &l, &r));
+            equal.map_or(Value::Null, |e| Value::Bool(e == (*op == BinaryOp::Eq)))
+        }
         Expr::Binary { op, left, right } if op.is_comparison() => {
             let l = eval(left, row)?;
             let r = eval(right, row)?;
@@ -627,8 +639,11 @@ pub fn eval<'v, D: DocValue<'v>>(
             }
             let mut saw_null = false;
             let mut found = false;
+            let is_id = matches!(**expr, Expr::Id);
             for candidate in list {
-                match compare_op(BinaryOp::Eq, &v, &eval(candidate, row)?) {
+                let c = eval(candidate, row)?;
+                let equal = if is_id { id_equal(&v, &c) } else { None };
+                match equal.or_else(|| compare_op(BinaryOp::Eq, &v, &c)) {
                     Some(true) => {
                         found = true;
                         break;
@@ -672,6 +687,28 @@ pub fn eval<'v, D: DocValue<'v>>(
 /// Whether the filter holds for the row (NULL counts as false).
 pub fn matches<'v, D: DocValue<'v>>(filter: &'v Expr, row: &Row<'v, D>) -> Result<bool, ExecError> {
     Ok(matches!(eval(filter, row)?, Value::Bool(true)))
+}
+
+/// Equality of document ids: ids that differ only in case are the same document (SHARDING.md
+/// §1), so `id() = 'X'` and `id() IN (…)` compare lower-cased forms. `None` when either side is
+/// not text (the ordinary comparison rules then apply). Ordering (`<`, ORDER BY) keeps the
+/// stored case and byte order.
+fn id_equal<'v, D: DocValue<'v>>(l: &Value<'v, D>, r: &Value<'v, D>) -> Option<bool> {
+    fn text<'a, 'v, D>(v: &'a Value<'v, D>) -> Option<&'a str> {
+        match v {
+            Value::Str(s) | Value::Untyped(s) => Some(s),
+            Value::Text(s) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+    let (a, b) = (text(l)?, text(r)?);
+    // ASCII: the same answer as Unicode lower-casing, without allocating (filters stay
+    // allocation-free). Otherwise lower-case as placement does: `K` (KELVIN SIGN) is `k`.
+    Some(if a.is_ascii() && b.is_ascii() {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        router::doc_key(a) == router::doc_key(b)
+    })
 }
 
 /// Three-way comparison under the module's rule: `None` when either side is NULL,
@@ -966,6 +1003,35 @@ mod tests {
         assert_eq!(holds(&cmp(BinaryOp::Gt, "name", Literal::Str("Al".into())), &doc), Some(true));
         let is_null = Expr::IsNull { expr: field("missing"), negated: false };
         assert_eq!(holds(&is_null, &doc), Some(true));
+    }
+
+    // Checks that id() equality and IN ignore case, as placement and storage do (ids differing
+    // only in case are one document), while ordering keeps byte order.
+    #[test]
+    fn id_equality_ignores_case() {
+        let doc = json!({});
+        let id_cmp = |op, l: &str| Expr::Binary {
+            op,
+            left: Box::new(Expr::Id),
+            right: lit(Literal::Str(l.into())),
+        };
+        assert_eq!(holds(&id_cmp(BinaryOp::Eq, "D/1"), &doc), Some(true));
+        assert_eq!(holds(&id_cmp(BinaryOp::Ne, "D/1"), &doc), Some(false));
+        assert_eq!(holds(&id_cmp(BinaryOp::Eq, "d/2"), &doc), Some(false));
+        assert_eq!(
+            holds(&id_cmp(BinaryOp::Lt, "D/1"), &doc),
+            Some(false),
+            "'d/1' > 'D/1' bytewise"
+        );
+        let in_list = Expr::InList {
+            expr: Box::new(Expr::Id),
+            list: vec![
+                Expr::Literal(Literal::Str("x".into())),
+                Expr::Literal(Literal::Str("D/1".into())),
+            ],
+            negated: false,
+        };
+        assert_eq!(holds(&in_list, &doc), Some(true));
     }
 
     // Checks three-valued AND/OR/NOT and IN with NULL candidates.

@@ -1835,3 +1835,62 @@ fn plan_delete(delete: &ast::Delete) -> Result<Delete, PlanError> {
         returning: plan_returning(delete.returning.as_ref(), &planner)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn select(sql: &str) -> Select {
+        match crate::parse(sql).expect("parses").remove(0) {
+            Statement::Select(s) => s,
+            other => panic!("not a select: {other:?}"),
+        }
+    }
+
+    // Checks identifier folding: unquoted lower-cased, quoted kept, dotted paths split, and
+    // an explicit alias prefix dropped.
+    #[test]
+    fn identifiers_and_paths() {
+        let s = select("SELECT Name, \"Name\", a.\"B\".c, x.y FROM Users AS x");
+        assert_eq!(s.collection.as_ref().map(CollectionName::as_str), Some("users"));
+        let SelectShape::Rows { outputs } = &s.shape else { panic!("rows") };
+        let paths: Vec<String> = outputs.iter().map(|o| o.expr.to_string()).collect();
+        assert_eq!(paths, ["name", "\"Name\"", "a.\"B\".c", "y"]);
+        let names: Vec<&str> = outputs.iter().map(|o| o.column.name.as_str()).collect();
+        assert_eq!(names, ["name", "Name", "c", "y"]);
+    }
+
+    // Checks GROUP BY by position and alias, repeated aggregates computed once, and ORDER BY
+    // resolved to output columns.
+    #[test]
+    fn aggregate_shape() {
+        let s = select(
+            "SELECT g AS k, count(*), count(*) AS again, max(v) FROM c GROUP BY 1 ORDER BY again DESC, k",
+        );
+        let SelectShape::Aggregate { group_by, aggregates, outputs } = &s.shape else {
+            panic!("aggregate")
+        };
+        assert_eq!(group_by.len(), 1);
+        assert_eq!(aggregates.len(), 2, "count(*) is computed once");
+        assert_eq!(outputs[1].source, outputs[2].source);
+        assert_eq!(s.order_by[0].target, OrderTarget::Output(2));
+        assert!(s.order_by[0].descending);
+        assert!(s.order_by[0].nulls_first, "DESC defaults to NULLS FIRST");
+        assert_eq!(s.order_by[1].target, OrderTarget::Output(0));
+        // A name that is no alias is a field, so `g` is then not grouped.
+        let e = crate::parse("SELECT g, count(*) FROM c GROUP BY other").expect_err("not grouped");
+        assert!(matches!(e, PlanError::Invalid { .. }), "{e:?}");
+    }
+
+    // Checks literal planning: negative folding, big integers as floats, placeholders.
+    #[test]
+    fn literals() {
+        let s = select("SELECT -5, 9223372036854775808, -9223372036854775808, $2 FROM c");
+        let SelectShape::Rows { outputs } = &s.shape else { panic!("rows") };
+        assert_eq!(outputs[0].expr, Expr::Literal(Literal::Int(-5)));
+        assert_eq!(outputs[1].expr, Expr::Literal(Literal::Float(9_223_372_036_854_775_808.0)));
+        assert_eq!(outputs[2].expr, Expr::Literal(Literal::Float(-9_223_372_036_854_775_808.0)));
+        assert_eq!(outputs[3].expr, Expr::Param(1));
+        assert!(crate::parse("SELECT $0 FROM c").is_err());
+    }
+}

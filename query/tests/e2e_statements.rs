@@ -444,6 +444,12 @@ fn verify_sharding_and_result_columns() {
         out.violations.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
         ["orders/2-A$@5"]
     );
+    // With Mutable = true writes are not validated, which is exactly when the check matters.
+    let mutable = router::ShardingConfig::parse(r#"{"Fields": ["Customer"], "Mutable": true}"#)
+        .expect("config");
+    let out = query::execute_verify_sharding(&collection, &mutable, &f, &[router::ShardRange::ALL])
+        .expect("verifies");
+    assert_eq!(out.violations.len(), 1, "{:?}", out.violations);
 
     let cols = |sql: &str| {
         one(sql).result_columns().map(|c| c.into_iter().map(|c| c.name).collect::<Vec<_>>())
@@ -504,4 +510,19 @@ fn untyped_parameter_in_arithmetic() {
     };
     let out = execute_update(&up, &f, &[router::ShardRange::ALL]).expect("updates");
     assert_eq!(out.returning, vec![vec![Datum::Json(json!(42))]]);
+}
+
+// Checks an id spelled in another case finds the document on both paths: the routed point
+// lookup (get) and a scan (a filter under NOT is never a point lookup).
+#[test]
+fn id_in_another_case_finds_the_document() {
+    let c = cluster();
+    let Statement::Select(point) = one("SELECT id() FROM orders WHERE id() = 'ORDERS/2-a'") else {
+        panic!()
+    };
+    let (r, plan) = c.select_routed(&point);
+    assert_eq!(plan.opcode, Opcode::Single);
+    assert_eq!(texts(&r.rows), ["orders/2-A"], "the stored case is returned");
+    let r = c.query("SELECT id() FROM orders WHERE NOT id() <> 'ORDERS/2-a'");
+    assert_eq!(texts(&r.rows), ["orders/2-A"]);
 }

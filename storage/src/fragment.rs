@@ -229,6 +229,13 @@ impl<'f> DocRef<'f> {
     }
 }
 
+/// Where a resumable scan stopped: the shard and lower-cased id of the last document visited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanCursor {
+    shard: ShardId,
+    key: String,
+}
+
 /// Counters of a fragment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FragmentStats {
@@ -702,6 +709,28 @@ impl Fragment {
                 return;
             }
         }
+    }
+
+    /// Like `scan`, but resumable: starts strictly after `cursor` (when given) and returns the
+    /// cursor of the document at which `visit` broke, or `None` once the range is exhausted.
+    /// Lets a caller visit a large range in slices and yield to other tasks in between.
+    pub fn scan_from(
+        &self,
+        collection: &str,
+        range: ShardRange,
+        cursor: Option<&ScanCursor>,
+        mut visit: impl FnMut(DocRef<'_>) -> ControlFlow<()>,
+    ) -> Option<ScanCursor> {
+        let st = self.inner.st.borrow();
+        let after = cursor.map(|c| (c.shard, c.key.as_str()));
+        for (key, entry) in st.index.scan_after(collection, range, after) {
+            if let Some(doc) = DocRef::new(&entry.loc, entry.version)
+                && visit(doc).is_break()
+            {
+                return Some(ScanCursor { shard: entry.shard, key: key.to_owned() });
+            }
+        }
+        None
     }
 
     /// Names of collections that have documents, sorted.

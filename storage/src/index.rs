@@ -1,7 +1,10 @@
 //! The in-memory index: per collection, the lower-cased document id to its location, version
 //! and shard, plus an ordered set by (shard, id) for range scans, and per-shard counters.
 
+use std::borrow::Borrow;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
 use router::{ShardId, ShardRange};
@@ -43,10 +46,78 @@ pub struct ShardStats {
     pub bytes: u64,
 }
 
+/// Keys up to this many bytes are stored inside the hash table's slot.
+const KEY_INLINE_BYTES: usize = 22;
+
+/// An index key (a lower-cased id). Short keys live inline, so a point read compares the key
+/// without following a pointer to another cache line; longer ones share one allocation between
+/// the two maps. Hash, equality and order are those of the `str`, as `Borrow<str>` requires.
+#[derive(Clone, Debug)]
+enum Key {
+    Inline { len: u8, bytes: [u8; KEY_INLINE_BYTES] },
+    Heap(Rc<str>),
+}
+
+impl Key {
+    fn new(s: &str) -> Key {
+        let mut bytes = [0u8; KEY_INLINE_BYTES];
+        match (bytes.get_mut(..s.len()), u8::try_from(s.len())) {
+            (Some(head), Ok(len)) => {
+                head.copy_from_slice(s.as_bytes());
+                Key::Inline { len, bytes }
+            }
+            _ => Key::Heap(Rc::from(s)),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // The bytes were copied from a `str` and never change; the check cannot fail.
+            Key::Inline { len, bytes } => bytes
+                .get(..usize::from(*len))
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .unwrap_or_default(),
+            Key::Heap(s) => s,
+        }
+    }
+}
+
+impl Borrow<str> for Key {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Key) -> Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
 #[derive(Debug, Default)]
 struct Collection {
-    by_key: HashMap<Rc<str>, Entry>,
-    by_shard: BTreeSet<(ShardId, Rc<str>)>,
+    by_key: HashMap<Key, Entry>,
+    by_shard: BTreeSet<(ShardId, Key)>,
 }
 
 /// The index of one fragment.
@@ -71,7 +142,7 @@ impl Index {
             Some(c) => c,
             None => self.collections.entry(collection.into()).or_default(),
         };
-        let key: Rc<str> = Rc::from(key);
+        let key = Key::new(key);
         coll.by_shard.insert((entry.shard, key.clone()));
         let s = self.shards.entry(entry.shard).or_default();
         s.docs += 1;
@@ -133,17 +204,39 @@ impl Index {
         collection: &str,
         range: ShardRange,
     ) -> impl Iterator<Item = (&'a str, &'a Entry)> + 'a {
+        self.scan_after(collection, range, None)
+    }
+
+    /// Like `scan`, starting strictly after `(shard, key)` when given.
+    pub fn scan_after<'a>(
+        &'a self,
+        collection: &str,
+        range: ShardRange,
+        after: Option<(ShardId, &str)>,
+    ) -> impl Iterator<Item = (&'a str, &'a Entry)> + 'a {
+        use std::ops::Bound;
         let coll = self.collections.get(collection);
         let start = ShardId::new(range.start());
         let end = ShardId::new(range.end());
+        let lower = match (after, start) {
+            (Some((shard, key)), Some(s)) if shard >= s => {
+                Some(Bound::Excluded((shard, Key::new(key))))
+            }
+            (_, Some(s)) => Some(Bound::Included((s, Key::new("")))),
+            (_, None) => None,
+        };
         coll.into_iter().flat_map(move |c| {
-            let lower = start.map(|s| (s, Rc::<str>::from("")));
-            let iter: Box<dyn Iterator<Item = &(ShardId, Rc<str>)>> = match (lower, end) {
-                (Some(lo), Some(hi)) => Box::new(c.by_shard.range(lo..(hi, Rc::from("")))),
-                (Some(lo), None) => Box::new(c.by_shard.range(lo..)),
-                _ => Box::new(std::iter::empty()),
+            let upper = match end {
+                Some(hi) => Bound::Excluded((hi, Key::new(""))),
+                None => Bound::Unbounded,
             };
-            iter.filter_map(move |(_, k)| c.by_key.get_key_value(k).map(|(k, e)| (&**k, e)))
+            let iter: Box<dyn Iterator<Item = &(ShardId, Key)>> = match lower.clone() {
+                Some(lo) => Box::new(c.by_shard.range((lo, upper))),
+                None => Box::new(std::iter::empty()),
+            };
+            iter.filter_map(move |(_, k)| {
+                c.by_key.get_key_value(k.as_str()).map(|(k, e)| (k.as_str(), e))
+            })
         })
     }
 
@@ -151,7 +244,7 @@ impl Index {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &Entry)> {
         self.collections
             .iter()
-            .flat_map(|(c, coll)| coll.by_key.iter().map(move |(k, e)| (&**c, &**k, e)))
+            .flat_map(|(c, coll)| coll.by_key.iter().map(move |(k, e)| (&**c, k.as_str(), e)))
     }
 
     /// Collection names, sorted.

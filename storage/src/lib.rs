@@ -19,7 +19,7 @@ pub mod error;
 mod export;
 pub mod format;
 mod fragment;
-pub mod index;
+mod index;
 pub mod limits;
 mod log;
 pub mod record;
@@ -35,7 +35,7 @@ pub use error::{AppendError, CompactError, ImportError, InputError, OpenError};
 pub use export::Export;
 pub use fragment::{
     CommitInfo, CompactStats, DocRef, Fragment, FragmentOptions, FragmentStats, ImportStats,
-    WriteBatch, WriteOp,
+    ScanCursor, WriteBatch, WriteOp,
 };
 pub use index::ShardStats;
 pub use value::{ArchivedJsonValue, JsonValue};

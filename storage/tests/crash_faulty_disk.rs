@@ -62,7 +62,7 @@ async fn scenario(path: &std::path::Path, acked: usize, mode: CrashMode) -> bool
 fn fdatasync_fails_then_unsynced_dropped() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
-    run(move || async move {
+    run_allowing_warnings(move || async move {
         assert!(!scenario(&path, 5, CrashMode::DropUnsynced).await);
     });
 }
@@ -73,7 +73,7 @@ fn fdatasync_fails_then_unsynced_dropped() {
 fn fdatasync_fails_then_unsynced_kept() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
-    run(move || async move {
+    run_allowing_warnings(move || async move {
         assert!(scenario(&path, 5, CrashMode::KeepUnsynced).await);
     });
 }
@@ -84,7 +84,7 @@ fn fdatasync_fails_then_last_write_torn() {
     for keep in (0..4096).step_by(97) {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().to_path_buf();
-        run(move || async move {
+        run_allowing_warnings(move || async move {
             let visible = scenario(&path, 3, CrashMode::TearLast { keep_bytes: keep }).await;
             assert!(!visible || keep >= 500, "a torn chunk of {keep} bytes cannot be whole");
         });
@@ -97,7 +97,7 @@ fn fdatasync_fails_then_last_write_torn() {
 fn fdatasync_fails_under_concurrent_writers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
-    run(move || async move {
+    run_allowing_warnings(move || async move {
         let disk = FaultyDisk::new();
         let f = Rc::new(open(&path, options_on(SEGMENT, Rc::new(disk.clone()))).await);
         // Each task writes three batches in a row: the first round shares one chunk, the

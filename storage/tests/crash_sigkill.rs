@@ -35,7 +35,7 @@ fn batch(iter: u64, n: u64) -> WriteBatch {
 
 /// The child: writes until killed.
 fn child(dir: String, iter: u64) {
-    run(move || async move {
+    run_allowing_warnings(move || async move {
         let f = Rc::new(open(std::path::Path::new(&dir), options(SEGMENT)).await);
         let next = Rc::new(std::cell::Cell::new(0u64));
         let mut tasks = Vec::new();
@@ -107,7 +107,7 @@ fn sigkill_during_writes() {
         acked_all.insert(iter, acked);
         let path = dir.path().to_path_buf();
         let expected = acked_all.clone();
-        torn_total += run(move || async move {
+        torn_total += run_allowing_warnings(move || async move {
             let f = open(&path, options(SEGMENT)).await;
             // Every acknowledged batch, whole and right.
             for (iter, acked) in &expected {

@@ -15,7 +15,7 @@ const SEGMENT: u64 = 64 << 10;
 fn torn_last_record_at_every_offset() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
-    run(move || async move {
+    run_allowing_warnings(move || async move {
         let f = open(&path, options(SEGMENT)).await;
         for i in 0..4 {
             f.apply(put("c", &format!("d{i}"), json!({"i": i, "s": "abcdefgh"})))
@@ -63,7 +63,7 @@ fn torn_last_record_at_every_offset() {
 fn torn_tail_is_counted_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
-    run(move || async move {
+    run_allowing_warnings(move || async move {
         let f = open(&path, options(SEGMENT)).await;
         f.apply(put("c", "a", json!(1))).await.expect("put");
         f.apply(put("c", "b", json!(2))).await.expect("put");

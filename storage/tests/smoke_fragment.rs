@@ -199,3 +199,41 @@ fn second_open_is_locked() {
         again.close().await;
     });
 }
+
+// Checks a resumable scan visits every document of the range exactly once, in slices of 7,
+// in the same order as one unbroken scan.
+#[test]
+fn scan_from_resumes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let f = open(&path, options(1 << 20)).await;
+        for i in 0..60u32 {
+            let shard = ShardId::new(i % 9 * 100).expect("shard");
+            let b = WriteBatch::new().put("k", &format!("Doc{i}"), shard, None, json!(i));
+            f.apply(b).await.expect("put");
+        }
+        let range = ShardRange::new(100, 700).expect("range");
+        let mut whole = Vec::new();
+        f.scan("k", range, |d| {
+            whole.push(d.id().to_owned());
+            ControlFlow::Continue(())
+        });
+        let mut sliced = Vec::new();
+        let mut cursor = None;
+        loop {
+            let mut n = 0;
+            cursor = f.scan_from("k", range, cursor.as_ref(), |d| {
+                sliced.push(d.id().to_owned());
+                n += 1;
+                if n == 7 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+            });
+            if cursor.is_none() {
+                break;
+            }
+        }
+        assert_eq!(whole.len(), (0..60).filter(|i| (1..=6).contains(&(i % 9))).count());
+        assert_eq!(sliced, whole);
+        f.close().await;
+    });
+}

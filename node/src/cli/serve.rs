@@ -135,6 +135,7 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
         .collect();
     let owned = Arc::new(owned);
     let listen = config.listen;
+    let segment_bytes = config.segment_bytes;
     let summary = format!(
         "tessera {} ready: listening on {listen}, {} executors, {} fragments, data directory {}",
         env!("CARGO_PKG_VERSION"),
@@ -149,7 +150,7 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
         move |ctx: ExecutorContext<Core>| {
             let mine = owned.get(ctx.index.get()).cloned().unwrap_or_default();
             let shared = Arc::clone(&init_shared);
-            async move { Core::open(ctx.index, shared, mine).await }
+            async move { Core::open(ctx.index, shared, mine, segment_bytes).await }
         },
         move |core: Rc<Core>, ctx: ExecutorContext<Core>| {
             let pg = Rc::new(pg.clone());
@@ -168,10 +169,8 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
                     tracing::info!("{summary}");
                 }
                 let session_ctx = ctx.clone();
-                let accept = accept_loop(listener, pg, registry, move || {
-                    Session::new(Rc::clone(&core), session_ctx.clone())
-                });
-                futures_lite::future::or(accept, ctx.shutdown.wait()).await;
+                let make_session = move || Session::new(Rc::clone(&core), session_ctx.clone());
+                accept_loop(listener, pg, registry, make_session, ctx.shutdown.wait()).await;
             }
         },
         |core: Rc<Core>, _ctx| async move { core.close().await },

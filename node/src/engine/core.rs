@@ -33,6 +33,14 @@ use crate::runtime::ExecutorIndex;
 /// client gets 40001 and should retry.
 pub const WRITE_ATTEMPTS_MAX: u32 = 16;
 
+/// How often a write that conflicted with a queued (not yet durable) write checks whether
+/// that write became visible, before it is re-run.
+pub const WRITE_CONFLICT_POLL: Duration = Duration::from_millis(1);
+
+/// Longest a conflicting write waits for the write it conflicted with to become durable
+/// before it is re-run anyway. A group commit takes one fdatasync; this is far above it.
+pub const WRITE_CONFLICT_WAIT_MAX: Duration = Duration::from_secs(2);
+
 /// A fragment and the shard ranges of it a statement reads.
 #[derive(Clone, Debug)]
 pub struct Target {
@@ -94,11 +102,13 @@ impl Core {
         index: ExecutorIndex,
         shared: Arc<Shared>,
         owned: Vec<(FragmentId, ShardRange, std::path::PathBuf)>,
+        segment_bytes: u64,
     ) -> Result<Core, String> {
         let mut fragments = BTreeMap::new();
         for (id, range, dir) in owned {
             let started = Instant::now();
-            let fragment = Fragment::open(&dir, id, range, FragmentOptions::default())
+            let options = FragmentOptions { segment_bytes, ..FragmentOptions::default() };
+            let fragment = Fragment::open(&dir, id, range, options)
                 .await
                 .map_err(|e| format!("cannot open fragment {id} in {}: {e}", dir.display()))?;
             // storage logs the recovery itself; this adds where and how long.
@@ -255,8 +265,11 @@ impl Core {
             if !batch.is_empty() {
                 match fragment.apply(batch).await {
                     Ok(_) => {}
-                    Err(AppendError::Conflict { .. }) if attempt < WRITE_ATTEMPTS_MAX => {
+                    Err(AppendError::Conflict { collection, id: doc, found, .. })
+                        if attempt < WRITE_ATTEMPTS_MAX =>
+                    {
                         tracing::debug!(fragment = %id, attempt, "write conflict; re-running");
+                        wait_visible(&fragment, &collection, &doc, found).await;
                         continue;
                     }
                     Err(AppendError::Conflict { .. }) => {
@@ -344,6 +357,21 @@ impl Core {
                 Err(_) => tracing::warn!(fragment = %id, "fragment still in use at close"),
             }
         }
+    }
+}
+
+/// Waits until `fragment`'s readable index shows version `found` of a document, the version a
+/// conflict reported. Storage checks versions against queued writes but readers see only
+/// durable ones, so a statement re-run at once after conflicting with a queued write would
+/// read the same old version and conflict again, until its attempts ran out during one
+/// fdatasync. Waiting for the queued write to become visible lets the re-run see it. Bounded
+/// by [`WRITE_CONFLICT_WAIT_MAX`]: a later write may supersede `found` before it is seen.
+async fn wait_visible(fragment: &Fragment, collection: &str, doc: &str, found: Option<Version>) {
+    let started = Instant::now();
+    while fragment.version_of(collection, doc) != found
+        && started.elapsed() < WRITE_CONFLICT_WAIT_MAX
+    {
+        glommio::timer::sleep(WRITE_CONFLICT_POLL).await;
     }
 }
 

@@ -583,11 +583,17 @@ impl Session {
 pub const FRAGMENT_COUNTERS: &str = "fragment_counters";
 
 impl Engine for Session {
+    // query plans without the catalog (routing happens at execution), so parsing and
+    // planning happen together in `parse`; `plan` attaches the client's parameter types.
+    type Parsed = Statement;
     type Statement = Prepared;
 
-    async fn prepare(&mut self, sql: &str, param_types: &[Oid]) -> Result<Vec<Prepared>, PgError> {
-        let statements = query::parse(sql).map_err(|e| engine_error(&EngineError::Plan(e)))?;
-        Ok(statements.into_iter().map(|s| self.prepared(s, param_types)).collect())
+    async fn parse(&mut self, sql: &str) -> Result<Vec<Statement>, PgError> {
+        query::parse(sql).map_err(|e| engine_error(&EngineError::Plan(e)))
+    }
+
+    async fn plan(&mut self, parsed: Statement, param_types: &[Oid]) -> Result<Prepared, PgError> {
+        Ok(self.prepared(parsed, param_types))
     }
 
     fn describe<'s>(&'s self, statement: &'s Prepared) -> &'s Description {

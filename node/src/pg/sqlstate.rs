@@ -173,8 +173,8 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
     };
     let mut pg = super::PgError::new(code, error.to_string());
     if let E::Plan(query::PlanError::Syntax { position, .. }) = error {
-        // PostgreSQL positions are 1-based character offsets into the statement text.
-        pg = pg.with_position(u32::try_from(position.saturating_add(1)).unwrap_or(u32::MAX));
+        // query's position is already PostgreSQL's: a 1-based character offset.
+        pg = pg.with_position(u32::try_from(*position).unwrap_or(u32::MAX));
     }
     if let Some(hint) = hint(error) {
         pg = pg.with_hint(hint);
@@ -220,6 +220,23 @@ fn hint(error: &crate::engine::EngineError) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Checks that a syntax error keeps query's 1-based position unchanged (psql draws its
+    // caret under that character) and maps to 42601.
+    #[test]
+    fn unit_syntax_error_position_is_not_shifted() {
+        let plan = match query::parse("SELEC 1") {
+            Err(e) => e,
+            Ok(_) => panic!("SELEC is not SQL"),
+        };
+        let query::PlanError::Syntax { position, .. } = &plan else {
+            panic!("expected a syntax error, got {plan:?}");
+        };
+        assert_eq!(*position, 1, "query reports the first character as 1");
+        let pg = engine_error(&crate::engine::EngineError::Plan(plan.clone()));
+        assert_eq!(pg.code(), SqlState::SYNTAX_ERROR);
+        assert_eq!(pg.position(), Some(1));
+    }
 
     // Checks that codes print as their five characters and that bad codes are refused.
     #[test]

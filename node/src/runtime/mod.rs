@@ -24,6 +24,12 @@ pub use shutdown::{Countdown, Shutdown};
 /// message is one request batch for this executor's fragments.
 pub const MESH_INBOX_MAX: usize = 1024;
 
+/// Period of each executor's heartbeat timer. glommio 0.9.0's scheduler can park while a
+/// locally woken task is runnable (when the preemption flag is already set as a scheduling
+/// round starts, it runs nothing and then parks until the next I/O or timer event). An armed
+/// timer bounds any such stall to this period.
+pub const EXECUTOR_HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// Bytes of io_uring buffer memory per executor. `ulimit -l` is 8 MiB on our machines, and the
 /// locked memory of all executors must fit under it.
 pub const EXECUTOR_IO_MEMORY_BYTES: usize = 1 << 20;
@@ -226,6 +232,11 @@ where
                 };
                 // Answer cross-core calls from now until the very end.
                 let inbox_task = glommio::spawn_local(drain_inbox(inbox, Rc::clone(&state)));
+                let heartbeat = glommio::spawn_local(async {
+                    loop {
+                        glommio::timer::sleep(EXECUTOR_HEARTBEAT).await;
+                    }
+                });
                 ready.arrive();
                 ready.wait().await;
                 // Serve runs even when shutdown has already fired (it must then return promptly),
@@ -238,6 +249,7 @@ where
                 served.wait().await;
                 close(Rc::clone(&state), ctx.clone()).await;
                 drop(inbox_task);
+                drop(heartbeat);
             })
             .map_err(|source| RuntimeError::Spawn { index, source })?;
         handles.push((index, handle));

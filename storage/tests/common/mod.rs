@@ -9,23 +9,71 @@ use router::{FragmentId, ShardId, ShardRange};
 use storage::{Disk, Fragment, FragmentOptions, WriteBatch};
 
 /// Runs `f` on a fresh glommio executor (the way the node runs fragments), with the I/O memory
-/// that fits the machine's 8 MiB locked-memory limit.
+/// that fits the machine's 8 MiB locked-memory limit. Fails the test on any WARN or ERROR log
+/// line: tests that expect one use [`run_allowing_warnings`].
 pub fn run<F, Fut, T>(f: F) -> T
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = T> + 'static,
     T: Send + 'static,
 {
-    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+    let (out, alarms) = run_logged(f);
+    assert!(alarms.is_empty(), "unexpected WARN/ERROR log lines: {alarms:?}");
+    out
+}
+
+/// Like [`run`], for tests that provoke warnings on purpose (torn tails, failed fdatasync).
+pub fn run_allowing_warnings<F, Fut, T>(f: F) -> T
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    run_logged(f).0
+}
+
+fn run_logged<F, Fut, T>(f: F) -> (T, Vec<String>)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt;
+    let alarms = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = alarms.clone();
+    let out = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .io_memory(1 << 20)
         // glommio 0.9.0 can park for good when the preemption timer has fired just as it looks
         // for runnable tasks (`run_task_queues` reads "preempted" as "nothing to run"); on a
         // loaded machine a long crash run hit it. A long timer keeps tests clear of it.
         .preempt_timer(std::time::Duration::from_secs(60))
-        .spawn(f)
+        .spawn(move || async move {
+            let subscriber = tracing_subscriber::registry().with(Alarm(seen));
+            let _guard = tracing::subscriber::set_default(subscriber);
+            f().await
+        })
         .expect("spawn executor")
         .join()
-        .expect("executor thread")
+        .expect("executor thread");
+    let alarms = alarms.lock().expect("alarms").clone();
+    (out, alarms)
+}
+
+/// Collects WARN and ERROR events.
+struct Alarm(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Alarm {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let meta = event.metadata();
+        if *meta.level() <= tracing::Level::WARN {
+            let line = format!("{} {} {}", meta.level(), meta.target(), meta.name());
+            self.0.lock().expect("alarms").push(line);
+        }
+    }
 }
 
 pub const FRAGMENT: FragmentId = FragmentId::new(7);

@@ -1,0 +1,522 @@
+//! Shared by the `e2e_*` tests: runs the real `tessera serve` binary on a loopback port with a
+//! fresh data directory, and talks to it the way clients do.
+//!
+//! - [`Node::start`] binds a std listener on port 0, reads the port, drops it and starts the
+//!   binary with `--listen 127.0.0.1:PORT --executors 2 --fragments 8`. It waits for the ready
+//!   line by reading stderr line by line (no sleeps); if the process exits first the test
+//!   fails with its log, unless the log says the port was taken in between, in which case it
+//!   tries another port.
+//! - Every stderr line is kept; a failing test prints them (and the data directory is kept).
+//! - [`Node::stop`] sends SIGTERM and asserts exit status 0; Drop does the same when the test
+//!   did not. [`Node::restart`] stops and starts again on the same data directory;
+//!   [`Node::kill9`] + [`Node::start_again`] crash it instead.
+//! - Any `WARN` or `ERROR` log line, or a panic message, fails the test at stop unless the
+//!   test declared it with [`Node::expect_log`].
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long a node may take to print its ready line. A bound that turns a hang into a failure
+/// with the log, not a synchronisation delay: the wait ends at the line itself.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a node may take to exit after SIGTERM before the test kills it and fails.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an external client (psql, pgbench, python3) may run before it is killed and the
+/// test fails.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Times a start is retried when the free port was taken between probing and binding.
+const START_ATTEMPTS_MAX: u32 = 8;
+/// Substring of the node's log line announcing it serves clients.
+const READY_LINE: &str = "ready: listening on";
+
+/// The root of the repository (node's parent), for scripts under `node/tests/`.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_owned()
+}
+
+/// A file under `node/tests/`.
+pub fn test_file(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(relative)
+}
+
+/// How a node is started.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    /// `--executors`.
+    pub executors: u32,
+    /// `--fragments`.
+    pub fragments: u32,
+    /// `--password`; `None` for trust authentication.
+    pub password: Option<String>,
+}
+
+impl Default for NodeOptions {
+    fn default() -> NodeOptions {
+        NodeOptions { executors: 2, fragments: 8, password: None }
+    }
+}
+
+/// A running `tessera serve` process and its data directory.
+pub struct Node {
+    options: NodeOptions,
+    data_dir: PathBuf,
+    addr: SocketAddr,
+    child: Option<Child>,
+    log: Arc<Mutex<Vec<String>>>,
+    reader: Option<JoinHandle<()>>,
+    expected: Vec<String>,
+    /// Log lines of earlier runs (before a restart) already checked.
+    checked: usize,
+}
+
+/// A fresh directory under cargo's per-target temp dir, unique per process and call.
+fn fresh_dir() -> PathBuf {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-{}-{n}", std::process::id()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).expect("remove a stale temp dir");
+    }
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> u16 {
+    let probe = TcpListener::bind("127.0.0.1:0").expect("bind a probe listener");
+    probe.local_addr().expect("probe address").port()
+}
+
+/// Removes terminal colour sequences (`ESC [ ... m`) from a log line.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The level word of a tracing line (`2026-…Z  WARN message`), if the line has one.
+fn level_of(line: &str) -> Option<&str> {
+    line.split_whitespace()
+        .nth(1)
+        .filter(|w| matches!(*w, "TRACE" | "DEBUG" | "INFO" | "WARN" | "ERROR"))
+}
+
+/// Whether a log line must fail the test unless expected: a WARN or ERROR line, or a panic.
+fn is_alarming(line: &str) -> bool {
+    matches!(level_of(line), Some("WARN" | "ERROR")) || line.contains("panicked at")
+}
+
+/// Waits for `child` to exit; kills it (SIGKILL) and reports `None` when it takes longer
+/// than `limit`. The watchdog thread only turns a hang into a failure.
+fn wait_bounded(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if let Err(RecvTimeoutError::Timeout) = done_rx.recv_timeout(limit) {
+            // The child is not reaped yet (wait() below has not returned), so the pid is
+            // still ours.
+            // SAFETY: kill(2) with a pid and a signal number has no memory-safety conditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            return true;
+        }
+        false
+    });
+    let status = child.wait().expect("wait for child");
+    let _ = done_tx.send(());
+    let killed = watchdog.join().expect("watchdog thread");
+    if killed { None } else { Some(status) }
+}
+
+/// Runs an external client with its output captured; kills it and fails when it runs past
+/// [`CLIENT_TIMEOUT`].
+pub fn run_client(mut command: Command) -> Output {
+    let shown = format!("{command:?}");
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {shown}: {e} (scripts/install-deps.sh installs it)")
+        });
+    // Read both pipes on threads so a chatty client cannot block on a full pipe.
+    let mut out_pipe = child.stdout.take().expect("stdout");
+    let mut err_pipe = child.stderr.take().expect("stderr");
+    let out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut out_pipe, &mut v).expect("read stdout");
+        v
+    });
+    let err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut err_pipe, &mut v).expect("read stderr");
+        v
+    });
+    let status = wait_bounded(&mut child, CLIENT_TIMEOUT);
+    let stdout = out.join().expect("stdout thread");
+    let stderr = err.join().expect("stderr thread");
+    let Some(status) = status else {
+        panic!(
+            "{shown} ran longer than {CLIENT_TIMEOUT:?}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        );
+    };
+    Output { status, stdout, stderr }
+}
+
+impl Node {
+    /// Starts a node with the default options (2 executors, 8 fragments, trust).
+    pub fn start() -> Node {
+        Node::start_with(NodeOptions::default())
+    }
+
+    /// Starts a node with `options` on a fresh data directory.
+    pub fn start_with(options: NodeOptions) -> Node {
+        let mut node = Node {
+            options,
+            data_dir: fresh_dir(),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            child: None,
+            log: Arc::default(),
+            reader: None,
+            expected: Vec::new(),
+            checked: 0,
+        };
+        node.launch();
+        node
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// The node's data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// A libpq-style connection string (tokio-postgres and psql accept it).
+    pub fn conn_str(&self) -> String {
+        let mut s = format!(
+            "host=127.0.0.1 port={} user=tester dbname=tessera sslmode=disable",
+            self.addr.port()
+        );
+        if let Some(p) = &self.options.password {
+            s.push_str(&format!(" password={p}"));
+        }
+        s
+    }
+
+    /// Declares that log lines containing `needle` are expected, WARN or ERROR ones included.
+    pub fn expect_log(&mut self, needle: &str) {
+        self.expected.push(needle.to_owned());
+    }
+
+    /// Every log line so far (all runs), colour removed.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The log as one text, for failure messages.
+    pub fn log_text(&self) -> String {
+        self.log_lines().join("\n")
+    }
+
+    /// Connects with tokio-postgres (simple and extended protocol) and drives the connection
+    /// on the test's runtime.
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        let (client, connection) =
+            match tokio_postgres::connect(&self.conn_str(), tokio_postgres::NoTls).await {
+                Ok(pair) => pair,
+                Err(e) => panic!("connect to {}: {e}\nnode log:\n{}", self.addr, self.log_text()),
+            };
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        client
+    }
+
+    fn launch(&mut self) {
+        for attempt in 1..=START_ATTEMPTS_MAX {
+            let port = free_port();
+            self.addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
+            command
+                .arg("serve")
+                .arg("--data-dir")
+                .arg(&self.data_dir)
+                .arg("--listen")
+                .arg(self.addr.to_string())
+                .arg("--executors")
+                .arg(self.options.executors.to_string())
+                .arg("--fragments")
+                .arg(self.options.fragments.to_string())
+                // Small segments: each is zero-filled at creation, and 64 MiB ones would make
+                // every test node write 512 MiB before it serves.
+                .arg("--segment-bytes")
+                .arg("1048576")
+                .arg("--log")
+                .arg("info");
+            if let Some(p) = &self.options.password {
+                command.arg("--password").arg(p);
+            }
+            for (key, _) in std::env::vars_os() {
+                if key.to_string_lossy().starts_with("TESSERA_") {
+                    command.env_remove(key);
+                }
+            }
+            let mut child = command
+                .env("NO_COLOR", "1")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn tessera serve");
+            let stderr = child.stderr.take().expect("stderr pipe");
+            let (line_tx, line_rx) = mpsc::channel::<String>();
+            let log = Arc::clone(&self.log);
+            let reader = std::thread::spawn(move || {
+                for line in BufReader::new(stderr).split(b'\n') {
+                    let Ok(line) = line else { break };
+                    let line = strip_ansi(&String::from_utf8_lossy(&line));
+                    log.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(line.clone());
+                    // The receiver goes away once the node is ready; later lines only go to the log.
+                    let _ = line_tx.send(line);
+                }
+            });
+            let started_at = self.log_lines().len();
+            loop {
+                match line_rx.recv_timeout(READY_TIMEOUT) {
+                    Ok(line) if line.contains(READY_LINE) => {
+                        self.child = Some(child);
+                        self.reader = Some(reader);
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(RecvTimeoutError::Timeout) => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        panic!("node not ready after {READY_TIMEOUT:?}; log:\n{}", self.log_text());
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            // stderr closed before the ready line: the process is exiting.
+            let status = wait_bounded(&mut child, STOP_TIMEOUT);
+            reader.join().expect("stderr reader");
+            let this_run = self.log_lines()[started_at..].join("\n");
+            let port_taken = this_run.contains("cannot listen") && this_run.contains("in use");
+            if port_taken && attempt < START_ATTEMPTS_MAX {
+                // Forget the failed run's lines: they are not the test's business.
+                self.log
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .truncate(started_at);
+                continue;
+            }
+            panic!("node exited before it was ready ({status:?}); log:\n{}", self.log_text());
+        }
+    }
+
+    /// Sends `signal` to the running node.
+    fn signal(&self, signal: libc::c_int) {
+        let child = self.child.as_ref().expect("node is running");
+        let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
+        // SAFETY: kill(2) with a pid and a signal number has no memory-safety conditions; the
+        // child is not reaped yet, so the pid is still ours.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
+    }
+
+    /// Waits for the process and the stderr reader to finish; the exit status, or `None` when
+    /// the node did not exit in time and was killed.
+    fn reap(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take().expect("node is running");
+        let status = wait_bounded(&mut child, STOP_TIMEOUT);
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("stderr reader");
+        }
+        status
+    }
+
+    /// The WARN/ERROR/panic lines since the last check that no expectation covers.
+    fn unexpected_lines(&mut self) -> Vec<String> {
+        let lines = self.log_lines();
+        let fresh = lines.get(self.checked..).unwrap_or_default();
+        let bad = fresh
+            .iter()
+            .filter(|l| is_alarming(l))
+            .filter(|l| !self.expected.iter().any(|e| l.contains(e.as_str())))
+            .cloned()
+            .collect();
+        self.checked = lines.len();
+        bad
+    }
+
+    /// SIGTERM, then asserts a clean exit (status 0) and a log without unexpected WARN/ERROR.
+    pub fn stop(&mut self) {
+        self.signal(libc::SIGTERM);
+        let status = self.reap();
+        match status {
+            Some(s) if s.success() => {}
+            other => panic!("node did not stop cleanly ({other:?}); log:\n{}", self.log_text()),
+        }
+        let bad = self.unexpected_lines();
+        assert!(
+            bad.is_empty(),
+            "unexpected log lines:\n{}\nfull log:\n{}",
+            bad.join("\n"),
+            self.log_text()
+        );
+    }
+
+    /// SIGKILL: the process dies at once, like a power cut for everything not yet fsynced.
+    pub fn kill9(&mut self) {
+        self.signal(libc::SIGKILL);
+        let status = self.reap().expect("a SIGKILLed node exits");
+        assert!(!status.success(), "SIGKILL must not look like a clean exit");
+        let bad = self.unexpected_lines();
+        assert!(
+            bad.is_empty(),
+            "unexpected log lines:\n{}\nfull log:\n{}",
+            bad.join("\n"),
+            self.log_text()
+        );
+    }
+
+    /// Starts the node again on the same data directory (after [`Node::stop`] or
+    /// [`Node::kill9`]), possibly on another port.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "stop the node first");
+        self.launch();
+    }
+
+    /// A clean stop (asserting exit 0) and a start on the same data directory.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.start_again();
+    }
+
+    /// The `--fragments` of the next start (an existing data directory keeps its own).
+    pub fn set_fragments(&mut self, fragments: u32) {
+        self.options.fragments = fragments;
+    }
+
+    /// The `--executors` of the next start (fragments are dealt to them round-robin).
+    pub fn set_executors(&mut self, executors: u32) {
+        self.options.executors = executors;
+    }
+
+    /// Whether the process is still running (it has not exited on its own).
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => child.try_wait().expect("try_wait").is_none(),
+            None => false,
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if self.child.is_some() {
+                self.signal(libc::SIGKILL);
+                let _ = self.reap();
+            }
+            eprintln!(
+                "--- tessera log (data directory kept at {}) ---\n{}\n--- end of log ---",
+                self.data_dir.display(),
+                self.log_text()
+            );
+            return;
+        }
+        if self.child.is_some() {
+            self.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// The SQLSTATE code of a tokio-postgres error, or a failure naming the error.
+pub fn sqlstate(error: &tokio_postgres::Error) -> String {
+    match error.code() {
+        Some(code) => code.code().to_owned(),
+        None => panic!("error without SQLSTATE: {error:?}"),
+    }
+}
+
+/// `SHOW fragment_counters` as (fragment, statements, rows_scanned) rows.
+pub async fn fragment_counters(client: &tokio_postgres::Client) -> Vec<(String, i64, i64)> {
+    client
+        .query("SHOW fragment_counters", &[])
+        .await
+        .expect("SHOW fragment_counters")
+        .iter()
+        .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1), r.get::<_, i64>(2)))
+        .collect()
+}
+
+/// The fragments whose `statements` counter grew between two snapshots.
+pub fn fragments_touched(
+    before: &[(String, i64, i64)],
+    after: &[(String, i64, i64)],
+) -> Vec<String> {
+    assert_eq!(before.len(), after.len(), "fragment sets differ");
+    before
+        .iter()
+        .zip(after)
+        .filter(|(b, a)| {
+            assert_eq!(b.0, a.0, "fragments in the same order");
+            a.1 > b.1
+        })
+        .map(|(_, a)| a.0.clone())
+        .collect()
+}
+
+/// The values of a simple-query result's rows, as text (`None` for NULL).
+pub fn simple_rows(messages: &[tokio_postgres::SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => {
+                Some((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
