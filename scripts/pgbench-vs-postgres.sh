@@ -34,6 +34,14 @@ stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
 out=${PGB_RESULTS:-bench/results/pgbench-$stamp}
 work=$(mktemp -d /tmp/pgbench-vs-postgres.XXXXXX)
 chmod 755 "$work"   # as root, PostgreSQL runs as the postgres user and must enter it
+# Both servers write their logs there; a full disk makes PostgreSQL PANIC mid-run (seen on the
+# shared dev machine), so refuse to start with less than $BENCH_MIN_FREE_MIB (default 4096) free.
+free_mib=$(df -Pm "$work" | awk 'NR == 2 {print $4}')
+if [ "$free_mib" -lt "${BENCH_MIN_FREE_MIB:-4096}" ]; then
+  echo "pgbench-vs-postgres: only $free_mib MiB free under $work (need ${BENCH_MIN_FREE_MIB:-4096}); not starting" >&2
+  rm -rf "$work"
+  exit 1
+fi
 tessera_pid=""
 
 cleanup() {
