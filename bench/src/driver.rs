@@ -119,8 +119,9 @@ pub struct LoadReport {
     pub secs: f64,
 }
 
-/// Creates the collection (dropping an old one) and writes documents `0..docs`, spread over the
-/// pool's connections in transactions of `LOAD_BATCH_DOCS` pipelined inserts.
+/// Creates the collection (emptying an old one) and writes documents `0..docs`, spread over
+/// the pool's connections in batches of `LOAD_BATCH_DOCS`: transactions of pipelined inserts
+/// for PostgreSQL, multi-row inserts for Tessera (`sql::load_style`).
 pub async fn load(
     target: &Target,
     pool: &Pool,
@@ -150,10 +151,21 @@ pub async fn load(
         let flavor = target.flavor();
         let name = target.name().to_owned();
         tasks.push(tokio::spawn(async move {
-            let insert = client
-                .prepare(sql::sql(flavor, Stmt::Insert))
-                .await
-                .map_err(|e| anyhow!("{name}: prepare insert: {}", describe(&e)))?;
+            let fail = |what: &str, e: tokio_postgres::Error| {
+                anyhow!("{name}: loading ({what}): {}", describe(&e))
+            };
+            let style = sql::load_style(flavor);
+            let insert = match style {
+                sql::LoadStyle::Transaction => Some(
+                    client
+                        .prepare(sql::sql(flavor, Stmt::Insert))
+                        .await
+                        .map_err(|e| anyhow!("{name}: prepare insert: {}", describe(&e)))?,
+                ),
+                sql::LoadStyle::MultiRow => None,
+            };
+            // Multi-row statements by row count: every full batch reuses one prepared statement.
+            let mut multi: BTreeMap<usize, Statement> = BTreeMap::new();
             let mut rng = Rng::stream(seed, 1_000_000 + i as u64);
             let mut keys = (i as u64..docs).step_by(step).peekable();
             while keys.peek().is_some() {
@@ -162,20 +174,52 @@ pub async fn load(
                     .iter()
                     .map(|&k| (ops::doc_id(k), ops::loaded_document(k, &mut rng)))
                     .collect();
-                // One transaction per batch, its inserts pipelined: join_all polls (and so
-                // sends) them in order, after BEGIN and before COMMIT.
-                let fail = |what: &str, e: tokio_postgres::Error| {
-                    anyhow!("{name}: loading ({what}): {}", describe(&e))
-                };
-                client.batch_execute(sql::BEGIN).await.map_err(|e| fail("BEGIN", e))?;
-                let (client, insert) = (&client, &insert);
-                let inserts = rows.iter().map(|(id, doc)| async move {
-                    client.execute(insert, &[&Param(id), &Param(doc)]).await
-                });
-                for (result, (id, _)) in join_all(inserts).await.into_iter().zip(&rows) {
-                    result.map_err(|e| fail(id, e))?;
+                match &insert {
+                    Some(insert) => {
+                        // One transaction per batch, its inserts pipelined: join_all polls
+                        // (and so sends) them in order, after BEGIN and before COMMIT.
+                        client.batch_execute(sql::BEGIN).await.map_err(|e| fail("BEGIN", e))?;
+                        let client = &client;
+                        let inserts = rows.iter().map(|(id, doc)| async move {
+                            client.execute(insert, &[&Param(id), &Param(doc)]).await
+                        });
+                        for (result, (id, _)) in join_all(inserts).await.into_iter().zip(&rows) {
+                            result.map_err(|e| fail(id, e))?;
+                        }
+                        client.batch_execute(sql::COMMIT).await.map_err(|e| fail("COMMIT", e))?;
+                    }
+                    None => {
+                        let statement = match multi.get(&rows.len()) {
+                            Some(s) => s.clone(),
+                            None => {
+                                let s = client
+                                    .prepare(&sql::multi_row_insert(rows.len()))
+                                    .await
+                                    .map_err(|e| fail("prepare multi-row insert", e))?;
+                                multi.insert(rows.len(), s.clone());
+                                s
+                            }
+                        };
+                        let params: Vec<Param<'_>> = rows
+                            .iter()
+                            .flat_map(|(id, doc)| [Param(id), Param(doc)])
+                            .collect();
+                        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+                            .iter()
+                            .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
+                            .collect();
+                        let written = client.execute(&statement, &refs).await.map_err(|e| {
+                            let first = rows.first().map_or("", |(id, _)| id.as_str());
+                            fail(&format!("multi-row insert from {first}"), e)
+                        })?;
+                        if written != rows.len() as u64 {
+                            return Err(anyhow!(
+                                "{name}: loading: a multi-row insert of {} documents reported {written} rows",
+                                rows.len()
+                            ));
+                        }
+                    }
                 }
-                client.batch_execute(sql::COMMIT).await.map_err(|e| fail("COMMIT", e))?;
                 progress.inc(batch.len() as u64);
             }
             anyhow::Ok(())

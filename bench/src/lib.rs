@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::{Settings, Target, Workload};
 use crate::error::ConfigError;
-use crate::report::{RunReport, TargetInfo, WorkloadResult};
+use crate::report::{RunReport, Skipped, TargetInfo, WorkloadResult};
 use crate::schedule::Recorder;
 use crate::zipf::ScrambledZipfian;
 
@@ -100,14 +100,35 @@ pub async fn run(plan: &Plan) -> anyhow::Result<RunReport> {
     let per_round = settings.duration / rounds;
     let measured_secs = (per_round * rounds).as_secs_f64();
     let mut results = Vec::new();
+    let mut skipped = Vec::new();
     let mut slice_id = 0u64;
     for &workload in &plan.workloads {
+        // Targets that cannot run this workload yet are skipped, with the reason recorded.
+        let runs: Vec<bool> = plan
+            .targets
+            .iter()
+            .map(|t| match sql::unsupported(t.flavor(), workload) {
+                Some(reason) => {
+                    eprintln!("{:>24} {:>10}: SKIPPED: {reason}", workload.name(), t.name());
+                    skipped.push(Skipped {
+                        workload,
+                        target: t.name().to_owned(),
+                        reason: reason.to_owned(),
+                    });
+                    false
+                }
+                None => true,
+            })
+            .collect();
         let mut merged: Vec<Recorder> = plan.targets.iter().map(|_| Recorder::new(0)).collect();
         for round in 0..rounds {
             for i in round_order(plan.targets.len(), round) {
                 let (Some(target), Some(pool)) = (plan.targets.get(i), pools.get(i)) else {
                     continue;
                 };
+                if runs.get(i) != Some(&true) {
+                    continue;
+                }
                 slice_id += 1;
                 let rec = driver::run_slice(driver::Slice {
                     target,
@@ -147,7 +168,9 @@ pub async fn run(plan: &Plan) -> anyhow::Result<RunReport> {
                 }
             }
         }
-        for (target, rec) in plan.targets.iter().zip(&merged) {
+        for ((target, rec), _) in
+            plan.targets.iter().zip(&merged).zip(&runs).filter(|(_, runs)| **runs)
+        {
             let r = WorkloadResult::new(
                 workload,
                 target.name(),
@@ -185,6 +208,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<RunReport> {
             .collect(),
         load: loads,
         results,
+        skipped,
     })
 }
 

@@ -31,8 +31,9 @@ pub const ROUNDS_MAX: u32 = 100;
 /// Most documents the loader writes (ten million: about 2 GB of JSON on the server side).
 pub const DOCS_MAX: u64 = 10_000_000;
 
-/// Documents per loader transaction. Their inserts are pipelined on one connection and
-/// committed together, so loading pays one commit (fsync) per batch instead of per document.
+/// Documents per loader batch. PostgreSQL: one transaction whose inserts are pipelined on one
+/// connection and committed together, so loading pays one commit (fsync) per batch instead of
+/// per document. Tessera: one multi-row INSERT (well below its 10,000 rows per INSERT).
 pub const LOAD_BATCH_DOCS: usize = 256;
 
 /// Highest latency a histogram can hold, in microseconds (one minute). Longer latencies are

@@ -119,6 +119,19 @@ pub struct RunReport {
     pub load: Vec<LoadReport>,
     /// Results, per workload and target, in run order.
     pub results: Vec<WorkloadResult>,
+    /// Workloads a target cannot run yet (`sql::unsupported`), not measured there.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A workload not run on a target, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct Skipped {
+    /// The workload.
+    pub workload: Workload,
+    /// Target name.
+    pub target: String,
+    /// Why it was not run.
+    pub reason: String,
 }
 
 /// The summary as a Markdown table, followed by the errors, if any.
@@ -164,6 +177,12 @@ pub fn summary_markdown(report: &RunReport) -> String {
             l.max_ms,
             r.error_count
         );
+    }
+    if !report.skipped.is_empty() {
+        let _ = writeln!(s, "\nSkipped (not measured, not counted as errors):\n");
+        for k in &report.skipped {
+            let _ = writeln!(s, "- {} on {}: {}", k.workload, k.target, k.reason);
+        }
     }
     let failing: Vec<&WorkloadResult> =
         report.results.iter().filter(|r| r.error_count > 0).collect();
@@ -334,6 +353,11 @@ mod tests {
                 WorkloadResult::new(Workload::PointRead, "pg", Flavor::Postgres, 1, 2.0, &ok),
                 WorkloadResult::new(Workload::PointRead, "other", Flavor::Tessera, 1, 2.0, &bad),
             ],
+            skipped: vec![Skipped {
+                workload: Workload::SingleFragmentTxn,
+                target: "other".into(),
+                reason: "needs a transaction block".into(),
+            }],
         }
     }
 
@@ -361,6 +385,12 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Loaded 10 docs into pg in 0.5 s (20 docs/s)."), "{text}");
+        // A skipped pair is named with its reason, and has no table row.
+        assert!(
+            text.contains("- single-fragment-txn on other: needs a transaction block"),
+            "{text}"
+        );
+        assert!(!text.contains("| single-fragment-txn |"), "{text}");
     }
 
     #[test]
