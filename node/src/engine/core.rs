@@ -265,11 +265,11 @@ impl Core {
             if !batch.is_empty() {
                 match fragment.apply(batch).await {
                     Ok(_) => {}
-                    Err(AppendError::Conflict { collection, id: doc, found, .. })
+                    Err(AppendError::Conflict { collection, id: doc, expected, .. })
                         if attempt < WRITE_ATTEMPTS_MAX =>
                     {
                         tracing::debug!(fragment = %id, attempt, "write conflict; re-running");
-                        wait_visible(&fragment, &collection, &doc, found).await;
+                        wait_visible(&fragment, &collection, &doc, expected).await;
                         continue;
                     }
                     Err(AppendError::Conflict { .. }) => {
@@ -360,15 +360,17 @@ impl Core {
     }
 }
 
-/// Waits until `fragment`'s readable index shows version `found` of a document, the version a
-/// conflict reported. Storage checks versions against queued writes but readers see only
-/// durable ones, so a statement re-run at once after conflicting with a queued write would
+/// Waits until `fragment`'s readable version of a document is no longer `read`, the version
+/// the conflicted statement read. Storage checks versions against queued writes but readers see
+/// only durable ones, so a statement re-run at once after conflicting with a queued write would
 /// read the same old version and conflict again, until its attempts ran out during one
-/// fdatasync. Waiting for the queued write to become visible lets the re-run see it. Bounded
-/// by [`WRITE_CONFLICT_WAIT_MAX`]: a later write may supersede `found` before it is seen.
-async fn wait_visible(fragment: &Fragment, collection: &str, doc: &str, found: Option<Version>) {
+/// fdatasync. Any change of the readable version will do (versions only grow, and a later write
+/// may already have superseded the one the conflict saw), so the wait ends at the first group
+/// commit that touches the document. Bounded by [`WRITE_CONFLICT_WAIT_MAX`] all the same.
+async fn wait_visible(fragment: &Fragment, collection: &str, doc: &str, read: Version) {
+    let read = (read != Version::ABSENT).then_some(read);
     let started = Instant::now();
-    while fragment.version_of(collection, doc) != found
+    while fragment.version_of(collection, doc) == read
         && started.elapsed() < WRITE_CONFLICT_WAIT_MAX
     {
         glommio::timer::sleep(WRITE_CONFLICT_POLL).await;
