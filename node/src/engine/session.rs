@@ -318,31 +318,25 @@ impl Session {
             Statement::Insert(insert) => {
                 let config = catalog.config(insert.collection.as_str());
                 let groups = self.place(insert, config)?;
-                let view = Arc::clone(&catalog);
-                self.fan_out(groups, statement, move |core, stmt, per_fragment| {
-                    let view = Arc::clone(&view);
-                    async move {
-                        let Statement::Insert(i) = &*stmt else {
-                            return Err(internal("insert share of a non-INSERT"));
-                        };
-                        core.insert(i, &per_fragment, view.config(i.collection.as_str())).await
-                    }
+                let with = (Arc::clone(statement), catalog);
+                self.fan_out(groups, &with, |core, (stmt, view), per_fragment| async move {
+                    let Statement::Insert(i) = &*stmt else {
+                        return Err(internal("insert share of a non-INSERT"));
+                    };
+                    core.insert(i, &per_fragment, view.config(i.collection.as_str())).await
                 })
                 .await?
             }
             Statement::Update(_) | Statement::Delete(_) => {
                 let groups = self.route(statement, &catalog).map(|(_, g)| g).unwrap_or_default();
-                let view = Arc::clone(&catalog);
-                self.fan_out(groups, statement, move |core, stmt, targets| {
-                    let view = Arc::clone(&view);
-                    async move {
-                        match &*stmt {
-                            Statement::Update(u) => {
-                                core.update(u, &targets, view.config(u.collection.as_str())).await
-                            }
-                            Statement::Delete(d) => core.delete(d, &targets).await,
-                            _ => Err(internal("write share of a non-write")),
+                let with = (Arc::clone(statement), catalog);
+                self.fan_out(groups, &with, |core, (stmt, view), targets| async move {
+                    match &*stmt {
+                        Statement::Update(u) => {
+                            core.update(u, &targets, view.config(u.collection.as_str())).await
                         }
+                        Statement::Delete(d) => core.delete(d, &targets).await,
+                        _ => Err(internal("write share of a non-write")),
                     }
                 })
                 .await?
@@ -398,17 +392,19 @@ impl Session {
         Ok(groups)
     }
 
-    /// Runs `work` with each executor's targets: other executors' shares are sent first (one
-    /// call each) and run while this executor does its own share in place.
-    async fn fan_out<T, W, Fut, R>(
+    /// Runs `work` with each executor's targets and a clone of `with` (what every share needs:
+    /// the statement, a catalog snapshot, or nothing): other executors' shares are sent first
+    /// (one call each) and run while this executor does its own share in place.
+    async fn fan_out<T, C, W, Fut, R>(
         &self,
         groups: BTreeMap<ExecutorIndex, Vec<T>>,
-        statement: &Arc<Statement>,
+        with: &C,
         work: W,
     ) -> Result<Vec<R>, EngineError>
     where
         T: Send + 'static,
-        W: Fn(Rc<Core>, Arc<Statement>, Vec<T>) -> Fut + Clone + Send + 'static,
+        C: Clone + Send + 'static,
+        W: Fn(Rc<Core>, C, Vec<T>) -> Fut + Clone + Send + 'static,
         Fut: std::future::Future<Output = Result<R, EngineError>> + 'static,
         R: Send + 'static,
     {
@@ -421,16 +417,16 @@ impl Session {
                 continue;
             }
             let mesh = self.ctx.mesh.clone();
-            let stmt = Arc::clone(statement);
+            let with = with.clone();
             let work = work.clone();
             remote.push(glommio::spawn_local(async move {
-                mesh.call(executor, move |core| work(core, stmt, targets)).await
+                mesh.call(executor, move |core| work(core, with, targets)).await
             }));
         }
         let mut results = Vec::with_capacity(remote.len() + 1);
         let mut first_error = None;
         if let Some(targets) = local {
-            match work(Rc::clone(&self.core), Arc::clone(statement), targets).await {
+            match work(Rc::clone(&self.core), with.clone(), targets).await {
                 Ok(r) => results.push(r),
                 Err(e) => first_error = Some(e),
             }
@@ -455,18 +451,13 @@ impl Session {
             return Err(EngineError::NoConfiguration(collection.as_str().to_owned()));
         }
         let groups = self.all_fragments();
-        let name = collection.clone();
-        let view = Arc::clone(&catalog);
+        let with = (catalog, collection.clone());
         let found = self
-            .fan_out(groups, &Arc::new(Statement::ShowFragments), move |core, _, targets| {
-                let view = Arc::clone(&view);
-                let name = name.clone();
-                async move {
-                    let config = view
-                        .config(name.as_str())
-                        .ok_or_else(|| EngineError::NoConfiguration(name.as_str().to_owned()))?;
-                    core.verify(&name, config, &targets)
-                }
+            .fan_out(groups, &with, |core, (view, name), targets| async move {
+                let config = view
+                    .config(name.as_str())
+                    .ok_or_else(|| EngineError::NoConfiguration(name.as_str().to_owned()))?;
+                core.verify(&name, config, &targets)
             })
             .await?;
         let mut violations: Vec<(String, String)> = found.into_iter().flatten().collect();
@@ -494,9 +485,7 @@ impl Session {
             groups.insert(ExecutorIndex::new(i), vec![()]);
         }
         let rows = self
-            .fan_out(groups, &Arc::new(Statement::ShowFragments), |core, _, _| async move {
-                Ok(core.fragment_rows())
-            })
+            .fan_out(groups, &(), |core, (), _| async move { Ok(core.fragment_rows()) })
             .await?;
         let mut rows: Vec<FragmentRow> = rows.into_iter().flatten().collect();
         rows.sort_by_key(|r| r.fragment);
