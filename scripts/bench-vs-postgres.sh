@@ -25,36 +25,9 @@ scripts/install-deps.sh postgres
 
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
 out=${BENCH_RESULTS:-bench/results/$stamp}
-work=$(mktemp -d /tmp/bench-vs-postgres.XXXXXX)
-chmod 755 "$work"   # as root, PostgreSQL runs as the postgres user and must enter it
-# Both servers write their logs there; a full disk makes PostgreSQL PANIC mid-run (seen on the
-# shared dev machine), so refuse to start with less than $BENCH_MIN_FREE_MIB (default 4096) free.
-free_mib=$(df -Pm "$work" | awk 'NR == 2 {print $4}')
-if [ "$free_mib" -lt "${BENCH_MIN_FREE_MIB:-4096}" ]; then
-  echo "bench-vs-postgres: only $free_mib MiB free under $work (need ${BENCH_MIN_FREE_MIB:-4096}); not starting" >&2
-  rm -rf "$work"
-  exit 1
-fi
-tessera_pid=""
-
-cleanup() {
-  status=$?
-  if [ -n "$tessera_pid" ]; then
-    kill -TERM "$tessera_pid" 2>/dev/null || true
-    wait "$tessera_pid" 2>/dev/null || true
-  fi
-  scripts/pg-local.sh stop "$work/pg" || true
-  mkdir -p "$out/raw"
-  cp "$work"/pg/postgres.log "$work"/tessera.log "$out/raw/" 2>/dev/null || true
-  rm -rf "$work"
-  exit $status
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
+name=bench-vs-postgres
+# shellcheck source=scripts/bench-servers.sh
+. scripts/bench-servers.sh
 
 echo "bench-vs-postgres: building bench and tessera (release)"
 cargo build --release -p bench
@@ -68,18 +41,7 @@ echo "bench-vs-postgres: PostgreSQL at ${pg_url}"
 targets=(--target "postgres=$pg_url")
 
 if [ -x "$tessera" ] && "$tessera" serve --help >/dev/null 2>&1; then
-  port=$(free_port)
-  mkdir -p "$work/tessera"
-  "$tessera" serve --listen "127.0.0.1:$port" --data-dir "$work/tessera" 2>"$work/tessera.log" &
-  tessera_pid=$!
-  # Wait (bounded, 60 s) for its ready line, or for it to exit.
-  for _ in $(seq 1 600); do
-    grep -q 'ready: listening on' "$work/tessera.log" && break
-    kill -0 "$tessera_pid" 2>/dev/null || { tail -n 20 "$work/tessera.log" >&2; echo "bench-vs-postgres: tessera exited" >&2; exit 1; }
-    sleep 0.1
-  done
-  grep -q 'ready: listening on' "$work/tessera.log" || { echo "bench-vs-postgres: tessera printed no ready line in 60 s" >&2; exit 1; }
-  echo "bench-vs-postgres: Tessera at 127.0.0.1:$port"
+  start_tessera "$tessera"
   targets+=(--target "tessera=postgres://bench@127.0.0.1:$port/bench")
 else
   echo "bench-vs-postgres: NO TESSERA: $tessera is missing or has no 'serve' command yet;" \

@@ -32,36 +32,9 @@ command -v pgbench >/dev/null || { echo "pgbench missing: scripts/install-deps.s
 
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
 out=${PGB_RESULTS:-bench/results/pgbench-$stamp}
-work=$(mktemp -d /tmp/pgbench-vs-postgres.XXXXXX)
-chmod 755 "$work"   # as root, PostgreSQL runs as the postgres user and must enter it
-# Both servers write their logs there; a full disk makes PostgreSQL PANIC mid-run (seen on the
-# shared dev machine), so refuse to start with less than $BENCH_MIN_FREE_MIB (default 4096) free.
-free_mib=$(df -Pm "$work" | awk 'NR == 2 {print $4}')
-if [ "$free_mib" -lt "${BENCH_MIN_FREE_MIB:-4096}" ]; then
-  echo "pgbench-vs-postgres: only $free_mib MiB free under $work (need ${BENCH_MIN_FREE_MIB:-4096}); not starting" >&2
-  rm -rf "$work"
-  exit 1
-fi
-tessera_pid=""
-
-cleanup() {
-  status=$?
-  if [ -n "$tessera_pid" ]; then
-    kill -TERM "$tessera_pid" 2>/dev/null || true
-    wait "$tessera_pid" 2>/dev/null || true
-  fi
-  scripts/pg-local.sh stop "$work/pg" || true
-  mkdir -p "$out/raw"
-  cp "$work"/pg/postgres.log "$work"/tessera.log "$out/raw/" 2>/dev/null || true
-  rm -rf "$work"
-  exit $status
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
+name=pgbench-vs-postgres
+# shellcheck source=scripts/bench-servers.sh
+. scripts/bench-servers.sh
 
 tessera=${TESSERA_BIN:-target/release/tessera}
 if [ -z "${TESSERA_BIN:-}" ]; then
@@ -74,18 +47,7 @@ pg_url=$(scripts/pg-local.sh start "$work/pg")
 pg_port=$(scripts/pg-local.sh url "$work/pg" | sed -E 's|.*:([0-9]+)/.*|\1|')
 echo "pgbench-vs-postgres: PostgreSQL at $pg_url"
 
-port=$(free_port)
-mkdir -p "$work/tessera"
-"$tessera" serve --listen "127.0.0.1:$port" --data-dir "$work/tessera" 2>"$work/tessera.log" &
-tessera_pid=$!
-# Wait (bounded) for the ready line, or for the node to exit.
-for _ in $(seq 1 600); do
-  grep -q 'ready: listening on' "$work/tessera.log" && break
-  kill -0 "$tessera_pid" 2>/dev/null || { cat "$work/tessera.log" >&2; echo "pgbench-vs-postgres: tessera exited" >&2; exit 1; }
-  sleep 0.1
-done
-grep -q 'ready: listening on' "$work/tessera.log" || { echo "pgbench-vs-postgres: tessera not ready in 60 s" >&2; exit 1; }
-echo "pgbench-vs-postgres: Tessera at 127.0.0.1:$port"
+start_tessera "$tessera"
 
 export PGSSLMODE=disable
 psql_pg() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U bench postgres "$@"; }
