@@ -720,6 +720,19 @@ impl WritePartial {
     pub fn affected(&self) -> usize {
         self.intents.len()
     }
+
+    /// Adds one write intent of an UPDATE or DELETE scan, refusing to grow past
+    /// `RESULT_ROWS_MAX` (the partial crosses executors in memory).
+    fn push_intent(&mut self, intent: WriteIntent) -> Result<ControlFlow<()>, ExecError> {
+        self.intents.push(intent);
+        if self.intents.len() > RESULT_ROWS_MAX {
+            return Err(ExecError::LimitExceeded {
+                what: "rows in one result",
+                limit: RESULT_ROWS_MAX,
+            });
+        }
+        Ok(ControlFlow::Continue(()))
+    }
 }
 
 /// Sets `path` in `doc` to `value`, creating missing objects on the way.
@@ -787,19 +800,12 @@ pub fn execute_update<'s, S: FragmentSource>(
             if !update.returning.is_empty() {
                 out.returning.push(returning_row(&update.returning, d.id, &doc)?);
             }
-            out.intents.push(WriteIntent::Put {
+            out.push_intent(WriteIntent::Put {
                 id: d.id.to_owned(),
                 shard: d.shard,
                 version_read: Some(d.version),
                 doc,
-            });
-            if out.intents.len() > RESULT_ROWS_MAX {
-                return Err(ExecError::LimitExceeded {
-                    what: "rows in one result",
-                    limit: RESULT_ROWS_MAX,
-                });
-            }
-            Ok(ControlFlow::Continue(()))
+            })
         })?;
     Ok(out)
 }
@@ -817,18 +823,11 @@ pub fn execute_delete<'s, S: FragmentSource>(
                 let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
                 out.returning.push(output_row(&delete.returning, &row)?);
             }
-            out.intents.push(WriteIntent::Delete {
+            out.push_intent(WriteIntent::Delete {
                 id: d.id.to_owned(),
                 shard: d.shard,
                 version_read: d.version,
-            });
-            if out.intents.len() > RESULT_ROWS_MAX {
-                return Err(ExecError::LimitExceeded {
-                    what: "rows in one result",
-                    limit: RESULT_ROWS_MAX,
-                });
-            }
-            Ok(ControlFlow::Continue(()))
+            })
         })?;
     Ok(out)
 }
