@@ -4,7 +4,8 @@
 //! bytecheck over the whole record), or they were serialized by this process and written by the
 //! log. Either way the result is a [`RecordSpan`], which only this module can make. Reads then
 //! go through [`record`], which trusts the span and skips validation: that is what makes point
-//! reads zero-copy and cheap.
+//! reads zero-copy and cheap. Debug builds still validate each span once per segment, on its
+//! first read (`Segment::record`), so tests catch a span used with the wrong bytes.
 
 use rkyv::rancor::Error as RkyvError;
 
@@ -56,21 +57,15 @@ pub(crate) fn written(offset: usize, len: usize) -> RecordSpan {
 }
 
 /// The record at `span` of the segment bytes it was made for; `None` only if the span lies
-/// outside `bytes` (a bug, reported rather than risked).
+/// outside `bytes` (a bug, reported rather than risked). Never validates: debug builds check
+/// each span once per segment in `Segment::record` instead, so reading every document of a
+/// large batch record stays linear.
 pub fn record(bytes: &[u8], span: RecordSpan) -> Option<&ArchivedRecord> {
     let payload = bytes.get(span.offset..span.offset.checked_add(span.len)?)?;
-    #[cfg(debug_assertions)]
-    {
-        // Debug builds check every read, so tests catch a span used with the wrong bytes.
-        rkyv::access::<ArchivedRecord, RkyvError>(payload).ok()
-    }
-    #[cfg(not(debug_assertions))]
-    {
-        // SAFETY: spans are made only by `check`, after checked access validated exactly these
-        // bytes of this segment, or by `written`, for bytes rkyv serialized in this process and
-        // the log wrote at this offset. Segment bytes are never modified after they are written
-        // (blocks holding a chunk are never rewritten, the mapping is read-only and lives as long
-        // as the `Segment` that carries the span), so the bytes are still a valid archive.
-        Some(unsafe { rkyv::access_unchecked::<ArchivedRecord>(payload) })
-    }
+    // SAFETY: spans are made only by `check`, after checked access validated exactly these
+    // bytes of this segment, or by `written`, for bytes rkyv serialized in this process and
+    // the log wrote at this offset. Segment bytes are never modified after they are written
+    // (blocks holding a chunk are never rewritten, the mapping is read-only and lives as long
+    // as the `Segment` that carries the span), so the bytes are still a valid archive.
+    Some(unsafe { rkyv::access_unchecked::<ArchivedRecord>(payload) })
 }

@@ -327,6 +327,8 @@ pub(crate) struct Inner {
     pub st: RefCell<State>,
     pub writer_waker: Cell<Option<Waker>>,
     pub space_waiters: RefCell<VecDeque<Waker>>,
+    /// Tasks in [`Fragment::wait_durable`]: woken after every group commit and on failure.
+    pub durable_waiters: RefCell<VecDeque<Waker>>,
     /// Held by the writer around one flush, and by compaction while it rolls the segment.
     pub log_lock: glommio::sync::Semaphore,
     pub closing: Cell<bool>,
@@ -389,6 +391,7 @@ impl Fragment {
             st: RefCell::new(state),
             writer_waker: Cell::new(None),
             space_waiters: RefCell::new(VecDeque::new()),
+            durable_waiters: RefCell::new(VecDeque::new()),
             log_lock: glommio::sync::Semaphore::new(1),
             closing: Cell::new(false),
             compacting: Cell::new(false),
@@ -678,6 +681,42 @@ impl Fragment {
         if let Some(w) = self.inner.writer_waker.take() {
             w.wake();
         }
+    }
+
+    /// The LSN of the last write accepted into the log queue, durable or not (`Lsn::new(0)`
+    /// before the first write). Every write that a failed version check saw queued is at or
+    /// below it.
+    pub fn last_queued_lsn(&self) -> Lsn {
+        Lsn::new(self.inner.st.borrow().next_lsn.saturating_sub(1))
+    }
+
+    /// The LSN up to which every record is durable and readable.
+    pub fn durable_lsn(&self) -> Lsn {
+        Lsn::new(self.inner.st.borrow().lsn_durable)
+    }
+
+    /// Waits until every record up to `lsn` is durable and visible to reads, woken by the
+    /// group commit that covers it (no polling). An `lsn` past [`Fragment::last_queued_lsn`]
+    /// at the time of the call is taken as that LSN: this never waits for writes not yet
+    /// submitted. Fails with `Fatal` if the log stopped before reaching it; a closing fragment
+    /// still writes what it queued, so closing ends the wait normally.
+    pub async fn wait_durable(&self, lsn: Lsn) -> Result<(), AppendError> {
+        let target = lsn.get().min(self.last_queued_lsn().get());
+        std::future::poll_fn(|cx| {
+            let st = self.inner.st.borrow();
+            if st.lsn_durable >= target {
+                return std::task::Poll::Ready(Ok(()));
+            }
+            if let Some(reason) = &st.fatal {
+                return std::task::Poll::Ready(Err(AppendError::Fatal {
+                    fragment: self.inner.id,
+                    reason: reason.clone(),
+                }));
+            }
+            self.inner.durable_waiters.borrow_mut().push_back(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+        .await
     }
 
     /// The current version of a document, for optimistic concurrency.

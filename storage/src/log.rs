@@ -171,6 +171,7 @@ fn fail(inner: &Inner, reason: String, batch: Vec<Pending>) {
         p.done.complete(Err(AppendError::Fatal { fragment: inner.id, reason: reason.clone() }));
     }
     wake_all(&inner.space_waiters);
+    wake_all(&inner.durable_waiters);
 }
 
 fn chunk_need(payload_len: usize) -> u64 {
@@ -286,6 +287,7 @@ async fn flush(inner: &Rc<Inner>) {
     for p in &batch {
         p.done.complete(Ok(Lsn::new(p.lsn)));
     }
+    wake_all(&inner.durable_waiters);
     if should_compact && !inner.compacting.get() && !inner.closing.get() {
         crate::compaction::spawn(inner.clone());
     }

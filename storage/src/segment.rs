@@ -37,6 +37,9 @@ pub struct Segment {
     map: Mmap,
     /// Frame bytes of the records applied from this segment (for dead-byte accounting).
     record_bytes: Cell<u64>,
+    /// Debug builds: spans (offset, length) already validated by a read of this segment.
+    #[cfg(debug_assertions)]
+    checked: std::cell::RefCell<std::collections::HashSet<(u64, usize)>>,
 }
 
 impl std::fmt::Debug for Segment {
@@ -88,6 +91,8 @@ impl Segment {
             header,
             map,
             record_bytes: Cell::new(0),
+            #[cfg(debug_assertions)]
+            checked: std::cell::RefCell::default(),
         }
     }
 
@@ -131,8 +136,21 @@ impl Segment {
         self.record_bytes.set(self.record_bytes.get() + bytes);
     }
 
-    /// The record at `span`, which must come from this segment.
+    /// The record at `span`, which must come from this segment. Release builds trust the span
+    /// (see `archive`); debug builds validate it with bytecheck on its first read from this
+    /// segment, once, so a span used with the wrong segment is caught while reading all the
+    /// documents of a large batch record stays linear.
     pub fn record(&self, span: RecordSpan) -> Option<&ArchivedRecord> {
+        #[cfg(debug_assertions)]
+        {
+            let key = (span.offset(), span.len());
+            if !self.checked.borrow().contains(&key) {
+                cov_mark::hit!(segment_span_validated);
+                let offset = usize::try_from(span.offset()).ok()?;
+                archive::check(&self.map, offset, span.len()).ok()?;
+                self.checked.borrow_mut().insert(key);
+            }
+        }
         archive::record(&self.map, span)
     }
 }

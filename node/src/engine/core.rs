@@ -33,10 +33,6 @@ use crate::runtime::ExecutorIndex;
 /// client gets 40001 and should retry.
 pub const WRITE_ATTEMPTS_MAX: u32 = 16;
 
-/// How often a write that conflicted with a queued (not yet durable) write checks whether
-/// that write became visible, before it is re-run.
-pub const WRITE_CONFLICT_POLL: Duration = Duration::from_millis(1);
-
 /// Longest a conflicting write waits for the write it conflicted with to become durable
 /// before it is re-run anyway. A group commit takes one fdatasync; this is far above it.
 pub const WRITE_CONFLICT_WAIT_MAX: Duration = Duration::from_secs(2);
@@ -364,17 +360,19 @@ impl Core {
 /// the conflicted statement read. Storage checks versions against queued writes but readers see
 /// only durable ones, so a statement re-run at once after conflicting with a queued write would
 /// read the same old version and conflict again, until its attempts ran out during one
-/// fdatasync. Any change of the readable version will do (versions only grow, and a later write
-/// may already have superseded the one the conflict saw), so the wait ends at the first group
-/// commit that touches the document. Bounded by [`WRITE_CONFLICT_WAIT_MAX`] all the same.
+/// fdatasync. The write it conflicted with is queued at or below the fragment's last queued
+/// LSN, so waiting for that LSN to be durable (storage wakes the wait from the group commit
+/// that covers it, no polling) makes it readable. A fatal fragment ends the wait too (the re-run
+/// then reports why). Bounded by [`WRITE_CONFLICT_WAIT_MAX`] all the same.
 async fn wait_visible(fragment: &Fragment, collection: &str, doc: &str, read: Version) {
     let read = (read != Version::ABSENT).then_some(read);
-    let started = Instant::now();
-    while fragment.version_of(collection, doc) == read
-        && started.elapsed() < WRITE_CONFLICT_WAIT_MAX
-    {
-        glommio::timer::sleep(WRITE_CONFLICT_POLL).await;
+    if fragment.version_of(collection, doc) != read {
+        return;
     }
+    let durable = async {
+        let _ = fragment.wait_durable(fragment.last_queued_lsn()).await;
+    };
+    futures_lite::future::or(durable, glommio::timer::sleep(WRITE_CONFLICT_WAIT_MAX)).await;
 }
 
 fn partial_rows(partial: &Partial) -> u64 {
