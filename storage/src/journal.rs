@@ -508,6 +508,37 @@ impl Journal {
     }
 }
 
+/// Reads the records of the journal in `dir` without changing anything (blocking std::fs: for
+/// a caller that needs them before any executor runs). A missing directory holds no records.
+pub fn read_dir_records(dir: &Path) -> Result<Vec<Vec<u8>>, JournalError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| JournalError::Io { path, source }
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(dir)(e)),
+    };
+    let mut newest: Option<(u64, PathBuf)> = None;
+    for entry in entries {
+        let entry = entry.map_err(io(dir))?;
+        if let Some(seq) = parse_name(&entry.file_name().to_string_lossy())
+            && newest.as_ref().is_none_or(|(s, _)| seq > *s)
+        {
+            newest = Some((seq, entry.path()));
+        }
+    }
+    let Some((_, path)) = newest else { return Ok(Vec::new()) };
+    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    let image = read_journal(&bytes).map_err(|(offset, what)| JournalError::Corruption {
+        path: path.clone(),
+        offset,
+        what,
+    })?;
+    Ok(image.records)
+}
+
 /// Splits records into groups that each fit one chunk.
 fn groups(records: &[Vec<u8>]) -> Vec<&[Vec<u8>]> {
     let mut out = Vec::new();
