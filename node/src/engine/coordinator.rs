@@ -308,13 +308,18 @@ impl Coordinator {
             }
         }
         if self.journal.bytes() > COORDINATOR_JOURNAL_BYTES_MAX {
-            let keep: Vec<Vec<u8>> = {
-                let mut kept = self.kept.borrow_mut();
-                kept.retain(|_, k| k.commit || k.at.elapsed() < COORDINATOR_ABORT_MEMORY);
-                kept.values().map(|k| k.record.clone()).collect()
-            };
-            match self.journal.rewrite(&keep).await {
-                Ok(()) => tracing::debug!(kept = keep.len(), "coordinator journal rewritten"),
+            // What to keep is read once appends are held off, so a decision recorded while
+            // this waited for its turn is not lost.
+            let result = self
+                .journal
+                .rewrite_with(|| {
+                    let mut kept = self.kept.borrow_mut();
+                    kept.retain(|_, k| k.commit || k.at.elapsed() < COORDINATOR_ABORT_MEMORY);
+                    kept.values().map(|k| k.record.clone()).collect()
+                })
+                .await;
+            match result {
+                Ok(()) => tracing::debug!("coordinator journal rewritten"),
                 Err(e) => tracing::error!(error = %e, "coordinator journal rewrite failed"),
             }
         }
@@ -344,7 +349,7 @@ impl Coordinator {
 /// `TESSERA_FAULT` (never set in production): `2pc-after-prepare:<k>` aborts the process once
 /// `k` participant fragments have a durable PREPARE, `2pc-after-decision` right after a COMMIT
 /// decision is durable, `2pc-during-apply` once the first participant fragment's Commit record
-/// is durable. Compiled in so the end-to-end crash tests run the real binary.
+/// is durable (the fragments after it not yet committed). Compiled in so the end-to-end crash tests run the real binary.
 pub mod fault {
     use super::*;
 
