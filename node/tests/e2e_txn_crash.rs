@@ -96,3 +96,38 @@ async fn crash_after_decision_commits() {
 async fn crash_during_apply_commits() {
     assert_eq!(crash_at("2pc-during-apply").await, IDS.len());
 }
+
+// Checks the prepared-transaction timeout: a session stalls between its prepares and its
+// decision for longer than TXN_PREPARED_TIMEOUT (a test-only hook). The timeout records ABORT
+// and aborts the participants, so the late session's COMMIT finds the abort and fails with
+// 40001; nothing is applied and nothing stays prepared. Takes about 2 × the timeout.
+#[tokio::test]
+async fn prepared_too_long_is_aborted_by_the_timeout() {
+    let mut node = Node::start_with(NodeOptions {
+        env: vec![("TESSERA_FAULT".to_owned(), "2pc-stall-before-decision".to_owned())],
+        ..NodeOptions::default()
+    });
+    node.expect_log("TESSERA_FAULT");
+    node.expect_log("transaction prepared too long");
+    let client = node.connect().await;
+    let err = client
+        .batch_execute(&format!(
+            "BEGIN; INSERT INTO t VALUES ('{}', '{{\"v\":1}}'), ('{}', '{{\"v\":1}}'); COMMIT",
+            IDS[0], IDS[1]
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(support::sqlstate(&err), "40001", "{err:?}");
+    let n: i64 = client.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get(0);
+    assert_eq!(n, 0, "the timed-out transaction applied nothing");
+    let rows = client.query("SHOW TRANSACTIONS", &[]).await.unwrap();
+    assert!(rows.iter().all(|r| r.get::<_, String>(1) != "prepared"));
+    let aborts = client.query("SHOW transaction_counters", &[]).await.unwrap();
+    assert!(aborts.iter().any(|r| r.get::<_, String>(0) == "aborts" && r.get::<_, i64>(1) >= 1));
+    // The documents are free again.
+    client
+        .batch_execute(&format!("INSERT INTO t VALUES ('{}', '{{\"v\":2}}')", IDS[0]))
+        .await
+        .unwrap();
+    node.stop();
+}

@@ -716,6 +716,7 @@ impl Session {
             self.phase_two(txid, &participants, false).await;
             return Err(e);
         }
+        fault::before_decision().await;
         let commit = self.decide(txid, fragments, participants.len()).await?;
         if commit {
             fault::decided();
