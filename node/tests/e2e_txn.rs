@@ -346,3 +346,34 @@ async fn concurrent_transfers_keep_the_total() {
         setup.query_one("SELECT sum(balance::int8) FROM acct", &[]).await.unwrap().get(0);
     assert_eq!(sum, total);
 }
+
+// Checks what psql shows for a failed block (command tags not suppressed): the BEGIN inside a
+// block is a WARNING, statements after the error are 25P02 errors, the COMMIT of the failed
+// block answers ROLLBACK, a COMMIT outside a block is a WARNING, and nothing was applied.
+#[test]
+fn psql_shows_failed_block_tags_and_warnings() {
+    let node = Node::start();
+    let mut command = std::process::Command::new("psql");
+    command
+        .arg(node.conn_str())
+        .args(["-X", "-A", "-t", "-f"])
+        .arg(support::test_file("sql/e2e_txn_block.sql"))
+        .env("PGCONNECT_TIMEOUT", "30");
+    let out = support::run_client(command);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "psql failed: {stderr}");
+    let tags: Vec<&str> = stdout.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(
+        tags,
+        ["INSERT 0 1", "BEGIN", "BEGIN", "INSERT 0 1", "ROLLBACK", "COMMIT", "1"],
+        "{stdout}"
+    );
+    assert!(stderr.contains("WARNING:  there is already a transaction in progress"), "{stderr}");
+    assert!(stderr.contains("ERROR:  duplicate document id"), "{stderr}");
+    assert!(
+        stderr.contains("ERROR:  current transaction is aborted, commands ignored until end of transaction block"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("WARNING:  there is no transaction in progress"), "{stderr}");
+}
