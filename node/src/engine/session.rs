@@ -1161,13 +1161,10 @@ impl Engine for Session {
             ));
         }
         let _running = Running::start(self.core.shared());
-        let ends_block = matches!(
-            &*statement.statement,
-            Statement::Begin | Statement::Commit | Statement::Rollback
-        );
+        // As in PostgreSQL, a failed block accepts only its end.
+        let ends_block = matches!(&*statement.statement, Statement::Commit | Statement::Rollback);
         if let Block::Failed(_) = self.block
             && !ends_block
-            && !matches!(&*statement.statement, Statement::Show { .. } | Statement::Set { .. })
         {
             return Err(PgError::new(
                 SqlState::IN_FAILED_SQL_TRANSACTION,

@@ -511,4 +511,19 @@ mod tests {
             t.absorb(FragmentId::new(0), "c", vec![], vec![put("x", Some(BUFFERED_VERSION), 1)]);
         assert!(e.is_err());
     }
+
+    // Checks the write bound: past TXN_WRITES_MAX buffered documents the statement fails
+    // with a limit error naming it, instead of growing.
+    #[test]
+    fn unit_write_buffer_is_bounded() {
+        let mut t = Txn::new(1);
+        let f = FragmentId::new(0);
+        let intents: Vec<WriteIntent> =
+            (0..TXN_WRITES_MAX).map(|i| put(&format!("d{i}"), None, 0)).collect();
+        t.absorb(f, "c", vec![], intents).expect("up to the limit");
+        let e = t.absorb(f, "c", vec![], vec![put("one-more", None, 0)]);
+        assert!(matches!(e, Err(EngineError::TxnLimit { max: TXN_WRITES_MAX, .. })), "{e:?}");
+        t.absorb(f, "c", vec![], vec![put("d0", Some(BUFFERED_VERSION), 1)])
+            .expect("rewriting a buffered document needs no room");
+    }
 }
