@@ -196,6 +196,16 @@ async fn multi_row_insert_across_executors_is_atomic() {
     assert_eq!(n, 3);
     let sum: i64 = s.query_one("SELECT sum(v::int8) FROM t", &[]).await.unwrap().get(0);
     assert_eq!(sum, 60);
+    // EXPLAIN ANALYZE of such a write still reports every fragment it ran on.
+    let lines: Vec<String> = s
+        .query("EXPLAIN ANALYZE UPDATE t SET v = v + 1", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let total = lines.iter().find(|l| l.contains("Total:")).expect("a total line");
+    assert!(total.contains("fragments=8") && total.contains("returned=3"), "{lines:?}");
 }
 
 // Checks SHOW TRANSACTIONS lists an open block with the fragments it touched, and that it is

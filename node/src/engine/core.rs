@@ -134,6 +134,8 @@ pub struct TxnShare {
     pub returning: Vec<Vec<query::Datum>>,
     /// Documents read.
     pub rows_scanned: u64,
+    /// Time spent evaluating, for EXPLAIN ANALYZE.
+    pub elapsed: Duration,
 }
 
 /// A transaction prepared on some of this executor's fragments.
@@ -496,6 +498,7 @@ impl Core {
     ) -> Result<Vec<TxnShare>, EngineError> {
         let mut out = Vec::with_capacity(targets.len());
         for target in targets {
+            let started = Instant::now();
             let fragment = self.fragment(target.fragment)?;
             let reader =
                 OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref());
@@ -523,6 +526,7 @@ impl Core {
                 reads: reader.take_reads(),
                 returning: partial.returning,
                 rows_scanned: partial.rows_scanned,
+                elapsed: started.elapsed(),
             });
         }
         Ok(out)

@@ -636,6 +636,12 @@ impl Session {
             .await?;
         let mut outcome = WriteOutcome::default();
         for share in shares.into_iter().flatten() {
+            outcome.analysis.push(FragmentAnalysis {
+                fragment: share.fragment,
+                rows_scanned: share.rows_scanned,
+                rows_returned: share.intents.len() as u64,
+                elapsed: share.elapsed,
+            });
             outcome.affected += share.intents.len() as u64;
             outcome.returning.extend(share.returning);
             let reads = if keep_reads { share.reads } else { Vec::new() };
