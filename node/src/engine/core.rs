@@ -562,13 +562,16 @@ impl Core {
         batches: Vec<(FragmentId, WriteBatch)>,
     ) -> Result<(), EngineError> {
         let fragments: Vec<FragmentId> = batches.iter().map(|(f, _)| *f).collect();
+        let mut owned = Vec::with_capacity(batches.len());
+        for (id, batch) in batches {
+            owned.push((self.fragment(id)?, batch));
+        }
         self.prepared.borrow_mut().insert(
             txid,
             PreparedTxn { fragments: fragments.clone(), since: Instant::now(), finishing: false },
         );
-        let mut tasks = Vec::with_capacity(batches.len());
-        for (id, batch) in batches {
-            let fragment = self.fragment(id)?;
+        let mut tasks = Vec::with_capacity(owned.len());
+        for (fragment, batch) in owned {
             tasks.push(glommio::spawn_local(async move { fragment.prepare(txid, batch).await }));
         }
         let mut failure = None;
