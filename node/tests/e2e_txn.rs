@@ -132,6 +132,24 @@ async fn two_sessions_updating_one_document() {
     assert!(counter(&s1, "conflicts").await >= 1);
 }
 
+// Checks the lost update: a block reads a document, another session commits a change to it,
+// then the block updates it to a constant (its UPDATE reads the new version) and commits. The
+// commit must fail with 40001: the block's first read is stale.
+#[tokio::test]
+async fn update_after_a_stale_read_conflicts() {
+    let node = Node::start();
+    let s1 = node.connect().await;
+    let s2 = node.connect().await;
+    s1.batch_execute(&format!("INSERT INTO t VALUES ('{A}', '{{\"v\":100}}')")).await.unwrap();
+    s1.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(value(&s1, A).await, Some(100));
+    s2.execute("UPDATE t SET v = 70 WHERE id() = $1", &[&A]).await.unwrap();
+    s1.execute("UPDATE t SET v = 1 WHERE id() = $1", &[&A]).await.unwrap();
+    let err = s1.batch_execute("COMMIT").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "40001");
+    assert_eq!(value(&s2, A).await, Some(70), "the other session's commit stands");
+}
+
 // Checks write skew across executors: each session reads both documents (on fragments of
 // different executors) and writes the one the other only read. Serializable means one of the
 // two COMMITs fails with 40001; the invariant "at least one is on" holds.
