@@ -1,0 +1,684 @@
+//! A transaction's state in its session: buffered writes and recorded read versions, per
+//! fragment, and the overlay that lets the transaction read its own writes.
+//!
+//! Writes are buffered per fragment as the final state of each document (`Buffered`: the new
+//! document, or `None` for a delete) with the version it had in storage when the transaction
+//! first touched it (`base`). Each statement ships the buffer of the fragments it touches to
+//! their owners (an `Arc`, no copy) where an [`OverlayReader`] serves reads from the buffer
+//! first and from storage otherwise, recording the storage version of every document it
+//! returns. At commit, every fragment's buffer and reads become one storage batch: writes with
+//! their `base` as expected version, reads not overwritten as checks.
+//!
+//! **Phantoms:** a scan records the documents it returned, not the range it covered. A
+//! document inserted into a scanned range by another transaction after the scan is not seen
+//! at commit, so a transaction that decides from the absence of rows in a range (not a point
+//! read) is not protected against that insert. Point reads of missing documents are protected
+//! (an `ABSENT` check).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Instant;
+
+use query::plan::CollectionName;
+use query::{DocVersion, FragmentSource, SourceDoc, WriteIntent};
+use router::doc::{DocValue, ValueKind};
+use router::{FragmentId, ShardId, ShardRange};
+use storage::{ArchivedJsonValue, Version, WriteBatch};
+
+use super::error::EngineError;
+use super::limits::{TXN_READS_MAX, TXN_WRITES_MAX};
+use super::reader::FragmentReader;
+
+/// The version an overlay reports for a document buffered by the transaction itself; an
+/// intent carrying it refers to the buffered entry, whose `base` stays the storage version.
+pub const BUFFERED_VERSION: DocVersion = DocVersion::new(u64::MAX);
+
+/// A document key inside one fragment: collection and lower-cased id.
+pub type DocKey = (String, String);
+
+/// One buffered write: the document's final state in the transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffered {
+    /// The id as written.
+    pub id: String,
+    /// Its shard.
+    pub shard: ShardId,
+    /// Its storage version when the transaction first read it (`ABSENT`: it did not exist).
+    pub base: Version,
+    /// The new document, or `None` for a delete.
+    pub doc: Option<serde_json::Value>,
+}
+
+/// The buffered writes of one fragment, shipped to its owner with each statement.
+#[derive(Clone, Debug, Default)]
+pub struct FragmentWrites {
+    /// By key.
+    pub docs: BTreeMap<DocKey, Buffered>,
+}
+
+/// A storage version a statement read inside a transaction.
+#[derive(Clone, Debug)]
+pub struct ReadRecord {
+    /// Collection.
+    pub collection: String,
+    /// Lower-cased id.
+    pub key: String,
+    /// Id as read (or as asked, for a missing document).
+    pub id: String,
+    /// Shard.
+    pub shard: ShardId,
+    /// Version seen (`ABSENT`: not there).
+    pub version: Version,
+}
+
+/// One fragment's part of a transaction.
+#[derive(Clone, Debug, Default)]
+pub struct FragmentTxn {
+    /// First version read of each document read from storage.
+    pub reads: BTreeMap<DocKey, ReadRecord>,
+    /// Buffered writes.
+    pub writes: Arc<FragmentWrites>,
+}
+
+/// The state of an open transaction block (or of one autocommit statement's transaction).
+#[derive(Debug)]
+pub struct Txn {
+    /// Session-local number, for SHOW TRANSACTIONS.
+    pub number: u64,
+    /// When BEGIN ran.
+    pub started: Instant,
+    /// Per fragment touched.
+    pub fragments: BTreeMap<FragmentId, FragmentTxn>,
+    reads: usize,
+    writes: usize,
+}
+
+impl Txn {
+    /// An empty transaction.
+    pub fn new(number: u64) -> Txn {
+        Txn { number, started: Instant::now(), fragments: BTreeMap::new(), reads: 0, writes: 0 }
+    }
+
+    /// The buffer of `fragment` to ship with a statement (empty when untouched).
+    pub fn writes_of(&self, fragment: FragmentId) -> Option<Arc<FragmentWrites>> {
+        self.fragments.get(&fragment).map(|f| Arc::clone(&f.writes))
+    }
+
+    /// Whether any document is buffered.
+    pub fn has_writes(&self) -> bool {
+        self.writes > 0
+    }
+
+    /// Records what a statement read and wrote on one fragment.
+    pub fn absorb(
+        &mut self,
+        fragment: FragmentId,
+        collection: &str,
+        reads: Vec<ReadRecord>,
+        intents: Vec<WriteIntent>,
+    ) -> Result<(), EngineError> {
+        let f = self.fragments.entry(fragment).or_default();
+        for r in reads {
+            let key = (r.collection.clone(), r.key.clone());
+            if let std::collections::btree_map::Entry::Vacant(slot) = f.reads.entry(key) {
+                if self.reads >= TXN_READS_MAX {
+                    return Err(EngineError::TxnLimit {
+                        what: "documents read",
+                        max: TXN_READS_MAX,
+                    });
+                }
+                self.reads += 1;
+                slot.insert(r);
+            }
+        }
+        if intents.is_empty() {
+            return Ok(());
+        }
+        let FragmentTxn { reads: first_reads, writes } = f;
+        let writes = Arc::make_mut(writes);
+        for intent in intents {
+            let (id, shard, read, doc) = match intent {
+                WriteIntent::Put { id, shard, version_read, doc } => {
+                    (id, shard, version_read, Some(doc))
+                }
+                WriteIntent::Delete { id, shard, version_read } => {
+                    (id, shard, Some(version_read), None)
+                }
+            };
+            let key = (collection.to_owned(), storage::doc_key(&id).into_owned());
+            match writes.docs.get_mut(&key) {
+                Some(entry) => {
+                    // Already buffered: the base stays the storage version first seen.
+                    entry.doc = doc;
+                    entry.id = id;
+                }
+                None => {
+                    if self.writes >= TXN_WRITES_MAX {
+                        return Err(EngineError::TxnLimit {
+                            what: "documents written",
+                            max: TXN_WRITES_MAX,
+                        });
+                    }
+                    self.writes += 1;
+                    let base = match (first_reads.get(&key), read) {
+                        (_, Some(v)) if v == BUFFERED_VERSION => {
+                            return Err(EngineError::Exec(query::ExecError::WrongStatement {
+                                what: "a buffered version without a buffered document",
+                            }));
+                        }
+                        // An earlier statement of the block read it: the write must expect
+                        // that version, not the one this statement saw, or a commit by
+                        // another session in between would be overwritten unnoticed.
+                        (Some(first), _) => first.version,
+                        (None, Some(v)) => Version::new(v.get()),
+                        (None, None) => Version::ABSENT,
+                    };
+                    writes.docs.insert(key, Buffered { id, shard, base, doc });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The storage batch of each fragment at commit: writes expect their base version; reads
+    /// of documents not written become checks.
+    pub fn batches(&self) -> BTreeMap<FragmentId, WriteBatch> {
+        let mut out = BTreeMap::new();
+        for (fragment, f) in &self.fragments {
+            let mut batch = WriteBatch::new();
+            for ((collection, _), b) in &f.writes.docs {
+                batch = match &b.doc {
+                    Some(doc) => batch.put(collection, &b.id, b.shard, Some(b.base), doc.clone()),
+                    // Inserted, then deleted: nothing to write, but it must still be absent.
+                    None if b.base == Version::ABSENT => {
+                        batch.check(collection, &b.id, b.shard, Version::ABSENT)
+                    }
+                    None => batch.delete(collection, &b.id, b.shard, Some(b.base)),
+                };
+            }
+            for (key, r) in &f.reads {
+                if !f.writes.docs.contains_key(key) {
+                    batch = batch.check(&r.collection, &r.id, r.shard, r.version);
+                }
+            }
+            if !batch.is_empty() {
+                out.insert(*fragment, batch);
+            }
+        }
+        out
+    }
+}
+
+/// A document seen through the overlay: stored (archived, read in place) or buffered.
+#[derive(Clone, Copy)]
+pub enum OverlayDoc<'a> {
+    /// From storage.
+    Stored(&'a ArchivedJsonValue),
+    /// From the transaction's buffer.
+    Buffered(&'a serde_json::Value),
+}
+
+impl<'a> DocValue<'a> for OverlayDoc<'a> {
+    fn kind(self) -> ValueKind {
+        match self {
+            OverlayDoc::Stored(d) => d.kind(),
+            OverlayDoc::Buffered(d) => d.kind(),
+        }
+    }
+
+    fn as_bool(self) -> Option<bool> {
+        match self {
+            OverlayDoc::Stored(d) => d.as_bool(),
+            OverlayDoc::Buffered(d) => DocValue::as_bool(d),
+        }
+    }
+
+    fn as_i64(self) -> Option<i64> {
+        match self {
+            OverlayDoc::Stored(d) => d.as_i64(),
+            OverlayDoc::Buffered(d) => DocValue::as_i64(d),
+        }
+    }
+
+    fn as_f64(self) -> Option<f64> {
+        match self {
+            OverlayDoc::Stored(d) => d.as_f64(),
+            OverlayDoc::Buffered(d) => DocValue::as_f64(d),
+        }
+    }
+
+    fn as_str(self) -> Option<&'a str> {
+        match self {
+            OverlayDoc::Stored(d) => d.as_str(),
+            OverlayDoc::Buffered(d) => DocValue::as_str(d),
+        }
+    }
+
+    fn field(self, name: &str) -> Option<Self> {
+        match self {
+            OverlayDoc::Stored(d) => d.field(name).map(OverlayDoc::Stored),
+            OverlayDoc::Buffered(d) => DocValue::field(d, name).map(OverlayDoc::Buffered),
+        }
+    }
+
+    fn len(self) -> usize {
+        match self {
+            OverlayDoc::Stored(d) => d.len(),
+            OverlayDoc::Buffered(d) => DocValue::len(d),
+        }
+    }
+
+    fn element(self, index: usize) -> Option<Self> {
+        match self {
+            OverlayDoc::Stored(d) => d.element(index).map(OverlayDoc::Stored),
+            OverlayDoc::Buffered(d) => d.element(index).map(OverlayDoc::Buffered),
+        }
+    }
+
+    fn for_each_member(self, visit: &mut dyn FnMut(&'a str, Self)) {
+        match self {
+            OverlayDoc::Stored(d) => d.for_each_member(&mut |k, v| visit(k, OverlayDoc::Stored(v))),
+            OverlayDoc::Buffered(d) => {
+                d.for_each_member(&mut |k, v| visit(k, OverlayDoc::Buffered(v)))
+            }
+        }
+    }
+}
+
+/// `FragmentSource` over a fragment plus a transaction's buffered writes for it, recording the
+/// storage version of every document it hands out.
+pub struct OverlayReader<'f> {
+    inner: FragmentReader<'f>,
+    writes: Option<&'f FragmentWrites>,
+    reads: RefCell<Vec<ReadRecord>>,
+}
+
+impl<'f> OverlayReader<'f> {
+    /// An overlay of `writes` over `inner`.
+    pub fn new(inner: FragmentReader<'f>, writes: Option<&'f FragmentWrites>) -> OverlayReader<'f> {
+        OverlayReader { inner, writes, reads: RefCell::new(Vec::new()) }
+    }
+
+    /// The storage versions read so far.
+    pub fn take_reads(&self) -> Vec<ReadRecord> {
+        std::mem::take(&mut *self.reads.borrow_mut())
+    }
+
+    fn record(&self, collection: &str, id: &str, shard: ShardId, version: Version) {
+        self.reads.borrow_mut().push(ReadRecord {
+            collection: collection.to_owned(),
+            key: storage::doc_key(id).into_owned(),
+            id: id.to_owned(),
+            shard,
+            version,
+        });
+    }
+
+    fn buffered(&self, collection: &str, key: &str) -> Option<&'f Buffered> {
+        self.writes?.docs.get(&(collection.to_owned(), key.to_owned()))
+    }
+}
+
+fn stored<'a>(doc: SourceDoc<'a, &'a ArchivedJsonValue>) -> SourceDoc<'a, OverlayDoc<'a>> {
+    SourceDoc {
+        id: doc.id,
+        shard: doc.shard,
+        version: doc.version,
+        doc: OverlayDoc::Stored(doc.doc),
+    }
+}
+
+fn buffered_doc(b: &Buffered) -> Option<SourceDoc<'_, OverlayDoc<'_>>> {
+    let doc = b.doc.as_ref()?;
+    Some(SourceDoc {
+        id: &b.id,
+        shard: b.shard,
+        version: BUFFERED_VERSION,
+        doc: OverlayDoc::Buffered(doc),
+    })
+}
+
+impl<'f> FragmentSource for OverlayReader<'f> {
+    type Doc<'a>
+        = OverlayDoc<'a>
+    where
+        Self: 'a;
+
+    fn get<'a>(
+        &'a self,
+        collection: &CollectionName,
+        id: &str,
+    ) -> Option<SourceDoc<'a, Self::Doc<'a>>> {
+        let key = storage::doc_key(id);
+        if let Some(b) = self.buffered(collection.as_str(), &key) {
+            return buffered_doc(b);
+        }
+        match self.inner.get(collection, id) {
+            Some(doc) => {
+                self.record(
+                    collection.as_str(),
+                    doc.id,
+                    doc.shard,
+                    Version::new(doc.version.get()),
+                );
+                Some(stored(doc))
+            }
+            None => {
+                // A missing document is a read too: it must still be missing at commit.
+                if let Ok(placement) = router::shard_of(id)
+                    && let Some(shard) = placement.shard()
+                    && self.inner.range().contains(shard)
+                {
+                    self.record(collection.as_str(), id, shard, Version::ABSENT);
+                }
+                None
+            }
+        }
+    }
+
+    fn scan<'a>(
+        &'a self,
+        collection: &CollectionName,
+        ranges: &[ShardRange],
+        visit: &mut dyn FnMut(SourceDoc<'a, Self::Doc<'a>>) -> ControlFlow<()>,
+    ) {
+        let name = collection.as_str();
+        for range in ranges {
+            // Buffered documents of this range, in storage's (shard, key) order.
+            let mut pending: Vec<(ShardId, &'f str, &'f Buffered)> = self
+                .writes
+                .map(|w| {
+                    w.docs
+                        .iter()
+                        .filter(|((c, _), b)| c == name && range.contains(b.shard))
+                        .map(|((_, k), b)| (b.shard, k.as_str(), b))
+                        .collect()
+                })
+                .unwrap_or_default();
+            pending.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+            let mut pending = pending.into_iter().peekable();
+            let mut stopped = false;
+            self.inner.scan(collection, std::slice::from_ref(range), &mut |doc| {
+                let key = storage::doc_key(doc.id);
+                // Buffered documents that sort before this one come first.
+                while let Some(&(shard, k, b)) = pending.peek() {
+                    if (shard, k) >= (doc.shard, key.as_ref()) {
+                        break;
+                    }
+                    pending.next();
+                    if let Some(d) = buffered_doc(b)
+                        && visit(d).is_break()
+                    {
+                        stopped = true;
+                        return ControlFlow::Break(());
+                    }
+                }
+                if let Some(&(shard, k, b)) = pending.peek()
+                    && (shard, k) == (doc.shard, key.as_ref())
+                {
+                    // The transaction's own version replaces (or hides) the stored one.
+                    pending.next();
+                    if let Some(d) = buffered_doc(b)
+                        && visit(d).is_break()
+                    {
+                        stopped = true;
+                        return ControlFlow::Break(());
+                    }
+                    return ControlFlow::Continue(());
+                }
+                self.record(name, doc.id, doc.shard, Version::new(doc.version.get()));
+                let flow = visit(stored(doc));
+                stopped = flow.is_break();
+                flow
+            });
+            if stopped {
+                return;
+            }
+            for (_, _, b) in pending {
+                if let Some(d) = buffered_doc(b)
+                    && visit(d).is_break()
+                {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use storage::WriteOp;
+
+    use super::*;
+
+    fn shard() -> ShardId {
+        ShardId::from_u64_mod(7)
+    }
+
+    fn read(id: &str, v: u64) -> ReadRecord {
+        ReadRecord {
+            collection: "c".into(),
+            key: id.to_lowercase(),
+            id: id.into(),
+            shard: shard(),
+            version: Version::new(v),
+        }
+    }
+
+    fn put(id: &str, read: Option<DocVersion>, v: i64) -> WriteIntent {
+        WriteIntent::Put {
+            id: id.into(),
+            shard: shard(),
+            version_read: read,
+            doc: serde_json::json!({ "v": v }),
+        }
+    }
+
+    // Checks how buffered writes fold into one batch: an insert then update then delete of the
+    // same id becomes an ABSENT check; an update keeps the storage version first read; a read
+    // not written becomes a check; a read then written is only the write.
+    #[test]
+    fn unit_buffer_folds_into_batches() {
+        let f = FragmentId::new(1);
+        let mut t = Txn::new(1);
+        t.absorb(f, "c", vec![], vec![put("New", None, 1)]).expect("insert");
+        t.absorb(f, "c", vec![], vec![put("new", Some(BUFFERED_VERSION), 2)]).expect("update");
+        let del = WriteIntent::Delete {
+            id: "NEW".into(),
+            shard: shard(),
+            version_read: BUFFERED_VERSION,
+        };
+        t.absorb(f, "c", vec![], vec![del]).expect("delete");
+        t.absorb(f, "c", vec![read("Old", 5), read("Seen", 9)], vec![]).expect("reads");
+        t.absorb(f, "c", vec![], vec![put("Old", Some(DocVersion::new(5)), 3)])
+            .expect("update old");
+        t.absorb(f, "c", vec![], vec![put("old", Some(BUFFERED_VERSION), 4)]).expect("again");
+        assert!(t.has_writes());
+        let batches = t.batches();
+        let ops = batches.get(&f).expect("one batch").ops().to_vec();
+        assert_eq!(ops.len(), 3, "{ops:?}");
+        assert!(ops.iter().any(|op| matches!(op,
+            WriteOp::Check { id, expected_version, .. } if id == "NEW" && *expected_version == Version::ABSENT)));
+        assert!(ops.iter().any(|op| matches!(op,
+            WriteOp::Put { id, expected_version: Some(v), doc, .. }
+                if id == "old" && *v == Version::new(5) && doc["v"] == 4)));
+        assert!(ops.iter().any(|op| matches!(op,
+            WriteOp::Check { id, expected_version, .. } if id == "Seen" && *expected_version == Version::new(9))));
+    }
+
+    // Checks a buffered version with nothing buffered is refused rather than guessed.
+    #[test]
+    fn unit_buffered_version_needs_a_buffered_document() {
+        let mut t = Txn::new(1);
+        let e =
+            t.absorb(FragmentId::new(0), "c", vec![], vec![put("x", Some(BUFFERED_VERSION), 1)]);
+        assert!(e.is_err());
+    }
+
+    // Checks the write bound: past TXN_WRITES_MAX buffered documents the statement fails
+    // with a limit error naming it, instead of growing.
+    #[test]
+    fn unit_write_buffer_is_bounded() {
+        let mut t = Txn::new(1);
+        let f = FragmentId::new(0);
+        let intents: Vec<WriteIntent> =
+            (0..TXN_WRITES_MAX).map(|i| put(&format!("d{i}"), None, 0)).collect();
+        t.absorb(f, "c", vec![], intents).expect("up to the limit");
+        let e = t.absorb(f, "c", vec![], vec![put("one-more", None, 0)]);
+        assert!(matches!(e, Err(EngineError::TxnLimit { max: TXN_WRITES_MAX, .. })), "{e:?}");
+        t.absorb(f, "c", vec![], vec![put("d0", Some(BUFFERED_VERSION), 1)])
+            .expect("rewriting a buffered document needs no room");
+    }
+
+    // Checks the lost-update case: a block reads a document at version 5, another session
+    // commits version 8, the block's UPDATE then reads 8; the write must still expect 5 (the
+    // first read), so the commit conflicts instead of overwriting the other commit.
+    #[test]
+    fn unit_write_expects_the_first_read_version() {
+        let mut t = Txn::new(1);
+        let f = FragmentId::new(0);
+        t.absorb(f, "c", vec![read("k", 5)], vec![]).expect("select");
+        t.absorb(f, "c", vec![read("k", 8)], vec![put("k", Some(DocVersion::new(8)), 1)])
+            .expect("update");
+        let batches = t.batches();
+        let ops = batches.get(&f).expect("batch").ops().to_vec();
+        assert_eq!(ops.len(), 1, "{ops:?}");
+        assert!(
+            matches!(&ops[0], WriteOp::Put { expected_version: Some(v), .. } if *v == Version::new(5)),
+            "{ops:?}"
+        );
+    }
+
+    /// A small deterministic generator (xorshift).
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    // Model test of the overlay against a BTreeMap oracle: random stored documents, random
+    // buffered puts and deletes over them and new ids; a full scan must return exactly the
+    // oracle's documents in storage's (shard, key) order, buffered values replacing stored
+    // ones and buffered deletes hiding them; a scan stopped early returns the oracle's prefix;
+    // only stored documents actually returned are recorded as reads; point reads agree.
+    #[test]
+    fn model_overlay_matches_oracle() {
+        let dir = std::env::temp_dir().join(format!("tessera-overlay-{}", std::process::id()));
+        let path = dir.clone();
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(1 << 20)
+            .preempt_timer(std::time::Duration::from_secs(60))
+            .spawn(move || async move {
+                let range = ShardRange::new(0, router::SHARD_COUNT).expect("full range");
+                let options =
+                    storage::FragmentOptions { segment_bytes: 1 << 20, ..Default::default() };
+                let fragment = storage::Fragment::open(&path, FragmentId::new(0), range, options)
+                    .await
+                    .expect("open");
+                let collection = CollectionName::new("c");
+                for seed in 1..=20u64 {
+                    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
+                    let shard_of =
+                        |id: &str| router::shard_of(id).expect("id").shard().expect("hashed");
+                    // Storage: ids s{seed}-{i}, a random half of 0..30.
+                    let mut oracle: BTreeMap<(ShardId, String), i64> = BTreeMap::new();
+                    for i in 0..30 {
+                        if rng.below(2) == 0 {
+                            let id = format!("S{seed}-{i}");
+                            let batch = WriteBatch::new().put(
+                                "c",
+                                &id,
+                                shard_of(&id),
+                                None,
+                                serde_json::json!({ "v": i }),
+                            );
+                            fragment.apply(batch).await.expect("put");
+                            oracle.insert((shard_of(&id), id.to_lowercase()), i);
+                        }
+                    }
+                    // Buffer: random puts and deletes over 0..40 (some stored, some new).
+                    let mut writes = FragmentWrites::default();
+                    for i in 0..40 {
+                        let id = format!("s{seed}-{i}");
+                        let key = id.to_lowercase();
+                        let doc = match rng.below(3) {
+                            0 => continue,
+                            1 => None,
+                            _ => Some(serde_json::json!({ "v": 1000 + i })),
+                        };
+                        let shard = shard_of(&id);
+                        match &doc {
+                            Some(_) => oracle.insert((shard, key.clone()), 1000 + i),
+                            None => oracle.remove(&(shard, key.clone())),
+                        };
+                        let b = Buffered { id, shard, base: Version::ABSENT, doc };
+                        writes.docs.insert(("c".to_owned(), key), b);
+                    }
+                    let expected: Vec<(String, i64)> = oracle
+                        .iter()
+                        .filter(|((_, k), _)| k.starts_with(&format!("s{seed}-")))
+                        .map(|((_, k), v)| (k.clone(), *v))
+                        .collect();
+                    let reader = OverlayReader::new(FragmentReader::new(&fragment), Some(&writes));
+                    let mut seen = Vec::new();
+                    let prefix = format!("s{seed}-");
+                    reader.scan(&collection, &[range], &mut |d| {
+                        let key = d.id.to_lowercase();
+                        if key.starts_with(&prefix) {
+                            seen.push((
+                                key,
+                                d.doc.field("v").and_then(|v| v.as_i64()).unwrap_or(-1),
+                            ));
+                        }
+                        ControlFlow::Continue(())
+                    });
+                    assert_eq!(seen, expected, "seed {seed}");
+                    let reads = reader.take_reads();
+                    assert!(reads.iter().all(|r| {
+                        !writes.docs.contains_key(&(r.collection.clone(), r.key.clone()))
+                    }));
+                    // Early stop: the first k documents overall.
+                    let all: Vec<String> = {
+                        let mut v = Vec::new();
+                        reader.scan(&collection, &[range], &mut |d| {
+                            v.push(d.id.to_lowercase());
+                            ControlFlow::Continue(())
+                        });
+                        v
+                    };
+                    let k = usize::try_from(rng.below(all.len() as u64 + 1)).expect("small");
+                    let mut first = Vec::new();
+                    let _ = reader.take_reads();
+                    reader.scan(&collection, &[range], &mut |d| {
+                        if first.len() == k {
+                            return ControlFlow::Break(());
+                        }
+                        first.push(d.id.to_lowercase());
+                        ControlFlow::Continue(())
+                    });
+                    assert_eq!(first, all[..k], "seed {seed} stop after {k}");
+                    // Point reads agree with the oracle.
+                    for i in 0..40 {
+                        let id = format!("S{seed}-{i}");
+                        let got = reader
+                            .get(&collection, &id)
+                            .map(|d| d.doc.field("v").and_then(|v| v.as_i64()).unwrap_or(-1));
+                        let want = oracle.get(&(shard_of(&id), id.to_lowercase())).copied();
+                        assert_eq!(got, want, "seed {seed} get {id}");
+                    }
+                }
+                fragment.close().await;
+            })
+            .expect("spawn executor")
+            .join()
+            .expect("executor thread");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
