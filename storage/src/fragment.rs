@@ -835,8 +835,7 @@ impl Fragment {
     /// Waits until every record up to `lsn` is durable and visible to reads, woken by the
     /// group commit that covers it (no polling). An `lsn` past [`Fragment::last_queued_lsn`]
     /// at the time of the call is taken as that LSN: this never waits for writes not yet
-    /// submitted. Fails with `Fatal` if the log stopped before reaching it; a closing fragment
-    /// still writes what it queued, so closing ends the wait normally.
+    /// submitted. Fails with `Fatal` if the log stopped before reaching it.
     pub async fn wait_durable(&self, lsn: Lsn) -> Result<(), AppendError> {
         let target = lsn.get().min(self.last_queued_lsn().get());
         std::future::poll_fn(|cx| {

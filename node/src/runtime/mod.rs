@@ -130,6 +130,16 @@ pub struct ExecutorContext<S> {
     pub mesh: Mesh<S>,
     /// Fires when the node starts shutting down.
     pub shutdown: Shutdown,
+    /// Times this executor's heartbeat timer has fired.
+    heartbeats: Rc<std::cell::Cell<u64>>,
+}
+
+impl<S> ExecutorContext<S> {
+    /// Times this executor's heartbeat timer has fired so far. Work that waits for a timer
+    /// tick instead of its own wake-up shows here (tests count ticks during cross-core calls).
+    pub fn heartbeats(&self) -> u64 {
+        self.heartbeats.get()
+    }
 }
 
 impl<S> Clone for ExecutorContext<S> {
@@ -138,7 +148,21 @@ impl<S> Clone for ExecutorContext<S> {
             index: self.index,
             mesh: self.mesh.clone(),
             shutdown: self.shutdown.clone(),
+            heartbeats: Rc::clone(&self.heartbeats),
         }
+    }
+}
+
+/// How the executors run. [`run`] uses the defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeOptions {
+    /// Period of each executor's heartbeat timer (see [`EXECUTOR_HEARTBEAT`]).
+    pub heartbeat: std::time::Duration,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions { heartbeat: EXECUTOR_HEARTBEAT }
     }
 }
 
@@ -190,6 +214,27 @@ where
     Close: Fn(Rc<S>, ExecutorContext<S>) -> CloseFut + Send + Sync + 'static,
     CloseFut: Future<Output = ()> + 'static,
 {
+    run_with(RuntimeOptions::default(), executors, shutdown, init, serve, close)
+}
+
+/// [`run`] with explicit [`RuntimeOptions`].
+pub fn run_with<S, Init, InitFut, Serve, ServeFut, Close, CloseFut>(
+    options: RuntimeOptions,
+    executors: usize,
+    shutdown: Shutdown,
+    init: Init,
+    serve: Serve,
+    close: Close,
+) -> Result<(), RuntimeError>
+where
+    S: 'static,
+    Init: Fn(ExecutorContext<S>) -> InitFut + Send + Sync + 'static,
+    InitFut: Future<Output = Result<S, String>> + 'static,
+    Serve: Fn(Rc<S>, ExecutorContext<S>) -> ServeFut + Send + Sync + 'static,
+    ServeFut: Future<Output = ()> + 'static,
+    Close: Fn(Rc<S>, ExecutorContext<S>) -> CloseFut + Send + Sync + 'static,
+    CloseFut: Future<Output = ()> + 'static,
+{
     assert!(executors > 0, "a node runs at least one executor");
     let mut senders = Vec::with_capacity(executors);
     let mut receivers = Vec::with_capacity(executors);
@@ -208,7 +253,7 @@ where
     let mut handles = Vec::with_capacity(executors);
     for (i, inbox) in receivers.into_iter().enumerate() {
         let index = ExecutorIndex::new(i);
-        let ctx = ExecutorContext { index, mesh: mesh.clone(), shutdown: shutdown.clone() };
+        let heartbeat_period = options.heartbeat;
         let hooks = Arc::clone(&hooks);
         let (ready, served, first_error) =
             (ready.clone(), served.clone(), Arc::clone(&first_error));
@@ -216,8 +261,12 @@ where
         let builder = LocalExecutorBuilder::new(Placement::Unbound)
             .name(&format!("tessera-{i}"))
             .io_memory(EXECUTOR_IO_MEMORY_BYTES);
+        let (mesh, shutdown) = (mesh.clone(), shutdown.clone());
         let handle = builder
             .spawn(move || async move {
+                let heartbeats = Rc::new(std::cell::Cell::new(0));
+                let ctx =
+                    ExecutorContext { index, mesh, shutdown, heartbeats: Rc::clone(&heartbeats) };
                 let (init, serve, close) = &*hooks;
                 let state = match init(ctx.clone()).await {
                     Ok(state) => Rc::new(state),
@@ -232,9 +281,10 @@ where
                 };
                 // Answer cross-core calls from now until the very end.
                 let inbox_task = glommio::spawn_local(drain_inbox(inbox, Rc::clone(&state)));
-                let heartbeat = glommio::spawn_local(async {
+                let heartbeat = glommio::spawn_local(async move {
                     loop {
-                        glommio::timer::sleep(EXECUTOR_HEARTBEAT).await;
+                        glommio::timer::sleep(heartbeat_period).await;
+                        heartbeats.set(heartbeats.get() + 1);
                     }
                 });
                 ready.arrive();

@@ -175,3 +175,106 @@ fn countdown_fires_on_last_arrival() {
 }
 
 use std::sync::atomic::AtomicUsize;
+
+/// Executor state for the heartbeat test: executor 1 owns a fragment.
+struct Owner {
+    index: usize,
+    fragment: std::cell::RefCell<Option<Rc<storage::Fragment>>>,
+}
+
+/// Round trips in the heartbeat test, half of them durable writes.
+const CROSSINGS: u64 = 200;
+
+// Checks that cross-core calls complete on their own wake-ups, never by waiting for an
+// executor's heartbeat timer (which only bounds a glommio park stall): with a 30 s heartbeat,
+// 200 round trips from executor 0 to executor 1, half of them durable writes (write,
+// fdatasync, reply), see no heartbeat tick on either executor. A crossing that stalled until
+// the next timer event would take 30 s and show a tick.
+#[test]
+fn crossings_do_not_wait_for_the_heartbeat() {
+    let dir = std::env::temp_dir().join(format!(
+        "tessera-runtime-heartbeat-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let ticks: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
+    let acked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (t1, a1, dir1) = (Arc::clone(&ticks), Arc::clone(&acked), dir.clone());
+    run_with(
+        RuntimeOptions { heartbeat: std::time::Duration::from_secs(30) },
+        2,
+        Shutdown::new(),
+        move |ctx: ExecutorContext<Owner>| {
+            let dir = dir1.clone();
+            async move {
+                let fragment = if ctx.index.get() == 1 {
+                    let options = storage::FragmentOptions {
+                        segment_bytes: 1 << 20,
+                        ..storage::FragmentOptions::default()
+                    };
+                    let f = storage::Fragment::open(
+                        &dir,
+                        router::FragmentId::new(0),
+                        router::ShardRange::ALL,
+                        options,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    Some(Rc::new(f))
+                } else {
+                    None
+                };
+                Ok(Owner { index: ctx.index.get(), fragment: std::cell::RefCell::new(fragment) })
+            }
+        },
+        move |state, ctx| {
+            let (ticks, acked) = (Arc::clone(&t1), Arc::clone(&a1));
+            async move {
+                if state.index == 0 {
+                    for n in 0..CROSSINGS {
+                        let ok = ctx
+                            .mesh
+                            .call(ExecutorIndex::new(1), move |s: Rc<Owner>| async move {
+                                if n % 2 == 1 {
+                                    return true;
+                                }
+                                let id = format!("doc-{n}");
+                                let batch = storage::WriteBatch::new().put(
+                                    "c",
+                                    &id,
+                                    router::ShardId::from_u64_mod(n),
+                                    None,
+                                    serde_json::json!({ "n": n }),
+                                );
+                                let fragment = s.fragment.borrow().clone();
+                                let Some(f) = fragment else { return false };
+                                f.apply(batch).await.is_ok()
+                            })
+                            .await
+                            .expect("executor 1 answers");
+                        if ok {
+                            acked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    }
+                    ctx.shutdown.trigger();
+                }
+                ctx.shutdown.wait().await;
+                ticks.lock().expect("lock").push((state.index, ctx.heartbeats()));
+            }
+        },
+        |state: Rc<Owner>, _| async move {
+            let fragment = state.fragment.borrow_mut().take();
+            if let Some(f) = fragment.and_then(|f| Rc::try_unwrap(f).ok()) {
+                f.close().await;
+            }
+        },
+    )
+    .expect("runtime ends cleanly");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(acked.load(std::sync::atomic::Ordering::SeqCst), CROSSINGS);
+    let ticks = ticks.lock().expect("lock");
+    assert_eq!(ticks.len(), 2);
+    assert!(ticks.iter().all(|&(_, t)| t == 0), "heartbeat ticks during crossings: {ticks:?}");
+}
