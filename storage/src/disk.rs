@@ -90,6 +90,17 @@ impl DiskFile for DmaDiskFile {
     }
 }
 
+/// `path` made absolute against the working directory. glommio 0.9.0 opens paths with
+/// `openat(-1, …)` rather than `AT_FDCWD`, so a relative path fails with EBADF (`tessera serve
+/// --data-dir ./d`); every path handed to glommio goes through here.
+fn absolute(path: &Path) -> io::Result<std::borrow::Cow<'_, Path>> {
+    if path.is_absolute() {
+        Ok(std::borrow::Cow::Borrowed(path))
+    } else {
+        std::path::absolute(path).map(std::borrow::Cow::Owned)
+    }
+}
+
 impl Disk for DmaDisk {
     fn create<'a>(&'a self, path: &'a Path) -> IoFuture<'a, Rc<dyn DiskFile>> {
         Box::pin(async move {
@@ -98,7 +109,7 @@ impl Disk for DmaDisk {
                 .write(true)
                 .create(true)
                 .truncate(true)
-                .dma_open(path)
+                .dma_open(absolute(path)?)
                 .await
                 .map_err(io::Error::from)?;
             Ok(Rc::new(DmaDiskFile { file }) as Rc<dyn DiskFile>)
@@ -110,7 +121,7 @@ impl Disk for DmaDisk {
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
-                .dma_open(path)
+                .dma_open(absolute(path)?)
                 .await
                 .map_err(io::Error::from)?;
             Ok(Rc::new(DmaDiskFile { file }) as Rc<dyn DiskFile>)
@@ -118,16 +129,18 @@ impl Disk for DmaDisk {
     }
 
     fn rename<'a>(&'a self, from: &'a Path, to: &'a Path) -> IoFuture<'a, ()> {
-        Box::pin(async move { glommio::io::rename(from, to).await.map_err(io::Error::from) })
+        Box::pin(async move {
+            glommio::io::rename(absolute(from)?, absolute(to)?).await.map_err(io::Error::from)
+        })
     }
 
     fn remove<'a>(&'a self, path: &'a Path) -> IoFuture<'a, ()> {
-        Box::pin(async move { glommio::io::remove(path).await.map_err(io::Error::from) })
+        Box::pin(async move { glommio::io::remove(absolute(path)?).await.map_err(io::Error::from) })
     }
 
     fn sync_dir<'a>(&'a self, dir: &'a Path) -> IoFuture<'a, ()> {
         Box::pin(async move {
-            let d = glommio::io::Directory::open(dir).await.map_err(io::Error::from)?;
+            let d = glommio::io::Directory::open(absolute(dir)?).await.map_err(io::Error::from)?;
             d.sync().await.map_err(io::Error::from)?;
             d.close().await.map_err(io::Error::from)
         })
