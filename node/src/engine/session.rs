@@ -91,6 +91,11 @@ impl Session {
 
     fn result_columns(&self, statement: &Statement) -> Option<Vec<Column>> {
         if let Statement::Show { name } = statement
+            && name == crate::cluster::SHOW_CLUSTER
+        {
+            return Some(crate::cluster::show_cluster_columns());
+        }
+        if let Statement::Show { name } = statement
             && name == FRAGMENT_COUNTERS
         {
             return Some(vec![
@@ -201,6 +206,12 @@ impl Session {
                         vec![Datum::Text(name.clone()), Datum::Json(json)]
                     })
                     .collect();
+                write_rows(sink, &rows).await?;
+                Ok(CommandTag::new("SHOW"))
+            }
+            Statement::Show { name } if name == crate::cluster::SHOW_CLUSTER => {
+                let map = &self.core.shared().map;
+                let rows = crate::cluster::show_cluster_datums(map.epoch().0, map.len());
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("SHOW"))
             }

@@ -1,0 +1,208 @@
+//! A three-node cluster on loopback: it forms around a seed, elects a coordinator, allocates
+//! fragments only once `--min-members` data nodes joined, every node sees the same map, a
+//! SIGKILL of the coordinator leaves a coordinator among the two others, and a restart of all
+//! three recovers the same map and epoch. Every wait polls `SHOW CLUSTER` until a deadline.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use support::{Node, NodeOptions, free_loopback_port, simple_rows};
+
+/// How long a cluster change may take before the test fails with the logs.
+const CLUSTER_DEADLINE: Duration = Duration::from_secs(60);
+/// Pause between two polls of `SHOW CLUSTER` (polling, not synchronisation).
+const POLL_EVERY: Duration = Duration::from_millis(100);
+const FRAGMENTS: u32 = 6;
+
+/// One row of `SHOW CLUSTER`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Row {
+    node: u32,
+    role: String,
+    peer_addr: String,
+    reachable: bool,
+    voter: bool,
+    coordinator: bool,
+    epoch: u64,
+    fragments: u64,
+    this: bool,
+}
+
+/// The cluster as one node shows it, or `None` if it cannot be asked right now.
+async fn show_cluster(node: &Node) -> Option<Vec<Row>> {
+    let (client, conn) =
+        tokio_postgres::connect(&node.conn_str(), tokio_postgres::NoTls).await.ok()?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let messages = client.simple_query("SHOW CLUSTER").await.ok()?;
+    let b = |v: &Option<String>| v.as_deref() == Some("t");
+    Some(
+        simple_rows(&messages)
+            .iter()
+            .map(|r| Row {
+                node: r[0].as_deref().unwrap().parse().unwrap(),
+                role: r[1].clone().unwrap(),
+                peer_addr: r[2].clone().unwrap(),
+                reachable: b(&r[4]),
+                voter: b(&r[5]),
+                coordinator: b(&r[6]),
+                epoch: r[7].as_deref().unwrap().parse().unwrap(),
+                fragments: r[8].as_deref().unwrap().parse().unwrap(),
+                this: b(&r[9]),
+            })
+            .collect(),
+    )
+}
+
+/// What must agree across nodes: who is in the cluster and the map (epoch, fragments per node).
+fn map_of(rows: &[Row]) -> (u64, BTreeMap<u32, (String, u64)>) {
+    let epoch = rows.first().map_or(0, |r| r.epoch);
+    (epoch, rows.iter().map(|r| (r.node, (r.role.clone(), r.fragments))).collect())
+}
+
+/// Polls every node in `nodes` until `done` holds for all their views; fails with the last
+/// views and every log after the deadline.
+async fn wait_until(
+    nodes: &[&Node],
+    what: &str,
+    done: impl Fn(&[Vec<Row>]) -> bool,
+) -> Vec<Vec<Row>> {
+    let deadline = Instant::now() + CLUSTER_DEADLINE;
+    loop {
+        let mut views = Vec::new();
+        for n in nodes {
+            match show_cluster(n).await {
+                Some(v) => views.push(v),
+                None => break,
+            }
+        }
+        if views.len() == nodes.len() && done(&views) {
+            return views;
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = nodes.iter().map(|n| n.log_text()).collect();
+            panic!(
+                "{what}: not reached in {CLUSTER_DEADLINE:?}; last views {views:#?}\nlogs:\n{}",
+                logs.join("\n-----\n")
+            );
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
+    let mut extra_args = vec![
+        "--cluster-name".to_owned(),
+        "e2e".to_owned(),
+        "--node-id".to_owned(),
+        id.to_string(),
+        "--peer-listen".to_owned(),
+        format!("127.0.0.1:{peer}"),
+        "--min-members".to_owned(),
+        "3".to_owned(),
+    ];
+    if let Some(j) = join {
+        extra_args.push("--join".to_owned());
+        extra_args.push(format!("127.0.0.1:{j}"));
+    }
+    NodeOptions { executors: 1, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
+}
+
+/// The single coordinator every view agrees on, if they agree on one.
+fn agreed_leader(views: &[Vec<Row>]) -> Option<u32> {
+    let leaders: Vec<Option<u32>> =
+        views.iter().map(|v| v.iter().find(|r| r.coordinator).map(|r| r.node)).collect();
+    let first = *leaders.first()?;
+    leaders.iter().all(|l| *l == first).then_some(first).flatten()
+}
+
+// Checks the whole life of a small cluster: formation around a seed, no allocation before
+// min-members (3) data nodes, an identical map and one coordinator on every node, a
+// coordinator again after the leader's SIGKILL, and the same map and epoch after every node
+// restarted.
+#[tokio::test]
+async fn cluster_forms_allocates_survives_and_recovers() {
+    let ports: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
+    let mut nodes = vec![Node::start_with(options(1, ports[0], None))];
+    for n in nodes.iter_mut() {
+        // Expected whenever a member stops: the others notice once.
+        n.expect_log("is unreachable");
+    }
+    let seed = wait_until(&[&nodes[0]], "the seed leads", |v| {
+        v[0].len() == 1 && v[0][0].coordinator && v[0][0].this
+    })
+    .await;
+    assert_eq!(seed[0][0].epoch, 0, "nothing allocated with one of three members");
+    assert_eq!(seed[0][0].fragments, 0);
+
+    let mut second = Node::start_with(options(2, ports[1], Some(ports[0])));
+    second.expect_log("is unreachable");
+    nodes.push(second);
+    let two = wait_until(&[&nodes[0], &nodes[1]], "two members", |v| {
+        v.iter().all(|rows| rows.len() == 2 && rows.iter().all(|r| r.voter))
+    })
+    .await;
+    for view in &two {
+        assert!(view.iter().all(|r| r.epoch == 0 && r.fragments == 0), "allocated early: {view:?}");
+    }
+
+    let mut third = Node::start_with(options(3, ports[2], Some(ports[0])));
+    third.expect_log("is unreachable");
+    nodes.push(third);
+    let all: Vec<&Node> = nodes.iter().collect();
+    let formed = wait_until(&all, "three members and a map", |v| {
+        let first = map_of(&v[0]);
+        first.0 == 1
+            && first.1.len() == 3
+            && v.iter().all(|rows| map_of(rows) == first && rows.iter().all(|r| r.reachable))
+            && agreed_leader(v).is_some()
+    })
+    .await;
+    let (epoch, placement) = map_of(&formed[0]);
+    assert_eq!(epoch, 1);
+    assert_eq!(placement.values().map(|(_, f)| *f).sum::<u64>(), u64::from(FRAGMENTS));
+    assert!(placement.values().all(|(role, f)| role == "data" && *f == 2), "{placement:?}");
+    for (i, view) in formed.iter().enumerate() {
+        let me: Vec<u32> = view.iter().filter(|r| r.this).map(|r| r.node).collect();
+        assert_eq!(me, [u32::try_from(i).unwrap() + 1], "each node knows itself");
+    }
+
+    // SIGKILL the coordinator: the two others elect one of themselves and keep the map.
+    let leader = agreed_leader(&formed).unwrap();
+    let victim = usize::try_from(leader - 1).unwrap();
+    nodes[victim].kill9();
+    let survivors: Vec<&Node> =
+        nodes.iter().enumerate().filter(|(i, _)| *i != victim).map(|(_, n)| n).collect();
+    let after = wait_until(&survivors, "a new coordinator", |v| {
+        agreed_leader(v).is_some_and(|l| l != leader)
+            && v.iter().all(|rows| rows.iter().any(|r| r.node == leader && !r.reachable))
+    })
+    .await;
+    for view in &after {
+        assert_eq!(map_of(view), (epoch, placement.clone()), "the map survives the leader");
+    }
+
+    // Restart the killed node, then stop all three and start them again.
+    nodes[victim].start_again();
+    for n in nodes.iter_mut() {
+        n.stop();
+    }
+    for n in nodes.iter_mut() {
+        n.start_again();
+    }
+    let all: Vec<&Node> = nodes.iter().collect();
+    let recovered = wait_until(&all, "the recovered cluster", |v| {
+        agreed_leader(v).is_some() && v.iter().all(|rows| rows.iter().all(|r| r.reachable))
+    })
+    .await;
+    for view in &recovered {
+        assert_eq!(map_of(view), (epoch, placement.clone()), "the map survives a full restart");
+    }
+    for n in nodes.iter_mut() {
+        n.stop();
+    }
+}
