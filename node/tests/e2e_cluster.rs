@@ -95,6 +95,10 @@ async fn wait_until(
 }
 
 fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
+    options_with(id, peer, join, &["--min-members", "3"])
+}
+
+fn options_with(id: u32, peer: u16, join: Option<u16>, more: &[&str]) -> NodeOptions {
     let mut extra_args = vec![
         "--cluster-name".to_owned(),
         "e2e".to_owned(),
@@ -102,9 +106,8 @@ fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
         id.to_string(),
         "--peer-listen".to_owned(),
         format!("127.0.0.1:{peer}"),
-        "--min-members".to_owned(),
-        "3".to_owned(),
     ];
+    extra_args.extend(more.iter().map(|m| (*m).to_owned()));
     if let Some(j) = join {
         extra_args.push("--join".to_owned());
         extra_args.push(format!("127.0.0.1:{j}"));
@@ -205,4 +208,103 @@ async fn cluster_forms_allocates_survives_and_recovers() {
     for n in nodes.iter_mut() {
         n.stop();
     }
+}
+
+/// Polls `node`'s log until a line contains `needle` `times` times; fails with the log after
+/// the deadline.
+async fn wait_for_log(node: &Node, needle: &str, times: usize) {
+    let deadline = Instant::now() + CLUSTER_DEADLINE;
+    while node.log_lines().iter().filter(|l| l.contains(needle)).count() < times {
+        assert!(Instant::now() < deadline, "no {needle:?} x{times} in:\n{}", node.log_text());
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+// Checks roles and refusals: a proxy joins as a non-voting member that gets no fragment; a
+// second data node joining after allocation makes the coordinator plan two moves (decisions
+// only: owners and epoch stay); a node of another cluster is refused, with the reason logged
+// once on both sides, and stays outside.
+#[tokio::test]
+async fn proxy_rebalance_decisions_and_wrong_cluster() {
+    let seed_port = free_loopback_port();
+    let mut seed = Node::start_with(NodeOptions {
+        fragments: 4,
+        ..options_with(1, seed_port, None, &["--min-members", "1"])
+    });
+    seed.expect_log("is unreachable");
+    seed.expect_log("refused a peer");
+    wait_until(&[&seed], "the seed allocates alone", |v| {
+        v[0].len() == 1 && v[0][0].coordinator && v[0][0].epoch == 1 && v[0][0].fragments == 4
+    })
+    .await;
+
+    let mut proxy = Node::start_with(options_with(
+        7,
+        free_loopback_port(),
+        Some(seed_port),
+        &["--role", "proxy"],
+    ));
+    proxy.expect_log("is unreachable");
+    let views = wait_until(&[&seed, &proxy], "the proxy joins", |v| {
+        v.iter().all(|rows| rows.len() == 2 && rows.iter().all(|r| r.reachable))
+    })
+    .await;
+    for view in &views {
+        let p = view.iter().find(|r| r.node == 7).unwrap();
+        assert_eq!(p.role, "proxy");
+        assert!(!p.voter, "a proxy never votes");
+        assert!(!p.coordinator);
+        assert_eq!(p.fragments, 0);
+    }
+
+    let mut data = Node::start_with(NodeOptions {
+        fragments: 4,
+        ..options_with(2, free_loopback_port(), Some(seed_port), &[])
+    });
+    data.expect_log("is unreachable");
+    wait_for_log(&seed, "coordinator planned a move", 2).await;
+    let views = wait_until(&[&seed, &proxy, &data], "three members", |v| {
+        v.iter().all(|rows| rows.len() == 3 && rows.iter().all(|r| r.reachable))
+    })
+    .await;
+    for view in &views {
+        let (epoch, placement) = map_of(view);
+        assert_eq!(epoch, 1, "a planned move does not change the map");
+        assert_eq!(placement[&1].1, 4);
+        assert_eq!(placement[&2].1, 0);
+        assert!(view.iter().find(|r| r.node == 2).unwrap().voter, "a data node votes");
+    }
+    assert_eq!(
+        seed.log_lines().iter().filter(|l| l.contains("coordinator planned a move")).count(),
+        2,
+        "4 vs 0 fragments with threshold 1: two moves reach 2 vs 2"
+    );
+
+    let mut stranger = Node::start_with(NodeOptions {
+        extra_args: vec![
+            "--cluster-name".into(),
+            "other".into(),
+            "--node-id".into(),
+            "9".into(),
+            "--peer-listen".into(),
+            format!("127.0.0.1:{}", free_loopback_port()),
+            "--join".into(),
+            format!("127.0.0.1:{seed_port}"),
+        ],
+        ..NodeOptions::default()
+    });
+    stranger.expect_log("cannot join");
+    wait_for_log(&stranger, "cannot join", 1).await;
+    wait_for_log(&seed, "belongs to cluster \"other\"", 1).await;
+    let alone = show_cluster(&stranger).await.unwrap();
+    assert_eq!(alone.len(), 1, "the stranger is in no cluster: {alone:?}");
+    assert!(!alone[0].coordinator);
+    stranger.stop();
+    let refusals = seed.log_lines().iter().filter(|l| l.contains("refused a peer")).count();
+    assert_eq!(refusals, 1, "the refusal is logged once");
+    let cannot = stranger.log_lines().iter().filter(|l| l.contains("cannot join")).count();
+    assert_eq!(cannot, 1, "the failed join is logged once");
+    data.stop();
+    proxy.stop();
+    seed.stop();
 }

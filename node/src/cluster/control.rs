@@ -82,6 +82,24 @@ struct Ctx {
     strategy: Box<dyn AllocationStrategy>,
     /// Last successful ping per member.
     pongs: Mutex<HashMap<u32, Instant>>,
+    /// Refusal messages already logged at WARN (a refused peer retries every tick; the
+    /// operator needs the reason once). Bounded by `REFUSALS_LOGGED_MAX`.
+    refusals_logged: Mutex<BTreeSet<String>>,
+}
+
+/// Distinct refusal messages logged at WARN; later ones go to DEBUG.
+const REFUSALS_LOGGED_MAX: usize = CLUSTER_MEMBERS_MAX;
+
+impl Ctx {
+    /// Logs a refused handshake at WARN the first time this reason is seen, at DEBUG after.
+    fn log_refusal(&self, addr: &str, reason: &str) {
+        let mut seen = self.refusals_logged.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() < REFUSALS_LOGGED_MAX && seen.insert(reason.to_owned()) {
+            tracing::warn!(%addr, "refused a peer: {reason}");
+        } else {
+            tracing::debug!(%addr, "refused a peer: {reason}");
+        }
+    }
 }
 
 impl Ctx {
@@ -199,6 +217,7 @@ async fn run(
             fragments,
             strategy,
             pongs: Mutex::new(HashMap::new()),
+            refusals_logged: Mutex::new(BTreeSet::new()),
         });
         Ok::<_, String>((listener, ctx))
     }
@@ -270,12 +289,12 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
     let Some(first) = first else { return Ok(()) };
     let Message::Hello(hello) = first else {
         let e = wire::HandshakeError::NotHello { kind: first.kind() };
-        tracing::warn!(%addr, "refused a peer: {e}");
+        ctx.log_refusal(addr, &e.to_string());
         let _ = write_message(&mut stream, addr, &Message::Refused { reason: e.to_string() }).await;
         return Ok(());
     };
     if let Err(e) = wire::check_hello(&hello, &ctx.config.name, ctx.me.node) {
-        tracing::warn!(%addr, "refused a peer: {e}");
+        ctx.log_refusal(addr, &e.to_string());
         let _ = write_message(&mut stream, addr, &Message::Refused { reason: e.to_string() }).await;
         return Ok(());
     }
@@ -374,6 +393,9 @@ async fn handle_join(ctx: &Ctx, peer: Peer) -> Message {
 /// on new addresses updates its member record; a fresh seed knows no one and is done.
 async fn join_loop(ctx: Arc<Ctx>) {
     let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
+    // A refused handshake is an operator's mistake (wrong name, version or id): said once per
+    // address at ERROR, then retried quietly in case the other side is fixed.
+    let mut refused_by: BTreeSet<String> = BTreeSet::new();
     loop {
         let mut targets: Vec<String> = if ctx.config.join.is_empty() {
             let me = ctx.config.node_id;
@@ -417,7 +439,11 @@ async fn join_loop(ctx: Arc<Ctx>) {
                 }
                 Ok(other) => tracing::debug!(%addr, "join answered {}", other.kind()),
                 Err(PeerError::Handshake { addr, source }) => {
-                    tracing::error!(%addr, "cannot join: {source}");
+                    if refused_by.len() < REFUSALS_LOGGED_MAX && refused_by.insert(addr.clone()) {
+                        tracing::error!(%addr, "cannot join: {source}");
+                    } else {
+                        tracing::debug!(%addr, "cannot join: {source}");
+                    }
                 }
                 Err(e) => tracing::debug!("join attempt failed: {e}"),
             }

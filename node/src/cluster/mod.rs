@@ -190,3 +190,31 @@ pub fn show_cluster_rows(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks openraft is silenced unless the operator's filter names it.
+    #[test]
+    fn log_filter_silences_openraft_by_default() {
+        assert_eq!(log_filter("info"), "info,openraft=off");
+        assert_eq!(log_filter("info,openraft=debug"), "info,openraft=debug");
+    }
+
+    // Checks the columns and a row have the same width. (The process-wide view is set only by
+    // a running control plane, which unit tests never start, so this is the single-node row.)
+    #[test]
+    fn show_cluster_single_node_row() {
+        assert!(view().is_none());
+        let rows = show_cluster_datums(3, 8);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].len(), show_cluster_columns().len());
+        let row = &show_cluster_rows(3, 8, "127.0.0.1:5433")[0];
+        assert_eq!(row.node, 0);
+        assert_eq!(row.epoch, 3);
+        assert_eq!(row.fragments, 8);
+        assert!(row.coordinator);
+        assert!(row.this);
+    }
+}

@@ -179,3 +179,107 @@ impl PeerConn {
         &self.addr
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::wire::{PROTOCOL_VERSION, Peer, Role};
+    use tokio::net::TcpListener;
+
+    fn hello(cluster: &str, node: u64) -> Hello {
+        Hello {
+            cluster: cluster.into(),
+            version: PROTOCOL_VERSION,
+            peer: Peer {
+                node,
+                role: Role::Data,
+                peer_addr: "127.0.0.1:1".into(),
+                pg_addr: "127.0.0.1:2".into(),
+                executors: 1,
+            },
+        }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+    }
+
+    /// A one-connection fake peer: reads the dialer's hello, answers `first`, then answers
+    /// every request with `Pong`.
+    async fn fake_peer(first: Message) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let shown = addr.clone();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let _ = read_message(&mut s, &addr).await;
+            write_message(&mut s, &addr, &first).await.expect("answer");
+            while let Ok(Some(_)) = read_message(&mut s, &addr).await {
+                let pong = Message::Pong { leader: Some(1), epoch: 5 };
+                write_message(&mut s, &addr, &pong).await.expect("pong");
+            }
+        });
+        shown
+    }
+
+    // Checks a good handshake and one request/answer over a real socket.
+    #[test]
+    fn dial_and_request() {
+        rt().block_on(async {
+            let addr = fake_peer(Message::Hello(hello("c", 2))).await;
+            let mut conn = PeerConn::dial(&addr, &hello("c", 1)).await.expect("dial");
+            assert_eq!(conn.hello.peer.node, 2);
+            let answer = conn.request(&Message::Ping).await.expect("pong");
+            assert_eq!(answer, Message::Pong { leader: Some(1), epoch: 5 });
+        });
+    }
+
+    // Checks the dialer refuses a peer of another cluster and reports a peer's refusal with
+    // its reason, and that an unreachable address is "unreachable".
+    #[test]
+    fn dial_refusals() {
+        rt().block_on(async {
+            let addr = fake_peer(Message::Hello(hello("other", 2))).await;
+            let e = PeerConn::dial(&addr, &hello("c", 1)).await.expect_err("wrong cluster");
+            assert!(
+                matches!(
+                    e,
+                    PeerError::Handshake { source: HandshakeError::WrongCluster { .. }, .. }
+                ),
+                "{e}"
+            );
+            let addr = fake_peer(Message::Refused { reason: "go away".into() }).await;
+            let e = PeerConn::dial(&addr, &hello("c", 1)).await.expect_err("refused");
+            assert!(e.to_string().contains("go away"), "{e}");
+            assert!(!e.is_unreachable());
+            let addr = fake_peer(Message::Ping).await;
+            let e = PeerConn::dial(&addr, &hello("c", 1)).await.expect_err("not a hello");
+            assert!(e.to_string().contains("ping"), "{e}");
+            let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = closed.local_addr().expect("addr").to_string();
+            drop(closed);
+            let e = PeerConn::dial(&addr, &hello("c", 1)).await.expect_err("nobody there");
+            assert!(e.is_unreachable(), "{e}");
+        });
+    }
+
+    // Checks a frame header announcing more than the limit fails the read without the body
+    // being read or allocated.
+    #[test]
+    fn bad_input_oversized_frame() {
+        rt().block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = listener.local_addr().expect("addr").to_string();
+            let mut client = TcpStream::connect(&addr).await.expect("connect");
+            let (mut server, _) = listener.accept().await.expect("accept");
+            client.write_all(&[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]).await.expect("write");
+            let e = read_message(&mut server, &addr).await.expect_err("too long");
+            assert!(matches!(e, PeerError::Wire { source: WireError::TooLong { .. }, .. }), "{e}");
+            drop(client);
+            let mut client = TcpStream::connect(&addr).await.expect("connect");
+            let (mut server, _) = listener.accept().await.expect("accept");
+            client.shutdown().await.expect("close");
+            assert!(read_message(&mut server, &addr).await.expect("clean eof").is_none());
+        });
+    }
+}
