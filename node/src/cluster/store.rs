@@ -246,7 +246,27 @@ impl LogStore {
         file.sync_data()
     }
 
-    /// The last log id and last purged id (for tests and `SHOW CLUSTER`).
+    /// Replaces `raft.log` with what it holds now (the purge point and the entries after it),
+    /// atomically: a crash before the rename leaves the old file, which only holds more.
+    /// Bounds the file to the entries since the last snapshot.
+    fn rewrite(&self) -> Result<(), std::io::Error> {
+        let mut bytes = Vec::new();
+        {
+            let inner = self.inner();
+            let purge = inner.last_purged.map(LogRecord::Purge);
+            let entries = inner.entries.values().cloned().map(LogRecord::Append);
+            for r in purge.into_iter().chain(entries) {
+                let body = serde_json::to_vec(&r).map_err(std::io::Error::other)?;
+                bytes.extend_from_slice(&frame(&body));
+            }
+        }
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        write_atomically(&self.dir, LOG_FILE, &bytes).map_err(std::io::Error::other)?;
+        *file = OpenOptions::new().append(true).open(self.dir.join(LOG_FILE))?;
+        Ok(())
+    }
+
+    /// The index of the last entry held (for tests).
     pub fn last_log_index(&self) -> Option<u64> {
         self.inner().entries.keys().next_back().copied()
     }
@@ -356,9 +376,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<RaftNodeId>) -> StorageResult<()> {
-        self.write_records(&[LogRecord::Purge(log_id)]).map_err(|e| write_error(&e))?;
         self.inner().replay(LogRecord::Purge(log_id));
-        Ok(())
+        self.rewrite().map_err(|e| write_error(&e))
     }
 }
 
@@ -570,6 +589,15 @@ mod tests {
             let got = again.try_get_log_entries(0..10).await.expect("read");
             let indexes: Vec<u64> = got.iter().map(|e| e.log_id.index).collect();
             assert_eq!(indexes, [2, 3]);
+            // The purge rewrote the file: no record of entry 1 or of the truncated 4 is left.
+            let text = String::from_utf8_lossy(&std::fs::read(d.join(LOG_FILE)).expect("log"))
+                .into_owned();
+            assert_eq!(text.matches("\"Append\"").count(), 2, "{text}");
+            assert!(!text.contains("Truncate"), "{text}");
+            // Appends after a rewrite go to the new file.
+            append(&again, &[entry(3, 4)]);
+            let third = LogStore::open(&d).expect("reopen after rewrite");
+            assert_eq!(third.last_log_index(), Some(4));
             assert_eq!(again.read_vote().await.expect("vote"), Some(vote));
             assert_eq!(again.read_committed().await.expect("c"), Some(entry(1, 2).log_id));
         });
