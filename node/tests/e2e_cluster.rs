@@ -205,6 +205,29 @@ async fn cluster_forms_allocates_survives_and_recovers() {
     for view in &recovered {
         assert_eq!(map_of(view), (epoch, placement.clone()), "the map survives a full restart");
     }
+
+    // Lose the majority: the last node has no coordinator to talk to, yet it still answers
+    // SHOW CLUSTER with the map it knows and serves statements (the data path does not wait
+    // for the control plane).
+    nodes[1].kill9();
+    nodes[2].kill9();
+    let alone = wait_until(&[&nodes[0]], "two members unreachable", |v| {
+        v[0].iter().filter(|r| !r.reachable).count() == 2
+    })
+    .await;
+    assert_eq!(map_of(&alone[0]), (epoch, placement.clone()), "the map is still known");
+    let client = nodes[0].connect().await;
+    client.simple_query("INSERT INTO notes VALUES ('notes/1', '{\"n\": 1}')").await.unwrap();
+    let rows = simple_rows(&client.simple_query("SELECT id() FROM notes").await.unwrap());
+    assert_eq!(rows, [[Some("notes/1".to_owned())]]);
+    drop(client);
+    nodes[1].start_again();
+    nodes[2].start_again();
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_until(&all, "the majority is back", |v| {
+        agreed_leader(v).is_some() && v.iter().all(|rows| rows.iter().all(|r| r.reachable))
+    })
+    .await;
     for n in nodes.iter_mut() {
         n.stop();
     }

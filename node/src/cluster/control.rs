@@ -16,8 +16,9 @@ use crate::cluster::allocation::{
     AllocationStrategy, LeastShardAllocation, LoadUnit, Loads, allocate_all,
 };
 use crate::cluster::limits::{
-    CLUSTER_MEMBERS_MAX, CONTROL_TICK_MS, PEER_CONNECTIONS_MAX, PEER_REACHABLE_WITHIN_MS,
-    PEER_REQUEST_TIMEOUT_MS, RAFT_APPEND_ENTRIES_MAX, RAFT_SNAPSHOT_CHUNK_BYTES,
+    CLUSTER_MEMBERS_MAX, CONTROL_TICK_MS, JOIN_WAIT_MS, PEER_CONNECTIONS_MAX,
+    PEER_REACHABLE_WITHIN_MS, PEER_REQUEST_TIMEOUT_MS, RAFT_APPEND_ENTRIES_MAX,
+    RAFT_SNAPSHOT_CHUNK_BYTES, REFUSALS_LOGGED_MAX,
 };
 use crate::cluster::peer::{PeerConn, PeerError, read_message, write_message};
 use crate::cluster::raft_net::{RaftNet, serve_rpc};
@@ -86,9 +87,6 @@ struct Ctx {
     /// operator needs the reason once). Bounded by `REFUSALS_LOGGED_MAX`.
     refusals_logged: Mutex<BTreeSet<String>>,
 }
-
-/// Distinct refusal messages logged at WARN; later ones go to DEBUG.
-const REFUSALS_LOGGED_MAX: usize = CLUSTER_MEMBERS_MAX;
 
 impl Ctx {
     /// Logs a refused handshake at WARN the first time this reason is seen, at DEBUG after.
@@ -305,7 +303,17 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
                 leader: ctx.raft.metrics().borrow().current_leader,
                 epoch: ctx.state.borrow().state.epoch,
             },
-            Message::Join(peer) => handle_join(ctx, peer).await,
+            Message::Join(peer) => {
+                // Bounded like the joiner's wait, so a join that cannot commit (no quorum)
+                // does not hold this connection's slot forever.
+                let bound = Duration::from_millis(JOIN_WAIT_MS);
+                match tokio::time::timeout(bound, handle_join(ctx, peer)).await {
+                    Ok(answer) => answer,
+                    Err(_) => Message::JoinFailed {
+                        reason: format!("the join did not commit within {bound:?}"),
+                    },
+                }
+            }
             Message::RaftRpc(body) => match serve_rpc(&ctx.raft, &body).await {
                 Ok(reply) => Message::RaftReply(reply),
                 Err(e) => {
@@ -456,7 +464,8 @@ async fn join_once(ctx: &Ctx, addr: &str) -> Result<Message, PeerError> {
     let mut conn = PeerConn::dial(addr, &ctx.hello).await?;
     // Joining a data node waits for it to catch up as a learner and for two membership
     // changes to commit: allow it the time of several requests.
-    conn.request_within(&Message::Join(ctx.me.clone()), 4 * PEER_REQUEST_TIMEOUT_MS).await
+    conn.request_within(&Message::Join(ctx.me.clone()), JOIN_WAIT_MS + PEER_REQUEST_TIMEOUT_MS)
+        .await
 }
 
 /// Every tick: ping members, decide (on the leader), publish the view.
@@ -471,10 +480,12 @@ async fn tick_loop(ctx: Arc<Ctx>) {
         for node in state.members.keys().copied().filter(|n| *n != me) {
             pingers.entry(node).or_insert_with(|| tokio::spawn(ping_loop(Arc::clone(&ctx), node)));
         }
+        // Publish first: a proposal may wait (bounded) for a quorum that is gone, and the
+        // view must stay current meanwhile.
+        publish_view(&ctx, &mut reachable);
         if ctx.raft.metrics().borrow().state == ServerState::Leader {
             coordinate(&ctx, &state).await;
         }
-        publish_view(&ctx, &mut reachable);
     }
 }
 
@@ -571,9 +582,15 @@ async fn coordinate(ctx: &Ctx, state: &ClusterState) {
     }
 }
 
-/// Proposes a command; true if it was committed and applied without a refusal.
+/// Proposes a command; true if it was committed and applied without a refusal. Bounded: a
+/// leader that lost its quorum does not know it yet, and its proposal would wait forever.
 async fn propose(ctx: &Ctx, command: Command) -> bool {
-    match ctx.raft.client_write(command).await {
+    let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
+    let Ok(written) = tokio::time::timeout(bound, ctx.raft.client_write(command)).await else {
+        tracing::debug!("coordinator proposal not committed within {bound:?}");
+        return false;
+    };
+    match written {
         Ok(r) => match r.data {
             Ok(_) => true,
             Err(e) => {

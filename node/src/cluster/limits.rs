@@ -34,6 +34,15 @@ pub const PEER_CONNECT_TIMEOUT_MS: u64 = 1_000;
 /// Milliseconds a peer has to answer one request before the connection is dropped.
 pub const PEER_REQUEST_TIMEOUT_MS: u64 = 3_000;
 
+/// Milliseconds the leader spends on one join (learner catch-up and two membership commits)
+/// before answering `JoinFailed`; the joiner waits `PEER_REQUEST_TIMEOUT_MS` longer for that
+/// answer. Bounds how long a join without a quorum holds a peer connection.
+pub const JOIN_WAIT_MS: u64 = 3 * PEER_REQUEST_TIMEOUT_MS;
+
+/// Distinct handshake refusals logged at WARN/ERROR (a refused peer retries every tick; the
+/// operator needs each reason once); later ones go to DEBUG.
+pub const REFUSALS_LOGGED_MAX: usize = CLUSTER_MEMBERS_MAX;
+
 /// Period of the control plane's loop (join retries, reachability pings, coordinator
 /// decisions), in milliseconds. Bounds how stale `SHOW CLUSTER` can be.
 pub const CONTROL_TICK_MS: u64 = 200;
