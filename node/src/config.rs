@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// Most fragment moves in flight at once. Default 3.
     #[arg(long, env = "TESSERA_MAX_SIMULTANEOUS_REBALANCE")]
     pub max_simultaneous_rebalance: Option<u32>,
+    /// Allocation strategy: `least-shard` (default: fewest fragments first, rebalances) or
+    /// `manual` (allocates the same way, never rebalances on its own).
+    #[arg(long, env = "TESSERA_ALLOCATION")]
+    pub allocation: Option<String>,
 }
 
 /// The same settings read from a TOML file.
@@ -98,6 +102,7 @@ struct FileConfig {
     min_members: Option<u32>,
     rebalance_threshold: Option<u64>,
     max_simultaneous_rebalance: Option<u32>,
+    allocation: Option<String>,
 }
 
 /// The resolved configuration of one node.
@@ -142,6 +147,17 @@ pub struct ClusterConfig {
     pub rebalance_threshold: u64,
     /// Most moves in flight.
     pub max_simultaneous_rebalance: u32,
+    /// The allocation strategy.
+    pub allocation: Allocation,
+}
+
+/// Which allocation strategy the coordinator uses (`cluster::allocation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allocation {
+    /// `LeastShardAllocation`.
+    LeastShard,
+    /// `ManualAllocation`.
+    Manual,
 }
 
 /// A configuration that cannot be used, with the setting and the reason.
@@ -269,6 +285,7 @@ fn resolve_cluster(
     let min_members = args.min_members.or(file.min_members);
     let threshold = args.rebalance_threshold.or(file.rebalance_threshold);
     let max_moves = args.max_simultaneous_rebalance.or(file.max_simultaneous_rebalance);
+    let allocation = args.allocation.clone().or_else(|| file.allocation.clone());
     let Some(name) = name else {
         let given = [
             ("node-id", node_id.is_some()),
@@ -278,6 +295,7 @@ fn resolve_cluster(
             ("min-members", min_members.is_some()),
             ("rebalance-threshold", threshold.is_some()),
             ("max-simultaneous-rebalance", max_moves.is_some()),
+            ("allocation", allocation.is_some()),
         ];
         if let Some((setting, _)) = given.iter().find(|(_, g)| *g) {
             return Err(invalid(setting, String::new(), "needs --cluster-name".to_owned()));
@@ -356,6 +374,17 @@ fn resolve_cluster(
             format!("must be at most {members_max}"),
         ));
     }
+    let allocation = match allocation.as_deref().unwrap_or("least-shard") {
+        "least-shard" => Allocation::LeastShard,
+        "manual" => Allocation::Manual,
+        other => {
+            return Err(invalid(
+                "allocation",
+                other.to_owned(),
+                "least-shard or manual".to_owned(),
+            ));
+        }
+    };
     Ok(Some(ClusterConfig {
         name,
         node_id,
@@ -366,6 +395,7 @@ fn resolve_cluster(
         rebalance_threshold: threshold
             .unwrap_or(crate::cluster::allocation::REBALANCE_THRESHOLD_DEFAULT),
         max_simultaneous_rebalance: max_moves,
+        allocation,
     }))
 }
 
@@ -423,6 +453,7 @@ mod tests {
         assert_eq!(c.min_members, 1);
         assert_eq!(c.rebalance_threshold, 1);
         assert_eq!(c.max_simultaneous_rebalance, 3);
+        assert_eq!(c.allocation, Allocation::LeastShard);
         let cases: Vec<(ServeArgs, &str)> = vec![
             (ServeArgs { node_id: Some(1), ..ServeArgs::default() }, "node-id"),
             (ServeArgs { cluster_name: Some("bad name".into()), ..base.clone() }, "cluster-name"),
@@ -433,14 +464,17 @@ mod tests {
             (ServeArgs { role: Some("boss".into()), ..base.clone() }, "role"),
             (ServeArgs { role: Some("proxy".into()), join: None, ..base.clone() }, "role"),
             (ServeArgs { min_members: Some(0), ..base.clone() }, "min-members"),
+            (ServeArgs { allocation: Some("random".into()), ..base.clone() }, "allocation"),
         ];
         for (args, setting) in cases {
             let e = NodeConfig::resolve(&args, 2).expect_err(setting);
             assert!(e.to_string().contains(setting), "{setting}: {e}");
         }
-        let proxy = ServeArgs { role: Some("proxy".into()), ..base };
+        let proxy =
+            ServeArgs { role: Some("proxy".into()), allocation: Some("manual".into()), ..base };
         let c = NodeConfig::resolve(&proxy, 2).expect("valid").cluster.expect("cluster");
         assert_eq!(c.role, crate::cluster::wire::Role::Proxy);
+        assert_eq!(c.allocation, Allocation::Manual);
     }
 
     // Checks precedence: a flag beats the file, the file beats the default.

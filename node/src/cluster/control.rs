@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot, watch};
 
 use crate::cluster::allocation::{
-    AllocationStrategy, LeastShardAllocation, LoadUnit, Loads, allocate_all,
+    AllocationStrategy, LeastShardAllocation, LoadUnit, Loads, ManualAllocation, allocate_all,
 };
 use crate::cluster::limits::{
     CLUSTER_MEMBERS_MAX, CONTROL_TICK_MS, JOIN_WAIT_MS, PEER_CONNECTIONS_MAX,
@@ -26,7 +26,7 @@ use crate::cluster::state::{ClusterState, Command, Member};
 use crate::cluster::store::{AppliedState, LogStore, OpenError, StateMachine, TypeConfig};
 use crate::cluster::wire::{self, Hello, Message, PROTOCOL_VERSION, Peer, Role};
 use crate::cluster::{ClusterView, MemberView, publish};
-use crate::config::ClusterConfig;
+use crate::config::{Allocation, ClusterConfig};
 
 /// Why the control plane did not start.
 #[derive(Debug, thiserror::Error)]
@@ -201,11 +201,15 @@ async fn run(
                 tracing::info!(cluster = %config.name, "formed a new cluster as its seed");
             }
         }
-        let strategy = Box::new(LeastShardAllocation {
-            rebalance_threshold: config.rebalance_threshold,
-            max_simultaneous_rebalance: config.max_simultaneous_rebalance as usize,
-            unit: LoadUnit::Fragments,
-        });
+        let strategy: Box<dyn AllocationStrategy> = match config.allocation {
+            Allocation::LeastShard => Box::new(LeastShardAllocation {
+                rebalance_threshold: config.rebalance_threshold,
+                max_simultaneous_rebalance: config.max_simultaneous_rebalance as usize,
+                // Nodes do not report bytes yet (the data path does not follow the map).
+                unit: LoadUnit::Fragments,
+            }),
+            Allocation::Manual => Box::new(ManualAllocation),
+        };
         let ctx = Arc::new(Ctx {
             config: config.clone(),
             me: me.clone(),
