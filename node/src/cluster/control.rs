@@ -16,7 +16,7 @@ use crate::cluster::allocation::{
     AllocationStrategy, LeastShardAllocation, LoadUnit, Loads, ManualAllocation, allocate_all,
 };
 use crate::cluster::limits::{
-    CLUSTER_MEMBERS_MAX, CONTROL_TICK_MS, JOIN_WAIT_MS, PEER_CONNECTIONS_MAX,
+    CLUSTER_MEMBERS_MAX, CONTROL_TICK_MS, JOIN_WAIT_MS, PEER_CONNECTIONS_MAX, PEER_IDLE_TIMEOUT_MS,
     PEER_REACHABLE_WITHIN_MS, PEER_REQUEST_TIMEOUT_MS, RAFT_APPEND_ENTRIES_MAX,
     RAFT_SNAPSHOT_CHUNK_BYTES, REFUSALS_LOGGED_MAX,
 };
@@ -301,7 +301,15 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
         return Ok(());
     }
     write_message(&mut stream, addr, &Message::Hello(ctx.hello.clone())).await?;
-    while let Some(message) = read_message(&mut stream, addr).await? {
+    let idle = Duration::from_millis(PEER_IDLE_TIMEOUT_MS);
+    loop {
+        // Members ping every tick and raft heartbeats more often, so a connection idle this
+        // long is abandoned: close it and free its slot.
+        let Ok(next) = tokio::time::timeout(idle, read_message(&mut stream, addr)).await else {
+            tracing::debug!(%addr, "closing an idle peer connection");
+            return Ok(());
+        };
+        let Some(message) = next? else { return Ok(()) };
         let answer = match message {
             Message::Ping => Message::Pong {
                 leader: ctx.raft.metrics().borrow().current_leader,
@@ -332,7 +340,6 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
         };
         write_message(&mut stream, addr, &answer).await?;
     }
-    Ok(())
 }
 
 /// The leader's side of a join: learner, member record, then voter for a data node.

@@ -50,6 +50,11 @@ pub const CONTROL_TICK_MS: u64 = 200;
 /// A member is shown as reachable when it answered a ping within this many milliseconds.
 pub const PEER_REACHABLE_WITHIN_MS: u64 = 1_500;
 
+/// Milliseconds an accepted peer connection may stay silent before it is closed. Members ping
+/// every `CONTROL_TICK_MS` and raft sends heartbeats more often, so only an abandoned
+/// connection gets here; closing it frees its `PEER_CONNECTIONS_MAX` slot.
+pub const PEER_IDLE_TIMEOUT_MS: u64 = 30_000;
+
 /// Peer connections a node serves at once; each costs a task and a buffer.
 pub const PEER_CONNECTIONS_MAX: usize = 4 * CLUSTER_MEMBERS_MAX;
 
@@ -59,3 +64,4 @@ pub const RAFT_RECORD_BYTES_MAX: u32 = PEER_FRAME_BYTES_MAX;
 
 const _: () = assert!(RAFT_SNAPSHOT_CHUNK_BYTES * 4 < PEER_FRAME_BYTES_MAX as u64);
 const _: () = assert!(JOIN_ADDRS_MAX <= CLUSTER_MEMBERS_MAX);
+const _: () = assert!(PEER_IDLE_TIMEOUT_MS > 10 * CONTROL_TICK_MS);

@@ -93,11 +93,21 @@ impl RaftClient {
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 
+    /// One request on the kept connection; a kept connection the peer closed meanwhile (it
+    /// closes idle ones, or restarted) is redialled once, which is safe because raft RPCs may
+    /// be repeated.
     async fn exchange(&mut self, message: Message) -> Result<Message, PeerError> {
-        let mut conn = match self.conn.take() {
-            Some(c) => c,
-            None => PeerConn::dial(&self.addr, &self.hello).await?,
-        };
+        if let Some(mut conn) = self.conn.take() {
+            match conn.request(&message).await {
+                Ok(answer) => {
+                    self.conn = Some(conn);
+                    return Ok(answer);
+                }
+                Err(PeerError::Closed { .. } | PeerError::Io { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut conn = PeerConn::dial(&self.addr, &self.hello).await?;
         let answer = conn.request(&message).await?;
         self.conn = Some(conn);
         Ok(answer)
