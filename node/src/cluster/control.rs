@@ -677,6 +677,7 @@ fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
         term: metrics.current_term,
         epoch: state.epoch,
         members,
+        map: state.shard_map(),
         moves_planned: state.moves.len(),
         strategy: ctx.strategy.name(),
     });

@@ -57,6 +57,9 @@ pub struct ClusterView {
     pub epoch: u64,
     /// Every member, by node id (this node included even before it is recorded).
     pub members: Vec<MemberView>,
+    /// The replicated shard map (owners are cluster nodes), once allocated: what region
+    /// routing will read.
+    pub map: Option<router::ShardMap>,
     /// Moves decided and waiting for handoff.
     pub moves_planned: usize,
     /// The allocation strategy's name.
