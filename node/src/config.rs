@@ -51,6 +51,36 @@ pub struct ServeArgs {
     /// segments start faster and use less disk on small nodes.
     #[arg(long, env = "TESSERA_SEGMENT_BYTES")]
     pub segment_bytes: Option<u64>,
+    /// Join or form the cluster of this name. Unset: a single node, no peer protocol.
+    #[arg(long, env = "TESSERA_CLUSTER_NAME")]
+    pub cluster_name: Option<String>,
+    /// This node's id in the cluster (1 or more, unique in the cluster).
+    #[arg(long, env = "TESSERA_NODE_ID")]
+    pub node_id: Option<u32>,
+    /// Address for peer (node-to-node) connections, `host:port`.
+    #[arg(long, env = "TESSERA_PEER_LISTEN")]
+    pub peer_listen: Option<String>,
+    /// Peer addresses of members to join through, comma-separated. Unset: this node is the
+    /// seed and forms the cluster (if its cluster state is empty).
+    #[arg(long, env = "TESSERA_JOIN")]
+    pub join: Option<String>,
+    /// `data` (hosts fragments, may coordinate) or `proxy` (routes only). Default `data`.
+    #[arg(long, env = "TESSERA_ROLE")]
+    pub role: Option<String>,
+    /// Data nodes that must have joined before any fragment is allocated. Default 1.
+    #[arg(long, env = "TESSERA_MIN_MEMBERS")]
+    pub min_members: Option<u32>,
+    /// Rebalance when the most and least loaded data nodes differ by more than this many
+    /// fragments. Default 1.
+    #[arg(long, env = "TESSERA_REBALANCE_THRESHOLD")]
+    pub rebalance_threshold: Option<u64>,
+    /// Most fragment moves in flight at once. Default 3.
+    #[arg(long, env = "TESSERA_MAX_SIMULTANEOUS_REBALANCE")]
+    pub max_simultaneous_rebalance: Option<u32>,
+    /// Allocation strategy: `least-shard` (default: fewest fragments first, rebalances) or
+    /// `manual` (allocates the same way, never rebalances on its own).
+    #[arg(long, env = "TESSERA_ALLOCATION")]
+    pub allocation: Option<String>,
 }
 
 /// The same settings read from a TOML file.
@@ -64,6 +94,15 @@ struct FileConfig {
     log: Option<String>,
     password: Option<String>,
     segment_bytes: Option<u64>,
+    cluster_name: Option<String>,
+    node_id: Option<u32>,
+    peer_listen: Option<String>,
+    join: Option<String>,
+    role: Option<String>,
+    min_members: Option<u32>,
+    rebalance_threshold: Option<u64>,
+    max_simultaneous_rebalance: Option<u32>,
+    allocation: Option<String>,
 }
 
 /// The resolved configuration of one node.
@@ -85,6 +124,40 @@ pub struct NodeConfig {
     pub idle_timeout: Duration,
     /// Preallocated size of each log segment.
     pub segment_bytes: u64,
+    /// The cluster settings, or `None` for a single node.
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// The cluster settings of a node started with `--cluster-name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// The cluster's name; peers with another name are refused.
+    pub name: String,
+    /// This node's id (1 or more).
+    pub node_id: u32,
+    /// Where peers connect.
+    pub peer_listen: SocketAddr,
+    /// Peer addresses to join through (empty: this node is the seed).
+    pub join: Vec<String>,
+    /// Data or proxy.
+    pub role: crate::cluster::wire::Role,
+    /// Data nodes required before fragments are allocated.
+    pub min_members: u32,
+    /// Rebalance threshold, in fragments.
+    pub rebalance_threshold: u64,
+    /// Most moves in flight.
+    pub max_simultaneous_rebalance: u32,
+    /// The allocation strategy.
+    pub allocation: Allocation,
+}
+
+/// Which allocation strategy the coordinator uses (`cluster::allocation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allocation {
+    /// `LeastShardAllocation`.
+    LeastShard,
+    /// `ManualAllocation`.
+    Manual,
 }
 
 /// A configuration that cannot be used, with the setting and the reason.
@@ -127,6 +200,7 @@ impl NodeConfig {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
         };
+        let cluster = resolve_cluster(args, &file)?;
         let data_dir = args
             .data_dir
             .clone()
@@ -185,8 +259,144 @@ impl NodeConfig {
             password,
             idle_timeout: Duration::from_secs(IDLE_TIMEOUT_SECS_DEFAULT),
             segment_bytes,
+            cluster,
         })
     }
+}
+
+/// The cluster settings: all absent without a cluster name (any other cluster setting alone is
+/// an error, so a typo in the name's flag does not silently start a single node).
+fn resolve_cluster(
+    args: &ServeArgs,
+    file: &FileConfig,
+) -> Result<Option<ClusterConfig>, ConfigError> {
+    use crate::cluster::limits::{CLUSTER_MEMBERS_MAX, CLUSTER_NAME_BYTES_MAX, JOIN_ADDRS_MAX};
+    use crate::cluster::wire::Role;
+    let invalid = |setting: &'static str, value: String, reason: String| ConfigError::Invalid {
+        setting,
+        value,
+        reason,
+    };
+    let name = args.cluster_name.clone().or_else(|| file.cluster_name.clone());
+    let node_id = args.node_id.or(file.node_id);
+    let peer_listen = args.peer_listen.clone().or_else(|| file.peer_listen.clone());
+    let join = args.join.clone().or_else(|| file.join.clone());
+    let role = args.role.clone().or_else(|| file.role.clone());
+    let min_members = args.min_members.or(file.min_members);
+    let threshold = args.rebalance_threshold.or(file.rebalance_threshold);
+    let max_moves = args.max_simultaneous_rebalance.or(file.max_simultaneous_rebalance);
+    let allocation = args.allocation.clone().or_else(|| file.allocation.clone());
+    let Some(name) = name else {
+        let given = [
+            ("node-id", node_id.is_some()),
+            ("peer-listen", peer_listen.is_some()),
+            ("join", join.is_some()),
+            ("role", role.is_some()),
+            ("min-members", min_members.is_some()),
+            ("rebalance-threshold", threshold.is_some()),
+            ("max-simultaneous-rebalance", max_moves.is_some()),
+            ("allocation", allocation.is_some()),
+        ];
+        if let Some((setting, _)) = given.iter().find(|(_, g)| *g) {
+            return Err(invalid(setting, String::new(), "needs --cluster-name".to_owned()));
+        }
+        return Ok(None);
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= CLUSTER_NAME_BYTES_MAX
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !name_ok {
+        return Err(invalid(
+            "cluster-name",
+            name,
+            format!("must be 1 to {CLUSTER_NAME_BYTES_MAX} of A-Z, a-z, 0-9, '-', '_'"),
+        ));
+    }
+    let node_id = match node_id {
+        Some(id) if id >= 1 => id,
+        other => {
+            return Err(invalid(
+                "node-id",
+                other.map(|i| i.to_string()).unwrap_or_default(),
+                "a cluster node needs an id of 1 or more, unique in the cluster".to_owned(),
+            ));
+        }
+    };
+    let Some(peer_text) = peer_listen else {
+        return Err(invalid("peer-listen", String::new(), "a cluster node needs it".to_owned()));
+    };
+    let peer_listen = parse_listen(&peer_text).map_err(|e| match e {
+        ConfigError::Invalid { value, reason, .. } => invalid("peer-listen", value, reason),
+        other => other,
+    })?;
+    let join: Vec<String> = join
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if join.len() > JOIN_ADDRS_MAX {
+        return Err(invalid("join", join.join(","), format!("at most {JOIN_ADDRS_MAX} addresses")));
+    }
+    if let Some(bad) = join.iter().find(|a| a.to_socket_addrs().is_err()) {
+        return Err(invalid("join", bad.clone(), "expected host:port".to_owned()));
+    }
+    let role = match role.as_deref().unwrap_or("data") {
+        "data" => Role::Data,
+        "proxy" => Role::Proxy,
+        other => return Err(invalid("role", other.to_owned(), "data or proxy".to_owned())),
+    };
+    if role == Role::Proxy && join.is_empty() {
+        return Err(invalid(
+            "role",
+            "proxy".to_owned(),
+            "a proxy cannot form a cluster: give --join".to_owned(),
+        ));
+    }
+    let min_members = min_members.unwrap_or(1);
+    let members_max = u32::try_from(CLUSTER_MEMBERS_MAX).unwrap_or(u32::MAX);
+    if min_members == 0 || min_members > members_max {
+        return Err(invalid(
+            "min-members",
+            min_members.to_string(),
+            format!("must be between 1 and {members_max}"),
+        ));
+    }
+    let max_moves = max_moves.unwrap_or_else(|| {
+        u32::try_from(crate::cluster::allocation::MAX_SIMULTANEOUS_REBALANCE_DEFAULT)
+            .unwrap_or(u32::MAX)
+    });
+    if max_moves > members_max {
+        return Err(invalid(
+            "max-simultaneous-rebalance",
+            max_moves.to_string(),
+            format!("must be at most {members_max}"),
+        ));
+    }
+    let allocation = match allocation.as_deref().unwrap_or("least-shard") {
+        "least-shard" => Allocation::LeastShard,
+        "manual" => Allocation::Manual,
+        other => {
+            return Err(invalid(
+                "allocation",
+                other.to_owned(),
+                "least-shard or manual".to_owned(),
+            ));
+        }
+    };
+    Ok(Some(ClusterConfig {
+        name,
+        node_id,
+        peer_listen,
+        join,
+        role,
+        min_members,
+        rebalance_threshold: threshold
+            .unwrap_or(crate::cluster::allocation::REBALANCE_THRESHOLD_DEFAULT),
+        max_simultaneous_rebalance: max_moves,
+        allocation,
+    }))
 }
 
 /// Default idle timeout for client connections: generous, like PostgreSQL's (which has none by
@@ -221,6 +431,50 @@ mod tests {
         assert_eq!(c.executors, 2);
         assert_eq!(c.fragments, 8);
         assert!(c.password.is_none());
+        assert!(c.cluster.is_none(), "no cluster without --cluster-name");
+    }
+
+    // Checks cluster settings resolve with their defaults, and that each bad one (or one given
+    // without a cluster name) is refused with the setting named.
+    #[test]
+    fn cluster_settings() {
+        let base = ServeArgs {
+            cluster_name: Some("c1".into()),
+            node_id: Some(2),
+            peer_listen: Some("127.0.0.1:7002".into()),
+            join: Some("127.0.0.1:7001, 127.0.0.1:7003".into()),
+            ..ServeArgs::default()
+        };
+        let c = NodeConfig::resolve(&base, 2).expect("valid").cluster.expect("cluster");
+        assert_eq!(c.name, "c1");
+        assert_eq!(c.node_id, 2);
+        assert_eq!(c.join, ["127.0.0.1:7001", "127.0.0.1:7003"]);
+        assert_eq!(c.role, crate::cluster::wire::Role::Data);
+        assert_eq!(c.min_members, 1);
+        assert_eq!(c.rebalance_threshold, 1);
+        assert_eq!(c.max_simultaneous_rebalance, 3);
+        assert_eq!(c.allocation, Allocation::LeastShard);
+        let cases: Vec<(ServeArgs, &str)> = vec![
+            (ServeArgs { node_id: Some(1), ..ServeArgs::default() }, "node-id"),
+            (ServeArgs { cluster_name: Some("bad name".into()), ..base.clone() }, "cluster-name"),
+            (ServeArgs { node_id: Some(0), ..base.clone() }, "node-id"),
+            (ServeArgs { node_id: None, ..base.clone() }, "node-id"),
+            (ServeArgs { peer_listen: None, ..base.clone() }, "peer-listen"),
+            (ServeArgs { join: Some("nowhere".into()), ..base.clone() }, "join"),
+            (ServeArgs { role: Some("boss".into()), ..base.clone() }, "role"),
+            (ServeArgs { role: Some("proxy".into()), join: None, ..base.clone() }, "role"),
+            (ServeArgs { min_members: Some(0), ..base.clone() }, "min-members"),
+            (ServeArgs { allocation: Some("random".into()), ..base.clone() }, "allocation"),
+        ];
+        for (args, setting) in cases {
+            let e = NodeConfig::resolve(&args, 2).expect_err(setting);
+            assert!(e.to_string().contains(setting), "{setting}: {e}");
+        }
+        let proxy =
+            ServeArgs { role: Some("proxy".into()), allocation: Some("manual".into()), ..base };
+        let c = NodeConfig::resolve(&proxy, 2).expect("valid").cluster.expect("cluster");
+        assert_eq!(c.role, crate::cluster::wire::Role::Proxy);
+        assert_eq!(c.allocation, Allocation::Manual);
     }
 
     // Checks precedence: a flag beats the file, the file beats the default.

@@ -9,6 +9,7 @@
 
 pub mod catalog;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod datadir;
 pub mod engine;

@@ -24,8 +24,9 @@ use crate::runtime::{self, ExecutorContext, Shutdown};
 /// Arguments of `tessera serve`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
+    // Boxed: the cluster flags made the settings large next to other subcommands' arguments.
     #[command(flatten)]
-    settings: ServeArgs,
+    settings: Box<ServeArgs>,
 }
 
 /// Runs the node until it is told to stop. Exit status 0 after a clean shutdown, 1 when it
@@ -39,7 +40,12 @@ pub fn main(args: &Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = crate::logging::init(&config.log) {
+    // A cluster node turns openraft's own per-RPC messages off (see `cluster::log_filter`).
+    let filter = match &config.cluster {
+        Some(_) => crate::cluster::log_filter(&config.log),
+        None => config.log.clone(),
+    };
+    if let Err(e) = crate::logging::init(&filter) {
         eprintln!("tessera: {e}");
         return ExitCode::FAILURE;
     }
@@ -148,7 +154,22 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
         data.root().display()
     );
     let init_shared = Arc::clone(&shared);
-    runtime::run(
+    // The cluster's control plane (its own thread, tokio) starts before the executors, so its
+    // peer listener is up by the time the ready line is logged.
+    let cluster = match &config.cluster {
+        Some(c) => Some(
+            crate::cluster::control::start(
+                c,
+                &data.root().join("cluster"),
+                config.listen,
+                config.executors,
+                config.fragments,
+            )
+            .map_err(|e| e.to_string())?,
+        ),
+        None => None,
+    };
+    let served = runtime::run(
         config.executors as usize,
         shutdown,
         move |ctx: ExecutorContext<Core>| {
@@ -180,7 +201,11 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
         },
         |core: Rc<Core>, _ctx| async move { core.close().await },
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string());
+    if let Some(cluster) = cluster {
+        cluster.stop();
+    }
+    served?;
     drop(data);
     Ok(())
 }

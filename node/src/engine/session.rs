@@ -137,6 +137,11 @@ impl Session {
             return Some(vec![Column::new("counter", Oid::TEXT), Column::new("value", Oid::INT8)]);
         }
         if let Statement::Show { name } = statement
+            && name == crate::cluster::SHOW_CLUSTER
+        {
+            return Some(crate::cluster::show_cluster_columns());
+        }
+        if let Statement::Show { name } = statement
             && name == FRAGMENT_COUNTERS
         {
             return Some(vec![
@@ -284,6 +289,12 @@ impl Session {
                 .into_iter()
                 .map(|(k, v)| vec![Datum::Text(k.to_owned()), n(v)])
                 .collect();
+                write_rows(sink, &rows).await?;
+                Ok(CommandTag::new("SHOW"))
+            }
+            Statement::Show { name } if name == crate::cluster::SHOW_CLUSTER => {
+                let map = &self.core.shared().map;
+                let rows = crate::cluster::show_cluster_datums(map.epoch().0, map.len());
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("SHOW"))
             }

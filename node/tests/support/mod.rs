@@ -65,11 +65,19 @@ pub struct NodeOptions {
     /// Extra environment of the process (test-only switches such as `TESSERA_FAULT`); every
     /// other `TESSERA_*` variable of the test's environment is removed.
     pub env: Vec<(String, String)>,
+    /// More `serve` arguments, given after the others (the cluster flags, for example).
+    pub extra_args: Vec<String>,
 }
 
 impl Default for NodeOptions {
     fn default() -> NodeOptions {
-        NodeOptions { executors: 2, fragments: 8, password: None, env: Vec::new() }
+        NodeOptions {
+            executors: 2,
+            fragments: 8,
+            password: None,
+            env: Vec::new(),
+            extra_args: Vec::new(),
+        }
     }
 }
 
@@ -103,6 +111,12 @@ fn fresh_dir() -> PathBuf {
 fn free_port() -> u16 {
     let probe = TcpListener::bind("127.0.0.1:0").expect("bind a probe listener");
     probe.local_addr().expect("probe address").port()
+}
+
+/// A loopback port that was free a moment ago, for addresses a test must know before the node
+/// starts (a cluster node's peer address).
+pub fn free_loopback_port() -> u16 {
+    free_port()
 }
 
 /// Removes terminal colour sequences (`ESC [ ... m`) from a log line.
@@ -296,6 +310,7 @@ impl Node {
             if let Some(p) = &self.options.password {
                 command.arg("--password").arg(p);
             }
+            command.args(&self.options.extra_args);
             for (key, _) in std::env::vars_os() {
                 if key.to_string_lossy().starts_with("TESSERA_") {
                     command.env_remove(key);

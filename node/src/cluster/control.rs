@@ -1,0 +1,684 @@
+//! The control plane: one OS thread (`tessera-cluster`) with a current-thread tokio runtime
+//! running the peer listener, openraft, the join loop, reachability pings and, on the raft
+//! leader, the coordinator's decisions. It publishes a `ClusterView` for the executors.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
+use router::NodeId;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, oneshot, watch};
+
+use crate::cluster::allocation::{
+    AllocationStrategy, LeastShardAllocation, LoadUnit, Loads, ManualAllocation, allocate_all,
+};
+use crate::cluster::limits::{
+    CLUSTER_MEMBERS_MAX, CONTROL_TICK_MS, JOIN_WAIT_MS, PEER_CONNECTIONS_MAX, PEER_IDLE_TIMEOUT_MS,
+    PEER_REACHABLE_WITHIN_MS, PEER_REQUEST_TIMEOUT_MS, RAFT_APPEND_ENTRIES_MAX,
+    RAFT_SNAPSHOT_CHUNK_BYTES, REFUSALS_LOGGED_MAX,
+};
+use crate::cluster::peer::{PeerConn, PeerError, read_message, write_message};
+use crate::cluster::raft_net::{RaftNet, serve_rpc};
+use crate::cluster::state::{ClusterState, Command, Member};
+use crate::cluster::store::{AppliedState, LogStore, OpenError, StateMachine, TypeConfig};
+use crate::cluster::wire::{self, Hello, Message, PROTOCOL_VERSION, Peer, Role};
+use crate::cluster::{ClusterView, MemberView, publish};
+use crate::config::{Allocation, ClusterConfig};
+
+/// Why the control plane did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The raft state could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The peer address is taken or unusable.
+    #[error("cannot listen for peers on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The thread, runtime or raft could not be started.
+    #[error("cannot start the cluster control plane: {reason}")]
+    Runtime {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The running control plane; `stop` ends it and waits for its thread.
+#[derive(Debug)]
+pub struct ClusterHandle {
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ClusterHandle {
+    /// Stops raft and the peer listener, and joins the thread.
+    pub fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the cluster control plane thread panicked");
+        }
+    }
+}
+
+/// What every task of the control plane shares.
+struct Ctx {
+    config: ClusterConfig,
+    me: Peer,
+    hello: Hello,
+    raft: Raft<TypeConfig>,
+    state: watch::Receiver<AppliedState>,
+    fragments: u32,
+    strategy: Box<dyn AllocationStrategy>,
+    /// Last successful ping per member.
+    pongs: Mutex<HashMap<u32, Instant>>,
+    /// Refusal messages already logged at WARN (a refused peer retries every tick; the
+    /// operator needs the reason once). Bounded by `REFUSALS_LOGGED_MAX`.
+    refusals_logged: Mutex<BTreeSet<String>>,
+}
+
+impl Ctx {
+    /// Logs a refused handshake at WARN the first time this reason is seen, at DEBUG after.
+    fn log_refusal(&self, addr: &str, reason: &str) {
+        let mut seen = self.refusals_logged.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() < REFUSALS_LOGGED_MAX && seen.insert(reason.to_owned()) {
+            tracing::warn!(%addr, "refused a peer: {reason}");
+        } else {
+            tracing::debug!(%addr, "refused a peer: {reason}");
+        }
+    }
+}
+
+impl Ctx {
+    fn state(&self) -> ClusterState {
+        self.state.borrow().state.clone()
+    }
+}
+
+/// Starts the control plane for a node of `config`, its raft state under `dir`. `pg_addr` and
+/// `executors` describe this node to its peers; `fragments` is how many fragments the
+/// coordinator allocates when it creates the map.
+pub fn start(
+    config: &ClusterConfig,
+    dir: &Path,
+    pg_addr: std::net::SocketAddr,
+    executors: u32,
+    fragments: u32,
+) -> Result<ClusterHandle, StartError> {
+    let log = LogStore::open(dir)?;
+    let sm = StateMachine::open(dir)?;
+    let listener = std::net::TcpListener::bind(config.peer_listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|source| StartError::Listen { addr: config.peer_listen, source })?;
+    let me = Peer {
+        node: u64::from(config.node_id),
+        role: config.role,
+        peer_addr: config.peer_listen.to_string(),
+        pg_addr: pg_addr.to_string(),
+        executors,
+    };
+    let config = config.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), String>>(1);
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("tessera-cluster".to_owned())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(format!("tokio runtime: {e}")));
+                    return;
+                }
+            };
+            runtime.block_on(run(config, me, log, sm, listener, fragments, ready_tx, stop_rx));
+        })
+        .map_err(|e| StartError::Runtime { reason: format!("thread: {e}") })?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(ClusterHandle { stop: Some(stop_tx), thread: Some(thread) }),
+        Ok(Err(reason)) => {
+            let _ = thread.join();
+            Err(StartError::Runtime { reason })
+        }
+        Err(_) => {
+            let _ = thread.join();
+            Err(StartError::Runtime { reason: "the control plane thread ended".to_owned() })
+        }
+    }
+}
+
+fn raft_config(name: &str) -> Result<Arc<openraft::Config>, String> {
+    let config = openraft::Config {
+        cluster_name: name.to_owned(),
+        // Loopback and LAN round trips are sub-millisecond, but the executors and compaction
+        // share the cores: generous timeouts keep a busy node from losing leadership.
+        heartbeat_interval: 250,
+        election_timeout_min: 1_500,
+        election_timeout_max: 3_000,
+        max_payload_entries: RAFT_APPEND_ENTRIES_MAX,
+        snapshot_max_chunk_size: RAFT_SNAPSHOT_CHUNK_BYTES,
+        ..openraft::Config::default()
+    };
+    config.validate().map(Arc::new).map_err(|e| format!("raft config: {e}"))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    config: ClusterConfig,
+    me: Peer,
+    log: LogStore,
+    sm: StateMachine,
+    listener: std::net::TcpListener,
+    fragments: u32,
+    ready: std::sync::mpsc::SyncSender<Result<(), String>>,
+    stop: oneshot::Receiver<()>,
+) {
+    let started = async {
+        let listener =
+            TcpListener::from_std(listener).map_err(|e| format!("peer listener: {e}"))?;
+        let raft_config = raft_config(&config.name)?;
+        let hello =
+            Hello { cluster: config.name.clone(), version: PROTOCOL_VERSION, peer: me.clone() };
+        let state = sm.subscribe();
+        let raft = Raft::new(me.node, raft_config, RaftNet { hello: hello.clone() }, log, sm)
+            .await
+            .map_err(|e| format!("raft: {e}"))?;
+        if config.join.is_empty() {
+            let initialized = raft.is_initialized().await.map_err(|e| format!("raft: {e}"))?;
+            if !initialized {
+                let members = BTreeMap::from([(me.node, BasicNode::new(&me.peer_addr))]);
+                raft.initialize(members).await.map_err(|e| format!("raft initialize: {e}"))?;
+                tracing::info!(cluster = %config.name, "formed a new cluster as its seed");
+            }
+        }
+        let strategy: Box<dyn AllocationStrategy> = match config.allocation {
+            Allocation::LeastShard => Box::new(LeastShardAllocation {
+                rebalance_threshold: config.rebalance_threshold,
+                max_simultaneous_rebalance: config.max_simultaneous_rebalance as usize,
+                // Nodes do not report bytes yet (the data path does not follow the map).
+                unit: LoadUnit::Fragments,
+            }),
+            Allocation::Manual => Box::new(ManualAllocation),
+        };
+        let ctx = Arc::new(Ctx {
+            config: config.clone(),
+            me: me.clone(),
+            hello,
+            raft,
+            state,
+            fragments,
+            strategy,
+            pongs: Mutex::new(HashMap::new()),
+            refusals_logged: Mutex::new(BTreeSet::new()),
+        });
+        Ok::<_, String>((listener, ctx))
+    }
+    .await;
+    let (listener, ctx) = match started {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    tracing::info!(
+        cluster = %config.name,
+        node = config.node_id,
+        role = %config.role,
+        peer_listen = %config.peer_listen,
+        "cluster control plane started"
+    );
+    publish_view(&ctx, &mut BTreeMap::new());
+    let _ = ready.send(Ok(()));
+
+    let accept = tokio::spawn(accept_loop(listener, Arc::clone(&ctx)));
+    let join = tokio::spawn(join_loop(Arc::clone(&ctx)));
+    let tick = tokio::spawn(tick_loop(Arc::clone(&ctx)));
+    let _ = stop.await;
+    accept.abort();
+    tick.abort();
+    join.abort();
+    if let Err(e) = ctx.raft.shutdown().await {
+        tracing::error!("raft did not shut down cleanly: {e}");
+    }
+    tracing::info!("cluster control plane stopped");
+}
+
+async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
+    let slots = Arc::new(Semaphore::new(PEER_CONNECTIONS_MAX));
+    loop {
+        let (stream, addr) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::debug!("peer accept failed: {e}");
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::warn!(%addr, "refused a peer connection: {PEER_CONNECTIONS_MAX} are open");
+            continue;
+        };
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            let addr = addr.to_string();
+            if let Err(e) = serve_peer(stream, &addr, &ctx).await {
+                tracing::debug!("peer connection ended: {e}");
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// One incoming peer connection: the handshake, then requests answered in order.
+async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), PeerError> {
+    let _ = stream.set_nodelay(true);
+    let first = tokio::time::timeout(
+        Duration::from_millis(PEER_REQUEST_TIMEOUT_MS),
+        read_message(&mut stream, addr),
+    )
+    .await
+    .map_err(|_| PeerError::Timeout { addr: addr.to_owned(), ms: PEER_REQUEST_TIMEOUT_MS })??;
+    let Some(first) = first else { return Ok(()) };
+    let Message::Hello(hello) = first else {
+        let e = wire::HandshakeError::NotHello { kind: first.kind() };
+        ctx.log_refusal(addr, &e.to_string());
+        let _ = write_message(&mut stream, addr, &Message::Refused { reason: e.to_string() }).await;
+        return Ok(());
+    };
+    if let Err(e) = wire::check_hello(&hello, &ctx.config.name, ctx.me.node) {
+        ctx.log_refusal(addr, &e.to_string());
+        let _ = write_message(&mut stream, addr, &Message::Refused { reason: e.to_string() }).await;
+        return Ok(());
+    }
+    write_message(&mut stream, addr, &Message::Hello(ctx.hello.clone())).await?;
+    let idle = Duration::from_millis(PEER_IDLE_TIMEOUT_MS);
+    loop {
+        // Members ping every tick and raft heartbeats more often, so a connection idle this
+        // long is abandoned: close it and free its slot.
+        let Ok(next) = tokio::time::timeout(idle, read_message(&mut stream, addr)).await else {
+            tracing::debug!(%addr, "closing an idle peer connection");
+            return Ok(());
+        };
+        let Some(message) = next? else { return Ok(()) };
+        let answer = match message {
+            Message::Ping => Message::Pong {
+                leader: ctx.raft.metrics().borrow().current_leader,
+                epoch: ctx.state.borrow().state.epoch,
+            },
+            Message::Join(peer) => {
+                // Bounded like the joiner's wait, so a join that cannot commit (no quorum)
+                // does not hold this connection's slot forever.
+                let bound = Duration::from_millis(JOIN_WAIT_MS);
+                match tokio::time::timeout(bound, handle_join(ctx, peer)).await {
+                    Ok(answer) => answer,
+                    Err(_) => Message::JoinFailed {
+                        reason: format!("the join did not commit within {bound:?}"),
+                    },
+                }
+            }
+            Message::RaftRpc(body) => match serve_rpc(&ctx.raft, &body).await {
+                Ok(reply) => Message::RaftReply(reply),
+                Err(e) => {
+                    tracing::warn!(%addr, "peer sent a raft request that does not parse: {e}");
+                    return Ok(());
+                }
+            },
+            other => {
+                tracing::warn!(%addr, "peer sent {} where a request was expected", other.kind());
+                return Ok(());
+            }
+        };
+        write_message(&mut stream, addr, &answer).await?;
+    }
+}
+
+/// The leader's side of a join: learner, member record, then voter for a data node.
+/// Idempotent, so a restarted member joins again harmlessly.
+async fn handle_join(ctx: &Ctx, peer: Peer) -> Message {
+    if let Err(e) = wire::check_peer(&peer) {
+        return Message::JoinFailed { reason: e.to_string() };
+    }
+    let metrics = ctx.raft.metrics().borrow().clone();
+    if metrics.current_leader != Some(ctx.me.node) {
+        let leader_addr = metrics.current_leader.and_then(|l| {
+            metrics.membership_config.membership().get_node(&l).map(|n| n.addr.clone())
+        });
+        return Message::NotLeader { leader_addr };
+    }
+    let Ok(node) = u32::try_from(peer.node) else {
+        return Message::JoinFailed { reason: format!("node id {} is too large", peer.node) };
+    };
+    let membership = metrics.membership_config.membership().clone();
+    match membership.get_node(&peer.node) {
+        Some(known) if known.addr != peer.peer_addr => {
+            return Message::JoinFailed {
+                reason: format!(
+                    "node id {} is already a member at {}; ids must be unique",
+                    peer.node, known.addr
+                ),
+            };
+        }
+        Some(_) => {}
+        None => {
+            if ctx.state().members.len() >= CLUSTER_MEMBERS_MAX {
+                return Message::JoinFailed {
+                    reason: format!(
+                        "the cluster has {CLUSTER_MEMBERS_MAX} members, the most it accepts"
+                    ),
+                };
+            }
+            if let Err(e) =
+                ctx.raft.add_learner(peer.node, BasicNode::new(&peer.peer_addr), true).await
+            {
+                return Message::JoinFailed { reason: format!("adding the learner: {e}") };
+            }
+        }
+    }
+    let member = Member::of_peer(&peer);
+    if ctx.state().members.get(&node) != Some(&member) {
+        match ctx.raft.client_write(Command::AddMember { node, member }).await {
+            Ok(r) if r.data.is_ok() => {}
+            Ok(r) => {
+                return Message::JoinFailed {
+                    reason: format!("recording the member: {:?}", r.data),
+                };
+            }
+            Err(e) => return Message::JoinFailed { reason: format!("recording the member: {e}") },
+        }
+    }
+    let voter = membership.voter_ids().any(|v| v == peer.node);
+    if peer.role == Role::Data && !voter {
+        let change = ChangeMembers::AddVoterIds(BTreeSet::from([peer.node]));
+        if let Err(e) = ctx.raft.change_membership(change, false).await {
+            return Message::JoinFailed { reason: format!("making it a voter: {e}") };
+        }
+    }
+    tracing::info!(node = peer.node, role = %peer.role, addr = %peer.peer_addr, "member joined");
+    Message::Joined
+}
+
+/// Asks the `--join` addresses (and the leaders they name) to add this node, until one does.
+/// A node started without `--join` (the seed) asks the other members it knows, so a restart
+/// on new addresses updates its member record; a fresh seed knows no one and is done.
+async fn join_loop(ctx: Arc<Ctx>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
+    // A refused handshake is an operator's mistake (wrong name, version or id): said once per
+    // address at ERROR, then retried quietly in case the other side is fixed.
+    let mut refused_by: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let mut targets: Vec<String> = if ctx.config.join.is_empty() {
+            let me = ctx.config.node_id;
+            let state = ctx.state();
+            let others: Vec<String> = state
+                .members
+                .iter()
+                .filter(|(n, _)| **n != me)
+                .map(|(_, m)| m.peer_addr.clone())
+                .collect();
+            if others.is_empty() {
+                return;
+            }
+            others
+        } else {
+            ctx.config.join.clone()
+        };
+        let budget = 2 * targets.len() + 2;
+        let mut tried = 0;
+        while let Some(addr) = targets.pop() {
+            tried += 1;
+            if tried > budget {
+                break;
+            }
+            match join_once(&ctx, &addr).await {
+                Ok(Message::Joined) => {
+                    tracing::info!(cluster = %ctx.config.name, through = %addr, "joined the cluster");
+                    return;
+                }
+                Ok(Message::NotLeader { leader_addr: Some(leader) })
+                    if leader == ctx.me.peer_addr =>
+                {
+                    // This node leads: `coordinate` keeps its own member record current.
+                    return;
+                }
+                Ok(Message::NotLeader { leader_addr: Some(leader) }) if leader != addr => {
+                    targets.push(leader);
+                }
+                Ok(Message::JoinFailed { reason }) => {
+                    tracing::debug!(%addr, "join not done yet: {reason}");
+                }
+                Ok(other) => tracing::debug!(%addr, "join answered {}", other.kind()),
+                Err(PeerError::Handshake { addr, source }) => {
+                    if refused_by.len() < REFUSALS_LOGGED_MAX && refused_by.insert(addr.clone()) {
+                        tracing::error!(%addr, "cannot join: {source}");
+                    } else {
+                        tracing::debug!(%addr, "cannot join: {source}");
+                    }
+                }
+                Err(e) => tracing::debug!("join attempt failed: {e}"),
+            }
+        }
+        interval.tick().await;
+    }
+}
+
+async fn join_once(ctx: &Ctx, addr: &str) -> Result<Message, PeerError> {
+    let mut conn = PeerConn::dial(addr, &ctx.hello).await?;
+    // Joining a data node waits for it to catch up as a learner and for two membership
+    // changes to commit: allow it the time of several requests.
+    conn.request_within(&Message::Join(ctx.me.clone()), JOIN_WAIT_MS + PEER_REQUEST_TIMEOUT_MS)
+        .await
+}
+
+/// Every tick: ping members, decide (on the leader), publish the view.
+async fn tick_loop(ctx: Arc<Ctx>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
+    let mut pingers: HashMap<u32, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut reachable: BTreeMap<u32, bool> = BTreeMap::new();
+    loop {
+        interval.tick().await;
+        let state = ctx.state();
+        let me = ctx.config.node_id;
+        for node in state.members.keys().copied().filter(|n| *n != me) {
+            pingers.entry(node).or_insert_with(|| tokio::spawn(ping_loop(Arc::clone(&ctx), node)));
+        }
+        // Publish first: a proposal may wait (bounded) for a quorum that is gone, and the
+        // view must stay current meanwhile.
+        publish_view(&ctx, &mut reachable);
+        if ctx.raft.metrics().borrow().state == ServerState::Leader {
+            coordinate(&ctx, &state).await;
+        }
+    }
+}
+
+/// Keeps one connection to `node` and pings it every tick, recording each answer.
+async fn ping_loop(ctx: Arc<Ctx>, node: u32) {
+    let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
+    let mut conn: Option<PeerConn> = None;
+    loop {
+        interval.tick().await;
+        let Some(addr) = ctx.state().members.get(&node).map(|m| m.peer_addr.clone()) else {
+            continue;
+        };
+        if conn.as_ref().is_some_and(|c| c.addr() != addr) {
+            conn = None;
+        }
+        let mut c = match conn.take() {
+            Some(c) => c,
+            None => match PeerConn::dial(&addr, &ctx.hello).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(node, "ping: {e}");
+                    continue;
+                }
+            },
+        };
+        match c.request(&Message::Ping).await {
+            Ok(Message::Pong { .. }) => {
+                ctx.pongs
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(node, Instant::now());
+                conn = Some(c);
+            }
+            Ok(other) => tracing::debug!(node, "ping answered {}", other.kind()),
+            Err(e) => tracing::debug!(node, "ping: {e}"),
+        }
+    }
+}
+
+/// The coordinator's decisions, run on the raft leader each tick: record itself as a member,
+/// allocate the map once `min-members` data nodes are members, plan rebalancing moves.
+async fn coordinate(ctx: &Ctx, state: &ClusterState) {
+    let me = ctx.config.node_id;
+    let mine = Member::of_peer(&ctx.me);
+    if state.members.get(&me) != Some(&mine) {
+        propose(ctx, Command::AddMember { node: me, member: mine }).await;
+        return;
+    }
+    let mut loads = Loads::new();
+    for node in state.data_members() {
+        loads.add_node(NodeId(node));
+    }
+    for f in &state.fragments {
+        loads.hold(NodeId(f.node), router::FragmentId::new(f.id), 0);
+    }
+    if !state.allocated() {
+        let have = u32::try_from(state.data_members().count()).unwrap_or(u32::MAX);
+        if have < ctx.config.min_members {
+            return;
+        }
+        let owners: Vec<u32> = allocate_all(ctx.strategy.as_ref(), &loads, ctx.fragments, 0)
+            .into_iter()
+            .map(|n| n.0)
+            .collect();
+        if propose(ctx, Command::Allocate { owners, min_members: ctx.config.min_members }).await {
+            tracing::info!(
+                fragments = ctx.fragments,
+                data_members = have,
+                strategy = ctx.strategy.name(),
+                "coordinator allocated the shard map"
+            );
+        }
+        return;
+    }
+    let in_flight: Vec<_> = state
+        .moves
+        .iter()
+        .map(|m| crate::cluster::allocation::Move {
+            fragment: router::FragmentId::new(m.fragment),
+            from: NodeId(m.from),
+            to: NodeId(m.to),
+        })
+        .collect();
+    for m in ctx.strategy.rebalance(&loads, &in_flight) {
+        let command = Command::PlanMove { fragment: m.fragment.get(), to: m.to.0 };
+        if propose(ctx, command).await {
+            tracing::info!(
+                fragment = m.fragment.get(),
+                from = m.from.0,
+                to = m.to.0,
+                "coordinator planned a move (handoff is not built yet; the move waits)"
+            );
+        }
+    }
+}
+
+/// Proposes a command; true if it was committed and applied without a refusal. Bounded: a
+/// leader that lost its quorum does not know it yet, and its proposal would wait forever.
+async fn propose(ctx: &Ctx, command: Command) -> bool {
+    let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
+    let Ok(written) = tokio::time::timeout(bound, ctx.raft.client_write(command)).await else {
+        tracing::debug!("coordinator proposal not committed within {bound:?}");
+        return false;
+    };
+    match written {
+        Ok(r) => match r.data {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!("coordinator command refused: {e}");
+                false
+            }
+        },
+        Err(e) => {
+            tracing::debug!("coordinator proposal failed: {e}");
+            false
+        }
+    }
+}
+
+/// Builds and publishes the view; logs reachability changes (WARN when a member stops
+/// answering, INFO when it answers again).
+fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
+    let metrics = ctx.raft.metrics().borrow().clone();
+    let state = ctx.state();
+    let me = ctx.config.node_id;
+    let now = Instant::now();
+    let pongs = ctx.pongs.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let voters: BTreeSet<u32> = metrics
+        .membership_config
+        .membership()
+        .voter_ids()
+        .filter_map(|v| u32::try_from(v).ok())
+        .collect();
+    let leader = metrics.current_leader.and_then(|l| u32::try_from(l).ok());
+    let mut members = Vec::new();
+    let mut ids: BTreeSet<u32> = state.members.keys().copied().collect();
+    ids.insert(me);
+    for node in ids {
+        let up = node == me
+            || pongs.get(&node).is_some_and(|t| {
+                now.duration_since(*t) < Duration::from_millis(PEER_REACHABLE_WITHIN_MS)
+            });
+        // A member never reached yet is not news; a change after that is.
+        match (reachable.get(&node).copied(), up) {
+            (None, true) => {
+                reachable.insert(node, true);
+            }
+            (Some(true), false) => {
+                tracing::warn!(node, "peer node {node} is unreachable");
+                reachable.insert(node, false);
+            }
+            (Some(false), true) => {
+                tracing::info!(node, "peer node {node} is reachable again");
+                reachable.insert(node, true);
+            }
+            _ => {}
+        }
+        let (role, peer_addr, pg_addr) = match state.members.get(&node) {
+            Some(m) => (m.role, m.peer_addr.clone(), m.pg_addr.clone()),
+            None => (ctx.me.role, ctx.me.peer_addr.clone(), ctx.me.pg_addr.clone()),
+        };
+        members.push(MemberView {
+            node,
+            role,
+            peer_addr,
+            pg_addr,
+            reachable: up,
+            voter: voters.contains(&node),
+            leader: leader == Some(node),
+            fragments: state.fragments_of(node),
+            this: node == me,
+        });
+    }
+    publish(ClusterView {
+        cluster: ctx.config.name.clone(),
+        me,
+        leader,
+        term: metrics.current_term,
+        epoch: state.epoch,
+        members,
+        map: state.shard_map(),
+        moves_planned: state.moves.len(),
+        strategy: ctx.strategy.name(),
+    });
+}

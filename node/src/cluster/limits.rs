@@ -1,0 +1,67 @@
+//! Every bound of the cluster layer, with its unit and reason.
+
+/// Largest peer frame body, in bytes. Raft append-entries batches and snapshot chunks are cut
+/// well below it (`RAFT_SNAPSHOT_CHUNK_BYTES`, `RAFT_APPEND_ENTRIES_MAX`); a length above it is
+/// refused before anything is allocated.
+pub const PEER_FRAME_BYTES_MAX: u32 = 8 << 20;
+
+/// Bytes of a frame header: body length (u32 LE) and crc32 of the body (u32 LE).
+pub const PEER_FRAME_HEADER_BYTES: usize = 8;
+
+/// Longest cluster name, in bytes: a label, not a document.
+pub const CLUSTER_NAME_BYTES_MAX: usize = 64;
+
+/// Longest address text carried in a handshake or join, in bytes.
+pub const PEER_ADDR_BYTES_MAX: usize = 256;
+
+/// Snapshot chunk size openraft sends per install-snapshot RPC, in bytes; under the frame
+/// limit with room for the envelope and JSON escaping.
+pub const RAFT_SNAPSHOT_CHUNK_BYTES: u64 = 1 << 20;
+
+/// Entries per append-entries RPC; shard-map commands are small, so this keeps frames far
+/// below `PEER_FRAME_BYTES_MAX`.
+pub const RAFT_APPEND_ENTRIES_MAX: u64 = 64;
+
+/// Most members a cluster accepts; membership and `SHOW CLUSTER` are linear in it.
+pub const CLUSTER_MEMBERS_MAX: usize = 64;
+
+/// Addresses in `--join`.
+pub const JOIN_ADDRS_MAX: usize = CLUSTER_MEMBERS_MAX;
+
+/// Milliseconds to wait for a TCP connect to a peer before trying the next one.
+pub const PEER_CONNECT_TIMEOUT_MS: u64 = 1_000;
+
+/// Milliseconds a peer has to answer one request before the connection is dropped.
+pub const PEER_REQUEST_TIMEOUT_MS: u64 = 3_000;
+
+/// Milliseconds the leader spends on one join (learner catch-up and two membership commits)
+/// before answering `JoinFailed`; the joiner waits `PEER_REQUEST_TIMEOUT_MS` longer for that
+/// answer. Bounds how long a join without a quorum holds a peer connection.
+pub const JOIN_WAIT_MS: u64 = 3 * PEER_REQUEST_TIMEOUT_MS;
+
+/// Distinct handshake refusals logged at WARN/ERROR (a refused peer retries every tick; the
+/// operator needs each reason once); later ones go to DEBUG.
+pub const REFUSALS_LOGGED_MAX: usize = CLUSTER_MEMBERS_MAX;
+
+/// Period of the control plane's loop (join retries, reachability pings, coordinator
+/// decisions), in milliseconds. Bounds how stale `SHOW CLUSTER` can be.
+pub const CONTROL_TICK_MS: u64 = 200;
+
+/// A member is shown as reachable when it answered a ping within this many milliseconds.
+pub const PEER_REACHABLE_WITHIN_MS: u64 = 1_500;
+
+/// Milliseconds an accepted peer connection may stay silent before it is closed. Members ping
+/// every `CONTROL_TICK_MS` and raft sends heartbeats more often, so only an abandoned
+/// connection gets here; closing it frees its `PEER_CONNECTIONS_MAX` slot.
+pub const PEER_IDLE_TIMEOUT_MS: u64 = 30_000;
+
+/// Peer connections a node serves at once; each costs a task and a buffer.
+pub const PEER_CONNECTIONS_MAX: usize = 4 * CLUSTER_MEMBERS_MAX;
+
+/// Bytes of one raft log record on disk (an entry is one command, small); a larger length
+/// read back is corruption.
+pub const RAFT_RECORD_BYTES_MAX: u32 = PEER_FRAME_BYTES_MAX;
+
+const _: () = assert!(RAFT_SNAPSHOT_CHUNK_BYTES * 4 < PEER_FRAME_BYTES_MAX as u64);
+const _: () = assert!(JOIN_ADDRS_MAX <= CLUSTER_MEMBERS_MAX);
+const _: () = assert!(PEER_IDLE_TIMEOUT_MS > 10 * CONTROL_TICK_MS);
