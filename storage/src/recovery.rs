@@ -93,7 +93,7 @@ fn meta_op(op: &ArchivedOp) -> OpMeta {
 }
 
 /// Applies one validated record found by recovery.
-fn replay(st: &mut State, seg: &Rc<Segment>, rec: RecordAt<'_>) {
+pub(crate) fn replay(st: &mut State, seg: &Rc<Segment>, rec: RecordAt<'_>) {
     let effect = match &rec.record.body {
         ArchivedRecordBody::Put(p) => Effect::Ops(vec![meta_put(p)]),
         ArchivedRecordBody::Delete(d) => Effect::Ops(vec![meta_delete(d)]),
