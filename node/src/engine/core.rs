@@ -94,6 +94,7 @@ pub struct Core {
     fragments: RefCell<BTreeMap<FragmentId, Rc<Fragment>>>,
     counters: RefCell<BTreeMap<FragmentId, FragmentCounters>>,
     catalog_gate: glommio::sync::Semaphore,
+    metrics: crate::metrics::ExecutorMetrics,
 }
 
 impl Core {
@@ -125,6 +126,7 @@ impl Core {
             fragments: RefCell::new(fragments),
             counters: RefCell::default(),
             catalog_gate: glommio::sync::Semaphore::new(1),
+            metrics: crate::metrics::ExecutorMetrics::default(),
         })
     }
 
@@ -136,6 +138,34 @@ impl Core {
     /// The node-wide state.
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// This executor's operator metrics.
+    pub fn metrics(&self) -> &crate::metrics::ExecutorMetrics {
+        &self.metrics
+    }
+
+    /// Metrics of every fragment of this executor.
+    pub fn fragment_snapshots(&self) -> Vec<crate::metrics::FragmentSnapshot> {
+        let counters = self.counters.borrow();
+        self.fragments
+            .borrow()
+            .iter()
+            .map(|(id, f)| {
+                let c = counters.get(id).copied().unwrap_or_default();
+                crate::metrics::FragmentSnapshot::of(f, c)
+            })
+            .collect()
+    }
+
+    /// Backup cuts of every fragment of this executor (see `engine::backup`).
+    pub async fn backup_cuts(&self) -> Result<Vec<storage::BackupCut>, storage::CutError> {
+        let fragments: Vec<Rc<Fragment>> = self.fragments.borrow().values().cloned().collect();
+        let mut cuts = Vec::with_capacity(fragments.len());
+        for f in fragments {
+            cuts.push(f.backup_cut().await?);
+        }
+        Ok(cuts)
     }
 
     fn fragment(&self, id: FragmentId) -> Result<Rc<Fragment>, EngineError> {
@@ -151,6 +181,7 @@ impl Core {
         let c = counters.entry(id).or_default();
         c.statements += 1;
         c.rows_scanned += rows_scanned;
+        self.metrics.rows_read(rows_scanned);
     }
 
     /// Runs a SELECT's share on each target fragment.
@@ -263,16 +294,19 @@ impl Core {
                 (returning, rows_scanned, affected, batch_of(collection.as_str(), intents, config)?)
             };
             if !batch.is_empty() {
+                let commit_started = Instant::now();
                 match fragment.apply(batch).await {
-                    Ok(_) => {}
+                    Ok(_) => self.metrics.committed(affected, commit_started.elapsed()),
                     Err(AppendError::Conflict { collection, id: doc, expected, .. })
                         if attempt < WRITE_ATTEMPTS_MAX =>
                     {
                         tracing::debug!(fragment = %id, attempt, "write conflict; re-running");
+                        self.metrics.conflict();
                         wait_visible(&fragment, &collection, &doc, expected).await;
                         continue;
                     }
                     Err(AppendError::Conflict { .. }) => {
+                        self.metrics.aborted();
                         return Err(EngineError::Contention { attempts: attempt });
                     }
                     Err(e) => return Err(e.into()),

@@ -86,4 +86,10 @@ pub enum EngineError {
     /// The client cancelled the statement.
     #[error("canceling statement due to user request")]
     Cancelled,
+    /// A backup destination the node will not write to (relative, not empty).
+    #[error("backup destination: {0}")]
+    BackupTarget(String),
+    /// A backup failed while taking the cut or copying.
+    #[error("backup failed: {0}")]
+    Backup(String),
 }

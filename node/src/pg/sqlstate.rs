@@ -170,6 +170,8 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
         E::UnknownSetting(_) => SqlState::UNDEFINED_OBJECT,
         E::Wire(_) => SqlState::CONNECTION_FAILURE,
         E::Cancelled => SqlState::QUERY_CANCELED,
+        E::BackupTarget(_) => SqlState::INVALID_PARAMETER_VALUE,
+        E::Backup(_) => SqlState::IO_ERROR,
     };
     let mut pg = super::PgError::new(code, error.to_string());
     if let E::Plan(query::PlanError::Syntax { position, .. }) = error {

@@ -62,11 +62,22 @@ pub struct NodeOptions {
     pub fragments: u32,
     /// `--password`; `None` for trust authentication.
     pub password: Option<String>,
+    /// Serve metrics on a free loopback port (`--metrics-listen`); off by default, so test
+    /// nodes never compete for the default port.
+    pub metrics: bool,
+    /// More `serve` arguments (e.g. `--slow-statement-ms 0`).
+    pub extra_args: Vec<String>,
 }
 
 impl Default for NodeOptions {
     fn default() -> NodeOptions {
-        NodeOptions { executors: 2, fragments: 8, password: None }
+        NodeOptions {
+            executors: 2,
+            fragments: 8,
+            password: None,
+            metrics: false,
+            extra_args: Vec::new(),
+        }
     }
 }
 
@@ -75,6 +86,7 @@ pub struct Node {
     options: NodeOptions,
     data_dir: PathBuf,
     addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     child: Option<Child>,
     log: Arc<Mutex<Vec<String>>>,
     reader: Option<JoinHandle<()>>,
@@ -203,6 +215,7 @@ impl Node {
             options,
             data_dir: fresh_dir(),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            metrics_addr: None,
             child: None,
             log: Arc::default(),
             reader: None,
@@ -216,6 +229,11 @@ impl Node {
     /// The address clients connect to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The metrics endpoint's address, when started with `metrics: true`.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// The port clients connect to.
@@ -293,6 +311,10 @@ impl Node {
             if let Some(p) = &self.options.password {
                 command.arg("--password").arg(p);
             }
+            self.metrics_addr =
+                self.options.metrics.then(|| SocketAddr::from(([127, 0, 0, 1], free_port())));
+            let metrics = self.metrics_addr.map(|a| a.to_string()).unwrap_or_default();
+            command.arg("--metrics-listen").arg(metrics).args(&self.options.extra_args);
             for (key, _) in std::env::vars_os() {
                 if key.to_string_lossy().starts_with("TESSERA_") {
                     command.env_remove(key);
