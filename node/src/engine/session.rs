@@ -363,6 +363,7 @@ impl Session {
             Statement::Insert(insert) => {
                 let config = catalog.config(insert.collection.as_str());
                 let groups = self.place(insert, config)?;
+                self.placed(&groups);
                 let with = (Arc::clone(statement), catalog);
                 self.fan_out(groups, &with, |core, (stmt, view), per_fragment| async move {
                     let Statement::Insert(i) = &*stmt else {
@@ -395,6 +396,16 @@ impl Session {
             total.analysis.extend(o.analysis);
         }
         Ok(total)
+    }
+
+    /// Counts an INSERT's routing: the fragments its documents were placed on.
+    fn placed(&self, groups: &Placed) {
+        let fragments: Vec<FragmentId> =
+            groups.values().flat_map(|v| v.iter().map(|(f, _)| *f)).collect();
+        let opcode =
+            if fragments.len() == 1 { router::Opcode::Single } else { router::Opcode::Multi };
+        self.core.metrics().routed(opcode);
+        *self.last_route.borrow_mut() = Some((opcode, fragments));
     }
 
     /// Final ids and shards of an INSERT's documents, grouped by executor and fragment.
@@ -658,7 +669,7 @@ impl Session {
             .collect();
         tracing::info!(
             elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-            kind = kind.label(),
+            kind = %kind.label(),
             opcode = %opcode,
             fragments = %fragments,
             ok,
