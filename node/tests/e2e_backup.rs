@@ -79,6 +79,13 @@ async fn backup_under_load_restores_a_consistent_state() {
             .await
             .unwrap();
     }
+    // A configured collection: the catalog travels with the backup.
+    setup
+        .simple_query(
+            r#"CREATE TABLE orders () WITH (sharding = '{"Fields": ["Customer"], "Range": 1000}')"#,
+        )
+        .await
+        .unwrap();
     // Filler so the backup has several documents per fragment.
     let filler: Vec<String> =
         (0..200).map(|i| format!(r#"('f{i}', '{{"pad": "{}"}}')"#, "x".repeat(100))).collect();
@@ -157,6 +164,9 @@ async fn backup_under_load_restores_a_consistent_state() {
             live[i]
         );
     }
+    let sharding = simple_rows(&client.simple_query("SHOW SHARDING orders").await.unwrap());
+    assert_eq!(sharding.len(), 1, "the catalog was restored");
+    assert!(sharding[0][1].as_deref().unwrap().contains("Customer"));
     let n = simple_rows(&client.simple_query("SELECT count(*) FROM filler").await.unwrap());
     assert_eq!(n[0][0].as_deref(), Some("200"));
     client.simple_query("UPDATE counters SET n = n + 1 WHERE id() = 'c0'").await.unwrap();

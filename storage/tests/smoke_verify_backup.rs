@@ -114,3 +114,34 @@ fn backup_cut_is_a_consistent_prefix() {
         restored.close().await;
     });
 }
+
+// Checks that verify reports a torn tail (bytes after the last chunk of the last segment,
+// within one chunk) without calling it corruption, and leaves the bytes in place; the next
+// open truncates it as usual.
+#[test]
+fn verify_reports_a_torn_tail_read_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run_allowing_warnings(move || async move {
+        let f = open(&path, options(SEGMENT)).await;
+        for i in 0..3 {
+            f.apply(put("c", &format!("d{i}"), json!({"i": i}))).await.expect("put");
+        }
+        f.close().await;
+        let seg = segment_files(&path)[0].clone();
+        let (chunk, _, _) = *record_layout(&seg).last().expect("records");
+        let tail_at = chunk + 4096;
+        let mut bytes = std::fs::read(&seg).expect("read");
+        bytes[tail_at + 100] = 0xAB;
+        std::fs::write(&seg, &bytes).expect("write");
+        let report = verify_dir(&path, FRAGMENT).expect("a torn tail is not corruption");
+        let torn = report.torn_tail.expect("reported");
+        assert_eq!((torn.segment, torn.offset), (seg.clone(), tail_at as u64));
+        assert_eq!(report.docs, 3);
+        assert_eq!(std::fs::read(&seg).expect("read")[tail_at + 100], 0xAB, "left in place");
+        let f = open(&path, options(SEGMENT)).await;
+        assert_eq!(f.stats().torn_tails, 1);
+        f.close().await;
+        assert!(verify_dir(&path, FRAGMENT).expect("clean now").torn_tail.is_none());
+    });
+}

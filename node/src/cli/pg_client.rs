@@ -295,3 +295,34 @@ fn server_error(body: &[u8]) -> ClientError {
     }
     ClientError::Server { severity, code, message }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks DataRow decoding (values and NULL) and that truncated rows are errors.
+    #[test]
+    fn decodes_data_rows() {
+        let mut body = 2u16.to_be_bytes().to_vec();
+        body.extend_from_slice(&3i32.to_be_bytes());
+        body.extend_from_slice(b"abc");
+        body.extend_from_slice(&(-1i32).to_be_bytes());
+        assert_eq!(data_row(&body).unwrap(), vec![Some("abc".to_owned()), None]);
+        for cut in 0..body.len() - 4 {
+            assert!(data_row(&body[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    // Checks the fields of an ErrorResponse.
+    #[test]
+    fn decodes_errors() {
+        let body = b"SERROR\0C22023\0Mbad target\0\0";
+        match server_error(body) {
+            ClientError::Server { severity, code, message } => {
+                assert_eq!((severity.as_str(), code.as_str()), ("ERROR", "22023"));
+                assert_eq!(message, "bad target");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
