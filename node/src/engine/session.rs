@@ -619,6 +619,7 @@ impl Session {
         if self.core.index() == catalog_owner {
             return self.core.change_catalog(collection, decide).await;
         }
+        self.core.metrics().mesh_call();
         self.ctx
             .mesh
             .call(catalog_owner, move |core| async move {
