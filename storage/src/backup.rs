@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use router::FragmentId;
 
 use crate::error::{AppendError, CutError};
-use crate::fragment::Fragment;
+use crate::fragment::{Fragment, FragmentStats};
 use crate::iostats::IoStats;
 
 /// How often a cut checks whether a running compaction has finished.
@@ -99,5 +99,21 @@ impl Fragment {
     /// Group-commit I/O counters since open.
     pub fn io_stats(&self) -> IoStats {
         self.inner.io.snapshot()
+    }
+
+    /// [`Fragment::stats`] without the per-shard map (`shards` is left empty): constant cost
+    /// however many shards hold documents, for metrics scraped often.
+    pub fn totals(&self) -> FragmentStats {
+        let st = self.inner.st.borrow();
+        FragmentStats {
+            docs: st.index.docs(),
+            live_bytes: st.index.live_bytes(),
+            dead_bytes: st.log_bytes.saturating_sub(st.index.live_bytes()),
+            segments: st.segments.len() as u64,
+            torn_tails: st.torn_tails,
+            lsn_durable: st.lsn_durable,
+            compactions: st.compactions,
+            shards: std::collections::BTreeMap::new(),
+        }
     }
 }

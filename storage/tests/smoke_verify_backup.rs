@@ -86,6 +86,10 @@ fn backup_cut_is_a_consistent_prefix() {
             let doc = json!({"i": i, "pad": "x".repeat(3000)});
             f.apply(put("c", &format!("d{i}"), doc)).await.expect("put");
         }
+        let mut stats = f.stats();
+        assert!(!stats.shards.is_empty());
+        stats.shards.clear();
+        assert_eq!(f.totals(), stats, "totals are stats without the shard map");
         let io = f.io_stats();
         assert_eq!(io.fdatasyncs, 40, "sequential applies: one group commit each");
         assert_eq!(io.writes_synced, 40);

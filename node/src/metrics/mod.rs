@@ -254,7 +254,7 @@ pub struct FragmentSnapshot {
 impl FragmentSnapshot {
     /// The numbers of `fragment` now.
     pub fn of(fragment: &Fragment, counters: FragmentCounters) -> FragmentSnapshot {
-        let stats = fragment.stats();
+        let stats = fragment.totals();
         FragmentSnapshot {
             fragment: fragment.id(),
             counters,
