@@ -13,7 +13,7 @@ use glommio::net::{TcpListener, TcpStream};
 
 use super::limits::{
     HTTP_CONNECTIONS_MAX, HTTP_HEADERS_MAX, HTTP_IO_TIMEOUT, HTTP_READ_CHUNK_BYTES,
-    HTTP_REQUEST_BYTES_MAX, HTTP_TARGET_BYTES_MAX,
+    HTTP_REQUEST_BYTES_MAX, HTTP_REQUEST_DEADLINE, HTTP_TARGET_BYTES_MAX,
 };
 
 /// The path the metrics are served on.
@@ -237,11 +237,18 @@ where
     stream.set_write_timeout(Some(HTTP_IO_TIMEOUT))?;
     let mut buf = Vec::with_capacity(HTTP_READ_CHUNK_BYTES);
     let mut chunk = [0u8; HTTP_READ_CHUNK_BYTES];
+    let started = std::time::Instant::now();
     let answer = loop {
         match parse_request(&buf) {
             Ok(None) => {}
             Ok(Some(request)) => break answer(Ok(request)),
             Err(e) => break answer(Err(e)),
+        }
+        if started.elapsed() > HTTP_REQUEST_DEADLINE {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "request head not complete within the deadline",
+            ));
         }
         let n = stream.read(&mut chunk).await?;
         if n == 0 {

@@ -15,6 +15,10 @@ pub const HTTP_TARGET_BYTES_MAX: usize = 1024;
 /// How long a client may take to send its request, and to read the answer.
 pub const HTTP_IO_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Longest a client may take to send its whole request head, however it trickles the bytes
+/// (the I/O timeout bounds each read only).
+pub const HTTP_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+
 /// Scrape connections served at once; more are closed at accept.
 pub const HTTP_CONNECTIONS_MAX: usize = 16;
 
