@@ -41,7 +41,7 @@ free_port() {
 start_tessera() {
   port=$(free_port)
   mkdir -p "$work/tessera"
-  "$1" serve --listen "127.0.0.1:$port" --data-dir "$work/tessera" 2>"$work/tessera.log" &
+  "$1" serve --listen "127.0.0.1:$port" --metrics-listen "" --data-dir "$work/tessera" 2>"$work/tessera.log" &
   tessera_pid=$!
   for _ in $(seq 1 600); do
     grep -q 'ready: listening on' "$work/tessera.log" && break

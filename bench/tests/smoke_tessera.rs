@@ -109,6 +109,8 @@ impl Node {
                 .args(["serve", "--data-dir"])
                 .arg(dir.join("data"))
                 .args(["--listen", &format!("127.0.0.1:{port}"), "--executors", "2"])
+                // No metrics endpoint: the default port would be shared by parallel runs.
+                .args(["--metrics-listen", ""])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())

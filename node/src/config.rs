@@ -20,6 +20,11 @@ pub const FRAGMENTS_PER_EXECUTOR_DEFAULT: u32 = 4;
 pub const EXECUTORS_MAX: u32 = 256;
 /// Most fragments a node holds; each has its own log files and index.
 pub const FRAGMENTS_MAX: u32 = 4096;
+/// Default address of the Prometheus metrics endpoint (loopback only).
+pub const METRICS_LISTEN_DEFAULT: &str = "127.0.0.1:9187";
+/// Default slow-statement threshold, milliseconds. As PostgreSQL's
+/// `log_min_duration_statement`: 0 logs every statement, -1 turns the log off.
+pub const SLOW_STATEMENT_MS_DEFAULT: i64 = 1000;
 
 /// Settings as given on the command line (and by environment variables through clap). `None`
 /// means "not given here": the file or the default decides.
@@ -81,6 +86,16 @@ pub struct ServeArgs {
     /// `manual` (allocates the same way, never rebalances on its own).
     #[arg(long, env = "TESSERA_ALLOCATION")]
     pub allocation: Option<String>,
+    // Operability (issue #8).
+    /// Address of the Prometheus metrics endpoint (`GET /metrics`), `host:port`; empty turns
+    /// it off. Default 127.0.0.1:9187.
+    #[arg(long, env = "TESSERA_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+    /// Log every statement that takes at least this many milliseconds, with its routing
+    /// (as PostgreSQL's log_min_duration_statement: 0 logs every statement, -1 turns the log
+    /// off). Default 1000.
+    #[arg(long, env = "TESSERA_SLOW_STATEMENT_MS", allow_negative_numbers = true)]
+    pub slow_statement_ms: Option<i64>,
 }
 
 /// The same settings read from a TOML file.
@@ -103,6 +118,8 @@ struct FileConfig {
     rebalance_threshold: Option<u64>,
     max_simultaneous_rebalance: Option<u32>,
     allocation: Option<String>,
+    metrics_listen: Option<String>,
+    slow_statement_ms: Option<i64>,
 }
 
 /// The resolved configuration of one node.
@@ -124,6 +141,10 @@ pub struct NodeConfig {
     pub idle_timeout: Duration,
     /// Preallocated size of each log segment.
     pub segment_bytes: u64,
+    /// Where the metrics endpoint listens, or `None` when it is off.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Statements at least this long are logged; `None` when the log is off.
+    pub slow_statement: Option<Duration>,
     /// The cluster settings, or `None` for a single node.
     pub cluster: Option<ClusterConfig>,
 }
@@ -250,6 +271,29 @@ impl NodeConfig {
                 ),
             });
         }
+        let metrics_text = args
+            .metrics_listen
+            .clone()
+            .or(file.metrics_listen)
+            .unwrap_or_else(|| METRICS_LISTEN_DEFAULT.to_owned());
+        let metrics_listen = if metrics_text.trim().is_empty() {
+            None
+        } else {
+            Some(parse_addr("metrics-listen", &metrics_text)?)
+        };
+        let slow_ms =
+            args.slow_statement_ms.or(file.slow_statement_ms).unwrap_or(SLOW_STATEMENT_MS_DEFAULT);
+        let slow_statement = match u64::try_from(slow_ms) {
+            Ok(ms) => Some(Duration::from_millis(ms)),
+            Err(_) if slow_ms == -1 => None,
+            Err(_) => {
+                return Err(ConfigError::Invalid {
+                    setting: "slow-statement-ms",
+                    value: slow_ms.to_string(),
+                    reason: "must be -1 (off), 0 (every statement) or a positive number".to_owned(),
+                });
+            }
+        };
         Ok(NodeConfig {
             data_dir,
             listen,
@@ -260,6 +304,8 @@ impl NodeConfig {
             idle_timeout: Duration::from_secs(IDLE_TIMEOUT_SECS_DEFAULT),
             segment_bytes,
             cluster,
+            metrics_listen,
+            slow_statement,
         })
     }
 }
@@ -411,8 +457,11 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
 }
 
 fn parse_listen(text: &str) -> Result<SocketAddr, ConfigError> {
-    let invalid =
-        |reason: String| ConfigError::Invalid { setting: "listen", value: text.to_owned(), reason };
+    parse_addr("listen", text)
+}
+
+fn parse_addr(setting: &'static str, text: &str) -> Result<SocketAddr, ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid { setting, value: text.to_owned(), reason };
     let mut addrs =
         text.to_socket_addrs().map_err(|e| invalid(format!("expected host:port ({e})")))?;
     addrs.next().ok_or_else(|| invalid("the host resolves to no address".to_owned()))
@@ -431,6 +480,11 @@ mod tests {
         assert_eq!(c.executors, 2);
         assert_eq!(c.fragments, 8);
         assert!(c.password.is_none());
+        assert_eq!(
+            c.metrics_listen.map(|a| a.to_string()).as_deref(),
+            Some(METRICS_LISTEN_DEFAULT)
+        );
+        assert_eq!(c.slow_statement, Some(Duration::from_millis(1000)));
         assert!(c.cluster.is_none(), "no cluster without --cluster-name");
     }
 
@@ -475,6 +529,39 @@ mod tests {
         let c = NodeConfig::resolve(&proxy, 2).expect("valid").cluster.expect("cluster");
         assert_eq!(c.role, crate::cluster::wire::Role::Proxy);
         assert_eq!(c.allocation, Allocation::Manual);
+    }
+
+    // Checks the operability settings: empty turns metrics off, -1 turns the slow log off and
+    // 0 logs everything, the file sets both, bad values are refused naming the setting.
+    #[test]
+    fn metrics_and_slow_log_settings() {
+        let args = ServeArgs {
+            metrics_listen: Some(String::new()),
+            slow_statement_ms: Some(-1),
+            ..ServeArgs::default()
+        };
+        let c = NodeConfig::resolve(&args, 2).expect("valid");
+        assert!(c.metrics_listen.is_none());
+        assert!(c.slow_statement.is_none());
+        let args = ServeArgs { slow_statement_ms: Some(0), ..ServeArgs::default() };
+        let c = NodeConfig::resolve(&args, 2).expect("valid");
+        assert_eq!(c.slow_statement, Some(Duration::ZERO));
+        let bad = ServeArgs { slow_statement_ms: Some(-2), ..ServeArgs::default() };
+        let e = NodeConfig::resolve(&bad, 2).expect_err("-2");
+        assert!(e.to_string().contains("slow-statement-ms"), "{e}");
+        let dir = std::env::temp_dir().join(format!("tessera-config-ops-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("t.toml");
+        std::fs::write(&file, "metrics_listen = \"127.0.0.1:9999\"\nslow_statement_ms = 5\n")
+            .expect("write config");
+        let c = NodeConfig::resolve(&ServeArgs { config: Some(file), ..ServeArgs::default() }, 2)
+            .expect("valid");
+        assert_eq!(c.metrics_listen.map(|a| a.port()), Some(9999));
+        assert_eq!(c.slow_statement, Some(Duration::from_millis(5)));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        let bad = ServeArgs { metrics_listen: Some("nonsense".into()), ..ServeArgs::default() };
+        let e = NodeConfig::resolve(&bad, 2).expect_err("bad address");
+        assert!(e.to_string().contains("metrics-listen"), "{e}");
     }
 
     // Checks precedence: a flag beats the file, the file beats the default.

@@ -14,6 +14,7 @@ pub mod config;
 pub mod datadir;
 pub mod engine;
 pub mod logging;
+pub mod metrics;
 pub mod pg;
 pub mod runtime;
 pub mod signals;

@@ -19,6 +19,14 @@ enum Command {
     Serve(node::cli::serve::Args),
     /// Print the shard of each document id (`<id>\t<shard>`), or why it has none.
     ShardOf(node::cli::shard_of::Args),
+    /// Back up a running node into a new directory (consistent, writers keep going).
+    Backup(node::cli::backup::Args),
+    /// Check a backup and copy it into a new data directory.
+    Restore(node::cli::restore::Args),
+    /// Check every segment of a stopped node's data directory (or a backup), read-only.
+    Verify(node::cli::verify::Args),
+    /// Print the documents of a stopped node's data directory (or a backup) as JSON lines.
+    Dump(node::cli::dump::Args),
 }
 
 fn main() -> ExitCode {
@@ -26,5 +34,9 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => node::cli::serve::main(&args),
         Command::ShardOf(args) => node::cli::shard_of::main(&args),
+        Command::Backup(args) => node::cli::backup::main(&args),
+        Command::Restore(args) => node::cli::restore::main(&args),
+        Command::Verify(args) => node::cli::verify::main(&args),
+        Command::Dump(args) => node::cli::dump::main(&args),
     }
 }

@@ -281,3 +281,22 @@ pub enum JournalError {
         reason: String,
     },
 }
+
+/// Why a backup cut of a fragment could not be taken.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CutError {
+    /// A segment file could not be opened.
+    #[error("fragment {fragment}: cannot open {path} for a backup: {source}")]
+    Io {
+        /// The fragment.
+        fragment: FragmentId,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The fragment stopped accepting writes or is closing.
+    #[error(transparent)]
+    Append(#[from] AppendError),
+}

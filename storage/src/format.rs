@@ -84,6 +84,9 @@ pub enum Damage {
     AfterTail,
     /// Segment files are missing or out of sequence.
     SegmentSequence,
+    /// An index entry rebuilt from the log does not resolve to the record it names (found
+    /// only by `verify`, which cross-checks the index after replay).
+    IndexMismatch,
 }
 
 impl fmt::Display for Damage {
@@ -103,6 +106,7 @@ impl fmt::Display for Damage {
             Damage::LsnGap => write!(f, "LSN gap: records are missing"),
             Damage::AfterTail => write!(f, "data after the end of the log"),
             Damage::SegmentSequence => write!(f, "segment files missing or out of sequence"),
+            Damage::IndexMismatch => write!(f, "index entry does not match its record"),
         }
     }
 }

@@ -224,7 +224,7 @@ impl std::fmt::Debug for DocRef<'_> {
 }
 
 impl<'f> DocRef<'f> {
-    fn new(loc: &Loc, version: Version) -> Option<DocRef<'f>> {
+    pub(crate) fn new(loc: &Loc, version: Version) -> Option<DocRef<'f>> {
         let put = loc.seg.record(loc.span)?.body.put_at(usize::try_from(loc.op).ok()?)?;
         Some(DocRef {
             _seg: loc.seg.clone(),
@@ -400,6 +400,8 @@ pub(crate) struct Inner {
     pub spare_task: RefCell<Option<JoinHandle<()>>>,
     /// The directory's lock file, held (flock) while the fragment is open.
     pub lock: RefCell<Option<std::fs::File>>,
+    /// Group-commit I/O counters (`Fragment::io_stats`).
+    pub io: crate::iostats::IoCounters,
 }
 
 pub(crate) fn lock_key(collection: &str, key: &str) -> String {
@@ -460,6 +462,7 @@ impl Fragment {
             spare_busy: Cell::new(false),
             spare_task: RefCell::new(None),
             lock: RefCell::new(Some(lock)),
+            io: crate::iostats::IoCounters::default(),
         });
         let writer = glommio::spawn_local(crate::log::run_writer(inner.clone())).detach();
         let st = inner.st.borrow();

@@ -13,6 +13,7 @@
 )]
 
 pub mod archive;
+mod backup;
 mod compaction;
 pub mod disk;
 pub mod error;
@@ -20,6 +21,7 @@ mod export;
 pub mod format;
 mod fragment;
 mod index;
+pub mod iostats;
 pub mod journal;
 pub mod limits;
 mod log;
@@ -27,20 +29,26 @@ pub mod record;
 mod recovery;
 pub mod segment;
 pub mod value;
+mod verify;
 
 use std::borrow::Cow;
 use std::fmt;
 
+pub use backup::{BackupCut, CutFile};
 pub use disk::{CrashMode, Disk, DmaDisk, FaultyDisk};
-pub use error::{AppendError, CompactError, ImportError, InputError, JournalError, OpenError};
+pub use error::{
+    AppendError, CompactError, CutError, ImportError, InputError, JournalError, OpenError,
+};
 pub use export::Export;
 pub use fragment::{
     CommitDurable, CommitInfo, CompactStats, DocRef, Fragment, FragmentOptions, FragmentStats,
     ImportStats, ScanCursor, WriteBatch, WriteOp,
 };
 pub use index::ShardStats;
+pub use iostats::{Histogram, IoStats};
 pub use journal::Journal;
 pub use value::{ArchivedJsonValue, JsonValue};
+pub use verify::{OfflineFragment, TornTail, VerifyReport, verify_dir};
 
 /// A document's version: the LSN of the write that produced it, so versions of one document
 /// only grow, even across a delete and a re-insert.

@@ -251,6 +251,7 @@ async fn flush(inner: &Rc<Inner>) {
             at += n;
         }
     }
+    let started = std::time::Instant::now();
     let result: io::Result<()> = async {
         file.write_at(buf, pos).await?;
         file.fdatasync().await
@@ -264,6 +265,7 @@ async fn flush(inner: &Rc<Inner>) {
         );
         return;
     }
+    inner.io.synced(batch.len(), total, started.elapsed());
     let mut st = inner.st.borrow_mut();
     for (p, span) in batch.iter().zip(&spans) {
         apply_effect(&mut st, &p.effect, &seg, *span);

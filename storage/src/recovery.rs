@@ -93,7 +93,7 @@ fn meta_op(op: &ArchivedOp) -> OpMeta {
 }
 
 /// Applies one validated record found by recovery.
-fn replay(st: &mut State, seg: &Rc<Segment>, rec: RecordAt<'_>) {
+pub(crate) fn replay(st: &mut State, seg: &Rc<Segment>, rec: RecordAt<'_>) {
     let effect = match &rec.record.body {
         ArchivedRecordBody::Put(p) => Effect::Ops(vec![meta_put(p)]),
         ArchivedRecordBody::Delete(d) => Effect::Ops(vec![meta_delete(d)]),
@@ -180,7 +180,10 @@ pub(crate) async fn recover(
     }
     std::fs::create_dir_all(dir).map_err(io_err(id, dir))?;
     let disk = &*options.disk;
+    let started = std::time::Instant::now();
     let files = list_segments(dir, id, disk).await?;
+    let mut records = 0u64;
+    let mut torn_bytes = 0u64;
     let mut st = empty_state();
     let mut prev_lsn = 0u64;
     let count = files.len();
@@ -202,7 +205,10 @@ pub(crate) async fn recover(
             SegmentKind::Compacted => (LsnRule::NonDecreasing, 0),
             SegmentKind::Normal => (LsnRule::Contiguous, prev_lsn),
         };
-        let end = scan_segment(seg.bytes(), &header, rule, start, |rec| replay(&mut st, &seg, rec));
+        let end = scan_segment(seg.bytes(), &header, rule, start, |rec| {
+            records += 1;
+            replay(&mut st, &seg, rec);
+        });
         let last = i + 1 == count;
         let tail_allowed = last && header.kind == SegmentKind::Normal;
         if let Some(damage) = end.damage
@@ -220,7 +226,8 @@ pub(crate) async fn recover(
             SegmentKind::Normal => end.last_lsn,
         };
         if tail_allowed {
-            check_tail(&mut st, id, &seg, end.offset, end.last_lsn, end.damage, disk).await?;
+            torn_bytes =
+                check_tail(&mut st, id, &seg, end.offset, end.last_lsn, end.damage, disk).await?;
             let file = disk.open(seg.path()).await.map_err(io_err(id, seg.path()))?;
             st.active = Some(Active { seg: seg.clone(), file, pos: end.offset });
         }
@@ -245,6 +252,13 @@ pub(crate) async fn recover(
     st.generation = st.segments.first().map_or(0, |s| s.header().generation);
     st.next_lsn = prev_lsn + 1;
     st.lsn_durable = prev_lsn;
+    tracing::info!(
+        fragment = %id,
+        records,
+        torn_bytes,
+        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "fragment recovered"
+    );
     Ok(st)
 }
 
@@ -258,7 +272,7 @@ async fn check_tail(
     last_lsn: u64,
     damage: Option<Damage>,
     disk: &dyn Disk,
-) -> Result<(), OpenError> {
+) -> Result<u64, OpenError> {
     let bytes = seg.bytes();
     let salt = seg.header().salt;
     if find_chunk_after(bytes, end.saturating_add(BLOCK_BYTES), salt, last_lsn).is_some() {
@@ -273,7 +287,7 @@ async fn check_tail(
     }
     let dirty = bytes.get(start..window_end).is_some_and(|w| w.iter().any(|&b| b != 0));
     if damage.is_none() && !dirty {
-        return Ok(());
+        return Ok(0);
     }
     cov_mark::hit!(torn_tail_truncated);
     st.torn_tails += 1;
@@ -297,5 +311,5 @@ async fn check_tail(
     }
     file.fdatasync().await.map_err(io_err(id, seg.path()))?;
     file.close().await.map_err(io_err(id, seg.path()))?;
-    Ok(())
+    Ok(stop - end)
 }

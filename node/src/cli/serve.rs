@@ -104,6 +104,10 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     // silently; a plain bind first makes "address in use" an error.
     std::net::TcpListener::bind(config.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    if let Some(addr) = config.metrics_listen {
+        std::net::TcpListener::bind(addr)
+            .map_err(|e| format!("metrics endpoint cannot listen on {addr}: {e}"))?;
+    }
     let data = DataDir::open(&config.data_dir, || new_layout(config.fragments))
         .map_err(|e| e.to_string())?;
     if !data.created() && data.layout().fragments.len() != config.fragments as usize {
@@ -145,6 +149,8 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
         .collect();
     let owned = Arc::new(owned);
     let listen = config.listen;
+    let metrics_listen = config.metrics_listen;
+    let slow_statement = config.slow_statement;
     let segment_bytes = config.segment_bytes;
     let summary = format!(
         "tessera {} ready: listening on {listen}, {} executors, {} fragments, data directory {}",
@@ -182,6 +188,33 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
             let registry = Arc::clone(&registry);
             let summary = summary.clone();
             async move {
+                core.metrics().set_slow_threshold(slow_statement);
+                if ctx.index.get() == 0
+                    && let Some(addr) = metrics_listen
+                {
+                    match glommio::net::TcpListener::bind(addr) {
+                        Ok(l) => {
+                            tracing::info!("metrics endpoint on http://{addr}/metrics");
+                            let (core, mesh) = (Rc::clone(&core), ctx.mesh.clone());
+                            let scrape = move || {
+                                let (core, mesh) = (Rc::clone(&core), mesh.clone());
+                                async move {
+                                    let snapshots = crate::metrics::collect(&core, &mesh).await;
+                                    crate::metrics::render_set(&snapshots).to_prometheus()
+                                }
+                            };
+                            let shutdown = ctx.shutdown.clone();
+                            let stop = async move { shutdown.wait().await };
+                            glommio::spawn_local(crate::metrics::http::serve(l, scrape, stop))
+                                .detach();
+                        }
+                        Err(e) => {
+                            tracing::error!("metrics endpoint cannot listen on {addr}: {e}");
+                            ctx.shutdown.trigger();
+                            return;
+                        }
+                    }
+                }
                 let listener = match glommio::net::TcpListener::bind(listen) {
                     Ok(l) => l,
                     Err(e) => {

@@ -296,8 +296,10 @@ impl Coordinator {
         Ok(decision)
     }
 
-    /// One participant executor's Commit (or Abort) records of `txid` are durable.
-    pub async fn finished(&self, txid: TxId) {
+    /// One participant executor's Commit (or Abort) records of `txid` are durable. A journal
+    /// rewrite this triggers passes the gate like a decision, so a backup's cut never sees the
+    /// journal's files change under it.
+    pub async fn finished(&self, gate: &TwoPhaseGate, txid: TxId) {
         {
             let mut kept = self.kept.borrow_mut();
             if let Some(k) = kept.get_mut(&txid)
@@ -310,6 +312,7 @@ impl Coordinator {
             }
         }
         if self.journal.bytes() > COORDINATOR_JOURNAL_BYTES_MAX {
+            let _pass = gate.enter().await;
             // What to keep is read once appends are held off, so a decision recorded while
             // this waited for its turn is not lost.
             let result = self

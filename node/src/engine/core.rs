@@ -180,6 +180,7 @@ pub struct Core {
     next_session_txn: Cell<u64>,
     coordinator: Option<Coordinator>,
     mesh: RefCell<Option<Mesh<Core>>>,
+    metrics: crate::metrics::ExecutorMetrics,
 }
 
 impl Core {
@@ -227,6 +228,7 @@ impl Core {
             next_session_txn: Cell::new(1),
             coordinator,
             mesh: RefCell::new(None),
+            metrics: crate::metrics::ExecutorMetrics::default(),
         })
     }
 
@@ -258,6 +260,34 @@ impl Core {
         &self.shared
     }
 
+    /// This executor's operator metrics.
+    pub fn metrics(&self) -> &crate::metrics::ExecutorMetrics {
+        &self.metrics
+    }
+
+    /// Metrics of every fragment of this executor.
+    pub fn fragment_snapshots(&self) -> Vec<crate::metrics::FragmentSnapshot> {
+        let counters = self.counters.borrow();
+        self.fragments
+            .borrow()
+            .iter()
+            .map(|(id, f)| {
+                let c = counters.get(id).copied().unwrap_or_default();
+                crate::metrics::FragmentSnapshot::of(f, c)
+            })
+            .collect()
+    }
+
+    /// Backup cuts of every fragment of this executor (see `engine::backup`).
+    pub async fn backup_cuts(&self) -> Result<Vec<storage::BackupCut>, storage::CutError> {
+        let fragments: Vec<Rc<Fragment>> = self.fragments.borrow().values().cloned().collect();
+        let mut cuts = Vec::with_capacity(fragments.len());
+        for f in fragments {
+            cuts.push(f.backup_cut().await?);
+        }
+        Ok(cuts)
+    }
+
     fn fragment(&self, id: FragmentId) -> Result<Rc<Fragment>, EngineError> {
         self.fragments
             .borrow()
@@ -271,6 +301,7 @@ impl Core {
         let c = counters.entry(id).or_default();
         c.statements += 1;
         c.rows_scanned += rows_scanned;
+        self.metrics.rows_read(rows_scanned);
     }
 
     /// Runs a SELECT's share on each target fragment.
@@ -383,16 +414,19 @@ impl Core {
                 (returning, rows_scanned, affected, batch_of(collection.as_str(), intents, config)?)
             };
             if !batch.is_empty() {
+                let commit_started = Instant::now();
                 match fragment.apply(batch).await {
-                    Ok(_) => {}
+                    Ok(_) => self.metrics.committed(affected, commit_started.elapsed()),
                     Err(AppendError::Conflict { collection, id: doc, expected, .. })
                         if attempt < WRITE_ATTEMPTS_MAX =>
                     {
                         tracing::debug!(fragment = %id, attempt, "write conflict; re-running");
+                        self.metrics.conflict();
                         wait_visible(&fragment, &collection, &doc, expected).await;
                         continue;
                     }
                     Err(AppendError::Conflict { .. }) => {
+                        self.metrics.aborted();
                         return Err(EngineError::Contention { attempts: attempt });
                     }
                     // Held by a prepared transaction: its commit or abort is one fdatasync
@@ -430,6 +464,11 @@ impl Core {
     }
 
     /// This executor's transaction counters.
+    /// Transactions prepared on this executor's fragments and not yet committed or aborted.
+    pub fn prepared_count(&self) -> usize {
+        self.prepared.borrow().len()
+    }
+
     pub fn tx_counters(&self) -> TxCounters {
         self.tx_counters.get()
     }
@@ -657,7 +696,7 @@ impl Core {
     /// Tells the coordinator that this executor's Commit records of `txid` are durable.
     async fn report_finished(&self, txid: TxId) {
         if let Some(c) = &self.coordinator {
-            c.finished(txid).await;
+            c.finished(self.shared.two_phase_gate(), txid).await;
             return;
         }
         let mesh = self.mesh.borrow().clone();
@@ -665,7 +704,7 @@ impl Core {
             let _ = mesh
                 .call(ExecutorIndex::new(0), move |core| async move {
                     if let Some(c) = core.coordinator() {
-                        c.finished(txid).await;
+                        c.finished(core.shared().two_phase_gate(), txid).await;
                     }
                 })
                 .await;

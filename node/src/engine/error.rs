@@ -111,4 +111,10 @@ pub enum EngineError {
     /// The coordinator's journal failed.
     #[error(transparent)]
     Journal(#[from] storage::JournalError),
+    /// A backup destination the node will not write to (relative, not empty).
+    #[error("backup destination: {0}")]
+    BackupTarget(String),
+    /// A backup failed while taking the cut or copying.
+    #[error("backup failed: {0}")]
+    Backup(String),
 }

@@ -2,6 +2,7 @@
 //! catalog ([`Shared`]), and the session that plans, routes, runs and merges each statement
 //! ([`Session`], the `pg::Engine` the wire layer drives).
 
+pub mod backup;
 mod coordinator;
 mod core;
 mod error;

@@ -43,6 +43,7 @@ use crate::runtime::{ExecutorContext, ExecutorIndex};
 /// A planned statement, kept by the wire layer for reuse.
 pub struct Prepared {
     statement: Arc<Statement>,
+    text: Arc<str>,
     description: Description,
     param_types: Vec<SqlType>,
 }
@@ -63,10 +64,15 @@ pub struct Session {
     ctx: ExecutorContext<Core>,
     settings: BTreeMap<String, String>,
     block: Block,
+    /// The text of the last parsed SQL (slow-statement log), bounded.
+    last_sql: Arc<str>,
+    /// Opcode and fragments of the last statement routed (slow-statement log).
+    last_route: std::cell::RefCell<Option<(router::Opcode, Vec<FragmentId>)>>,
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
+        self.core.metrics().connection_closed();
         if let Block::Open(t) | Block::Failed(t) = &self.block {
             self.core.set_session_txn(t.number, None);
             self.core.count_tx(|c| c.aborts += 1);
@@ -99,7 +105,15 @@ impl Drop for Running {
 impl Session {
     /// A session on the executor owning `core`.
     pub fn new(core: Rc<Core>, ctx: ExecutorContext<Core>) -> Session {
-        Session { core, ctx, settings: BTreeMap::new(), block: Block::Idle }
+        core.metrics().connection_opened();
+        Session {
+            core,
+            ctx,
+            settings: BTreeMap::new(),
+            block: Block::Idle,
+            last_sql: Arc::from(""),
+            last_route: std::cell::RefCell::new(None),
+        }
     }
 
     fn prepared(&self, statement: Statement, client_types: &[Oid]) -> Prepared {
@@ -115,6 +129,7 @@ impl Session {
         let columns = self.result_columns(&statement);
         Prepared {
             statement: Arc::new(statement),
+            text: Arc::clone(&self.last_sql),
             description: Description { params, columns },
             param_types,
         }
@@ -140,6 +155,15 @@ impl Session {
             && name == crate::cluster::SHOW_CLUSTER
         {
             return Some(crate::cluster::show_cluster_columns());
+        }
+        if let Statement::Show { name } = statement
+            && name == SHOW_STATS
+        {
+            return Some(vec![
+                Column::new("name", Oid::TEXT),
+                Column::new("labels", Oid::TEXT),
+                Column::new("value", Oid::FLOAT8),
+            ]);
         }
         if let Statement::Show { name } = statement
             && name == FRAGMENT_COUNTERS
@@ -315,11 +339,32 @@ impl Session {
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("SHOW"))
             }
+            Statement::Show { name } if name == SHOW_STATS => {
+                let snapshots = crate::metrics::collect(&self.core, &self.ctx.mesh).await;
+                let set = crate::metrics::render_set(&snapshots);
+                let rows: Rows = set
+                    .samples()
+                    .map(|s| {
+                        vec![
+                            Datum::Text(s.name.clone()),
+                            Datum::Text(crate::metrics::format_labels(&s.labels)),
+                            Datum::Float8(s.value),
+                        ]
+                    })
+                    .collect();
+                write_rows(sink, &rows).await?;
+                Ok(CommandTag::new("SHOW"))
+            }
             Statement::Show { name } => {
                 let value =
                     self.setting(name).ok_or_else(|| EngineError::UnknownSetting(name.clone()))?;
                 write_rows(sink, &[vec![Datum::Text(value)]]).await?;
                 Ok(CommandTag::new("SHOW"))
+            }
+            Statement::Set { name, value } if name == super::backup::BACKUP_SETTING => {
+                let to = std::path::PathBuf::from(value);
+                let done = super::backup::run(&self.core, &self.ctx.mesh, to).await?;
+                Ok(CommandTag::new(format!("BACKUP {} {}", done.files, done.bytes)))
             }
             Statement::Set { name, value } => {
                 self.settings.insert(name.clone(), value.clone());
@@ -410,6 +455,8 @@ impl Session {
         let shared = self.core.shared();
         let config = collection_of(statement).and_then(|c| catalog.config(c.as_str()));
         let plan = query::route_statement(statement, config, &shared.map)?;
+        self.core.metrics().routed(plan.opcode);
+        *self.last_route.borrow_mut() = Some((plan.opcode, plan.fragments.clone()));
         let mut groups: BTreeMap<ExecutorIndex, Vec<Target>> = BTreeMap::new();
         for id in &plan.fragments {
             let Some(fragment) = shared.map.get(*id) else { continue };
@@ -460,6 +507,7 @@ impl Session {
             Statement::Insert(insert) => {
                 let config = catalog.config(insert.collection.as_str());
                 let groups = self.place(insert, config)?;
+                self.placed(&groups);
                 let with = (Arc::clone(statement), catalog);
                 self.fan_out(groups, &with, |core, (stmt, view), per_fragment| async move {
                     let Statement::Insert(i) = &*stmt else {
@@ -913,6 +961,16 @@ impl Session {
             .collect())
     }
 
+    /// Counts an INSERT's routing: the fragments its documents were placed on.
+    fn placed(&self, groups: &Placed) {
+        let fragments: Vec<FragmentId> =
+            groups.values().flat_map(|v| v.iter().map(|(f, _)| *f)).collect();
+        let opcode =
+            if fragments.len() == 1 { router::Opcode::Single } else { router::Opcode::Multi };
+        self.core.metrics().routed(opcode);
+        *self.last_route.borrow_mut() = Some((opcode, fragments));
+    }
+
     /// Final ids and shards of an INSERT's documents, grouped by executor and fragment.
     fn place(
         &self,
@@ -980,6 +1038,7 @@ impl Session {
             let mesh = self.ctx.mesh.clone();
             let with = with.clone();
             let work = work.clone();
+            self.core.metrics().mesh_call();
             remote.push(glommio::spawn_local(async move {
                 mesh.call(executor, move |core| work(core, with, targets)).await
             }));
@@ -1131,6 +1190,7 @@ impl Session {
         if self.core.index() == catalog_owner {
             return self.core.change_catalog(collection, decide).await;
         }
+        self.core.metrics().mesh_call();
         self.ctx
             .mesh
             .call(catalog_owner, move |core| async move {
@@ -1151,6 +1211,47 @@ pub const TRANSACTION_COUNTERS: &str = "transaction_counters";
 /// evidence that routing sent a statement only where it had to.
 pub const FRAGMENT_COUNTERS: &str = "fragment_counters";
 
+/// `SHOW STATS`: every metric of the node as (name, labels, value) rows, the same numbers as
+/// the Prometheus endpoint.
+pub const SHOW_STATS: &str = "stats";
+
+impl Session {
+    /// Counts a finished statement and logs it when it is slow.
+    fn finished(&self, statement: &Prepared, started: std::time::Instant, ok: bool) {
+        let kind = crate::metrics::StatementKind::of(&statement.statement);
+        let elapsed = started.elapsed();
+        if !self.core.metrics().statement(kind, elapsed, ok) {
+            return;
+        }
+        let route = self.last_route.borrow();
+        let (opcode, fragments) = match &*route {
+            Some((opcode, fragments)) => {
+                let shown: Vec<String> = fragments
+                    .iter()
+                    .take(crate::metrics::limits::SLOW_STATEMENT_FRAGMENTS_MAX)
+                    .map(ToString::to_string)
+                    .collect();
+                (format!("{opcode:?}"), format!("{} [{}]", fragments.len(), shown.join(", ")))
+            }
+            None => ("none".to_owned(), "0 []".to_owned()),
+        };
+        let text: String = statement
+            .text
+            .chars()
+            .take(crate::metrics::limits::SLOW_STATEMENT_TEXT_CHARS_MAX)
+            .collect();
+        tracing::info!(
+            elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            kind = %kind.label(),
+            opcode = %opcode,
+            fragments = %fragments,
+            ok,
+            statement = %text,
+            "slow statement"
+        );
+    }
+}
+
 impl Engine for Session {
     // query plans without the catalog (routing happens at execution), so parsing and
     // planning happen together in `parse`; `plan` attaches the client's parameter types.
@@ -1158,6 +1259,8 @@ impl Engine for Session {
     type Statement = Prepared;
 
     async fn parse(&mut self, sql: &str) -> Result<Vec<Statement>, PgError> {
+        let limit = crate::metrics::limits::SLOW_STATEMENT_TEXT_CHARS_MAX;
+        self.last_sql = Arc::from(sql.chars().take(limit + 1).collect::<String>().as_str());
         query::parse(sql).map_err(|e| engine_error(&EngineError::Plan(e)))
     }
 
@@ -1192,6 +1295,8 @@ impl Engine for Session {
                 "current transaction is aborted, commands ignored until end of transaction block",
             ));
         }
+        let started = std::time::Instant::now();
+        self.last_route.borrow_mut().take();
         let result = match self.bind(statement, params) {
             Ok(bound) => self.run(bound, sink).await,
             Err(e) => Err(e),
@@ -1203,6 +1308,12 @@ impl Engine for Session {
             self.publish(&txn, "failed");
             self.block = Block::Failed(txn);
         }
+        self.finished(statement, started, result.is_ok());
+        if let Err(e) = &result
+            && not_client_caused(e)
+        {
+            tracing::error!(error = %e, "statement failed on the node's side");
+        }
         result.map_err(|e| engine_error(&e))
     }
 
@@ -1213,6 +1324,16 @@ impl Engine for Session {
             Block::Failed(_) => TransactionStatus::Failed,
         }
     }
+}
+
+/// Errors the client did not cause (disk, catalog, backup, a stopped fragment): logged.
+fn not_client_caused(e: &EngineError) -> bool {
+    matches!(
+        e,
+        EngineError::Catalog(_)
+            | EngineError::Backup(_)
+            | EngineError::Append(storage::AppendError::Fatal { .. })
+    )
 }
 
 fn internal(what: &'static str) -> EngineError {

@@ -180,6 +180,8 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
         E::TxnAborted => SqlState::SERIALIZATION_FAILURE,
         E::TxnLimit { .. } => SqlState::PROGRAM_LIMIT_EXCEEDED,
         E::Journal(_) => SqlState::IO_ERROR,
+        E::BackupTarget(_) => SqlState::INVALID_PARAMETER_VALUE,
+        E::Backup(_) => SqlState::IO_ERROR,
     };
     let mut pg = super::PgError::new(code, error.to_string());
     if let E::Plan(query::PlanError::Syntax { position, .. }) = error {

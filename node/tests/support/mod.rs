@@ -65,7 +65,10 @@ pub struct NodeOptions {
     /// Extra environment of the process (test-only switches such as `TESSERA_FAULT`); every
     /// other `TESSERA_*` variable of the test's environment is removed.
     pub env: Vec<(String, String)>,
-    /// More `serve` arguments, given after the others (the cluster flags, for example).
+    /// Serve metrics on a free loopback port (`--metrics-listen`); off by default, so test
+    /// nodes never compete for the default port.
+    pub metrics: bool,
+    /// More `serve` arguments (e.g. `--slow-statement-ms 0`).
     pub extra_args: Vec<String>,
 }
 
@@ -76,6 +79,7 @@ impl Default for NodeOptions {
             fragments: 8,
             password: None,
             env: Vec::new(),
+            metrics: false,
             extra_args: Vec::new(),
         }
     }
@@ -86,6 +90,7 @@ pub struct Node {
     options: NodeOptions,
     data_dir: PathBuf,
     addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     child: Option<Child>,
     log: Arc<Mutex<Vec<String>>>,
     reader: Option<JoinHandle<()>>,
@@ -220,6 +225,7 @@ impl Node {
             options,
             data_dir: fresh_dir(),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            metrics_addr: None,
             child: None,
             log: Arc::default(),
             reader: None,
@@ -233,6 +239,11 @@ impl Node {
     /// The address clients connect to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The metrics endpoint's address, when started with `metrics: true`.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// The port clients connect to.
@@ -310,7 +321,10 @@ impl Node {
             if let Some(p) = &self.options.password {
                 command.arg("--password").arg(p);
             }
-            command.args(&self.options.extra_args);
+            self.metrics_addr =
+                self.options.metrics.then(|| SocketAddr::from(([127, 0, 0, 1], free_port())));
+            let metrics = self.metrics_addr.map(|a| a.to_string()).unwrap_or_default();
+            command.arg("--metrics-listen").arg(metrics).args(&self.options.extra_args);
             for (key, _) in std::env::vars_os() {
                 if key.to_string_lossy().starts_with("TESSERA_") {
                     command.env_remove(key);

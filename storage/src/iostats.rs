@@ -1,0 +1,196 @@
+//! A fragment's own I/O counters: group commits (one write and one fdatasync each), the writes
+//! each fdatasync covered, bytes appended and fdatasync latency. Kept in `Cell`s (a fragment
+//! never leaves its executor), read through [`crate::Fragment::io_stats`].
+//!
+//! [`Histogram`] has fixed bucket bounds so histograms of different fragments and executors
+//! merge by adding counts; node uses the same type for its statement and commit latencies.
+
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+/// Upper bounds (inclusive, microseconds) of the latency histogram buckets; one more bucket
+/// (`+Inf`) takes the rest. Spans a page-cache fdatasync (tens of µs) to a stalled disk (s).
+pub const LATENCY_BUCKETS_MICROS: [u64; 16] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 10_000_000,
+];
+
+/// Upper bounds (inclusive) of the group-commit batch size histogram: records per fdatasync.
+pub const BATCH_BUCKETS: [u64; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+
+/// Counts of observations in fixed buckets, their number and their sum. Cumulative form (as
+/// Prometheus wants it) is computed on export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Histogram {
+    bounds: &'static [u64],
+    /// Per bucket (not cumulative); the last is `+Inf`.
+    counts: Vec<u64>,
+    count: u64,
+    sum: u64,
+}
+
+impl Histogram {
+    /// An empty histogram over `bounds` (ascending).
+    pub fn new(bounds: &'static [u64]) -> Histogram {
+        Histogram { bounds, counts: vec![0; bounds.len() + 1], count: 0, sum: 0 }
+    }
+
+    /// An empty latency histogram (microseconds, [`LATENCY_BUCKETS_MICROS`]).
+    pub fn latency() -> Histogram {
+        Histogram::new(&LATENCY_BUCKETS_MICROS)
+    }
+
+    /// Records one value.
+    pub fn observe(&mut self, value: u64) {
+        let i = self.bounds.partition_point(|&b| b < value);
+        if let Some(c) = self.counts.get_mut(i) {
+            *c += 1;
+        }
+        self.count += 1;
+        self.sum = self.sum.saturating_add(value);
+    }
+
+    /// Records a duration in microseconds.
+    pub fn observe_duration(&mut self, elapsed: Duration) {
+        self.observe(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
+    }
+
+    /// Adds another histogram's counts. Histograms over different bounds are not merged (the
+    /// other one is ignored): every histogram of one kind uses the same constant bounds.
+    pub fn merge(&mut self, other: &Histogram) {
+        if self.bounds != other.bounds {
+            return;
+        }
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.count += other.count;
+        self.sum = self.sum.saturating_add(other.sum);
+    }
+
+    /// The bucket upper bounds (without `+Inf`).
+    pub fn bounds(&self) -> &'static [u64] {
+        self.bounds
+    }
+
+    /// Cumulative counts per bound, then the total for `+Inf`.
+    pub fn cumulative(&self) -> Vec<u64> {
+        let mut total = 0;
+        self.counts
+            .iter()
+            .map(|c| {
+                total += c;
+                total
+            })
+            .collect()
+    }
+
+    /// Observations.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Sum of the observed values.
+    pub fn sum(&self) -> u64 {
+        self.sum
+    }
+}
+
+/// A snapshot of a fragment's I/O counters since open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IoStats {
+    /// Group commits: one O_DIRECT write and one fdatasync each.
+    pub fdatasyncs: u64,
+    /// Records (writes) made durable by those fdatasyncs.
+    pub writes_synced: u64,
+    /// Bytes written to the log by group commits (chunks, padding included).
+    pub bytes_appended: u64,
+    /// Records per fdatasync ([`BATCH_BUCKETS`]).
+    pub batch_size: Histogram,
+    /// Time of each write + fdatasync, microseconds ([`LATENCY_BUCKETS_MICROS`]).
+    pub fdatasync_micros: Histogram,
+}
+
+/// The live counters, updated by the group-commit writer.
+#[derive(Debug)]
+pub(crate) struct IoCounters {
+    fdatasyncs: Cell<u64>,
+    writes_synced: Cell<u64>,
+    bytes_appended: Cell<u64>,
+    batch_size: RefCell<Histogram>,
+    fdatasync_micros: RefCell<Histogram>,
+}
+
+impl Default for IoCounters {
+    fn default() -> Self {
+        IoCounters {
+            fdatasyncs: Cell::new(0),
+            writes_synced: Cell::new(0),
+            bytes_appended: Cell::new(0),
+            batch_size: RefCell::new(Histogram::new(&BATCH_BUCKETS)),
+            fdatasync_micros: RefCell::new(Histogram::latency()),
+        }
+    }
+}
+
+impl IoCounters {
+    /// One durable group commit of `records` records and `bytes` bytes that took `elapsed`.
+    pub(crate) fn synced(&self, records: usize, bytes: usize, elapsed: Duration) {
+        self.fdatasyncs.set(self.fdatasyncs.get() + 1);
+        self.writes_synced.set(self.writes_synced.get() + records as u64);
+        self.bytes_appended.set(self.bytes_appended.get() + bytes as u64);
+        self.batch_size.borrow_mut().observe(records as u64);
+        self.fdatasync_micros.borrow_mut().observe_duration(elapsed);
+    }
+
+    pub(crate) fn snapshot(&self) -> IoStats {
+        IoStats {
+            fdatasyncs: self.fdatasyncs.get(),
+            writes_synced: self.writes_synced.get(),
+            bytes_appended: self.bytes_appended.get(),
+            batch_size: self.batch_size.borrow().clone(),
+            fdatasync_micros: self.fdatasync_micros.borrow().clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks bucket placement (bounds are inclusive), cumulative counts and merging.
+    #[test]
+    fn histogram_buckets_and_merge() {
+        let mut h = Histogram::new(&BATCH_BUCKETS);
+        for v in [1, 1, 2, 3, 5000] {
+            h.observe(v);
+        }
+        let cumulative = h.cumulative();
+        assert_eq!(cumulative.len(), BATCH_BUCKETS.len() + 1);
+        assert_eq!(cumulative[0], 2, "two observations of 1");
+        assert_eq!(cumulative[1], 3, "2 is in the bucket <= 2");
+        assert_eq!(cumulative[2], 4, "3 is in the bucket <= 4");
+        assert_eq!(*cumulative.last().unwrap(), 5, "+Inf counts everything");
+        assert_eq!((h.count(), h.sum()), (5, 5007));
+        let mut other = Histogram::new(&BATCH_BUCKETS);
+        other.observe(1);
+        h.merge(&other);
+        assert_eq!(h.cumulative()[0], 3);
+        let latency = Histogram::latency();
+        h.merge(&latency);
+        assert_eq!(h.count(), 6, "a histogram over other bounds is not merged");
+    }
+
+    // Checks that a group commit moves every counter.
+    #[test]
+    fn counters_count_group_commits() {
+        let c = IoCounters::default();
+        c.synced(3, 8192, Duration::from_micros(700));
+        c.synced(1, 4096, Duration::from_micros(40));
+        let s = c.snapshot();
+        assert_eq!((s.fdatasyncs, s.writes_synced, s.bytes_appended), (2, 4, 12288));
+        assert_eq!(s.fdatasync_micros.count(), 2);
+        assert_eq!(s.fdatasync_micros.cumulative()[0], 1, "40 µs is in the first bucket");
+        assert_eq!(s.batch_size.sum(), 4);
+    }
+}
