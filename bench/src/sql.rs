@@ -193,6 +193,7 @@ pub fn statements(workload: Workload) -> &'static [Stmt] {
         Workload::SingleFragmentTxn | Workload::CrossFragmentTransfer => {
             &[Stmt::Debit, Stmt::Credit]
         }
+        Workload::AutocommitWrite => &[Stmt::Debit],
         Workload::YcsbA | Workload::YcsbB => &[Stmt::PointRead, Stmt::UpdateField],
     }
 }
