@@ -10,7 +10,7 @@ use std::process::Command;
 use support::{Node, run_client, test_file};
 
 // Checks that the psycopg script exits 0 and printed its final line; its own assertions cover
-// BEGIN → 0A000, executemany, binary and text results, json columns, errors with SQLSTATE.
+// transaction blocks and their status byte, executemany, binary and text results, json columns, errors with SQLSTATE.
 #[test]
 fn psycopg_script_passes() {
     let node = Node::start();

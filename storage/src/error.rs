@@ -235,3 +235,49 @@ pub enum ImportError {
     #[error(transparent)]
     Append(#[from] AppendError),
 }
+
+/// Why a journal could not be opened or appended to.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalError {
+    /// The file system refused an operation.
+    #[error("journal i/o error on {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A journal file is damaged where no torn write can explain it (a header, or a chunk
+    /// followed by a later valid one).
+    #[error("journal {path} damaged at offset {offset}: {what}")]
+    Corruption {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset of the damage.
+        offset: u64,
+        /// What is wrong.
+        what: Damage,
+    },
+    /// A record is empty or longer than the limit.
+    #[error("journal record of {bytes} bytes is outside 1 ..= {max}")]
+    RecordSize {
+        /// Its length.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Too many appends are waiting for the disk.
+    #[error("journal queue is full ({max} records)")]
+    QueueFull {
+        /// The limit.
+        max: usize,
+    },
+    /// An earlier write or fdatasync failed: the journal accepts nothing more.
+    #[error("journal stopped after a failed write: {reason}")]
+    Fatal {
+        /// The first failure.
+        reason: String,
+    },
+}

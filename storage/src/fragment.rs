@@ -89,6 +89,22 @@ pub enum WriteOp {
         /// As for `Put`.
         expected_version: Option<Version>,
     },
+    /// Validate without writing: the batch fails with `Conflict` unless the document's current
+    /// version is `expected_version` (`Version::ABSENT`: the document must not exist), and with
+    /// `Locked` while a prepared transaction holds it. Never logged. In `prepare`, the document
+    /// stays locked against writers until the transaction commits or aborts (in memory only:
+    /// recovery resolves every prepared transaction before the fragment serves traffic), so the
+    /// value read stays current up to the commit point.
+    Check {
+        /// The collection.
+        collection: String,
+        /// The document id.
+        id: String,
+        /// The document's shard.
+        shard: ShardId,
+        /// The version that was read.
+        expected_version: Version,
+    },
 }
 
 /// The writes of one transaction: applied all or nothing, with one log record.
@@ -142,6 +158,28 @@ impl WriteBatch {
             expected_version,
         });
         self
+    }
+
+    /// Adds a check (builder style): see [`WriteOp::Check`].
+    pub fn check(
+        mut self,
+        collection: &str,
+        id: &str,
+        shard: ShardId,
+        expected_version: Version,
+    ) -> WriteBatch {
+        self.ops.push(WriteOp::Check {
+            collection: collection.to_owned(),
+            id: id.to_owned(),
+            shard,
+            expected_version,
+        });
+        self
+    }
+
+    /// Number of operations that write (puts and deletes, not checks).
+    pub fn writes(&self) -> usize {
+        self.ops.iter().filter(|op| !matches!(op, WriteOp::Check { .. })).count()
     }
 
     /// The operations.
@@ -286,6 +324,28 @@ pub(crate) struct Prepared {
     pub ops: Vec<OpMeta>,
     /// A commit or abort is on its way to the log.
     pub finishing: bool,
+    /// Lock keys of the documents its checks hold (in memory only, never logged).
+    pub read_locks: Vec<String>,
+}
+
+/// A queued Commit record whose writes are already visible: [`CommitDurable::wait`] returns
+/// once the record is durable.
+#[must_use = "the commit is durable only once `wait` returns"]
+pub struct CommitDurable {
+    done: Rc<Completion>,
+}
+
+impl std::fmt::Debug for CommitDurable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommitDurable").finish_non_exhaustive()
+    }
+}
+
+impl CommitDurable {
+    /// Waits for the Commit record's fdatasync.
+    pub async fn wait(self) -> Result<Lsn, AppendError> {
+        self.done.wait().await
+    }
 }
 
 /// The segment being appended to.
@@ -439,9 +499,51 @@ impl Fragment {
         done.wait().await
     }
 
-    /// Makes a prepared transaction's writes visible (durably).
+    /// Commits a prepared transaction and returns once its Commit record is durable. The
+    /// writes become visible earlier, when the record is queued (see
+    /// [`Fragment::commit_prepared_visible`]).
     pub async fn commit_prepared(&self, txid: TxId) -> Result<Lsn, AppendError> {
-        self.finish_prepared(txid, true).await
+        self.commit_prepared_visible(txid).await?.wait().await
+    }
+
+    /// Queues a prepared transaction's Commit record and makes its writes visible at once,
+    /// without waiting for that record's fdatasync; the returned [`CommitDurable`] tells when
+    /// it is durable. Only for a caller whose commit decision is already durable elsewhere (a
+    /// coordinator log): if the node crashes before the Commit record is durable, the
+    /// transaction is in doubt again after recovery and must be committed from that decision.
+    /// Readers may have seen its writes by then, which is why the decision must be durable
+    /// first. A transaction whose Prepare record is not durable yet becomes visible when its
+    /// Commit record is.
+    pub async fn commit_prepared_visible(&self, txid: TxId) -> Result<CommitDurable, AppendError> {
+        self.wait_for_space().await?;
+        let done = {
+            let mut st = self.inner.st.borrow_mut();
+            self.check_open(&st)?;
+            let Some(txn) = st.txns.get_mut(&txid).filter(|t| !t.finishing) else {
+                return Err(AppendError::TxnUnknown { txid });
+            };
+            txn.finishing = true;
+            let lsn = st.next_lsn;
+            let record = Record { lsn, body: RecordBody::Commit { txid: txid.get() } };
+            let done = self.enqueue(&mut st, record, Effect::Commit(txid))?;
+            // Visible on enqueue: the index points at the durable Prepare record; the Commit
+            // record's effect finds the transaction gone and only counts its bytes.
+            if st.txns.get(&txid).is_some_and(|t| t.loc.is_some())
+                && let Some(txn) = st.txns.remove(&txid)
+                && let Some(loc) = &txn.loc
+            {
+                for m in &txn.ops {
+                    st.locks.remove(&lock_key(&m.collection, &m.key));
+                }
+                for k in &txn.read_locks {
+                    st.locks.remove(k);
+                }
+                crate::log::apply_ops(&mut st, &txn.ops, &loc.seg.clone(), loc.span);
+            }
+            done
+        };
+        self.wake_writer();
+        Ok(CommitDurable { done })
     }
 
     /// Abandons a prepared transaction (durably).
@@ -478,7 +580,8 @@ impl Fragment {
     }
 
     /// Validates and enqueues one batch. No `.await` between the version checks and the
-    /// enqueue, so no other writer can slip in between.
+    /// enqueue, so no other writer can slip in between. A batch of checks only (autocommit)
+    /// writes nothing and completes at once.
     async fn submit(&self, batch: WriteBatch, kind: Kind) -> Result<Rc<Completion>, AppendError> {
         let ops = batch.ops;
         if ops.is_empty() || ops.len() > BATCH_OPS_MAX {
@@ -487,10 +590,7 @@ impl Fragment {
         // Convert documents first: pure work, no state involved.
         let mut docs = Vec::with_capacity(ops.len());
         for op in &ops {
-            let (collection, id, shard) = match op {
-                WriteOp::Put { collection, id, shard, .. }
-                | WriteOp::Delete { collection, id, shard, .. } => (collection, id, *shard),
-            };
+            let (collection, id, shard) = op_names(op);
             check_names(collection, id)?;
             if !self.inner.range.contains(shard) {
                 return Err(AppendError::WrongShard {
@@ -508,7 +608,7 @@ impl Fragment {
                     }
                     Some(value)
                 }
-                WriteOp::Delete { .. } => None,
+                WriteOp::Delete { .. } | WriteOp::Check { .. } => None,
             });
         }
         self.wait_for_space().await?;
@@ -523,16 +623,20 @@ impl Fragment {
             // Optimistic concurrency: every expected version against the durable index, the
             // queued writes and the earlier ops of this batch.
             let mut overlay: HashMap<String, Option<Version>> = HashMap::new();
+            let mut read_locks = Vec::new();
             let lsn = st.next_lsn;
             let version = Version::new(lsn);
             let mut metas = Vec::with_capacity(ops.len());
             for op in &ops {
                 let (collection, id, expected, put) = match op {
                     WriteOp::Put { collection, id, expected_version, .. } => {
-                        (collection, id, expected_version, true)
+                        (collection, id, *expected_version, Some(true))
                     }
                     WriteOp::Delete { collection, id, expected_version, .. } => {
-                        (collection, id, expected_version, false)
+                        (collection, id, *expected_version, Some(false))
+                    }
+                    WriteOp::Check { collection, id, expected_version, .. } => {
+                        (collection, id, Some(*expected_version), None)
                     }
                 };
                 let key = doc_key(id);
@@ -548,7 +652,7 @@ impl Fragment {
                     Some(v) => *v,
                     None => st.index.get(collection, &key).map(|e| e.version),
                 };
-                if let Some(expected) = *expected {
+                if let Some(expected) = expected {
                     let ok = if expected == Version::ABSENT {
                         current.is_none()
                     } else {
@@ -563,14 +667,15 @@ impl Fragment {
                         });
                     }
                 }
-                overlay.insert(lk, put.then_some(version));
-                let shard = match op {
-                    WriteOp::Put { shard, .. } | WriteOp::Delete { shard, .. } => *shard,
+                let Some(put) = put else {
+                    read_locks.push(lk);
+                    continue;
                 };
+                overlay.insert(lk, put.then_some(version));
                 metas.push(OpMeta {
                     collection: collection.as_str().into(),
                     key: key.into(),
-                    shard,
+                    shard: op_names(op).2,
                     version,
                     put,
                 });
@@ -578,18 +683,36 @@ impl Fragment {
             let mut rec_ops: Vec<Op> = ops
                 .into_iter()
                 .zip(docs)
-                .map(|(op, doc)| match (op, doc) {
+                .filter_map(|(op, doc)| match (op, doc) {
+                    (WriteOp::Check { .. }, _) => None,
                     (WriteOp::Put { collection, id, shard, .. }, Some(doc)) => {
-                        Op::Put(PutOp { collection, id, shard: shard.get(), version: lsn, doc })
+                        Some(Op::Put(PutOp {
+                            collection,
+                            id,
+                            shard: shard.get(),
+                            version: lsn,
+                            doc,
+                        }))
                     }
                     (
                         WriteOp::Put { collection, id, shard, .. }
                         | WriteOp::Delete { collection, id, shard, .. },
                         _,
-                    ) => Op::Delete(DeleteOp { collection, id, shard: shard.get(), version: lsn }),
+                    ) => Some(Op::Delete(DeleteOp {
+                        collection,
+                        id,
+                        shard: shard.get(),
+                        version: lsn,
+                    })),
                 })
                 .collect();
             let (body, effect) = match kind {
+                Kind::Autocommit if rec_ops.is_empty() => {
+                    // Checks only: validated above, nothing to log.
+                    let done = Rc::new(Completion::default());
+                    done.complete(Ok(Lsn::new(st.lsn_durable)));
+                    return Ok(done);
+                }
                 Kind::Autocommit if rec_ops.len() == 1 => match rec_ops.pop() {
                     Some(Op::Put(p)) => (RecordBody::Put(p), Effect::Ops(metas)),
                     Some(Op::Delete(d)) => (RecordBody::Delete(d), Effect::Ops(metas)),
@@ -602,9 +725,15 @@ impl Fragment {
                 ),
             };
             let done = self.enqueue(&mut st, Record { lsn, body }, effect)?;
-            if let Kind::Prepare(_) = kind {
+            if let Kind::Prepare(txid) = kind {
                 // Prepared writes are invisible: forget their pending versions again; the locks
-                // taken by `enqueue` keep other writers away.
+                // taken by `enqueue` keep other writers away, and so do the checks' locks.
+                for lk in &read_locks {
+                    st.locks.insert(lk.clone(), txid);
+                }
+                if let Some(txn) = st.txns.get_mut(&txid) {
+                    txn.read_locks = read_locks;
+                }
             } else {
                 for (k, v) in overlay {
                     st.pending.insert(k, v);
@@ -639,7 +768,15 @@ impl Fragment {
             for m in metas {
                 st.locks.insert(lock_key(&m.collection, &m.key), *txid);
             }
-            st.txns.insert(*txid, Prepared { loc: None, ops: metas.clone(), finishing: false });
+            st.txns.insert(
+                *txid,
+                Prepared {
+                    loc: None,
+                    ops: metas.clone(),
+                    finishing: false,
+                    read_locks: Vec::new(),
+                },
+            );
         }
         st.next_lsn += 1;
         let done = Rc::new(Completion::default());
@@ -859,6 +996,15 @@ pub(crate) fn wake_all(waiters: &RefCell<VecDeque<Waker>>) {
 /// Largest chunk (header included, block-aligned) a segment of `segment_bytes` can carry.
 pub(crate) fn chunk_capacity(segment_bytes: u64) -> u64 {
     (GROUP_COMMIT_BATCH_BYTES_MAX as u64).min(segment_bytes.saturating_sub(SEGMENT_HEADER_BYTES))
+}
+
+/// Collection, id and shard of any op.
+fn op_names(op: &WriteOp) -> (&String, &String, ShardId) {
+    match op {
+        WriteOp::Put { collection, id, shard, .. }
+        | WriteOp::Delete { collection, id, shard, .. }
+        | WriteOp::Check { collection, id, shard, .. } => (collection, id, *shard),
+    }
 }
 
 fn check_names(collection: &str, id: &str) -> Result<(), InputError> {

@@ -20,6 +20,7 @@ mod export;
 pub mod format;
 mod fragment;
 mod index;
+pub mod journal;
 pub mod limits;
 mod log;
 pub mod record;
@@ -31,13 +32,14 @@ use std::borrow::Cow;
 use std::fmt;
 
 pub use disk::{CrashMode, Disk, DmaDisk, FaultyDisk};
-pub use error::{AppendError, CompactError, ImportError, InputError, OpenError};
+pub use error::{AppendError, CompactError, ImportError, InputError, JournalError, OpenError};
 pub use export::Export;
 pub use fragment::{
-    CommitInfo, CompactStats, DocRef, Fragment, FragmentOptions, FragmentStats, ImportStats,
-    ScanCursor, WriteBatch, WriteOp,
+    CommitDurable, CommitInfo, CompactStats, DocRef, Fragment, FragmentOptions, FragmentStats,
+    ImportStats, ScanCursor, WriteBatch, WriteOp,
 };
 pub use index::ShardStats;
+pub use journal::Journal;
 pub use value::{ArchivedJsonValue, JsonValue};
 
 /// A document's version: the LSN of the write that produced it, so versions of one document

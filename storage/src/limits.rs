@@ -75,3 +75,20 @@ const _: () = assert!(
 );
 const _: () = assert!(DOC_BYTES_MAX < RECORD_BYTES_MAX);
 const _: () = assert!((GROUP_COMMIT_BATCH_BYTES_MAX as u64).is_multiple_of(BLOCK_BYTES));
+
+/// Largest journal record, in bytes. A coordinator decision names its transaction and its
+/// participants: far below this.
+pub const JOURNAL_RECORD_BYTES_MAX: usize = 64 << 10;
+
+/// Largest journal chunk (one group-commit write), header and padding included.
+pub const JOURNAL_CHUNK_BYTES_MAX: usize = 1 << 20;
+
+/// Journal appends waiting for the disk at once; past this an append fails (backpressure is
+/// the caller's bound on transactions in flight).
+pub const JOURNAL_QUEUE_RECORDS_MAX: usize = 1 << 16;
+
+const _: () = assert!((JOURNAL_CHUNK_BYTES_MAX as u64).is_multiple_of(BLOCK_BYTES));
+const _: () = assert!(
+    JOURNAL_RECORD_BYTES_MAX + CHUNK_HEADER_BYTES + FRAME_HEADER_BYTES + RECORD_ALIGN_BYTES
+        <= JOURNAL_CHUNK_BYTES_MAX
+);

@@ -116,6 +116,7 @@ pub(crate) fn apply_effect(st: &mut State, effect: &Effect, seg: &Rc<Segment>, s
                 loc: None,
                 ops: metas.clone(),
                 finishing: false,
+                read_locks: Vec::new(),
             });
             txn.loc = Some(Loc { seg: seg.clone(), span, op: 0 });
         }
@@ -125,6 +126,9 @@ pub(crate) fn apply_effect(st: &mut State, effect: &Effect, seg: &Rc<Segment>, s
             if let Some(txn) = st.txns.remove(txid) {
                 for m in &txn.ops {
                     st.locks.remove(&lock_key(&m.collection, &m.key));
+                }
+                for k in &txn.read_locks {
+                    st.locks.remove(k);
                 }
                 if let (Effect::Commit(_), Some(loc)) = (effect, &txn.loc) {
                     apply_ops(st, &txn.ops, &loc.seg.clone(), loc.span);

@@ -111,6 +111,10 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     let catalog = Catalog::load(data.root()).map_err(|e| e.to_string())?;
     let catalog = CatalogView::new(catalog)?;
     let shared = Arc::new(Shared::new(map, data.root().to_owned(), catalog));
+    // Two-phase-commit decisions, before any executor opens (and so recovers) a fragment.
+    let decisions = crate::engine::read_decisions(data.root())
+        .map_err(|e| format!("cannot read the coordinator journal: {e}"))?;
+    shared.txn.install_recovered(decisions);
     let auth = match &config.password {
         None => PgAuth::Trust,
         Some(p) => {
@@ -168,6 +172,7 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
                 if ctx.index.get() == 0 {
                     tracing::info!("{summary}");
                 }
+                core.start(&ctx);
                 let session_ctx = ctx.clone();
                 let make_session = move || Session::new(Rc::clone(&core), session_ctx.clone());
                 accept_loop(listener, pg, registry, make_session, ctx.shutdown.wait()).await;

@@ -8,7 +8,7 @@
 //! on it there is no `.await`, so storage's version check sees exactly what the statement read;
 //! a conflict means another task's write was already enqueued, and the statement is re-run.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -17,16 +17,20 @@ use std::time::{Duration, Instant};
 
 use query::exec::VerifyPartial;
 use query::explain::FragmentAnalysis;
+use query::plan::Statement;
 use query::plan::{CollectionName, Delete, Insert, Select, Update};
 use query::{Partial, PlacedDocument, WriteIntent, WritePartial};
 use router::{FragmentId, ShardRange, ShardingConfig};
-use storage::{AppendError, Fragment, FragmentOptions, Version, WriteBatch};
+use storage::{AppendError, Fragment, FragmentOptions, TxId, Version, WriteBatch};
 
+use super::coordinator::{Coordinator, DecisionRow, fault};
 use super::error::EngineError;
+use super::limits::{TXN_PREPARED_TIMEOUT, TXN_SWEEP_INTERVAL};
 use super::reader::FragmentReader;
 use super::shared::{CatalogView, Shared};
+use super::txn::{FragmentWrites, OverlayReader, ReadRecord};
 use crate::catalog::CollectionEntry;
-use crate::runtime::ExecutorIndex;
+use crate::runtime::{ExecutorContext, ExecutorIndex, Mesh};
 
 /// Times an autocommit write statement is run against one fragment when concurrent writes
 /// keep changing the documents it read. Each run is cheap (local, no hop); past this the
@@ -87,6 +91,79 @@ pub struct WriteOutcome {
     pub analysis: Vec<FragmentAnalysis>,
 }
 
+/// Transaction counters of one executor (commits counted where the session runs, conflicts
+/// where they are detected). `SHOW transaction_counters` sums them over executors; the
+/// metrics endpoint reads them through [`Core::tx_counters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxCounters {
+    /// Write transactions committed with one `apply` on one fragment (no coordinator).
+    pub fast_path_commits: u64,
+    /// Transactions committed by two-phase commit (a COMMIT decision in the journal).
+    pub two_phase_commits: u64,
+    /// Read-only transactions whose reads validated.
+    pub read_only_commits: u64,
+    /// Transactions that ended without committing (ROLLBACK, conflict, error, timeout).
+    pub aborts: u64,
+    /// Commits refused with 40001 because a document read or written had changed or was held.
+    pub conflicts: u64,
+}
+
+/// A fragment and what one statement of a transaction does there.
+#[derive(Clone, Debug)]
+pub struct TxnTarget {
+    /// The fragment.
+    pub fragment: FragmentId,
+    /// Shard ranges to read (UPDATE, DELETE, SELECT).
+    pub ranges: Vec<ShardRange>,
+    /// Placed documents (INSERT).
+    pub docs: Vec<PlacedDocument>,
+    /// The transaction's buffered writes there.
+    pub writes: Option<Arc<FragmentWrites>>,
+}
+
+/// What one statement of a transaction read and would write on one fragment.
+#[derive(Debug)]
+pub struct TxnShare {
+    /// The fragment.
+    pub fragment: FragmentId,
+    /// The writes, to buffer.
+    pub intents: Vec<WriteIntent>,
+    /// Storage versions read.
+    pub reads: Vec<ReadRecord>,
+    /// RETURNING rows.
+    pub returning: Vec<Vec<query::Datum>>,
+    /// Documents read.
+    pub rows_scanned: u64,
+}
+
+/// A transaction prepared on some of this executor's fragments.
+#[derive(Clone, Debug)]
+pub struct PreparedTxn {
+    /// The fragments.
+    pub fragments: Vec<FragmentId>,
+    /// Since the first prepare.
+    pub since: Instant,
+    /// A commit or abort is under way.
+    pub finishing: bool,
+}
+
+/// One open transaction block of a session on this executor, for SHOW TRANSACTIONS.
+#[derive(Clone, Debug)]
+pub struct SessionTxnRow {
+    /// `active`, `failed` or `committing`.
+    pub state: &'static str,
+    /// Fragments touched so far.
+    pub fragments: Vec<FragmentId>,
+    /// Since BEGIN.
+    pub since: Instant,
+}
+
+/// What [`Core::txn_rows`] returns: session blocks, prepared transactions, decisions.
+pub type TxnRows = (Vec<(u64, SessionTxnRow)>, Vec<(TxId, PreparedTxn)>, Vec<DecisionRow>);
+
+/// Storage versions read, per fragment.
+pub type FragmentReads = Vec<(FragmentId, Vec<ReadRecord>)>;
+
 /// The fragments of one executor.
 pub struct Core {
     index: ExecutorIndex,
@@ -94,6 +171,12 @@ pub struct Core {
     fragments: RefCell<BTreeMap<FragmentId, Rc<Fragment>>>,
     counters: RefCell<BTreeMap<FragmentId, FragmentCounters>>,
     catalog_gate: glommio::sync::Semaphore,
+    tx_counters: Cell<TxCounters>,
+    prepared: RefCell<BTreeMap<TxId, PreparedTxn>>,
+    sessions: RefCell<BTreeMap<u64, SessionTxnRow>>,
+    next_session_txn: Cell<u64>,
+    coordinator: Option<Coordinator>,
+    mesh: RefCell<Option<Mesh<Core>>>,
 }
 
 impl Core {
@@ -117,15 +200,49 @@ impl Core {
                 elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 "fragment ready"
             );
+            resolve_in_doubt(&shared, &fragment).await?;
             fragments.insert(id, Rc::new(fragment));
         }
+        let coordinator = if index.get() == 0 {
+            Some(
+                Coordinator::open(&shared.data_dir)
+                    .await
+                    .map_err(|e| format!("cannot open the coordinator journal: {e}"))?,
+            )
+        } else {
+            None
+        };
         Ok(Core {
             index,
             shared,
             fragments: RefCell::new(fragments),
             counters: RefCell::default(),
             catalog_gate: glommio::sync::Semaphore::new(1),
+            tx_counters: Cell::new(TxCounters::default()),
+            prepared: RefCell::default(),
+            sessions: RefCell::default(),
+            next_session_txn: Cell::new(1),
+            coordinator,
+            mesh: RefCell::new(None),
         })
+    }
+
+    /// Starts this executor's background work once every executor is up: the timeout that
+    /// resolves transactions left prepared too long. Called from the serve phase.
+    pub fn start(self: &Rc<Self>, ctx: &ExecutorContext<Core>) {
+        *self.mesh.borrow_mut() = Some(ctx.mesh.clone());
+        let core = Rc::clone(self);
+        let shutdown = ctx.shutdown.clone();
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(TXN_SWEEP_INTERVAL).await;
+                if shutdown.is_triggered() {
+                    break;
+                }
+                core.sweep_prepared().await;
+            }
+        })
+        .detach();
     }
 
     /// This executor's position.
@@ -275,6 +392,16 @@ impl Core {
                     Err(AppendError::Conflict { .. }) => {
                         return Err(EngineError::Contention { attempts: attempt });
                     }
+                    // Held by a prepared transaction: its commit or abort is one fdatasync
+                    // away (or the timeout's); run again once that is through.
+                    Err(AppendError::Locked { .. }) if attempt < WRITE_ATTEMPTS_MAX => {
+                        tracing::debug!(fragment = %id, attempt, "document held by a prepared transaction; re-running");
+                        glommio::timer::sleep(WRITE_CONFLICT_POLL).await;
+                        continue;
+                    }
+                    Err(AppendError::Locked { .. }) => {
+                        return Err(EngineError::Contention { attempts: attempt });
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -290,6 +417,286 @@ impl Core {
             return Ok(());
         }
         Err(EngineError::Contention { attempts: WRITE_ATTEMPTS_MAX })
+    }
+
+    /// Counts with `f`.
+    pub fn count_tx(&self, f: impl FnOnce(&mut TxCounters)) {
+        let mut c = self.tx_counters.get();
+        f(&mut c);
+        self.tx_counters.set(c);
+    }
+
+    /// This executor's transaction counters.
+    pub fn tx_counters(&self) -> TxCounters {
+        self.tx_counters.get()
+    }
+
+    /// The coordinator, on executor 0.
+    pub fn coordinator(&self) -> Option<&Coordinator> {
+        self.coordinator.as_ref()
+    }
+
+    /// A number for a new transaction block of a session here.
+    pub fn next_session_txn(&self) -> u64 {
+        let n = self.next_session_txn.get();
+        self.next_session_txn.set(n + 1);
+        n
+    }
+
+    /// Publishes (or, with `None`, removes) a session's open transaction for SHOW.
+    pub fn set_session_txn(&self, number: u64, row: Option<SessionTxnRow>) {
+        let mut sessions = self.sessions.borrow_mut();
+        match row {
+            Some(r) => {
+                sessions.insert(number, r);
+            }
+            None => {
+                sessions.remove(&number);
+            }
+        }
+    }
+
+    /// Transactions visible from this executor: open blocks of its sessions, transactions
+    /// prepared on its fragments, decisions the coordinator still holds.
+    pub fn txn_rows(&self) -> TxnRows {
+        let sessions = self.sessions.borrow().iter().map(|(n, r)| (*n, r.clone())).collect();
+        let prepared = self.prepared.borrow().iter().map(|(t, p)| (*t, p.clone())).collect();
+        let decisions = self.coordinator.as_ref().map(Coordinator::rows).unwrap_or_default();
+        (sessions, prepared, decisions)
+    }
+
+    /// Runs a SELECT's share inside a transaction: reads through the transaction's buffer,
+    /// returns the storage versions read.
+    pub fn txn_select(
+        &self,
+        select: &Select,
+        targets: &[TxnTarget],
+    ) -> Result<(Vec<Partial>, FragmentReads), EngineError> {
+        let mut partials = Vec::with_capacity(targets.len());
+        let mut reads = Vec::with_capacity(targets.len());
+        for target in targets {
+            let fragment = self.fragment(target.fragment)?;
+            let reader =
+                OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref());
+            let partial = query::execute_select(select, &reader, &target.ranges)?;
+            self.count(target.fragment, partial.rows_scanned);
+            partials.push(partial);
+            reads.push((target.fragment, reader.take_reads()));
+        }
+        Ok((partials, reads))
+    }
+
+    /// Runs a write statement's share inside a transaction: evaluates it through the buffer
+    /// and validates new documents against the content configuration; writes nothing.
+    pub fn txn_write(
+        &self,
+        statement: &Statement,
+        targets: &[TxnTarget],
+        config: Option<&ShardingConfig>,
+    ) -> Result<Vec<TxnShare>, EngineError> {
+        let mut out = Vec::with_capacity(targets.len());
+        for target in targets {
+            let fragment = self.fragment(target.fragment)?;
+            let reader =
+                OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref());
+            let partial = match statement {
+                Statement::Insert(i) => query::execute_insert(i, &reader, &target.docs)?,
+                Statement::Update(u) => query::execute_update(u, &reader, &target.ranges)?,
+                Statement::Delete(d) => query::execute_delete(d, &reader, &target.ranges)?,
+                _ => {
+                    return Err(EngineError::Exec(query::ExecError::WrongStatement {
+                        what: "txn_write of a non-write",
+                    }));
+                }
+            };
+            if let Some(config) = config {
+                for intent in &partial.intents {
+                    if let WriteIntent::Put { id, doc, .. } = intent {
+                        router::validate(config, id, doc)?;
+                    }
+                }
+            }
+            self.count(target.fragment, partial.rows_scanned);
+            out.push(TxnShare {
+                fragment: target.fragment,
+                intents: partial.intents,
+                reads: reader.take_reads(),
+                returning: partial.returning,
+                rows_scanned: partial.rows_scanned,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Applies one fragment's batch of a transaction (the fast path: one record, one
+    /// fdatasync; or checks only: nothing written). A conflict or a held document is 40001.
+    pub async fn apply_txn(&self, id: FragmentId, batch: WriteBatch) -> Result<(), EngineError> {
+        let fragment = self.fragment(id)?;
+        match fragment.apply(batch).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.txn_failure(e)),
+        }
+    }
+
+    fn txn_failure(&self, e: AppendError) -> EngineError {
+        match e {
+            AppendError::Conflict { collection, id, .. }
+            | AppendError::Locked { collection, id, .. } => {
+                self.count_tx(|c| c.conflicts += 1);
+                EngineError::TxnConflict { collection, id }
+            }
+            other => EngineError::Append(other),
+        }
+    }
+
+    /// Phase one on this executor: prepares `txid` on each fragment (validating its checks and
+    /// expected versions, durable PREPARE, documents held). All or nothing: on any failure the
+    /// fragments already prepared are aborted.
+    pub async fn prepare_txn(
+        &self,
+        txid: TxId,
+        batches: Vec<(FragmentId, WriteBatch)>,
+    ) -> Result<(), EngineError> {
+        let fragments: Vec<FragmentId> = batches.iter().map(|(f, _)| *f).collect();
+        self.prepared.borrow_mut().insert(
+            txid,
+            PreparedTxn { fragments: fragments.clone(), since: Instant::now(), finishing: false },
+        );
+        let mut tasks = Vec::with_capacity(batches.len());
+        for (id, batch) in batches {
+            let fragment = self.fragment(id)?;
+            tasks.push(glommio::spawn_local(async move { fragment.prepare(txid, batch).await }));
+        }
+        let mut failure = None;
+        for task in tasks {
+            match task.await {
+                Ok(_) => fault::prepared(),
+                Err(e) => failure = failure.or(Some(e)),
+            }
+        }
+        match failure {
+            None => Ok(()),
+            Some(e) => {
+                self.finish_txn(txid, fragments, false, None).await;
+                Err(self.txn_failure(e))
+            }
+        }
+    }
+
+    /// Phase two on this executor: commits (visible at once; `visible` is told when every
+    /// fragment's writes are readable) or aborts `txid` on `fragments`, waits for the records
+    /// to be durable, and tells the coordinator after a commit. A fragment that no longer has
+    /// the transaction (finished by the timeout, or never prepared) is skipped.
+    pub async fn finish_txn(
+        &self,
+        txid: TxId,
+        fragments: Vec<FragmentId>,
+        commit: bool,
+        visible: Option<flume::Sender<()>>,
+    ) {
+        if let Some(p) = self.prepared.borrow_mut().get_mut(&txid) {
+            p.finishing = true;
+        }
+        let mut durable = Vec::with_capacity(fragments.len());
+        for id in &fragments {
+            let Ok(fragment) = self.fragment(*id) else { continue };
+            if commit {
+                match fragment.commit_prepared_visible(txid).await {
+                    Ok(d) => durable.push(d),
+                    Err(AppendError::TxnUnknown { .. }) => {}
+                    Err(e) => {
+                        tracing::error!(fragment = %id, %txid, error = %e, "commit of a prepared transaction failed");
+                    }
+                }
+            } else {
+                match fragment.abort_prepared(txid).await {
+                    Ok(_) | Err(AppendError::TxnUnknown { .. }) => {}
+                    Err(e) => {
+                        tracing::error!(fragment = %id, %txid, error = %e, "abort of a prepared transaction failed");
+                    }
+                }
+            }
+        }
+        if let Some(v) = visible {
+            let _ = v.send(());
+        }
+        let mut all_durable = true;
+        for d in durable {
+            match d.wait().await {
+                Ok(_) => fault::applied(),
+                Err(e) => {
+                    all_durable = false;
+                    tracing::error!(%txid, error = %e, "commit record of a prepared transaction failed");
+                }
+            }
+        }
+        self.prepared.borrow_mut().remove(&txid);
+        if commit && all_durable {
+            self.report_finished(txid).await;
+        }
+    }
+
+    /// Tells the coordinator that this executor's Commit records of `txid` are durable.
+    async fn report_finished(&self, txid: TxId) {
+        if let Some(c) = &self.coordinator {
+            c.finished(txid).await;
+            return;
+        }
+        let mesh = self.mesh.borrow().clone();
+        if let Some(mesh) = mesh {
+            let _ = mesh
+                .call(ExecutorIndex::new(0), move |core| async move {
+                    if let Some(c) = core.coordinator() {
+                        c.finished(txid).await;
+                    }
+                })
+                .await;
+        }
+    }
+
+    /// Asks the coordinator for the fate of `txid`, recording ABORT when it has none.
+    async fn resolve_by_timeout(&self, txid: TxId) -> Result<bool, EngineError> {
+        let gate_shared = Arc::clone(&self.shared);
+        if let Some(c) = &self.coordinator {
+            return c.decide(gate_shared.txn.two_phase_gate(), txid, false, &[], 0).await;
+        }
+        let mesh = self.mesh.borrow().clone();
+        let Some(mesh) = mesh else {
+            return Err(EngineError::Call(crate::runtime::CallError::Stopped(self.index)));
+        };
+        mesh.call(ExecutorIndex::new(0), move |core| async move {
+            match core.coordinator() {
+                Some(c) => c.decide(gate_shared.txn.two_phase_gate(), txid, false, &[], 0).await,
+                None => Err(EngineError::Call(crate::runtime::CallError::Stopped(core.index()))),
+            }
+        })
+        .await?
+    }
+
+    /// Resolves transactions prepared here longer than `TXN_PREPARED_TIMEOUT` from the
+    /// coordinator's log (abort, recorded first, when undecided).
+    async fn sweep_prepared(&self) {
+        let expired: Vec<(TxId, Vec<FragmentId>)> = self
+            .prepared
+            .borrow()
+            .iter()
+            .filter(|(_, p)| !p.finishing && p.since.elapsed() > TXN_PREPARED_TIMEOUT)
+            .map(|(t, p)| (*t, p.fragments.clone()))
+            .collect();
+        for (txid, fragments) in expired {
+            match self.resolve_by_timeout(txid).await {
+                Ok(commit) => {
+                    tracing::warn!(%txid, commit, "transaction prepared too long; resolved from the coordinator log");
+                    if !commit {
+                        self.count_tx(|c| c.aborts += 1);
+                    }
+                    self.finish_txn(txid, fragments, commit, None).await;
+                }
+                Err(e) => {
+                    tracing::error!(%txid, error = %e, "cannot resolve a transaction prepared too long")
+                }
+            }
+        }
     }
 
     /// SHOW FRAGMENTS rows of this executor.
@@ -345,6 +752,9 @@ impl Core {
         while self.shared.statements_running.load(Ordering::SeqCst) > 0 {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
+        if let Some(c) = &self.coordinator {
+            c.close().await;
+        }
         let fragments = std::mem::take(&mut *self.fragments.borrow_mut());
         for (id, fragment) in fragments {
             match Rc::try_unwrap(fragment) {
@@ -358,6 +768,25 @@ impl Core {
             }
         }
     }
+}
+
+/// Resolves every transaction left prepared in `fragment` by a crash from the coordinator's
+/// decisions (read before any executor started): a recorded COMMIT commits, anything else
+/// aborts. Runs before the fragment serves traffic; waits for the records to be durable.
+async fn resolve_in_doubt(shared: &Shared, fragment: &Fragment) -> Result<(), String> {
+    for txid in fragment.in_doubt() {
+        let commit = shared.txn.recovered_commit(txid);
+        let result = if commit {
+            fragment.commit_prepared(txid).await
+        } else {
+            fragment.abort_prepared(txid).await
+        };
+        result.map_err(|e| {
+            format!("cannot resolve transaction {txid} in fragment {}: {e}", fragment.id())
+        })?;
+        tracing::info!(fragment = %fragment.id(), %txid, commit, "in-doubt transaction resolved");
+    }
+    Ok(())
 }
 
 /// Waits until `fragment`'s readable version of a document is no longer `read`, the version

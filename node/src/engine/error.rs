@@ -86,4 +86,29 @@ pub enum EngineError {
     /// The client cancelled the statement.
     #[error("canceling statement due to user request")]
     Cancelled,
+    /// A transaction's commit found a document it read or wrote changed (or held by another
+    /// transaction's commit): nothing was applied.
+    #[error(
+        "could not serialize access due to a concurrent update of {collection:?} document {id:?}"
+    )]
+    TxnConflict {
+        /// The collection.
+        collection: String,
+        /// The document id.
+        id: String,
+    },
+    /// The coordinator's log says the transaction aborted (its prepare outlived the timeout).
+    #[error("the transaction was aborted by the prepared-transaction timeout")]
+    TxnAborted,
+    /// A transaction went past one of its bounds.
+    #[error("transaction exceeds the limit of {max} {what}")]
+    TxnLimit {
+        /// What was counted.
+        what: &'static str,
+        /// The limit.
+        max: usize,
+    },
+    /// The coordinator's journal failed.
+    #[error(transparent)]
+    Journal(#[from] storage::JournalError),
 }

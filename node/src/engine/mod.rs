@@ -2,14 +2,30 @@
 //! catalog ([`Shared`]), and the session that plans, routes, runs and merges each statement
 //! ([`Session`], the `pg::Engine` the wire layer drives).
 
+mod coordinator;
 mod core;
 mod error;
+pub mod limits;
 mod reader;
 mod session;
 mod shared;
+mod txn;
 
-pub use self::core::{Core, FragmentCounters, FragmentRow, Target, WRITE_ATTEMPTS_MAX};
+pub use self::coordinator::{
+    COORDINATOR_DIR, Coordinator, DecisionPass, DecisionRecord, GatePause, TwoPhaseGate, TxnShared,
+    fault, read_decisions,
+};
+pub use self::core::{
+    Core, FragmentCounters, FragmentRow, PreparedTxn, SessionTxnRow, Target, TxCounters, TxnShare,
+    TxnTarget, WRITE_ATTEMPTS_MAX,
+};
 pub use self::error::EngineError;
 pub use self::reader::FragmentReader;
-pub use self::session::{FRAGMENT_COUNTERS, Prepared, Session, oid_of};
+pub use self::session::{
+    FRAGMENT_COUNTERS, Prepared, Session, TRANSACTION_COUNTERS, TRANSACTIONS, oid_of,
+};
 pub use self::shared::{CatalogView, Shared};
+pub use self::txn::{
+    BUFFERED_VERSION, Buffered, FragmentTxn, FragmentWrites, OverlayDoc, OverlayReader, ReadRecord,
+    Txn,
+};

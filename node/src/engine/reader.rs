@@ -26,6 +26,11 @@ impl<'f> FragmentReader<'f> {
         FragmentReader { fragment, held: Arena::new() }
     }
 
+    /// The fragment's shard range.
+    pub fn range(&self) -> ShardRange {
+        self.fragment.range()
+    }
+
     fn source_doc<'a>(&'a self, doc: DocRef<'f>) -> SourceDoc<'a, &'a ArchivedJsonValue> {
         let doc: &'a DocRef<'f> = self.held.alloc(doc);
         SourceDoc {

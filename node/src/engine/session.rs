@@ -5,8 +5,14 @@
 //! executor's fragments runs in place, work for each other executor travels as one mesh call
 //! carrying all of that executor's fragments. Partial results are merged here.
 //!
-//! Statements that touch fragments on several executors are not atomic across them yet:
-//! each executor's share commits on its own (cross-fragment transactions are a later step).
+//! Transactions: BEGIN opens a block whose statements run through the transaction's buffer
+//! (`txn`): reads see its own writes and record versions, writes are buffered. COMMIT turns
+//! the buffer into one storage batch per fragment: nothing to write validates the reads
+//! (checks only); one fragment applies its batch on its owner (one record, one fdatasync);
+//! several fragments go through two-phase commit with the coordinator on executor 0. An
+//! autocommit write statement that touches one fragment runs there directly (evaluate and
+//! apply without an `.await` in between); one that touches several is a transaction of one
+//! through the same commit path, so it is atomic across fragments and executors.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -18,10 +24,14 @@ use query::plan::{CollectionName, Statement};
 use query::{Datum, PlacedDocument, SqlType};
 use router::{FragmentId, Placement, RoutePlan, ShardRange};
 
-use super::core::{Core, FragmentRow, Target, WriteOutcome};
+use super::coordinator::fault;
+use super::core::{Core, FragmentRow, SessionTxnRow, Target, TxCounters, TxnTarget, WriteOutcome};
 use super::error::EngineError;
+use super::limits::{TXN_AUTOCOMMIT_ATTEMPTS_MAX, TXN_FRAGMENT_OPS_MAX};
 use super::shared::CatalogView;
+use super::txn::Txn;
 use crate::catalog::CollectionEntry;
+use crate::pg::error::Notice;
 use crate::pg::sqlstate::{SqlState, engine_error};
 use crate::pg::{
     Column, CommandTag, Description, Engine, Format, Oid, Params, PgError, RowSink,
@@ -36,11 +46,31 @@ pub struct Prepared {
     param_types: Vec<SqlType>,
 }
 
+/// Where a session is with respect to transaction blocks.
+enum Block {
+    /// Autocommit: every statement is its own transaction.
+    Idle,
+    /// Between BEGIN and COMMIT.
+    Open(Txn),
+    /// A statement of the block failed: everything but ROLLBACK (or COMMIT) is refused.
+    Failed(Txn),
+}
+
 /// One client connection's engine.
 pub struct Session {
     core: Rc<Core>,
     ctx: ExecutorContext<Core>,
     settings: BTreeMap<String, String>,
+    block: Block,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Block::Open(t) | Block::Failed(t) = &self.block {
+            self.core.set_session_txn(t.number, None);
+            self.core.count_tx(|c| c.aborts += 1);
+        }
+    }
 }
 
 /// Rows of a statement's result before they are written to the client.
@@ -68,7 +98,7 @@ impl Drop for Running {
 impl Session {
     /// A session on the executor owning `core`.
     pub fn new(core: Rc<Core>, ctx: ExecutorContext<Core>) -> Session {
-        Session { core, ctx, settings: BTreeMap::new() }
+        Session { core, ctx, settings: BTreeMap::new(), block: Block::Idle }
     }
 
     fn prepared(&self, statement: Statement, client_types: &[Oid]) -> Prepared {
@@ -90,6 +120,21 @@ impl Session {
     }
 
     fn result_columns(&self, statement: &Statement) -> Option<Vec<Column>> {
+        if let Statement::Show { name } = statement
+            && name.eq_ignore_ascii_case(TRANSACTIONS)
+        {
+            return Some(vec![
+                Column::new("id", Oid::TEXT),
+                Column::new("state", Oid::TEXT),
+                Column::new("participants", Oid::TEXT),
+                Column::new("age_ms", Oid::INT8),
+            ]);
+        }
+        if let Statement::Show { name } = statement
+            && name.eq_ignore_ascii_case(TRANSACTION_COUNTERS)
+        {
+            return Some(vec![Column::new("counter", Oid::TEXT), Column::new("value", Oid::INT8)]);
+        }
         if let Statement::Show { name } = statement
             && name == FRAGMENT_COUNTERS
         {
@@ -127,10 +172,26 @@ impl Session {
                 let n = write_rows(sink, &result.rows).await?;
                 Ok(CommandTag::with_rows("SELECT", n))
             }
+            Statement::Select(_) if matches!(self.block, Block::Open(_)) => {
+                let rows = self.txn_select(&statement).await?;
+                let n = write_rows(sink, &rows).await?;
+                Ok(CommandTag::with_rows("SELECT", n))
+            }
             Statement::Select(_) => {
                 let (rows, _) = self.select(&statement).await?;
                 let n = write_rows(sink, &rows).await?;
                 Ok(CommandTag::with_rows("SELECT", n))
+            }
+            Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
+                if matches!(self.block, Block::Open(_)) =>
+            {
+                let outcome = self.txn_write(&statement).await?;
+                write_rows(sink, &outcome.returning).await?;
+                Ok(match &*statement {
+                    Statement::Insert(_) => CommandTag::insert(outcome.affected),
+                    Statement::Update(_) => CommandTag::with_rows("UPDATE", outcome.affected),
+                    _ => CommandTag::with_rows("DELETE", outcome.affected),
+                })
             }
             Statement::Insert(_) => {
                 let outcome = self.write(&statement).await?;
@@ -204,6 +265,27 @@ impl Session {
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("SHOW"))
             }
+            Statement::Show { name } if name.eq_ignore_ascii_case(TRANSACTIONS) => {
+                let rows = self.transaction_rows().await?;
+                write_rows(sink, &rows).await?;
+                Ok(CommandTag::new("SHOW"))
+            }
+            Statement::Show { name } if name.eq_ignore_ascii_case(TRANSACTION_COUNTERS) => {
+                let c = self.transaction_counters().await?;
+                let n = |v: u64| Datum::Int8(i64::try_from(v).unwrap_or(i64::MAX));
+                let rows: Rows = [
+                    ("fast_path_commits", c.fast_path_commits),
+                    ("two_phase_commits", c.two_phase_commits),
+                    ("read_only_commits", c.read_only_commits),
+                    ("aborts", c.aborts),
+                    ("conflicts", c.conflicts),
+                ]
+                .into_iter()
+                .map(|(k, v)| vec![Datum::Text(k.to_owned()), n(v)])
+                .collect();
+                write_rows(sink, &rows).await?;
+                Ok(CommandTag::new("SHOW"))
+            }
             Statement::Show { name } if name == FRAGMENT_COUNTERS => {
                 let rows = self
                     .fragment_rows()
@@ -231,11 +313,56 @@ impl Session {
                 self.settings.insert(name.clone(), value.clone());
                 Ok(CommandTag::new("SET"))
             }
-            Statement::Begin | Statement::Commit | Statement::Rollback => {
-                Err(EngineError::NotSupported {
-                    what: "BEGIN / COMMIT / ROLLBACK (transaction blocks)",
-                    hint: "run each statement on its own (autocommit); every statement commits durably",
-                })
+            Statement::Begin => {
+                match &self.block {
+                    Block::Idle => {
+                        let txn = Txn::new(self.core.next_session_txn());
+                        self.publish(&txn, "active");
+                        self.block = Block::Open(txn);
+                    }
+                    Block::Open(_) | Block::Failed(_) => sink.notice(
+                        &Notice::warning("there is already a transaction in progress")
+                            .with_code(SqlState::ACTIVE_SQL_TRANSACTION),
+                    ),
+                }
+                Ok(CommandTag::new("BEGIN"))
+            }
+            Statement::Commit => match std::mem::replace(&mut self.block, Block::Idle) {
+                Block::Idle => {
+                    sink.notice(
+                        &Notice::warning("there is no transaction in progress")
+                            .with_code(SqlState::NO_ACTIVE_SQL_TRANSACTION),
+                    );
+                    Ok(CommandTag::new("COMMIT"))
+                }
+                Block::Failed(txn) => {
+                    // As in PostgreSQL: COMMIT of a failed block rolls it back.
+                    self.core.set_session_txn(txn.number, None);
+                    self.core.count_tx(|c| c.aborts += 1);
+                    Ok(CommandTag::new("ROLLBACK"))
+                }
+                Block::Open(txn) => {
+                    self.publish(&txn, "committing");
+                    let result = self.commit_txn(&txn).await;
+                    self.core.set_session_txn(txn.number, None);
+                    if result.is_err() {
+                        self.core.count_tx(|c| c.aborts += 1);
+                    }
+                    result.map(|()| CommandTag::new("COMMIT"))
+                }
+            },
+            Statement::Rollback => {
+                match std::mem::replace(&mut self.block, Block::Idle) {
+                    Block::Idle => sink.notice(
+                        &Notice::warning("there is no transaction in progress")
+                            .with_code(SqlState::NO_ACTIVE_SQL_TRANSACTION),
+                    ),
+                    Block::Open(txn) | Block::Failed(txn) => {
+                        self.core.set_session_txn(txn.number, None);
+                        self.core.count_tx(|c| c.aborts += 1);
+                    }
+                }
+                Ok(CommandTag::new("ROLLBACK"))
             }
         }
     }
@@ -314,6 +441,9 @@ impl Session {
 
     async fn write(&self, statement: &Arc<Statement>) -> Result<WriteOutcome, EngineError> {
         let catalog = self.core.shared().catalog();
+        if self.fragment_count(statement, &catalog)? > 1 {
+            return self.autocommit_txn(statement).await;
+        }
         let outcomes = match &**statement {
             Statement::Insert(insert) => {
                 let config = catalog.config(insert.collection.as_str());
@@ -350,6 +480,415 @@ impl Session {
             total.analysis.extend(o.analysis);
         }
         Ok(total)
+    }
+
+    /// Fragments a write statement touches.
+    fn fragment_count(
+        &self,
+        statement: &Arc<Statement>,
+        catalog: &CatalogView,
+    ) -> Result<usize, EngineError> {
+        Ok(match &**statement {
+            Statement::Insert(insert) => {
+                let config = catalog.config(insert.collection.as_str());
+                self.place(insert, config)?.values().map(Vec::len).sum()
+            }
+            _ => self.route(statement, catalog).map_or(0, |(_, g)| g.values().map(Vec::len).sum()),
+        })
+    }
+
+    /// An autocommit write over several fragments: a transaction of one statement through the
+    /// commit path (atomic across fragments and executors), run again on a conflict. Only the
+    /// documents it writes are validated, as when it runs on one fragment.
+    async fn autocommit_txn(
+        &self,
+        statement: &Arc<Statement>,
+    ) -> Result<WriteOutcome, EngineError> {
+        let mut attempt = 1;
+        loop {
+            let mut txn = Txn::new(0);
+            let outcome = self.txn_statement(&mut txn, statement, false).await?;
+            match self.commit_txn(&txn).await {
+                Ok(()) => return Ok(outcome),
+                Err(EngineError::TxnConflict { .. }) if attempt < TXN_AUTOCOMMIT_ATTEMPTS_MAX => {
+                    attempt += 1;
+                    tracing::debug!(attempt, "autocommit transaction conflicted; re-running");
+                }
+                Err(EngineError::TxnConflict { .. }) => {
+                    return Err(EngineError::Contention { attempts: attempt });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Publishes this session's open block for SHOW TRANSACTIONS.
+    fn publish(&self, txn: &Txn, state: &'static str) {
+        self.core.set_session_txn(
+            txn.number,
+            Some(SessionTxnRow {
+                state,
+                fragments: txn.fragments.keys().copied().collect(),
+                since: txn.started,
+            }),
+        );
+    }
+
+    fn open_txn(&mut self) -> Result<&mut Txn, EngineError> {
+        match &mut self.block {
+            Block::Open(txn) => Ok(txn),
+            _ => Err(internal("transaction statement outside a block")),
+        }
+    }
+
+    /// A SELECT inside the block: through the buffer, recording versions read.
+    async fn txn_select(&mut self, statement: &Arc<Statement>) -> Result<Rows, EngineError> {
+        let Statement::Select(select) = &**statement else {
+            return Err(internal("txn_select() of a non-SELECT"));
+        };
+        let catalog = self.core.shared().catalog();
+        let groups = self.route(statement, &catalog).map(|(_, g)| g).unwrap_or_default();
+        let txn = self.open_txn()?;
+        let groups = with_writes(txn, groups);
+        let results = self
+            .fan_out(groups, statement, |core, stmt, targets| async move {
+                match &*stmt {
+                    Statement::Select(s) => core.txn_select(s, &targets),
+                    _ => Err(internal("select share of a non-SELECT")),
+                }
+            })
+            .await?;
+        let collection =
+            select.collection.as_ref().map(|c| c.as_str().to_owned()).unwrap_or_default();
+        let txn = self.open_txn()?;
+        let mut partials = Vec::new();
+        for (p, reads) in results {
+            partials.extend(p);
+            for (fragment, r) in reads {
+                txn.absorb(fragment, &collection, r, Vec::new())?;
+            }
+        }
+        let merged = query::merge(select, partials)?;
+        let txn = self.open_txn()?;
+        let row_txn = (txn.number, txn.fragments.keys().copied().collect(), txn.started);
+        self.core.set_session_txn(
+            row_txn.0,
+            Some(SessionTxnRow { state: "active", fragments: row_txn.1, since: row_txn.2 }),
+        );
+        Ok(merged.rows)
+    }
+
+    /// A write inside the block: evaluated through the buffer, buffered.
+    async fn txn_write(&mut self, statement: &Arc<Statement>) -> Result<WriteOutcome, EngineError> {
+        let Block::Open(mut txn) = std::mem::replace(&mut self.block, Block::Idle) else {
+            return Err(internal("txn_write() outside a block"));
+        };
+        let result = self.txn_statement(&mut txn, statement, true).await;
+        self.publish(&txn, "active");
+        self.block = Block::Open(txn);
+        result
+    }
+
+    /// Runs a write statement into `txn`'s buffer on every fragment it touches. With
+    /// `keep_reads`, the versions of documents read but not written are recorded too.
+    async fn txn_statement(
+        &self,
+        txn: &mut Txn,
+        statement: &Arc<Statement>,
+        keep_reads: bool,
+    ) -> Result<WriteOutcome, EngineError> {
+        let catalog = self.core.shared().catalog();
+        let (collection, groups) = match &**statement {
+            Statement::Insert(insert) => {
+                let config = catalog.config(insert.collection.as_str());
+                let placed = self.place(insert, config)?;
+                let groups: BTreeMap<ExecutorIndex, Vec<TxnTarget>> = placed
+                    .into_iter()
+                    .map(|(e, list)| {
+                        let targets = list
+                            .into_iter()
+                            .map(|(fragment, docs)| TxnTarget {
+                                fragment,
+                                ranges: Vec::new(),
+                                docs,
+                                writes: txn.writes_of(fragment),
+                            })
+                            .collect();
+                        (e, targets)
+                    })
+                    .collect();
+                (insert.collection.as_str().to_owned(), groups)
+            }
+            Statement::Update(_) | Statement::Delete(_) => {
+                let collection =
+                    collection_of(statement).map(|c| c.as_str().to_owned()).unwrap_or_default();
+                let groups = self.route(statement, &catalog).map(|(_, g)| g).unwrap_or_default();
+                (collection, with_writes(txn, groups))
+            }
+            _ => return Err(internal("txn_statement() of a non-write")),
+        };
+        let with = (Arc::clone(statement), catalog);
+        let shares = self
+            .fan_out(groups, &with, |core, (stmt, view), targets| async move {
+                let config = collection_of(&stmt).and_then(|c| view.config(c.as_str()));
+                core.txn_write(&stmt, &targets, config)
+            })
+            .await?;
+        let mut outcome = WriteOutcome::default();
+        for share in shares.into_iter().flatten() {
+            outcome.affected += share.intents.len() as u64;
+            outcome.returning.extend(share.returning);
+            let reads = if keep_reads { share.reads } else { Vec::new() };
+            txn.absorb(share.fragment, &collection, reads, share.intents)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Commits a transaction: validates reads (nothing written), applies one fragment's batch
+    /// (fast path) or runs two-phase commit. `TxnConflict` means nothing was applied.
+    async fn commit_txn(&self, txn: &Txn) -> Result<(), EngineError> {
+        let batches = txn.batches();
+        let writes = batches.values().any(|b| b.writes() > 0);
+        let map = &self.core.shared().map;
+        let mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>> =
+            BTreeMap::new();
+        let count = batches.len();
+        for (fragment, batch) in batches {
+            let owner = map.owner_of(fragment).ok_or_else(|| internal("fragment without owner"))?;
+            groups
+                .entry(ExecutorIndex::new(owner.executor.0 as usize))
+                .or_default()
+                .push((fragment, batch));
+        }
+        if count == 0 {
+            self.core.count_tx(|c| c.read_only_commits += 1);
+            return Ok(());
+        }
+        if !writes || count == 1 {
+            // Checks only (validated in slices: each check stands on its own once every read
+            // is done), or the fast path: one fragment, one batch, one fdatasync.
+            self.fan_out(groups, &(), |core, (), list| async move {
+                for (fragment, batch) in list {
+                    if batch.writes() > 0 {
+                        core.apply_txn(fragment, batch).await?;
+                        continue;
+                    }
+                    for slice in batch.ops().chunks(TXN_FRAGMENT_OPS_MAX) {
+                        let mut part = storage::WriteBatch::new();
+                        for op in slice {
+                            part.push(op.clone());
+                        }
+                        core.apply_txn(fragment, part).await?;
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+            if writes {
+                self.core.count_tx(|c| c.fast_path_commits += 1);
+            } else {
+                self.core.count_tx(|c| c.read_only_commits += 1);
+            }
+            return Ok(());
+        }
+        self.two_phase(groups).await
+    }
+
+    /// Two-phase commit over the participants in `groups` (one mesh call per executor per
+    /// phase). The COMMIT decision's fdatasync is the commit point; the writes are visible on
+    /// every participant before this returns, their Commit records become durable after.
+    async fn two_phase(
+        &self,
+        groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>>,
+    ) -> Result<(), EngineError> {
+        let shared = Arc::clone(self.core.shared());
+        let txid = shared.txn.next_txid();
+        let participants: Vec<(ExecutorIndex, Vec<FragmentId>)> =
+            groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
+        let fragments: Vec<FragmentId> =
+            participants.iter().flat_map(|(_, f)| f.iter().copied()).collect();
+        let prepared =
+            self.fan_out(groups, &txid, |core, txid, list| async move {
+                core.prepare_txn(txid, list).await
+            })
+            .await;
+        if let Err(e) = prepared {
+            self.phase_two(txid, &participants, false).await;
+            return Err(e);
+        }
+        let commit = self.decide(txid, fragments, participants.len()).await?;
+        if commit {
+            fault::decided();
+        }
+        self.phase_two(txid, &participants, commit).await;
+        if commit {
+            self.core.count_tx(|c| c.two_phase_commits += 1);
+            Ok(())
+        } else {
+            Err(EngineError::TxnAborted)
+        }
+    }
+
+    /// Sends the outcome to every participant executor and waits until the writes are
+    /// visible (a commit) or the prepares are aborted; Commit records finish in the background.
+    async fn phase_two(
+        &self,
+        txid: storage::TxId,
+        participants: &[(ExecutorIndex, Vec<FragmentId>)],
+        commit: bool,
+    ) {
+        let (tx, rx) = flume::bounded(participants.len());
+        let (done_tx, done_rx) = flume::bounded(participants.len());
+        for (executor, fragments) in participants {
+            let (fragments, visible, done) = (fragments.clone(), tx.clone(), done_tx.clone());
+            // Detached: the Commit records finish even if this session goes away meanwhile.
+            if *executor == self.core.index() {
+                let core = Rc::clone(&self.core);
+                glommio::spawn_local(async move {
+                    core.finish_txn(txid, fragments, commit, Some(visible)).await;
+                    let _ = done.send(());
+                })
+                .detach();
+            } else {
+                let mesh = self.ctx.mesh.clone();
+                let executor = *executor;
+                glommio::spawn_local(async move {
+                    let _ = mesh
+                        .call(executor, move |core| async move {
+                            core.finish_txn(txid, fragments, commit, Some(visible)).await;
+                        })
+                        .await;
+                    let _ = done.send(());
+                })
+                .detach();
+            }
+        }
+        drop(tx);
+        drop(done_tx);
+        // A commit is acknowledged once visible everywhere; an abort once the holds are gone
+        // everywhere, so a retry does not run into them.
+        for _ in participants {
+            let ok = if commit {
+                rx.recv_async().await.is_ok()
+            } else {
+                done_rx.recv_async().await.is_ok()
+            };
+            if !ok {
+                break;
+            }
+        }
+    }
+
+    /// Asks the coordinator (executor 0) to record COMMIT for `txid`; returns the decision in
+    /// force once durable (an ABORT recorded by the timeout wins).
+    async fn decide(
+        &self,
+        txid: storage::TxId,
+        fragments: Vec<FragmentId>,
+        executors: usize,
+    ) -> Result<bool, EngineError> {
+        let shared = Arc::clone(self.core.shared());
+        if let Some(c) = self.core.coordinator() {
+            return c.decide(shared.txn.two_phase_gate(), txid, true, &fragments, executors).await;
+        }
+        self.ctx
+            .mesh
+            .call(ExecutorIndex::new(0), move |core| async move {
+                match core.coordinator() {
+                    Some(c) => {
+                        c.decide(shared.txn.two_phase_gate(), txid, true, &fragments, executors)
+                            .await
+                    }
+                    None => Err(internal("executor 0 has no coordinator")),
+                }
+            })
+            .await?
+    }
+
+    async fn transaction_counters(&self) -> Result<TxCounters, EngineError> {
+        let mut groups: BTreeMap<ExecutorIndex, Vec<()>> = BTreeMap::new();
+        for i in 0..self.ctx.mesh.len() {
+            groups.insert(ExecutorIndex::new(i), vec![()]);
+        }
+        let all =
+            self.fan_out(groups, &(), |core, (), _| async move { Ok(core.tx_counters()) }).await?;
+        let mut sum = TxCounters::default();
+        for c in all {
+            sum.fast_path_commits += c.fast_path_commits;
+            sum.two_phase_commits += c.two_phase_commits;
+            sum.read_only_commits += c.read_only_commits;
+            sum.aborts += c.aborts;
+            sum.conflicts += c.conflicts;
+        }
+        Ok(sum)
+    }
+
+    async fn transaction_rows(&self) -> Result<Rows, EngineError> {
+        let mut groups: BTreeMap<ExecutorIndex, Vec<()>> = BTreeMap::new();
+        for i in 0..self.ctx.mesh.len() {
+            groups.insert(ExecutorIndex::new(i), vec![()]);
+        }
+        let all = self
+            .fan_out(groups, &(), |core, (), _| async move {
+                let (sessions, prepared, decisions) = core.txn_rows();
+                let index = core.index();
+                let sessions: Vec<(String, String, Vec<FragmentId>, u128)> = sessions
+                    .into_iter()
+                    .map(|(n, r)| {
+                        (
+                            format!("{index}/{n}"),
+                            r.state.to_owned(),
+                            r.fragments,
+                            r.since.elapsed().as_millis(),
+                        )
+                    })
+                    .collect();
+                let prepared: Vec<(String, String, Vec<FragmentId>, u128)> = prepared
+                    .into_iter()
+                    .map(|(t, p)| {
+                        let state = if p.finishing { "finishing" } else { "prepared" };
+                        (
+                            t.to_string(),
+                            state.to_owned(),
+                            p.fragments,
+                            p.since.elapsed().as_millis(),
+                        )
+                    })
+                    .collect();
+                let decisions: Vec<(String, String, Vec<FragmentId>, u128)> = decisions
+                    .into_iter()
+                    .map(|d| {
+                        let state = if d.commit { "committed (applying)" } else { "aborted" };
+                        (d.txid.to_string(), state.to_owned(), d.fragments, d.age.as_millis())
+                    })
+                    .collect();
+                Ok((sessions, prepared, decisions))
+            })
+            .await?;
+        // Prepared rows of one transaction on several executors become one row.
+        let mut merged: BTreeMap<(String, String), (Vec<FragmentId>, u128)> = BTreeMap::new();
+        for (sessions, prepared, decisions) in all {
+            for (id, state, fragments, age) in sessions.into_iter().chain(prepared).chain(decisions)
+            {
+                let entry = merged.entry((id, state)).or_insert((Vec::new(), 0));
+                entry.0.extend(fragments);
+                entry.1 = entry.1.max(age);
+            }
+        }
+        Ok(merged
+            .into_iter()
+            .map(|((id, state), (mut fragments, age))| {
+                fragments.sort();
+                fragments.dedup();
+                let list: Vec<String> = fragments.iter().map(ToString::to_string).collect();
+                vec![
+                    Datum::Text(id),
+                    Datum::Text(state),
+                    Datum::Text(list.join(",")),
+                    Datum::Int8(i64::try_from(age).unwrap_or(i64::MAX)),
+                ]
+            })
+            .collect())
     }
 
     /// Final ids and shards of an INSERT's documents, grouped by executor and fragment.
@@ -502,6 +1041,14 @@ impl Session {
                     Some(self.select(&statement).await?.1)
                 }
                 Statement::Select(_) => Some(Vec::new()),
+                Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
+                    if !matches!(self.block, Block::Idle) =>
+                {
+                    return Err(EngineError::NotSupported {
+                        what: "EXPLAIN ANALYZE of a write inside a transaction block",
+                        hint: "run it outside BEGIN … COMMIT",
+                    });
+                }
                 // As in PostgreSQL, EXPLAIN ANALYZE of a write performs the write.
                 Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
                     let mut analysis = self.write(&statement).await?.analysis;
@@ -571,6 +1118,13 @@ impl Session {
     }
 }
 
+/// `SHOW TRANSACTIONS`: open transaction blocks, prepared transactions and coordinator
+/// decisions not yet applied everywhere, across executors.
+pub const TRANSACTIONS: &str = "transactions";
+
+/// `SHOW transaction_counters`: the executors' [`TxCounters`], summed.
+pub const TRANSACTION_COUNTERS: &str = "transaction_counters";
+
 /// `SHOW fragment_counters`: statements and rows scanned per fragment since start, the
 /// evidence that routing sent a statement only where it had to.
 pub const FRAGMENT_COUNTERS: &str = "fragment_counters";
@@ -606,12 +1160,39 @@ impl Engine for Session {
             ));
         }
         let _running = Running::start(self.core.shared());
-        let bound = self.bind(statement, params).map_err(|e| engine_error(&e))?;
-        self.run(bound, sink).await.map_err(|e| engine_error(&e))
+        let ends_block = matches!(
+            &*statement.statement,
+            Statement::Begin | Statement::Commit | Statement::Rollback
+        );
+        if let Block::Failed(_) = self.block
+            && !ends_block
+            && !matches!(&*statement.statement, Statement::Show { .. } | Statement::Set { .. })
+        {
+            return Err(PgError::new(
+                SqlState::IN_FAILED_SQL_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        let result = match self.bind(statement, params) {
+            Ok(bound) => self.run(bound, sink).await,
+            Err(e) => Err(e),
+        };
+        if result.is_err()
+            && let Block::Open(_) = self.block
+            && let Block::Open(txn) = std::mem::replace(&mut self.block, Block::Idle)
+        {
+            self.publish(&txn, "failed");
+            self.block = Block::Failed(txn);
+        }
+        result.map_err(|e| engine_error(&e))
     }
 
     fn transaction_status(&self) -> TransactionStatus {
-        TransactionStatus::Idle
+        match self.block {
+            Block::Idle => TransactionStatus::Idle,
+            Block::Open(_) => TransactionStatus::InTransaction,
+            Block::Failed(_) => TransactionStatus::Failed,
+        }
     }
 }
 
@@ -633,6 +1214,28 @@ fn collection_of(statement: &Statement) -> Option<&CollectionName> {
         Statement::Delete(d) => Some(&d.collection),
         _ => None,
     }
+}
+
+/// Routed targets with the transaction's buffered writes of each fragment.
+fn with_writes(
+    txn: &Txn,
+    groups: BTreeMap<ExecutorIndex, Vec<Target>>,
+) -> BTreeMap<ExecutorIndex, Vec<TxnTarget>> {
+    groups
+        .into_iter()
+        .map(|(e, targets)| {
+            let targets = targets
+                .into_iter()
+                .map(|t| TxnTarget {
+                    writes: txn.writes_of(t.fragment),
+                    fragment: t.fragment,
+                    ranges: t.ranges,
+                    docs: Vec::new(),
+                })
+                .collect();
+            (e, targets)
+        })
+        .collect()
 }
 
 /// The parts of `ranges` inside `within`.

@@ -57,6 +57,8 @@ pub struct Shared {
     /// Statements running anywhere in the node; shutdown waits for zero before closing
     /// fragments. Touched twice per statement, never per row.
     pub statements_running: AtomicUsize,
+    /// Transaction ids, recovered decisions and the two-phase-commit gate.
+    pub txn: super::coordinator::TxnShared,
     catalog: RwLock<Arc<CatalogView>>,
 }
 
@@ -67,8 +69,15 @@ impl Shared {
             map,
             data_dir,
             statements_running: AtomicUsize::new(0),
+            txn: super::coordinator::TxnShared::default(),
             catalog: RwLock::new(Arc::new(catalog)),
         }
+    }
+
+    /// The gate a backup holds to pause new two-phase-commit decisions (see
+    /// [`super::TwoPhaseGate`]): `let _pause = shared.two_phase_gate().pause().await;`.
+    pub fn two_phase_gate(&self) -> &super::coordinator::TwoPhaseGate {
+        self.txn.two_phase_gate()
     }
 
     /// The current catalog snapshot.

@@ -163,6 +163,12 @@ impl Notice {
         Notice { severity: "WARNING", code: SqlState::WARNING, message: message.into(), hint: None }
     }
 
+    /// Sets the SQLSTATE (a WARNING's class-25 code, say).
+    pub fn with_code(mut self, code: SqlState) -> Notice {
+        self.code = code;
+        self
+    }
+
     /// Adds a hint.
     pub fn with_hint(mut self, hint: impl Into<String>) -> Notice {
         self.hint = Some(hint.into());

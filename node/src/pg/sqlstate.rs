@@ -69,6 +69,12 @@ impl SqlState {
     pub const INVALID_CATALOG_NAME: SqlState = SqlState::of(b"3D000");
     /// 40001 serialization_failure: a transaction conflict; retry the transaction.
     pub const SERIALIZATION_FAILURE: SqlState = SqlState::of(b"40001");
+    /// BEGIN inside a transaction block (a warning).
+    pub const ACTIVE_SQL_TRANSACTION: SqlState = SqlState::of(b"25001");
+    /// COMMIT or ROLLBACK outside a transaction block (a warning).
+    pub const NO_ACTIVE_SQL_TRANSACTION: SqlState = SqlState::of(b"25P01");
+    /// A statement in a failed transaction block.
+    pub const IN_FAILED_SQL_TRANSACTION: SqlState = SqlState::of(b"25P02");
     /// 42601 syntax_error.
     pub const SYNTAX_ERROR: SqlState = SqlState::of(b"42601");
     /// 42P05 duplicate_prepared_statement.
@@ -170,6 +176,10 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
         E::UnknownSetting(_) => SqlState::UNDEFINED_OBJECT,
         E::Wire(_) => SqlState::CONNECTION_FAILURE,
         E::Cancelled => SqlState::QUERY_CANCELED,
+        E::TxnConflict { .. } => SqlState::SERIALIZATION_FAILURE,
+        E::TxnAborted => SqlState::SERIALIZATION_FAILURE,
+        E::TxnLimit { .. } => SqlState::PROGRAM_LIMIT_EXCEEDED,
+        E::Journal(_) => SqlState::IO_ERROR,
     };
     let mut pg = super::PgError::new(code, error.to_string());
     if let E::Plan(query::PlanError::Syntax { position, .. }) = error {
@@ -207,6 +217,7 @@ fn hint(error: &crate::engine::EngineError) -> Option<&'static str> {
         E::Contention { .. } | E::Append(storage::AppendError::Conflict { .. }) => {
             Some("retry the statement")
         }
+        E::TxnConflict { .. } | E::TxnAborted => Some("retry the transaction"),
         E::Exec(e) if e.category() == query::ExecErrorCategory::DuplicateId => {
             Some("use INSERT … ON CONFLICT (id) DO UPDATE or DO NOTHING to write over it")
         }

@@ -15,12 +15,25 @@ def main(port: int) -> None:
     )
     cur = conn.cursor()
 
-    # Transaction blocks are not supported yet: BEGIN is 0A000, and the session goes on.
+    # Transaction blocks: psycopg follows the status byte of ReadyForQuery (I, T, E).
+    with conn.transaction():
+        cur.execute("INSERT INTO pytx VALUES ('a', '{\"v\": 1}')")
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     try:
-        cur.execute("BEGIN")
-        raise AssertionError("BEGIN must fail")
-    except psycopg.errors.FeatureNotSupported as e:
-        assert e.sqlstate == "0A000", e.sqlstate
+        with conn.transaction():
+            cur.execute("INSERT INTO pytx VALUES ('b', '{\"v\": 2}')")
+            try:
+                cur.execute("INSERT INTO pytx VALUES ('a', '{\"v\": 3}')")
+            except psycopg.errors.UniqueViolation:
+                assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+                raise
+        raise AssertionError("the duplicate must fail")
+    except psycopg.errors.UniqueViolation:
+        pass
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    cur.execute("SELECT count(*) FROM pytx")
+    assert cur.fetchone() == (1,)
     cur.execute("SELECT 1")
     assert cur.fetchone() == (1,)
 

@@ -1,0 +1,411 @@
+//! The two-phase-commit coordinator: a durable log of decisions on executor 0, the gate a
+//! backup holds to pause new decisions, and the test-only fault hook.
+//!
+//! A decision record names a transaction, its outcome and its participant fragments (JSON in a
+//! `storage::journal::Journal` under `<data-dir>/coordinator/`; storage knows nothing of what it
+//! holds). The COMMIT record's fdatasync is a cross-fragment transaction's commit point: the
+//! client is acknowledged only after it, and participants make the writes visible only after
+//! it. No record means abort. A timeout that resolves an undecided transaction records ABORT
+//! first, so a session that wakes up late finds the abort instead of committing.
+//!
+//! The journal forgets a COMMIT only once every participant executor reported its Commit
+//! records durable (`finished`); an ABORT recorded by a timeout is remembered for
+//! `COORDINATOR_ABORT_MEMORY`.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError, RwLock};
+use std::task::{Poll, Waker};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use router::FragmentId;
+use serde::{Deserialize, Serialize};
+use storage::{Journal, JournalError, TxId};
+
+use super::error::EngineError;
+use super::limits::{COORDINATOR_ABORT_MEMORY, COORDINATOR_JOURNAL_BYTES_MAX};
+
+/// Where the coordinator keeps its journal, under the data directory.
+pub const COORDINATOR_DIR: &str = "coordinator";
+
+/// One decision as stored in the journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// The transaction.
+    pub tx: u64,
+    /// Commit (`true`) or abort.
+    pub commit: bool,
+    /// Participant fragments.
+    pub fragments: Vec<u32>,
+}
+
+impl DecisionRecord {
+    fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    fn decode(bytes: &[u8]) -> Option<DecisionRecord> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+/// Node-wide transaction state every executor reads.
+#[derive(Debug, Default)]
+pub struct TxnShared {
+    next_txid: AtomicU64,
+    recovered: RwLock<BTreeMap<TxId, bool>>,
+    gate: TwoPhaseGate,
+}
+
+impl TxnShared {
+    /// A fresh transaction id: unique in this process, and above every id of earlier runs
+    /// (they started from the clock of their own start, in microseconds, and the log's ids).
+    pub fn next_txid(&self) -> TxId {
+        let _ =
+            self.next_txid.compare_exchange(0, clock_micros(), Ordering::SeqCst, Ordering::SeqCst);
+        TxId::new(self.next_txid.fetch_add(1, Ordering::SeqCst))
+    }
+
+    /// Installs the decisions read from the coordinator journal at startup (before any
+    /// executor opens its fragments) and moves the id counter past them.
+    pub fn install_recovered(&self, decisions: BTreeMap<TxId, bool>) {
+        let floor = decisions.keys().last().map_or(0, |t| t.get() + 1).max(clock_micros());
+        self.next_txid.fetch_max(floor, Ordering::SeqCst);
+        *self.recovered.write().unwrap_or_else(PoisonError::into_inner) = decisions;
+    }
+
+    /// The recovered decision of `txid`: `true` only for a recorded COMMIT.
+    pub fn recovered_commit(&self, txid: TxId) -> bool {
+        self.recovered.read().unwrap_or_else(PoisonError::into_inner).get(&txid) == Some(&true)
+    }
+
+    /// The gate a backup holds to pause new two-phase-commit decisions.
+    pub fn two_phase_gate(&self) -> &TwoPhaseGate {
+        &self.gate
+    }
+}
+
+fn clock_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
+}
+
+/// Reads the coordinator's decisions from `<data_dir>/coordinator` (blocking; once, before
+/// the executors start).
+pub fn read_decisions(data_dir: &Path) -> Result<BTreeMap<TxId, bool>, JournalError> {
+    let records = storage::journal::read_dir_records(&data_dir.join(COORDINATOR_DIR))?;
+    let mut out = BTreeMap::new();
+    for r in records {
+        if let Some(d) = DecisionRecord::decode(&r) {
+            out.insert(TxId::new(d.tx), d.commit);
+        } else {
+            tracing::warn!(
+                bytes = r.len(),
+                "coordinator journal record is not a decision; ignored"
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Pauses new two-phase-commit decisions while held: a backup takes its cut of the fragments
+/// and the coordinator journal under [`TwoPhaseGate::pause`], so every transaction in the cut
+/// is either decided in the journal copy or undecided (and so aborted on restore). Usable from
+/// any executor (`Send + Sync`, wakers only).
+#[derive(Debug, Default)]
+pub struct TwoPhaseGate {
+    state: Mutex<GateState>,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    paused: bool,
+    deciding: usize,
+    waiters: Vec<Waker>,
+}
+
+/// Held while one decision is being recorded.
+#[derive(Debug)]
+pub struct DecisionPass<'g>(&'g TwoPhaseGate);
+
+/// Held by a backup: no decision is recorded until it is dropped.
+#[derive(Debug)]
+pub struct GatePause<'g>(&'g TwoPhaseGate);
+
+impl TwoPhaseGate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wake(&self) {
+        let waiters = std::mem::take(&mut self.lock().waiters);
+        for w in waiters {
+            w.wake();
+        }
+    }
+
+    /// Waits while a backup holds the gate, then lets one decision through.
+    pub async fn enter(&self) -> DecisionPass<'_> {
+        std::future::poll_fn(|cx| {
+            let mut st = self.lock();
+            if st.paused {
+                st.waiters.push(cx.waker().clone());
+                Poll::Pending
+            } else {
+                st.deciding += 1;
+                Poll::Ready(())
+            }
+        })
+        .await;
+        DecisionPass(self)
+    }
+
+    /// Stops new decisions and waits for those being recorded to finish. One pause at a time.
+    pub async fn pause(&self) -> GatePause<'_> {
+        std::future::poll_fn(|cx| {
+            let mut st = self.lock();
+            if st.paused {
+                st.waiters.push(cx.waker().clone());
+                Poll::Pending
+            } else {
+                st.paused = true;
+                Poll::Ready(())
+            }
+        })
+        .await;
+        std::future::poll_fn(|cx| {
+            let mut st = self.lock();
+            if st.deciding == 0 {
+                Poll::Ready(())
+            } else {
+                st.waiters.push(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await;
+        GatePause(self)
+    }
+}
+
+impl Drop for DecisionPass<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        st.deciding = st.deciding.saturating_sub(1);
+        drop(st);
+        self.0.wake();
+    }
+}
+
+impl Drop for GatePause<'_> {
+    fn drop(&mut self) {
+        self.0.lock().paused = false;
+        self.0.wake();
+    }
+}
+
+/// A decision the coordinator still needs.
+#[derive(Debug)]
+struct Kept {
+    commit: bool,
+    record: Vec<u8>,
+    /// Participant executors whose Commit records are not known durable yet.
+    outstanding: usize,
+    fragments: Vec<FragmentId>,
+    at: Instant,
+}
+
+/// One row of SHOW TRANSACTIONS from the coordinator.
+#[derive(Debug, Clone)]
+pub struct DecisionRow {
+    /// The transaction.
+    pub txid: TxId,
+    /// Its outcome.
+    pub commit: bool,
+    /// Participants.
+    pub fragments: Vec<FragmentId>,
+    /// Since the decision.
+    pub age: std::time::Duration,
+}
+
+/// The decision log, on executor 0.
+pub struct Coordinator {
+    journal: Journal,
+    kept: RefCell<BTreeMap<TxId, Kept>>,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator").finish_non_exhaustive()
+    }
+}
+
+impl Coordinator {
+    /// Opens the journal in `<data_dir>/coordinator`. Decisions recovered from it were already
+    /// applied by the executors' recovery (`TxnShared::install_recovered`), so none is kept.
+    pub async fn open(data_dir: &Path) -> Result<Coordinator, JournalError> {
+        let (journal, records) = Journal::open(&data_dir.join(COORDINATOR_DIR)).await?;
+        tracing::debug!(records = records.len(), "coordinator journal open");
+        Ok(Coordinator { journal, kept: RefCell::new(BTreeMap::new()) })
+    }
+
+    /// Records `commit` for `txid` unless a decision is already known (then that one stands)
+    /// and returns the decision in force, durable. `executors` participant executors will
+    /// each report `finished` after a commit.
+    pub async fn decide(
+        &self,
+        gate: &TwoPhaseGate,
+        txid: TxId,
+        commit: bool,
+        fragments: &[FragmentId],
+        executors: usize,
+    ) -> Result<bool, EngineError> {
+        let _pass = gate.enter().await;
+        let (decision, record) = {
+            let mut kept = self.kept.borrow_mut();
+            match kept.get(&txid) {
+                Some(k) => (k.commit, k.record.clone()),
+                None => {
+                    let record = DecisionRecord {
+                        tx: txid.get(),
+                        commit,
+                        fragments: fragments.iter().map(|f| f.get()).collect(),
+                    }
+                    .encode();
+                    kept.insert(
+                        txid,
+                        Kept {
+                            commit,
+                            record: record.clone(),
+                            outstanding: executors,
+                            fragments: fragments.to_vec(),
+                            at: Instant::now(),
+                        },
+                    );
+                    (commit, record)
+                }
+            }
+        };
+        // Appending the same record again for a known decision makes sure it is durable: the
+        // journal writes in order, so this append's fdatasync covers the first one.
+        self.journal.append(&record).await.map_err(EngineError::Journal)?;
+        Ok(decision)
+    }
+
+    /// One participant executor's Commit (or Abort) records of `txid` are durable.
+    pub async fn finished(&self, txid: TxId) {
+        {
+            let mut kept = self.kept.borrow_mut();
+            if let Some(k) = kept.get_mut(&txid)
+                && k.commit
+            {
+                k.outstanding = k.outstanding.saturating_sub(1);
+                if k.outstanding == 0 {
+                    kept.remove(&txid);
+                }
+            }
+        }
+        if self.journal.bytes() > COORDINATOR_JOURNAL_BYTES_MAX {
+            let keep: Vec<Vec<u8>> = {
+                let mut kept = self.kept.borrow_mut();
+                kept.retain(|_, k| k.commit || k.at.elapsed() < COORDINATOR_ABORT_MEMORY);
+                kept.values().map(|k| k.record.clone()).collect()
+            };
+            match self.journal.rewrite(&keep).await {
+                Ok(()) => tracing::debug!(kept = keep.len(), "coordinator journal rewritten"),
+                Err(e) => tracing::error!(error = %e, "coordinator journal rewrite failed"),
+            }
+        }
+    }
+
+    /// Decisions still held, for SHOW TRANSACTIONS.
+    pub fn rows(&self) -> Vec<DecisionRow> {
+        self.kept
+            .borrow()
+            .iter()
+            .map(|(txid, k)| DecisionRow {
+                txid: *txid,
+                commit: k.commit,
+                fragments: k.fragments.clone(),
+                age: k.at.elapsed(),
+            })
+            .collect()
+    }
+
+    /// Closes the journal.
+    pub async fn close(&self) {
+        self.journal.close().await;
+    }
+}
+
+/// Test-only crash points in two-phase commit, armed by the environment variable
+/// `TESSERA_FAULT` (never set in production): `2pc-after-prepare:<k>` aborts the process once
+/// `k` participant fragments have a durable PREPARE, `2pc-after-decision` right after a COMMIT
+/// decision is durable, `2pc-during-apply` once the first participant fragment's Commit record
+/// is durable. Compiled in so the end-to-end crash tests run the real binary.
+pub mod fault {
+    use super::*;
+
+    /// The crash points.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Fault {
+        /// After `k` durable prepares.
+        AfterPrepare(usize),
+        /// After a durable COMMIT decision.
+        AfterDecision,
+        /// After the first durable Commit record of a decided transaction.
+        DuringApply,
+    }
+
+    static ARMED: OnceLock<Option<Fault>> = OnceLock::new();
+    static PREPARED: AtomicUsize = AtomicUsize::new(0);
+
+    /// The armed fault, read once.
+    pub fn armed() -> Option<Fault> {
+        *ARMED.get_or_init(|| {
+            let v = std::env::var("TESSERA_FAULT").ok()?;
+            let fault = match v.as_str() {
+                "2pc-after-decision" => Some(Fault::AfterDecision),
+                "2pc-during-apply" => Some(Fault::DuringApply),
+                other => other
+                    .strip_prefix("2pc-after-prepare:")
+                    .and_then(|k| k.parse().ok())
+                    .map(Fault::AfterPrepare),
+            };
+            if fault.is_none() {
+                tracing::warn!(value = %v, "TESSERA_FAULT not understood; no fault armed");
+            }
+            fault
+        })
+    }
+
+    fn crash(point: &str) {
+        tracing::warn!(point, "TESSERA_FAULT: aborting the process (test-only fault hook)");
+        std::process::abort();
+    }
+
+    /// A participant fragment's PREPARE is durable.
+    pub fn prepared() {
+        if let Some(Fault::AfterPrepare(k)) = armed()
+            && PREPARED.fetch_add(1, Ordering::SeqCst) + 1 >= k
+        {
+            crash("2pc-after-prepare");
+        }
+    }
+
+    /// A COMMIT decision is durable.
+    pub fn decided() {
+        if armed() == Some(Fault::AfterDecision) {
+            crash("2pc-after-decision");
+        }
+    }
+
+    /// A participant fragment's Commit record is durable.
+    pub fn applied() {
+        if armed() == Some(Fault::DuringApply) {
+            crash("2pc-during-apply");
+        }
+    }
+}

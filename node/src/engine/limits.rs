@@ -1,0 +1,34 @@
+//! Bounds of transactions in the engine (unit and reason with each).
+
+use std::time::Duration;
+
+/// Documents one transaction may write (buffered in the session until COMMIT). Each one is a
+/// copy of the new document in memory; past this the statement fails with 54000.
+pub const TXN_WRITES_MAX: usize = 65_536;
+
+/// Read versions one transaction may record (every document a point read or a scan returned,
+/// validated at COMMIT). Past this the statement fails with 54000.
+pub const TXN_READS_MAX: usize = 262_144;
+
+/// Checks and writes of one transaction on one fragment at commit: one storage batch
+/// (storage's own `BATCH_OPS_MAX`). A read-only transaction validates in slices of this size.
+pub const TXN_FRAGMENT_OPS_MAX: usize = storage::limits::BATCH_OPS_MAX;
+
+/// How long a transaction may stay prepared on a participant before the timeout resolves it
+/// from the coordinator's log (abort, recorded first, when no decision is there). Far above a
+/// healthy commit's two fdatasyncs; reached when a session or an executor died mid-commit.
+pub const TXN_PREPARED_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often each executor looks for transactions prepared longer than the timeout.
+pub const TXN_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Coordinator journal size past which it is rewritten with only the decisions still needed
+/// (commits some participant has not made durable, recent aborts), in bytes.
+pub const COORDINATOR_JOURNAL_BYTES_MAX: u64 = 8 << 20;
+
+/// How long the coordinator remembers a timeout's ABORT decision, so a session that wakes up
+/// late cannot commit the transaction afterwards. Many timeouts long.
+pub const COORDINATOR_ABORT_MEMORY: Duration = Duration::from_secs(600);
+
+/// Times an autocommit statement spanning fragments is run again after its commit conflicted.
+pub const TXN_AUTOCOMMIT_ATTEMPTS_MAX: u32 = 16;

@@ -1,0 +1,443 @@
+//! A transaction's state in its session: buffered writes and recorded read versions, per
+//! fragment, and the overlay that lets the transaction read its own writes.
+//!
+//! Writes are buffered per fragment as the final state of each document (`Buffered`: the new
+//! document, or `None` for a delete) with the version it had in storage when the transaction
+//! first touched it (`base`). Each statement ships the buffer of the fragments it touches to
+//! their owners (an `Arc`, no copy) where an [`OverlayReader`] serves reads from the buffer
+//! first and from storage otherwise, recording the storage version of every document it
+//! returns. At commit, every fragment's buffer and reads become one storage batch: writes with
+//! their `base` as expected version, reads not overwritten as checks.
+//!
+//! **Phantoms:** a scan records the documents it returned, not the range it covered. A
+//! document inserted into a scanned range by another transaction after the scan is not seen
+//! at commit, so a transaction that decides from the absence of rows in a range (not a point
+//! read) is not protected against that insert. Point reads of missing documents are protected
+//! (an `ABSENT` check).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Instant;
+
+use query::plan::CollectionName;
+use query::{DocVersion, FragmentSource, SourceDoc, WriteIntent};
+use router::doc::{DocValue, ValueKind};
+use router::{FragmentId, ShardId, ShardRange};
+use storage::{ArchivedJsonValue, Version, WriteBatch};
+
+use super::error::EngineError;
+use super::limits::{TXN_READS_MAX, TXN_WRITES_MAX};
+use super::reader::FragmentReader;
+
+/// The version an overlay reports for a document buffered by the transaction itself; an
+/// intent carrying it refers to the buffered entry, whose `base` stays the storage version.
+pub const BUFFERED_VERSION: DocVersion = DocVersion::new(u64::MAX);
+
+/// A document key inside one fragment: collection and lower-cased id.
+pub type DocKey = (String, String);
+
+/// One buffered write: the document's final state in the transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffered {
+    /// The id as written.
+    pub id: String,
+    /// Its shard.
+    pub shard: ShardId,
+    /// Its storage version when the transaction first read it (`ABSENT`: it did not exist).
+    pub base: Version,
+    /// The new document, or `None` for a delete.
+    pub doc: Option<serde_json::Value>,
+}
+
+/// The buffered writes of one fragment, shipped to its owner with each statement.
+#[derive(Clone, Debug, Default)]
+pub struct FragmentWrites {
+    /// By key.
+    pub docs: BTreeMap<DocKey, Buffered>,
+}
+
+/// A storage version a statement read inside a transaction.
+#[derive(Clone, Debug)]
+pub struct ReadRecord {
+    /// Collection.
+    pub collection: String,
+    /// Lower-cased id.
+    pub key: String,
+    /// Id as read (or as asked, for a missing document).
+    pub id: String,
+    /// Shard.
+    pub shard: ShardId,
+    /// Version seen (`ABSENT`: not there).
+    pub version: Version,
+}
+
+/// One fragment's part of a transaction.
+#[derive(Clone, Debug, Default)]
+pub struct FragmentTxn {
+    /// First version read of each document read from storage.
+    pub reads: BTreeMap<DocKey, ReadRecord>,
+    /// Buffered writes.
+    pub writes: Arc<FragmentWrites>,
+}
+
+/// The state of an open transaction block (or of one autocommit statement's transaction).
+#[derive(Debug)]
+pub struct Txn {
+    /// Session-local number, for SHOW TRANSACTIONS.
+    pub number: u64,
+    /// When BEGIN ran.
+    pub started: Instant,
+    /// Per fragment touched.
+    pub fragments: BTreeMap<FragmentId, FragmentTxn>,
+    reads: usize,
+    writes: usize,
+}
+
+impl Txn {
+    /// An empty transaction.
+    pub fn new(number: u64) -> Txn {
+        Txn { number, started: Instant::now(), fragments: BTreeMap::new(), reads: 0, writes: 0 }
+    }
+
+    /// The buffer of `fragment` to ship with a statement (empty when untouched).
+    pub fn writes_of(&self, fragment: FragmentId) -> Option<Arc<FragmentWrites>> {
+        self.fragments.get(&fragment).map(|f| Arc::clone(&f.writes))
+    }
+
+    /// Whether any document is buffered.
+    pub fn has_writes(&self) -> bool {
+        self.writes > 0
+    }
+
+    /// Records what a statement read and wrote on one fragment.
+    pub fn absorb(
+        &mut self,
+        fragment: FragmentId,
+        collection: &str,
+        reads: Vec<ReadRecord>,
+        intents: Vec<WriteIntent>,
+    ) -> Result<(), EngineError> {
+        let f = self.fragments.entry(fragment).or_default();
+        for r in reads {
+            let key = (r.collection.clone(), r.key.clone());
+            if let std::collections::btree_map::Entry::Vacant(slot) = f.reads.entry(key) {
+                if self.reads >= TXN_READS_MAX {
+                    return Err(EngineError::TxnLimit {
+                        what: "documents read",
+                        max: TXN_READS_MAX,
+                    });
+                }
+                self.reads += 1;
+                slot.insert(r);
+            }
+        }
+        if intents.is_empty() {
+            return Ok(());
+        }
+        let writes = Arc::make_mut(&mut f.writes);
+        for intent in intents {
+            let (id, shard, read, doc) = match intent {
+                WriteIntent::Put { id, shard, version_read, doc } => {
+                    (id, shard, version_read, Some(doc))
+                }
+                WriteIntent::Delete { id, shard, version_read } => {
+                    (id, shard, Some(version_read), None)
+                }
+            };
+            let key = (collection.to_owned(), storage::doc_key(&id).into_owned());
+            match writes.docs.get_mut(&key) {
+                Some(entry) => {
+                    // Already buffered: the base stays the storage version first seen.
+                    entry.doc = doc;
+                    entry.id = id;
+                }
+                None => {
+                    if self.writes >= TXN_WRITES_MAX {
+                        return Err(EngineError::TxnLimit {
+                            what: "documents written",
+                            max: TXN_WRITES_MAX,
+                        });
+                    }
+                    self.writes += 1;
+                    let base = match read {
+                        Some(v) if v == BUFFERED_VERSION => {
+                            return Err(EngineError::Exec(query::ExecError::WrongStatement {
+                                what: "a buffered version without a buffered document",
+                            }));
+                        }
+                        Some(v) => Version::new(v.get()),
+                        None => Version::ABSENT,
+                    };
+                    writes.docs.insert(key, Buffered { id, shard, base, doc });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The storage batch of each fragment at commit: writes expect their base version; reads
+    /// of documents not written become checks.
+    pub fn batches(&self) -> BTreeMap<FragmentId, WriteBatch> {
+        let mut out = BTreeMap::new();
+        for (fragment, f) in &self.fragments {
+            let mut batch = WriteBatch::new();
+            for ((collection, _), b) in &f.writes.docs {
+                batch = match &b.doc {
+                    Some(doc) => batch.put(collection, &b.id, b.shard, Some(b.base), doc.clone()),
+                    // Inserted, then deleted: nothing to write, but it must still be absent.
+                    None if b.base == Version::ABSENT => {
+                        batch.check(collection, &b.id, b.shard, Version::ABSENT)
+                    }
+                    None => batch.delete(collection, &b.id, b.shard, Some(b.base)),
+                };
+            }
+            for (key, r) in &f.reads {
+                if !f.writes.docs.contains_key(key) {
+                    batch = batch.check(&r.collection, &r.id, r.shard, r.version);
+                }
+            }
+            if !batch.is_empty() {
+                out.insert(*fragment, batch);
+            }
+        }
+        out
+    }
+}
+
+/// A document seen through the overlay: stored (archived, read in place) or buffered.
+#[derive(Clone, Copy)]
+pub enum OverlayDoc<'a> {
+    /// From storage.
+    Stored(&'a ArchivedJsonValue),
+    /// From the transaction's buffer.
+    Buffered(&'a serde_json::Value),
+}
+
+impl<'a> DocValue<'a> for OverlayDoc<'a> {
+    fn kind(self) -> ValueKind {
+        match self {
+            OverlayDoc::Stored(d) => d.kind(),
+            OverlayDoc::Buffered(d) => d.kind(),
+        }
+    }
+
+    fn as_bool(self) -> Option<bool> {
+        match self {
+            OverlayDoc::Stored(d) => d.as_bool(),
+            OverlayDoc::Buffered(d) => DocValue::as_bool(d),
+        }
+    }
+
+    fn as_i64(self) -> Option<i64> {
+        match self {
+            OverlayDoc::Stored(d) => d.as_i64(),
+            OverlayDoc::Buffered(d) => DocValue::as_i64(d),
+        }
+    }
+
+    fn as_f64(self) -> Option<f64> {
+        match self {
+            OverlayDoc::Stored(d) => d.as_f64(),
+            OverlayDoc::Buffered(d) => DocValue::as_f64(d),
+        }
+    }
+
+    fn as_str(self) -> Option<&'a str> {
+        match self {
+            OverlayDoc::Stored(d) => d.as_str(),
+            OverlayDoc::Buffered(d) => DocValue::as_str(d),
+        }
+    }
+
+    fn field(self, name: &str) -> Option<Self> {
+        match self {
+            OverlayDoc::Stored(d) => d.field(name).map(OverlayDoc::Stored),
+            OverlayDoc::Buffered(d) => DocValue::field(d, name).map(OverlayDoc::Buffered),
+        }
+    }
+
+    fn len(self) -> usize {
+        match self {
+            OverlayDoc::Stored(d) => d.len(),
+            OverlayDoc::Buffered(d) => DocValue::len(d),
+        }
+    }
+
+    fn element(self, index: usize) -> Option<Self> {
+        match self {
+            OverlayDoc::Stored(d) => d.element(index).map(OverlayDoc::Stored),
+            OverlayDoc::Buffered(d) => d.element(index).map(OverlayDoc::Buffered),
+        }
+    }
+
+    fn for_each_member(self, visit: &mut dyn FnMut(&'a str, Self)) {
+        match self {
+            OverlayDoc::Stored(d) => d.for_each_member(&mut |k, v| visit(k, OverlayDoc::Stored(v))),
+            OverlayDoc::Buffered(d) => {
+                d.for_each_member(&mut |k, v| visit(k, OverlayDoc::Buffered(v)))
+            }
+        }
+    }
+}
+
+/// `FragmentSource` over a fragment plus a transaction's buffered writes for it, recording the
+/// storage version of every document it hands out.
+pub struct OverlayReader<'f> {
+    inner: FragmentReader<'f>,
+    writes: Option<&'f FragmentWrites>,
+    reads: RefCell<Vec<ReadRecord>>,
+}
+
+impl<'f> OverlayReader<'f> {
+    /// An overlay of `writes` over `inner`.
+    pub fn new(inner: FragmentReader<'f>, writes: Option<&'f FragmentWrites>) -> OverlayReader<'f> {
+        OverlayReader { inner, writes, reads: RefCell::new(Vec::new()) }
+    }
+
+    /// The storage versions read so far.
+    pub fn take_reads(&self) -> Vec<ReadRecord> {
+        std::mem::take(&mut *self.reads.borrow_mut())
+    }
+
+    fn record(&self, collection: &str, id: &str, shard: ShardId, version: Version) {
+        self.reads.borrow_mut().push(ReadRecord {
+            collection: collection.to_owned(),
+            key: storage::doc_key(id).into_owned(),
+            id: id.to_owned(),
+            shard,
+            version,
+        });
+    }
+
+    fn buffered(&self, collection: &str, key: &str) -> Option<&'f Buffered> {
+        self.writes?.docs.get(&(collection.to_owned(), key.to_owned()))
+    }
+}
+
+fn stored<'a>(doc: SourceDoc<'a, &'a ArchivedJsonValue>) -> SourceDoc<'a, OverlayDoc<'a>> {
+    SourceDoc {
+        id: doc.id,
+        shard: doc.shard,
+        version: doc.version,
+        doc: OverlayDoc::Stored(doc.doc),
+    }
+}
+
+fn buffered_doc(b: &Buffered) -> Option<SourceDoc<'_, OverlayDoc<'_>>> {
+    let doc = b.doc.as_ref()?;
+    Some(SourceDoc {
+        id: &b.id,
+        shard: b.shard,
+        version: BUFFERED_VERSION,
+        doc: OverlayDoc::Buffered(doc),
+    })
+}
+
+impl<'f> FragmentSource for OverlayReader<'f> {
+    type Doc<'a>
+        = OverlayDoc<'a>
+    where
+        Self: 'a;
+
+    fn get<'a>(
+        &'a self,
+        collection: &CollectionName,
+        id: &str,
+    ) -> Option<SourceDoc<'a, Self::Doc<'a>>> {
+        let key = storage::doc_key(id);
+        if let Some(b) = self.buffered(collection.as_str(), &key) {
+            return buffered_doc(b);
+        }
+        match self.inner.get(collection, id) {
+            Some(doc) => {
+                self.record(
+                    collection.as_str(),
+                    doc.id,
+                    doc.shard,
+                    Version::new(doc.version.get()),
+                );
+                Some(stored(doc))
+            }
+            None => {
+                // A missing document is a read too: it must still be missing at commit.
+                if let Ok(placement) = router::shard_of(id)
+                    && let Some(shard) = placement.shard()
+                    && self.inner.range().contains(shard)
+                {
+                    self.record(collection.as_str(), id, shard, Version::ABSENT);
+                }
+                None
+            }
+        }
+    }
+
+    fn scan<'a>(
+        &'a self,
+        collection: &CollectionName,
+        ranges: &[ShardRange],
+        visit: &mut dyn FnMut(SourceDoc<'a, Self::Doc<'a>>) -> ControlFlow<()>,
+    ) {
+        let name = collection.as_str();
+        for range in ranges {
+            // Buffered documents of this range, in storage's (shard, key) order.
+            let mut pending: Vec<(ShardId, &'f str, &'f Buffered)> = self
+                .writes
+                .map(|w| {
+                    w.docs
+                        .iter()
+                        .filter(|((c, _), b)| c == name && range.contains(b.shard))
+                        .map(|((_, k), b)| (b.shard, k.as_str(), b))
+                        .collect()
+                })
+                .unwrap_or_default();
+            pending.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+            let mut pending = pending.into_iter().peekable();
+            let mut stopped = false;
+            self.inner.scan(collection, std::slice::from_ref(range), &mut |doc| {
+                let key = storage::doc_key(doc.id);
+                // Buffered documents that sort before this one come first.
+                while let Some(&(shard, k, b)) = pending.peek() {
+                    if (shard, k) >= (doc.shard, key.as_ref()) {
+                        break;
+                    }
+                    pending.next();
+                    if let Some(d) = buffered_doc(b)
+                        && visit(d).is_break()
+                    {
+                        stopped = true;
+                        return ControlFlow::Break(());
+                    }
+                }
+                if let Some(&(shard, k, b)) = pending.peek()
+                    && (shard, k) == (doc.shard, key.as_ref())
+                {
+                    // The transaction's own version replaces (or hides) the stored one.
+                    pending.next();
+                    if let Some(d) = buffered_doc(b)
+                        && visit(d).is_break()
+                    {
+                        stopped = true;
+                        return ControlFlow::Break(());
+                    }
+                    return ControlFlow::Continue(());
+                }
+                self.record(name, doc.id, doc.shard, Version::new(doc.version.get()));
+                let flow = visit(stored(doc));
+                stopped = flow.is_break();
+                flow
+            });
+            if stopped {
+                return;
+            }
+            for (_, _, b) in pending {
+                if let Some(d) = buffered_doc(b)
+                    && visit(d).is_break()
+                {
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! The transaction pieces of the fragment API: check ops (validate, write nothing, lock in a
+//! prepare) and commits that are visible as soon as they are queued.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use storage::{AppendError, TxId, Version, WriteBatch};
+
+// Checks that a check op passes on the current version, fails with Conflict on a stale one or
+// on a document that appeared, writes nothing either way, and that a checks-only batch logs
+// nothing (the durable LSN does not move).
+#[test]
+fn check_validates_and_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let f = open(&path, options(1 << 20)).await;
+        let v1 = f.apply(put("c", "a", json!(1))).await.expect("a").versions[0];
+        let lsn = f.stats().lsn_durable;
+        let ok = WriteBatch::new().check("c", "a", shard_of("a"), v1).check(
+            "c",
+            "b",
+            shard_of("b"),
+            Version::ABSENT,
+        );
+        f.apply(ok).await.expect("current versions pass");
+        assert_eq!(f.stats().lsn_durable, lsn, "a checks-only batch is not logged");
+        let stale = WriteBatch::new().put("c", "x", shard_of("x"), None, json!("x")).check(
+            "c",
+            "a",
+            shard_of("a"),
+            Version::new(v1.get() + 1),
+        );
+        assert!(matches!(f.apply(stale).await, Err(AppendError::Conflict { .. })));
+        assert!(f.get("c", "x").is_none(), "a failed check writes nothing of its batch");
+        f.apply(put("c", "b", json!(2))).await.expect("b");
+        let absent = WriteBatch::new().check("c", "b", shard_of("b"), Version::ABSENT);
+        assert!(matches!(f.apply(absent).await, Err(AppendError::Conflict { .. })));
+        // A check next to a write of another document: one record, the write applied.
+        let mixed = WriteBatch::new().check("c", "a", shard_of("a"), v1).put(
+            "c",
+            "y",
+            shard_of("y"),
+            Some(Version::ABSENT),
+            json!("y"),
+        );
+        let info = f.apply(mixed).await.expect("mixed");
+        assert_eq!(f.version_of("c", "y"), Some(Version::new(info.lsn.get())));
+        assert_eq!(f.get("c", "a").map(|d| d.version()), Some(v1), "checked doc untouched");
+        f.close().await;
+        // The checks left nothing in the log: reopen sees a, b, y only.
+        let f = open(&path, options(1 << 20)).await;
+        assert_eq!(f.stats().docs, 3);
+        f.close().await;
+    });
+}
+
+// Checks that a prepare's checks lock the documents read until commit or abort (writers and
+// other checks get Locked), that a check of a locked document fails, and that the read locks
+// are released by both outcomes and are not recovered after a restart (only the writes are).
+#[test]
+fn prepared_checks_hold_read_locks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let f = open(&path, options(1 << 20)).await;
+        let va = f.apply(put("c", "a", json!(1))).await.expect("a").versions[0];
+        let tx = WriteBatch::new().check("c", "a", shard_of("a"), va).put(
+            "c",
+            "b",
+            shard_of("b"),
+            Some(Version::ABSENT),
+            json!("b"),
+        );
+        f.prepare(TxId::new(1), tx).await.expect("prepare");
+        assert!(matches!(f.apply(put("c", "a", json!(2))).await, Err(AppendError::Locked { .. })));
+        let check = WriteBatch::new().check("c", "b", shard_of("b"), Version::ABSENT);
+        assert!(matches!(f.apply(check).await, Err(AppendError::Locked { .. })));
+        f.commit_prepared(TxId::new(1)).await.expect("commit");
+        f.apply(put("c", "a", json!(3))).await.expect("read lock released by commit");
+        // A prepare of checks only is allowed and logged, and abort releases its locks.
+        let va = f.version_of("c", "a").expect("a");
+        let reads = WriteBatch::new().check("c", "a", shard_of("a"), va);
+        f.prepare(TxId::new(2), reads).await.expect("prepare of checks only");
+        assert!(matches!(f.apply(put("c", "a", json!(4))).await, Err(AppendError::Locked { .. })));
+        f.abort_prepared(TxId::new(2)).await.expect("abort");
+        f.apply(put("c", "a", json!(5))).await.expect("read lock released by abort");
+        let va = f.version_of("c", "a").expect("a");
+        let reads = WriteBatch::new().check("c", "a", shard_of("a"), va);
+        f.prepare(TxId::new(3), reads).await.expect("prepare 3");
+        f.close().await;
+        let f = open(&path, options(1 << 20)).await;
+        assert_eq!(f.in_doubt(), vec![TxId::new(3)]);
+        f.apply(put("c", "a", json!(6))).await.expect("read locks are not recovered");
+        f.abort_prepared(TxId::new(3)).await.expect("abort after restart");
+        f.close().await;
+    });
+}
+
+// Checks that `commit_prepared_visible` makes the writes readable (and writable on top) before
+// the Commit record is durable, that the record becomes durable on `wait`, and that a crash
+// before that leaves the transaction in doubt with its writes invisible until it is committed
+// again from the decision.
+#[test]
+fn commit_visible_on_enqueue() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let f = open(&path, options(1 << 20)).await;
+        f.prepare(TxId::new(7), put("c", "a", json!("A"))).await.expect("prepare");
+        assert!(f.get("c", "a").is_none());
+        let durable = f.commit_prepared_visible(TxId::new(7)).await.expect("commit");
+        // No await between queueing and this read: nothing can have been flushed yet.
+        let version = f.get("c", "a").map(|d| d.version()).expect("visible before durable");
+        assert!(f.in_doubt().is_empty());
+        assert!(matches!(
+            f.commit_prepared(TxId::new(7)).await,
+            Err(AppendError::TxnUnknown { .. })
+        ));
+        let next = WriteBatch::new().put("c", "a", shard_of("a"), Some(version), json!("A2"));
+        f.apply(next).await.expect("write on top of the visible commit");
+        durable.wait().await.expect("durable");
+        f.close().await;
+        let f = open(&path, options(1 << 20)).await;
+        assert!(f.in_doubt().is_empty());
+        assert_eq!(f.get("c", "a").map(|d| d.doc().to_serde()), Some(json!("A2")));
+        f.close().await;
+    });
+}
