@@ -16,7 +16,7 @@ fn ledger() -> Ledger {
 }
 
 fn transfer(id: &str, from: &str, to: &str, amount: i64, outcome: Outcome) -> Transfer {
-    Transfer { id: id.into(), from: from.into(), to: to.into(), amount, outcome }
+    Transfer { id: id.into(), from: from.into(), to: to.into(), amount, outcome, seen: None }
 }
 
 fn record_of(t: &Transfer) -> Record {

@@ -90,6 +90,10 @@ pub mod checker {
         pub amount: i64,
         /// What the client saw.
         pub outcome: Outcome,
+        /// The balances of `from` and `to` the transaction read, when it got that far (for
+        /// diagnosis: two committed transfers that read one balance and both wrote it show a
+        /// lost update; the checker itself does not use it, balances may repeat).
+        pub seen: Option<(i64, i64)>,
     }
 
     /// The balances one committed read-only transaction saw.
@@ -596,11 +600,14 @@ fn classify(flavor: Flavor, e: &tokio_postgres::Error) -> Failure {
     }
 }
 
-/// One transfer attempt: `Ok(true)` committed, `Ok(false)` declined for lack of funds.
+/// One transfer attempt: `Ok(true)` committed, `Ok(false)` declined for lack of funds. The
+/// balances read are noted in the history entry `index` as soon as they are known.
 async fn transfer_once(
     client: &tokio_postgres::Client,
     flavor: Flavor,
     t: &Transfer,
+    shared: &Shared,
+    index: usize,
 ) -> Result<bool, tokio_postgres::Error> {
     client.simple_query(flavor.begin()).await?;
     let balance = |m: Vec<SimpleQueryMessage>| -> i64 {
@@ -610,6 +617,7 @@ async fn transfer_once(
     };
     let from = balance(client.simple_query(&flavor.read_balance(&t.from)).await?);
     let to = balance(client.simple_query(&flavor.read_balance(&t.to)).await?);
+    shared.history.lock().unwrap().transfers[index].seen = Some((from, to));
     if from < t.amount {
         client.simple_query("ROLLBACK").await?;
         return Ok(false);
@@ -645,11 +653,12 @@ pub async fn transfer_client(
                 to: accounts[b].clone(),
                 amount,
                 outcome: Outcome::Unknown,
+                seen: None,
             };
             seq += 1;
             // Recorded before it is sent: if the node dies mid-transaction it stays unknown.
             let index = shared.record(t.clone());
-            match transfer_once(&client, bank.flavor, &t).await {
+            match transfer_once(&client, bank.flavor, &t, &shared, index).await {
                 Ok(committed) => {
                     if committed {
                         shared.set_outcome(index, Outcome::Committed);
@@ -791,4 +800,40 @@ pub async fn run_until(shared: &Shared, phase: &Phase, acked: u64) {
 /// or an empty string.
 pub fn report(violations: &[checker::Violation]) -> String {
     violations.iter().map(|v| format!("  {v}\n")).collect()
+}
+
+/// Writes a history and a state as text, one line per attempt (with whether its record is
+/// present), read and balance, for diagnosing a failure; returns the text's path.
+pub fn dump(
+    dir: &std::path::Path,
+    name: &str,
+    history: &History,
+    state: &State,
+) -> std::path::PathBuf {
+    use std::fmt::Write as _;
+    let present: std::collections::BTreeSet<&str> =
+        state.records.iter().map(|r| r.id.as_str()).collect();
+    let mut text = String::new();
+    for t in &history.transfers {
+        let _ = writeln!(
+            text,
+            "attempt {} {} -> {} amount {} read {:?} outcome {:?} record {}",
+            t.id,
+            t.from,
+            t.to,
+            t.amount,
+            t.seen,
+            t.outcome,
+            if present.contains(t.id.as_str()) { "present" } else { "absent" }
+        );
+    }
+    for (i, r) in history.reads.iter().enumerate() {
+        let _ = writeln!(text, "read #{i} {:?}", r.balances);
+    }
+    for (a, b) in &state.balances {
+        let _ = writeln!(text, "balance {a} {b}");
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write the bank dump");
+    path
 }
