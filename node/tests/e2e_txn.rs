@@ -221,3 +221,159 @@ async fn show_transactions_lists_open_blocks() {
         ["fast_path_commits", "two_phase_commits", "read_only_commits", "aborts", "conflicts"]
     );
 }
+
+// Checks a content-configured collection validates inside a block: a document breaking the
+// configuration fails its statement with 23514 and the block with it (25P02 afterwards).
+#[tokio::test]
+async fn content_validation_fails_the_block() {
+    let node = Node::start();
+    let s = node.connect().await;
+    s.batch_execute(
+        r#"CREATE TABLE orders () WITH (sharding = '{"Fields":["Customer"],"Range":1000}')"#,
+    )
+    .await
+    .unwrap();
+    s.batch_execute("BEGIN").await.unwrap();
+    s.execute(r#"INSERT INTO orders VALUES ('orders/1-A$', '{"Customer":"customers/1-A"}')"#, &[])
+        .await
+        .unwrap();
+    let err = s
+        .execute(r#"INSERT INTO orders VALUES ('orders/9-A', '{"Customer":"customers/1-A"}')"#, &[])
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "23514");
+    assert_eq!(sqlstate(&s.query("SELECT 1", &[]).await.unwrap_err()), "25P02");
+    s.batch_execute("ROLLBACK").await.unwrap();
+    let n: i64 = s.query_one("SELECT count(*) FROM orders", &[]).await.unwrap().get(0);
+    assert_eq!(n, 0, "nothing of the failed block is applied");
+}
+
+/// A small deterministic generator (xorshift), seeded per task.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+// Checks a small bank: 8 accounts on 8 fragments of both executors, 4 clients transferring
+// random amounts between random accounts with prepared statements (retrying on 40001), and a
+// client summing every balance in read-only blocks. Every committed sum equals the initial
+// total, and so does the final one.
+#[tokio::test]
+async fn concurrent_transfers_keep_the_total() {
+    const ACCOUNTS: u64 = 8;
+    const CLIENTS: u64 = 4;
+    const TRANSFERS: u64 = 25;
+    const START: i64 = 1_000;
+    let node = Node::start();
+    let setup = node.connect().await;
+    let ids: Vec<String> = (0..ACCOUNTS).map(|i| format!("acct{i}$@{}", i * 131_072)).collect();
+    let values: Vec<String> =
+        ids.iter().map(|id| format!("('{id}', '{{\"balance\":{START}}}')")).collect();
+    setup.batch_execute(&format!("INSERT INTO acct VALUES {}", values.join(", "))).await.unwrap();
+    let total = START * i64::try_from(ACCOUNTS).unwrap();
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let client = node.connect().await;
+        let ids = ids.clone();
+        tasks.push(tokio::spawn(async move {
+            let read =
+                client.prepare("SELECT balance::int8 FROM acct WHERE id() = $1").await.unwrap();
+            let take = client
+                .prepare("UPDATE acct SET balance = balance - $2::int8 WHERE id() = $1")
+                .await
+                .unwrap();
+            let give = client
+                .prepare("UPDATE acct SET balance = balance + $2::int8 WHERE id() = $1")
+                .await
+                .unwrap();
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (c + 1));
+            let mut done = 0;
+            let mut conflicts = 0;
+            while done < TRANSFERS {
+                let from = &ids[usize::try_from(rng.below(ACCOUNTS)).unwrap()];
+                let to = &ids[usize::try_from(rng.below(ACCOUNTS)).unwrap()];
+                let amount = i64::try_from(rng.below(50)).unwrap() + 1;
+                client.batch_execute("BEGIN").await.unwrap();
+                let result = async {
+                    let balance: i64 = client.query_one(&read, &[from]).await?.get(0);
+                    if balance >= amount && from != to {
+                        client.execute(&take, &[from, &amount]).await?;
+                        client.execute(&give, &[to, &amount]).await?;
+                    }
+                    client.batch_execute("COMMIT").await
+                }
+                .await;
+                match result {
+                    Ok(()) => done += 1,
+                    Err(e) if sqlstate(&e) == "40001" => {
+                        conflicts += 1;
+                        let _ = client.batch_execute("ROLLBACK").await;
+                        assert!(conflicts < 10_000, "client {c} starves");
+                    }
+                    Err(e) => panic!("client {c}: {e:?}"),
+                }
+            }
+        }));
+    }
+    let auditor = node.connect().await;
+    let audit = tokio::spawn(async move {
+        let mut audits = 0;
+        for _ in 0..20 {
+            auditor.batch_execute("BEGIN").await.unwrap();
+            let sum: i64 =
+                auditor.query_one("SELECT sum(balance::int8) FROM acct", &[]).await.unwrap().get(0);
+            match auditor.batch_execute("COMMIT").await {
+                Ok(()) => {
+                    assert_eq!(sum, total, "a committed read-only block saw a partial transfer");
+                    audits += 1;
+                }
+                Err(e) => assert_eq!(sqlstate(&e), "40001"),
+            }
+        }
+        audits
+    });
+    for t in tasks {
+        t.await.expect("transfer client");
+    }
+    audit.await.expect("auditor");
+    let sum: i64 =
+        setup.query_one("SELECT sum(balance::int8) FROM acct", &[]).await.unwrap().get(0);
+    assert_eq!(sum, total);
+}
+
+// Checks what psql shows for a failed block (command tags not suppressed): the BEGIN inside a
+// block is a WARNING, statements after the error are 25P02 errors, the COMMIT of the failed
+// block answers ROLLBACK, a COMMIT outside a block is a WARNING, and nothing was applied.
+#[test]
+fn psql_shows_failed_block_tags_and_warnings() {
+    let node = Node::start();
+    let mut command = std::process::Command::new("psql");
+    command
+        .arg(node.conn_str())
+        .args(["-X", "-A", "-t", "-f"])
+        .arg(support::test_file("sql/e2e_txn_block.sql"))
+        .env("PGCONNECT_TIMEOUT", "30");
+    let out = support::run_client(command);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "psql failed: {stderr}");
+    let tags: Vec<&str> = stdout.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(
+        tags,
+        ["INSERT 0 1", "BEGIN", "BEGIN", "INSERT 0 1", "ROLLBACK", "COMMIT", "1"],
+        "{stdout}"
+    );
+    assert!(stderr.contains("WARNING:  there is already a transaction in progress"), "{stderr}");
+    assert!(stderr.contains("ERROR:  duplicate document id"), "{stderr}");
+    assert!(
+        stderr.contains("ERROR:  current transaction is aborted, commands ignored until end of transaction block"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("WARNING:  there is no transaction in progress"), "{stderr}");
+}

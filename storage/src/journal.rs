@@ -478,9 +478,18 @@ impl Journal {
     /// the old file or the new one). Appends wait meanwhile. This is how the journal forgets
     /// records the caller no longer needs.
     pub async fn rewrite(&self, keep: &[Vec<u8>]) -> Result<(), JournalError> {
-        if let Some(k) = keep.iter().find(|k| k.is_empty() || k.len() > JOURNAL_RECORD_BYTES_MAX) {
-            return Err(JournalError::RecordSize { bytes: k.len(), max: JOURNAL_RECORD_BYTES_MAX });
-        }
+        self.rewrite_with(|| keep.to_vec()).await
+    }
+
+    /// Like [`Journal::rewrite`], with the records to keep computed by `keep` once no append
+    /// can be written any more until the rewrite is done: every record acknowledged before
+    /// `keep` runs is in the old file, so a caller that decides from its own state what to
+    /// keep loses nothing appended meanwhile (records queued but not written yet go to the
+    /// new file after it).
+    pub async fn rewrite_with(
+        &self,
+        keep: impl FnOnce() -> Vec<Vec<u8>>,
+    ) -> Result<(), JournalError> {
         let _permit = self
             .io
             .acquire_permit(1)
@@ -489,8 +498,12 @@ impl Journal {
         if let Some(reason) = self.fatal.borrow().clone() {
             return Err(JournalError::Fatal { reason });
         }
+        let keep = keep();
+        if let Some(k) = keep.iter().find(|k| k.is_empty() || k.len() > JOURNAL_RECORD_BYTES_MAX) {
+            return Err(JournalError::RecordSize { bytes: k.len(), max: JOURNAL_RECORD_BYTES_MAX });
+        }
         let seq = self.tail.borrow().as_ref().map_or(1, |t| t.seq + 1);
-        self.install(seq, keep).await
+        self.install(seq, &keep).await
     }
 
     /// Bytes of the current file (header and chunks).

@@ -176,6 +176,8 @@ impl TwoPhaseGate {
             }
         })
         .await;
+        // From here a cancelled pause un-pauses again (the guard's drop).
+        let guard = GatePause(self);
         std::future::poll_fn(|cx| {
             let mut st = self.lock();
             if st.deciding == 0 {
@@ -186,7 +188,7 @@ impl TwoPhaseGate {
             }
         })
         .await;
-        GatePause(self)
+        guard
     }
 }
 
@@ -308,13 +310,18 @@ impl Coordinator {
             }
         }
         if self.journal.bytes() > COORDINATOR_JOURNAL_BYTES_MAX {
-            let keep: Vec<Vec<u8>> = {
-                let mut kept = self.kept.borrow_mut();
-                kept.retain(|_, k| k.commit || k.at.elapsed() < COORDINATOR_ABORT_MEMORY);
-                kept.values().map(|k| k.record.clone()).collect()
-            };
-            match self.journal.rewrite(&keep).await {
-                Ok(()) => tracing::debug!(kept = keep.len(), "coordinator journal rewritten"),
+            // What to keep is read once appends are held off, so a decision recorded while
+            // this waited for its turn is not lost.
+            let result = self
+                .journal
+                .rewrite_with(|| {
+                    let mut kept = self.kept.borrow_mut();
+                    kept.retain(|_, k| k.commit || k.at.elapsed() < COORDINATOR_ABORT_MEMORY);
+                    kept.values().map(|k| k.record.clone()).collect()
+                })
+                .await;
+            match result {
+                Ok(()) => tracing::debug!("coordinator journal rewritten"),
                 Err(e) => tracing::error!(error = %e, "coordinator journal rewrite failed"),
             }
         }
@@ -344,7 +351,9 @@ impl Coordinator {
 /// `TESSERA_FAULT` (never set in production): `2pc-after-prepare:<k>` aborts the process once
 /// `k` participant fragments have a durable PREPARE, `2pc-after-decision` right after a COMMIT
 /// decision is durable, `2pc-during-apply` once the first participant fragment's Commit record
-/// is durable. Compiled in so the end-to-end crash tests run the real binary.
+/// is durable (the fragments after it not yet committed), and `2pc-stall-before-decision`
+/// makes a session sleep past the prepared-transaction timeout before deciding (no crash).
+/// Compiled in so the end-to-end crash tests run the real binary.
 pub mod fault {
     use super::*;
 
@@ -357,6 +366,9 @@ pub mod fault {
         AfterDecision,
         /// After the first durable Commit record of a decided transaction.
         DuringApply,
+        /// Not a crash: the session sleeps between its prepares and its decision for longer
+        /// than the prepared-transaction timeout, so the timeout resolves the transaction first.
+        StallBeforeDecision,
     }
 
     static ARMED: OnceLock<Option<Fault>> = OnceLock::new();
@@ -369,6 +381,7 @@ pub mod fault {
             let fault = match v.as_str() {
                 "2pc-after-decision" => Some(Fault::AfterDecision),
                 "2pc-during-apply" => Some(Fault::DuringApply),
+                "2pc-stall-before-decision" => Some(Fault::StallBeforeDecision),
                 other => other
                     .strip_prefix("2pc-after-prepare:")
                     .and_then(|k| k.parse().ok())
@@ -402,10 +415,74 @@ pub mod fault {
         }
     }
 
+    /// Between a session's prepares and its decision.
+    pub async fn before_decision() {
+        if armed() == Some(Fault::StallBeforeDecision) {
+            tracing::warn!("TESSERA_FAULT: stalling before the decision (test-only fault hook)");
+            let stall = super::super::limits::TXN_PREPARED_TIMEOUT * 2
+                + super::super::limits::TXN_SWEEP_INTERVAL * 2;
+            glommio::timer::sleep(stall).await;
+        }
+    }
+
     /// A participant fragment's Commit record is durable.
     pub fn applied() {
         if armed() == Some(Fault::DuringApply) {
             crash("2pc-during-apply");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_lite::future::{block_on, poll_once};
+
+    use super::*;
+
+    // Checks a pause waits for the decision in progress, holds off new ones until dropped, and
+    // that a pause cancelled while waiting leaves the gate open.
+    #[test]
+    fn unit_gate_pause_holds_off_decisions() {
+        let gate = TwoPhaseGate::default();
+        block_on(async {
+            let pass = gate.enter().await;
+            let mut pause = Box::pin(gate.pause());
+            assert!(poll_once(pause.as_mut()).await.is_none(), "waits for the decision");
+            drop(pass);
+            let held = pause.await;
+            let mut enter = Box::pin(gate.enter());
+            assert!(poll_once(enter.as_mut()).await.is_none(), "no decision while paused");
+            drop(held);
+            let pass = enter.await;
+            let mut cancelled = Box::pin(gate.pause());
+            assert!(poll_once(cancelled.as_mut()).await.is_none());
+            drop(cancelled);
+            drop(pass);
+            let _again = gate.enter().await;
+        });
+    }
+
+    // Checks decision records round-trip through their bytes and junk is refused.
+    #[test]
+    fn unit_decision_record_round_trips() {
+        let d = DecisionRecord { tx: 42, commit: true, fragments: vec![0, 3] };
+        assert_eq!(DecisionRecord::decode(&d.encode()), Some(d));
+        assert_eq!(DecisionRecord::decode(b"not json"), None);
+    }
+
+    // Checks transaction ids grow, start above every recovered one, and that only a recorded
+    // COMMIT reads as commit.
+    #[test]
+    fn unit_txids_pass_recovered_decisions() {
+        let t = TxnShared::default();
+        let high = TxId::new(u64::MAX / 4);
+        t.install_recovered(BTreeMap::from([(high, true), (TxId::new(7), false)]));
+        let a = t.next_txid();
+        let b = t.next_txid();
+        assert!(a > high);
+        assert!(b > a);
+        assert!(t.recovered_commit(high));
+        assert!(!t.recovered_commit(TxId::new(7)));
+        assert!(!t.recovered_commit(TxId::new(8)));
     }
 }

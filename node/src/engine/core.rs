@@ -594,6 +594,9 @@ impl Core {
         commit: bool,
         visible: Option<flume::Sender<()>>,
     ) {
+        // Counted as running, so shutdown waits for the Commit records before closing.
+        self.shared.statements_running.fetch_add(1, Ordering::SeqCst);
+        let _running = RunningGuard(&self.shared);
         if let Some(p) = self.prepared.borrow_mut().get_mut(&txid) {
             p.finishing = true;
         }
@@ -602,6 +605,13 @@ impl Core {
             let Ok(fragment) = self.fragment(*id) else { continue };
             if commit {
                 match fragment.commit_prepared_visible(txid).await {
+                    // The crash point: this fragment's Commit record durable, the next
+                    // fragments' not even queued.
+                    Ok(d) if fault::armed() == Some(fault::Fault::DuringApply) => {
+                        if d.wait().await.is_ok() {
+                            fault::applied();
+                        }
+                    }
                     Ok(d) => durable.push(d),
                     Err(AppendError::TxnUnknown { .. }) => {}
                     Err(e) => {
@@ -623,7 +633,7 @@ impl Core {
         let mut all_durable = true;
         for d in durable {
             match d.wait().await {
-                Ok(_) => fault::applied(),
+                Ok(_) => {}
                 Err(e) => {
                     all_durable = false;
                     tracing::error!(%txid, error = %e, "commit record of a prepared transaction failed");
@@ -767,6 +777,15 @@ impl Core {
                 Err(_) => tracing::warn!(fragment = %id, "fragment still in use at close"),
             }
         }
+    }
+}
+
+/// Decrements the running-statement count when dropped.
+struct RunningGuard<'s>(&'s Shared);
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        self.0.statements_running.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

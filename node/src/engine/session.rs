@@ -716,6 +716,7 @@ impl Session {
             self.phase_two(txid, &participants, false).await;
             return Err(e);
         }
+        fault::before_decision().await;
         let commit = self.decide(txid, fragments, participants.len()).await?;
         if commit {
             fault::decided();
@@ -1160,13 +1161,10 @@ impl Engine for Session {
             ));
         }
         let _running = Running::start(self.core.shared());
-        let ends_block = matches!(
-            &*statement.statement,
-            Statement::Begin | Statement::Commit | Statement::Rollback
-        );
+        // As in PostgreSQL, a failed block accepts only its end.
+        let ends_block = matches!(&*statement.statement, Statement::Commit | Statement::Rollback);
         if let Block::Failed(_) = self.block
             && !ends_block
-            && !matches!(&*statement.statement, Statement::Show { .. } | Statement::Set { .. })
         {
             return Err(PgError::new(
                 SqlState::IN_FAILED_SQL_TRANSACTION,

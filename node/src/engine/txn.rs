@@ -441,3 +441,89 @@ impl<'f> FragmentSource for OverlayReader<'f> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use storage::WriteOp;
+
+    use super::*;
+
+    fn shard() -> ShardId {
+        ShardId::from_u64_mod(7)
+    }
+
+    fn read(id: &str, v: u64) -> ReadRecord {
+        ReadRecord {
+            collection: "c".into(),
+            key: id.to_lowercase(),
+            id: id.into(),
+            shard: shard(),
+            version: Version::new(v),
+        }
+    }
+
+    fn put(id: &str, read: Option<DocVersion>, v: i64) -> WriteIntent {
+        WriteIntent::Put {
+            id: id.into(),
+            shard: shard(),
+            version_read: read,
+            doc: serde_json::json!({ "v": v }),
+        }
+    }
+
+    // Checks how buffered writes fold into one batch: an insert then update then delete of the
+    // same id becomes an ABSENT check; an update keeps the storage version first read; a read
+    // not written becomes a check; a read then written is only the write.
+    #[test]
+    fn unit_buffer_folds_into_batches() {
+        let f = FragmentId::new(1);
+        let mut t = Txn::new(1);
+        t.absorb(f, "c", vec![], vec![put("New", None, 1)]).expect("insert");
+        t.absorb(f, "c", vec![], vec![put("new", Some(BUFFERED_VERSION), 2)]).expect("update");
+        let del = WriteIntent::Delete {
+            id: "NEW".into(),
+            shard: shard(),
+            version_read: BUFFERED_VERSION,
+        };
+        t.absorb(f, "c", vec![], vec![del]).expect("delete");
+        t.absorb(f, "c", vec![read("Old", 5), read("Seen", 9)], vec![]).expect("reads");
+        t.absorb(f, "c", vec![], vec![put("Old", Some(DocVersion::new(5)), 3)])
+            .expect("update old");
+        t.absorb(f, "c", vec![], vec![put("old", Some(BUFFERED_VERSION), 4)]).expect("again");
+        assert!(t.has_writes());
+        let batches = t.batches();
+        let ops = batches.get(&f).expect("one batch").ops().to_vec();
+        assert_eq!(ops.len(), 3, "{ops:?}");
+        assert!(ops.iter().any(|op| matches!(op,
+            WriteOp::Check { id, expected_version, .. } if id == "NEW" && *expected_version == Version::ABSENT)));
+        assert!(ops.iter().any(|op| matches!(op,
+            WriteOp::Put { id, expected_version: Some(v), doc, .. }
+                if id == "old" && *v == Version::new(5) && doc["v"] == 4)));
+        assert!(ops.iter().any(|op| matches!(op,
+            WriteOp::Check { id, expected_version, .. } if id == "Seen" && *expected_version == Version::new(9))));
+    }
+
+    // Checks a buffered version with nothing buffered is refused rather than guessed.
+    #[test]
+    fn unit_buffered_version_needs_a_buffered_document() {
+        let mut t = Txn::new(1);
+        let e =
+            t.absorb(FragmentId::new(0), "c", vec![], vec![put("x", Some(BUFFERED_VERSION), 1)]);
+        assert!(e.is_err());
+    }
+
+    // Checks the write bound: past TXN_WRITES_MAX buffered documents the statement fails
+    // with a limit error naming it, instead of growing.
+    #[test]
+    fn unit_write_buffer_is_bounded() {
+        let mut t = Txn::new(1);
+        let f = FragmentId::new(0);
+        let intents: Vec<WriteIntent> =
+            (0..TXN_WRITES_MAX).map(|i| put(&format!("d{i}"), None, 0)).collect();
+        t.absorb(f, "c", vec![], intents).expect("up to the limit");
+        let e = t.absorb(f, "c", vec![], vec![put("one-more", None, 0)]);
+        assert!(matches!(e, Err(EngineError::TxnLimit { max: TXN_WRITES_MAX, .. })), "{e:?}");
+        t.absorb(f, "c", vec![], vec![put("d0", Some(BUFFERED_VERSION), 1)])
+            .expect("rewriting a buffered document needs no room");
+    }
+}

@@ -62,11 +62,14 @@ pub struct NodeOptions {
     pub fragments: u32,
     /// `--password`; `None` for trust authentication.
     pub password: Option<String>,
+    /// Extra environment of the process (test-only switches such as `TESSERA_FAULT`); every
+    /// other `TESSERA_*` variable of the test's environment is removed.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for NodeOptions {
     fn default() -> NodeOptions {
-        NodeOptions { executors: 2, fragments: 8, password: None }
+        NodeOptions { executors: 2, fragments: 8, password: None, env: Vec::new() }
     }
 }
 
@@ -298,6 +301,9 @@ impl Node {
                     command.env_remove(key);
                 }
             }
+            for (key, value) in &self.options.env {
+                command.env(key, value);
+            }
             let mut child = command
                 .env("NO_COLOR", "1")
                 .stdin(Stdio::null())
@@ -430,6 +436,25 @@ impl Node {
     pub fn restart(&mut self) {
         self.stop();
         self.start_again();
+    }
+
+    /// The extra environment of the next start (see [`NodeOptions::env`]).
+    pub fn set_env(&mut self, env: Vec<(String, String)>) {
+        self.options.env = env;
+    }
+
+    /// Waits for a node that is expected to crash on its own (an armed `TESSERA_FAULT`),
+    /// asserting it did not exit cleanly and logged nothing unexpected.
+    pub fn wait_crashed(&mut self) {
+        let status = self.reap().expect("the node crashes within the stop bound");
+        assert!(!status.success(), "a crash must not look like a clean exit");
+        let bad = self.unexpected_lines();
+        assert!(
+            bad.is_empty(),
+            "unexpected log lines:\n{}\nfull log:\n{}",
+            bad.join("\n"),
+            self.log_text()
+        );
     }
 
     /// The `--fragments` of the next start (an existing data directory keeps its own).
