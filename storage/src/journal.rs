@@ -132,10 +132,12 @@ pub fn read_journal(bytes: &[u8]) -> Result<JournalImage, (u64, Damage)> {
                     if let Some(c) = ChunkHeader::decode(bytes, probe, salt)
                         && c.lsn_first >= next
                     {
+                        cov_mark::hit!(journal_damage_before_valid_chunk);
                         return Err((at as u64, damage));
                     }
                     probe += HEADER_BLOCK;
                 }
+                cov_mark::hit!(journal_torn_tail);
                 return Ok(JournalImage { seq, salt, records, end: at as u64, torn: true });
             }
         }
@@ -630,6 +632,7 @@ mod tests {
     // last record only, never an error; a cut inside earlier chunks drops those records.
     #[test]
     fn unit_torn_tail_at_every_offset() {
+        cov_mark::check!(journal_torn_tail);
         let r = recs(3);
         let full = image(&r);
         for cut in HEADER_BLOCK..full.len() {
@@ -649,6 +652,7 @@ mod tests {
     // last chunk is a torn tail, in an earlier chunk or the header it is corruption.
     #[test]
     fn unit_bit_flips() {
+        cov_mark::check!(journal_damage_before_valid_chunk);
         let r = recs(3);
         let full = image(&r);
         for chunk in 0..3 {

@@ -134,6 +134,8 @@ pub struct TxnShare {
     pub returning: Vec<Vec<query::Datum>>,
     /// Documents read.
     pub rows_scanned: u64,
+    /// Time spent evaluating, for EXPLAIN ANALYZE.
+    pub elapsed: Duration,
 }
 
 /// A transaction prepared on some of this executor's fragments.
@@ -496,6 +498,7 @@ impl Core {
     ) -> Result<Vec<TxnShare>, EngineError> {
         let mut out = Vec::with_capacity(targets.len());
         for target in targets {
+            let started = Instant::now();
             let fragment = self.fragment(target.fragment)?;
             let reader =
                 OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref());
@@ -523,6 +526,7 @@ impl Core {
                 reads: reader.take_reads(),
                 returning: partial.returning,
                 rows_scanned: partial.rows_scanned,
+                elapsed: started.elapsed(),
             });
         }
         Ok(out)
@@ -558,13 +562,16 @@ impl Core {
         batches: Vec<(FragmentId, WriteBatch)>,
     ) -> Result<(), EngineError> {
         let fragments: Vec<FragmentId> = batches.iter().map(|(f, _)| *f).collect();
+        let mut owned = Vec::with_capacity(batches.len());
+        for (id, batch) in batches {
+            owned.push((self.fragment(id)?, batch));
+        }
         self.prepared.borrow_mut().insert(
             txid,
             PreparedTxn { fragments: fragments.clone(), since: Instant::now(), finishing: false },
         );
-        let mut tasks = Vec::with_capacity(batches.len());
-        for (id, batch) in batches {
-            let fragment = self.fragment(id)?;
+        let mut tasks = Vec::with_capacity(owned.len());
+        for (fragment, batch) in owned {
             tasks.push(glommio::spawn_local(async move { fragment.prepare(txid, batch).await }));
         }
         let mut failure = None;

@@ -25,6 +25,7 @@ use query::{Datum, PlacedDocument, SqlType};
 use router::{FragmentId, Placement, RoutePlan, ShardRange};
 
 use super::coordinator::fault;
+use super::core::WRITE_CONFLICT_POLL;
 use super::core::{Core, FragmentRow, SessionTxnRow, Target, TxCounters, TxnTarget, WriteOutcome};
 use super::error::EngineError;
 use super::limits::{TXN_AUTOCOMMIT_ATTEMPTS_MAX, TXN_FRAGMENT_OPS_MAX};
@@ -511,6 +512,9 @@ impl Session {
             match self.commit_txn(&txn).await {
                 Ok(()) => return Ok(outcome),
                 Err(EngineError::TxnConflict { .. }) if attempt < TXN_AUTOCOMMIT_ATTEMPTS_MAX => {
+                    // The other transaction is usually one fdatasync from done: give it that
+                    // long (growing with each attempt) before running again.
+                    glommio::timer::sleep(WRITE_CONFLICT_POLL * attempt).await;
                     attempt += 1;
                     tracing::debug!(attempt, "autocommit transaction conflicted; re-running");
                 }
@@ -636,6 +640,12 @@ impl Session {
             .await?;
         let mut outcome = WriteOutcome::default();
         for share in shares.into_iter().flatten() {
+            outcome.analysis.push(FragmentAnalysis {
+                fragment: share.fragment,
+                rows_scanned: share.rows_scanned,
+                rows_returned: share.intents.len() as u64,
+                elapsed: share.elapsed,
+            });
             outcome.affected += share.intents.len() as u64;
             outcome.returning.extend(share.returning);
             let reads = if keep_reads { share.reads } else { Vec::new() };

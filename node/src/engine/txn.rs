@@ -136,7 +136,8 @@ impl Txn {
         if intents.is_empty() {
             return Ok(());
         }
-        let writes = Arc::make_mut(&mut f.writes);
+        let FragmentTxn { reads: first_reads, writes } = f;
+        let writes = Arc::make_mut(writes);
         for intent in intents {
             let (id, shard, read, doc) = match intent {
                 WriteIntent::Put { id, shard, version_read, doc } => {
@@ -161,14 +162,18 @@ impl Txn {
                         });
                     }
                     self.writes += 1;
-                    let base = match read {
-                        Some(v) if v == BUFFERED_VERSION => {
+                    let base = match (first_reads.get(&key), read) {
+                        (_, Some(v)) if v == BUFFERED_VERSION => {
                             return Err(EngineError::Exec(query::ExecError::WrongStatement {
                                 what: "a buffered version without a buffered document",
                             }));
                         }
-                        Some(v) => Version::new(v.get()),
-                        None => Version::ABSENT,
+                        // An earlier statement of the block read it: the write must expect
+                        // that version, not the one this statement saw, or a commit by
+                        // another session in between would be overwritten unnoticed.
+                        (Some(first), _) => first.version,
+                        (None, Some(v)) => Version::new(v.get()),
+                        (None, None) => Version::ABSENT,
                     };
                     writes.docs.insert(key, Buffered { id, shard, base, doc });
                 }
@@ -525,5 +530,24 @@ mod tests {
         assert!(matches!(e, Err(EngineError::TxnLimit { max: TXN_WRITES_MAX, .. })), "{e:?}");
         t.absorb(f, "c", vec![], vec![put("d0", Some(BUFFERED_VERSION), 1)])
             .expect("rewriting a buffered document needs no room");
+    }
+
+    // Checks the lost-update case: a block reads a document at version 5, another session
+    // commits version 8, the block's UPDATE then reads 8; the write must still expect 5 (the
+    // first read), so the commit conflicts instead of overwriting the other commit.
+    #[test]
+    fn unit_write_expects_the_first_read_version() {
+        let mut t = Txn::new(1);
+        let f = FragmentId::new(0);
+        t.absorb(f, "c", vec![read("k", 5)], vec![]).expect("select");
+        t.absorb(f, "c", vec![read("k", 8)], vec![put("k", Some(DocVersion::new(8)), 1)])
+            .expect("update");
+        let batches = t.batches();
+        let ops = batches.get(&f).expect("batch").ops().to_vec();
+        assert_eq!(ops.len(), 1, "{ops:?}");
+        assert!(
+            matches!(&ops[0], WriteOp::Put { expected_version: Some(v), .. } if *v == Version::new(5)),
+            "{ops:?}"
+        );
     }
 }
