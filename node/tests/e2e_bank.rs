@@ -13,28 +13,15 @@
 //! The checker's own tests are in `e2e_bank_checker.rs`; `e2e_bank_postgres.rs` runs this
 //! workload against PostgreSQL.
 //!
-//! KNOWN FAILURE (2026-11-21, transactions of branch `txn` at b1570ef and again at 7c8a74b,
-//! merged here): both tests fail, every seed tried (default, 1, 2, 3), with lost updates; no
-//! crash is needed. Two committed transfers read the same balance of one account, both wrote
-//! it, both COMMITs were acknowledged, so one write is lost and the money with it:
-//! - default seed, 7c8a74b, `e2e_bank_transfers_keep_the_total`: the first two transfers of
-//!   the run, `x/p0c0-0$@8` (a/8$@8 -> a/22$@786454, 2; fragments $0 and $6, both executor 0:
-//!   two-phase) and `x/p0c4-1$@786454` (a/22 -> a/19$@393235, 13; executors 0 and 1:
-//!   two-phase), both read a/22 = 100 and both committed.
-//! - seed 3, b1570ef: `x/p0c3-45$@131073` (a/1$@131073 -> a/6$@786438, two-phase) and
-//!   `x/p0c1-40$@131097` (a/25$@131097 -> a/1, all on fragment $1: the fast path) both read
-//!   a/1 = 14 and both committed (11 and 34 written); a/1 ended 20 short of its records.
-//!
-//! The smallest case is `e2e_bank_update_after_a_stale_read_conflicts` below: a block reads
-//! k = 100, another session commits k = 70, the block sets k = 1 and its COMMIT succeeds (it
-//! must be 40001): the UPDATE seems to validate the version it read itself, not the one the
-//! block's earlier SELECT recorded. Read-only blocks that read a stale version do get 40001.
-//! Committed full reads drift during the run (3214, 3247, 3215, 3233 instead of 3200). A
-//! failing run writes its history (each transfer with the balances it read) and state to
-//! `target/tmp/bank-<seed>-<when>.txt`. The same workload passes on PostgreSQL
-//! (`e2e_bank_postgres.rs`). Transfers written as `SET balance = balance - x` (as e2e_txn's
-//! small bank does) cannot show this: they recompute from the newest value, so a missed
-//! conflict loses nothing; this test writes the value it read, as Jepsen's does.
+//! History: against `txn` at b1570ef and 7c8a74b these tests failed with lost updates (two
+//! acknowledged transfers read one balance and both wrote it; committed reads saw totals of
+//! 3108-3247 instead of 3200). `e2e_bank_update_after_a_stale_read_conflicts` is the smallest
+//! case: a block reads k, another session commits k, the block writes k and commits. Fixed in
+//! `txn` 5eb9760 ("a block's write expects the version its first read saw"). A failing run
+//! writes its history (each transfer with the balances it read) and the state to
+//! `target/tmp/bank-<seed>-<when>.txt`. Transfers written as `SET balance = balance - x`
+//! could not show this (they recompute from the newest value); this test writes the value it
+//! read, as Jepsen's does.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 #[path = "support/bank.rs"]
