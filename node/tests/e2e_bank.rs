@@ -250,6 +250,8 @@ async fn e2e_bank_survives_sigkill() {
     let (bank, _) = open_bank(&node).await;
     let shared = Arc::new(Shared::default());
     let mut rng = Rng::new(seed, u64::MAX);
+    // Transfers whose COMMIT had no answer when the node died, over all kills.
+    let mut in_flight = 0;
     for kill in 0..kills {
         let target = shared.acked() + KILL_AFTER_MIN + rng.below(KILL_AFTER_SPREAD);
         let phase = run_phase(&node, &bank, &shared, seed, kill, target).await;
@@ -260,8 +262,12 @@ async fn e2e_bank_survives_sigkill() {
         let state =
             check_now(&node, &bank, &shared, seed, &format!("after kill {} of {kills}", kill + 1))
                 .await;
+        in_flight +=
+            shared.history().transfers.iter().filter(|t| t.outcome == Outcome::Unknown).count();
         shared.settle(&state);
     }
+    // The kills hit transfers mid-flight (they land whole or not at all, as checked above).
+    assert!(kills == 0 || in_flight > 0, "no transfer was in flight at any kill (seed {seed})");
     let target = shared.acked() + TRANSFERS_AFTER_KILLS;
     let phase = run_phase(&node, &bank, &shared, seed, kills, target).await;
     shared.stop();
