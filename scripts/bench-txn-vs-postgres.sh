@@ -14,6 +14,7 @@
 #   TXN_DURATION    measured time per workload per target (default: 10s, in 2 rounds)
 #   TXN_DOCS        documents loaded (default: 50000)
 #   TXN_SYNC_COMMITS  commits of each kind for the fdatasync count (default: 200)
+#   TXN_SYNCS_ONLY  1: only the fdatasync count, no bench passes
 #
 # The fdatasync count: scripts/txn-syncs.py performs, one at a time on one connection, 200
 # each of a cross-executor transfer, a single-fragment transfer and an autocommit UPDATE, and
@@ -69,7 +70,8 @@ workloads=single-fragment-txn,cross-fragment-transfer,autocommit-write
 docs=${TXN_DOCS:-50000}
 status=0
 load=()
-for c in ${TXN_CLIENTS:-1 32}; do
+[ "${TXN_SYNCS_ONLY:-0}" = 1 ] && clients=() || read -r -a clients <<<"${TXN_CLIENTS:-1 32}"
+for c in "${clients[@]}"; do
   echo "$name: $c client(s)"
   target/release/bench "${targets[@]}" --out "$out/clients-$c" --workloads "$workloads" \
     --docs "$docs" "${load[@]}" --duration "${TXN_DURATION:-10s}" --warmup 2s --rounds 2 \
@@ -81,11 +83,17 @@ done
 if command -v perf >/dev/null && perf stat -e io_uring:io_uring_submit_req -- true >/dev/null 2>&1; then
   echo "$name: counting syncs per commit (perf record on pid $tessera_pid, scripts/txn-syncs.py)"
   # With -p and a command, perf records the process for exactly as long as the command runs.
-  perf record -k mono -o "$work/syncs.perf" -p "$tessera_pid" \
-    -e io_uring:io_uring_submit_req --filter 'opcode == 3' -e io_uring:io_uring_complete \
-    -e syscalls:sys_enter_fdatasync -e syscalls:sys_enter_fsync -- \
-    python3 scripts/txn-syncs.py run "postgres://bench@127.0.0.1:$port/bench" "${TXN_SYNC_COMMITS:-200}" \
-    "$out/syncs-windows.json" || status=$?
+  # perf opens every thread of the process; a thread that exits meanwhile makes it fail before
+  # the command starts ("failed to set filter ... No such process"), so try a few times.
+  for attempt in 1 2 3; do
+    perf record -k mono -o "$work/syncs.perf" -p "$tessera_pid" \
+      -e io_uring:io_uring_submit_req --filter 'opcode == 3' -e io_uring:io_uring_complete \
+      -e syscalls:sys_enter_fdatasync -e syscalls:sys_enter_fsync -- \
+      python3 scripts/txn-syncs.py run "postgres://bench@127.0.0.1:$port/bench" "${TXN_SYNC_COMMITS:-200}" \
+      "$out/syncs-windows.json" || true
+    [ -s "$out/syncs-windows.json" ] && break
+    echo "$name: perf record attempt $attempt did not run the commits; retrying" >&2
+  done
   python3 scripts/txn-syncs.py count "$work/syncs.perf" "$out/syncs-windows.json" \
     | tee "$out/syncs.json" || status=$?
 else

@@ -112,21 +112,19 @@ def sync_intervals(perf_data):
             if key in pending:
                 intervals.append((pending.pop(key), t))
         elif event in ("syscalls:sys_enter_fdatasync", "syscalls:sys_enter_fsync"):
-            pending[("call", line.split()[0])] = t
             intervals.append((t, t))
     return sorted(intervals)
 
 
 def rounds(intervals):
-    """How many sequential groups the intervals form (overlapping ones merged)."""
-    n, end = 0, None
+    """The sequential groups the intervals form (overlapping ones merged), as (start, end)."""
+    out = []
     for start, stop in intervals:
-        if end is None or start > end:
-            n += 1
-            end = stop
+        if not out or start > out[-1][1]:
+            out.append([start, stop])
         else:
-            end = max(end, stop)
-    return n
+            out[-1][1] = max(out[-1][1], stop)
+    return out
 
 
 def count(perf_data, windows_path):
@@ -142,8 +140,13 @@ def count(perf_data, windows_path):
         # Syncs that also completed before the reply arrived: what the commit can have waited for.
         done = [iv for iv in inside if iv[1] <= t1]
         after = sum(1 for iv in syncs if t1 < iv[0] < nxt)
+        groups = rounds(done)
+        # How long after each round's end the reply arrived: a round the commit waited for is
+        # followed closely by the reply (or by the next round); one it did not wait for may end
+        # just before the reply by chance.
+        gaps = [(t1 - end) * 1000 for _, end in groups]
         per_kind.setdefault(kind, []).append(
-            (len(inside), rounds(done), after, (t1 - t0) * 1000)
+            (len(inside), len(groups), after, (t1 - t0) * 1000, gaps)
         )
     median = lambda xs: sorted(xs)[len(xs) // 2]
     spread = lambda xs: {"min": min(xs), "median": median(xs), "max": max(xs)}
@@ -155,6 +158,12 @@ def count(perf_data, windows_path):
             "sequential_sync_rounds_completed_before_reply": spread([x[1] for x in xs]),
             "syncs_submitted_after_reply": spread([x[2] for x in xs]),
             "commit_ms_median": round(median([x[3] for x in xs]), 3),
+            # Among commits with the median number of rounds: median ms from the end of round
+            # i (1-based) to the reply.
+            "ms_from_round_end_to_reply_median": {
+                str(i + 1): round(median([x[4][i] for x in xs if len(x[4]) == median([y[1] for y in xs])]), 3)
+                for i in range(median([x[1] for x in xs]))
+            },
         }
     report["syncs_total"] = len(syncs)
     print(json.dumps(report, indent=2))
