@@ -550,4 +550,135 @@ mod tests {
             "{ops:?}"
         );
     }
+
+    /// A small deterministic generator (xorshift).
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    // Model test of the overlay against a BTreeMap oracle: random stored documents, random
+    // buffered puts and deletes over them and new ids; a full scan must return exactly the
+    // oracle's documents in storage's (shard, key) order, buffered values replacing stored
+    // ones and buffered deletes hiding them; a scan stopped early returns the oracle's prefix;
+    // only stored documents actually returned are recorded as reads; point reads agree.
+    #[test]
+    fn model_overlay_matches_oracle() {
+        let dir = std::env::temp_dir().join(format!("tessera-overlay-{}", std::process::id()));
+        let path = dir.clone();
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(1 << 20)
+            .preempt_timer(std::time::Duration::from_secs(60))
+            .spawn(move || async move {
+                let range = ShardRange::new(0, router::SHARD_COUNT).expect("full range");
+                let options =
+                    storage::FragmentOptions { segment_bytes: 1 << 20, ..Default::default() };
+                let fragment = storage::Fragment::open(&path, FragmentId::new(0), range, options)
+                    .await
+                    .expect("open");
+                let collection = CollectionName::new("c");
+                for seed in 1..=20u64 {
+                    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
+                    let shard_of =
+                        |id: &str| router::shard_of(id).expect("id").shard().expect("hashed");
+                    // Storage: ids s{seed}-{i}, a random half of 0..30.
+                    let mut oracle: BTreeMap<(ShardId, String), i64> = BTreeMap::new();
+                    for i in 0..30 {
+                        if rng.below(2) == 0 {
+                            let id = format!("S{seed}-{i}");
+                            let batch = WriteBatch::new().put(
+                                "c",
+                                &id,
+                                shard_of(&id),
+                                None,
+                                serde_json::json!({ "v": i }),
+                            );
+                            fragment.apply(batch).await.expect("put");
+                            oracle.insert((shard_of(&id), id.to_lowercase()), i);
+                        }
+                    }
+                    // Buffer: random puts and deletes over 0..40 (some stored, some new).
+                    let mut writes = FragmentWrites::default();
+                    for i in 0..40 {
+                        let id = format!("s{seed}-{i}");
+                        let key = id.to_lowercase();
+                        let doc = match rng.below(3) {
+                            0 => continue,
+                            1 => None,
+                            _ => Some(serde_json::json!({ "v": 1000 + i })),
+                        };
+                        let shard = shard_of(&id);
+                        match &doc {
+                            Some(_) => oracle.insert((shard, key.clone()), 1000 + i),
+                            None => oracle.remove(&(shard, key.clone())),
+                        };
+                        let b = Buffered { id, shard, base: Version::ABSENT, doc };
+                        writes.docs.insert(("c".to_owned(), key), b);
+                    }
+                    let expected: Vec<(String, i64)> = oracle
+                        .iter()
+                        .filter(|((_, k), _)| k.starts_with(&format!("s{seed}-")))
+                        .map(|((_, k), v)| (k.clone(), *v))
+                        .collect();
+                    let reader = OverlayReader::new(FragmentReader::new(&fragment), Some(&writes));
+                    let mut seen = Vec::new();
+                    let prefix = format!("s{seed}-");
+                    reader.scan(&collection, &[range], &mut |d| {
+                        let key = d.id.to_lowercase();
+                        if key.starts_with(&prefix) {
+                            seen.push((
+                                key,
+                                d.doc.field("v").and_then(|v| v.as_i64()).unwrap_or(-1),
+                            ));
+                        }
+                        ControlFlow::Continue(())
+                    });
+                    assert_eq!(seen, expected, "seed {seed}");
+                    let reads = reader.take_reads();
+                    assert!(reads.iter().all(|r| {
+                        !writes.docs.contains_key(&(r.collection.clone(), r.key.clone()))
+                    }));
+                    // Early stop: the first k documents overall.
+                    let all: Vec<String> = {
+                        let mut v = Vec::new();
+                        reader.scan(&collection, &[range], &mut |d| {
+                            v.push(d.id.to_lowercase());
+                            ControlFlow::Continue(())
+                        });
+                        v
+                    };
+                    let k = usize::try_from(rng.below(all.len() as u64 + 1)).expect("small");
+                    let mut first = Vec::new();
+                    let _ = reader.take_reads();
+                    reader.scan(&collection, &[range], &mut |d| {
+                        if first.len() == k {
+                            return ControlFlow::Break(());
+                        }
+                        first.push(d.id.to_lowercase());
+                        ControlFlow::Continue(())
+                    });
+                    assert_eq!(first, all[..k], "seed {seed} stop after {k}");
+                    // Point reads agree with the oracle.
+                    for i in 0..40 {
+                        let id = format!("S{seed}-{i}");
+                        let got = reader
+                            .get(&collection, &id)
+                            .map(|d| d.doc.field("v").and_then(|v| v.as_i64()).unwrap_or(-1));
+                        let want = oracle.get(&(shard_of(&id), id.to_lowercase())).copied();
+                        assert_eq!(got, want, "seed {seed} get {id}");
+                    }
+                }
+                fragment.close().await;
+            })
+            .expect("spawn executor")
+            .join()
+            .expect("executor thread");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
