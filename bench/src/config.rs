@@ -137,8 +137,12 @@ pub enum Workload {
     ScatterQuery,
     /// BEGIN, two updates of documents of one customer (one shard), COMMIT.
     SingleFragmentTxn,
-    /// BEGIN, two updates of two random documents (usually two fragments), COMMIT.
+    /// BEGIN, two updates of two documents on fragments of different executors, COMMIT
+    /// (`layout.rs` says how the pairs are chosen).
     CrossFragmentTransfer,
+    /// One autocommit UPDATE of one random document's balance: the single-row durable write
+    /// a transaction is compared with.
+    AutocommitWrite,
     /// YCSB A: 50 % reads, 50 % updates, zipfian keys.
     YcsbA,
     /// YCSB B: 95 % reads, 5 % updates, zipfian keys.
@@ -149,7 +153,7 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload, in the order a full suite runs them.
-    pub const ALL: [Workload; 10] = [
+    pub const ALL: [Workload; 11] = [
         Workload::PointRead,
         Workload::Insert,
         Workload::Upsert,
@@ -157,6 +161,7 @@ impl Workload {
         Workload::ScatterQuery,
         Workload::SingleFragmentTxn,
         Workload::CrossFragmentTransfer,
+        Workload::AutocommitWrite,
         Workload::YcsbA,
         Workload::YcsbB,
         Workload::YcsbC,
@@ -172,6 +177,7 @@ impl Workload {
             Workload::ScatterQuery => "scatter-query",
             Workload::SingleFragmentTxn => "single-fragment-txn",
             Workload::CrossFragmentTransfer => "cross-fragment-transfer",
+            Workload::AutocommitWrite => "autocommit-write",
             Workload::YcsbA => "ycsb-a",
             Workload::YcsbB => "ycsb-b",
             Workload::YcsbC => "ycsb-c",

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::config::{Loop, Settings, Target, Workload};
+use crate::layout::{ExecutorGroups, Layout};
 use crate::limits;
 use crate::ops::{self, Op, OpGen};
 use crate::rng::Rng;
@@ -250,6 +251,8 @@ pub struct Slice<'a> {
     pub slice_id: u64,
     /// Shared zipfian generator for the YCSB workloads.
     pub zipf: Option<Arc<ScrambledZipfian>>,
+    /// Customers by executor, for the cross-fragment transfer.
+    pub groups: Option<Arc<ExecutorGroups>>,
     /// Makes inserted ids unique across runs.
     pub run_nonce: u64,
     /// Draw a progress bar.
@@ -333,7 +336,8 @@ pub async fn run_slice(slice: Slice<'_>) -> Recorder {
             Rng::stream(slice.settings.seed, stream),
             slice.zipf.clone(),
             format!("n/{}/{}/{}", slice.run_nonce, slice.slice_id, i),
-        );
+        )
+        .with_groups(slice.groups.clone());
         let conn = Connection {
             drain_timeout: slice.settings.drain_timeout,
             wake: wakers.get(i).cloned(),
@@ -454,6 +458,8 @@ struct Completion {
     sent_ns: u64,
     done_ns: u64,
     result: Result<u64, (String, String)>,
+    /// Transactions: attempts refused with a serialization failure and run again.
+    retries: u64,
 }
 
 struct Connection {
@@ -476,8 +482,51 @@ impl Connection {
         self.statements.get(&stmt).ok_or_else(|| format!("statement {stmt:?} was not prepared"))
     }
 
-    /// Sends one operation and returns the rows it returned or changed.
-    async fn execute(&self, op: &Op) -> Result<u64, (String, String)> {
+    /// Sends one operation and returns the rows it returned or changed, and how many times a
+    /// transaction was retried after a serialization failure.
+    async fn execute(&self, op: &Op) -> (Result<u64, (String, String)>, u64) {
+        match op {
+            Op::Transfer { first, second } => self.transfer(first, second).await,
+            _ => (self.execute_one(op).await, 0),
+        }
+    }
+
+    /// A transfer: BEGIN, debit, credit, COMMIT, run again from BEGIN after a serialization
+    /// failure (40001, or 40P01 for a deadlock), at most `TXN_ATTEMPTS_MAX` times.
+    async fn transfer(&self, first: &str, second: &str) -> (Result<u64, (String, String)>, u64) {
+        let client = &*self.client;
+        let fail = |e: tokio_postgres::Error| (error_kind(&e), describe(&e));
+        let missing = |m: String| ("client".to_owned(), m);
+        let (debit, credit) = match (self.statement(Stmt::Debit), self.statement(Stmt::Credit)) {
+            (Ok(d), Ok(c)) => (d, c),
+            (Err(m), _) | (_, Err(m)) => return (Err(missing(m)), 0),
+        };
+        let mut retries = 0;
+        loop {
+            let result = async {
+                client.batch_execute(sql::BEGIN).await?;
+                let a = client.execute(debit, &[&Param(first)]).await?;
+                let b = client.execute(credit, &[&Param(second)]).await?;
+                client.batch_execute(sql::COMMIT).await?;
+                Ok::<u64, tokio_postgres::Error>(a + b)
+            }
+            .await;
+            let Err(e) = result else { return (result.map_err(fail), retries) };
+            if !client.is_closed() {
+                // Leave the connection usable for the next transaction. A failed COMMIT
+                // has already ended the transaction; the ROLLBACK then only warns.
+                let _ = client.batch_execute(sql::ROLLBACK).await;
+            }
+            let retryable = matches!(e.code().map(|c| c.code()), Some("40001" | "40P01"));
+            if !retryable || retries + 1 >= u64::from(limits::TXN_ATTEMPTS_MAX) {
+                return (Err(fail(e)), retries);
+            }
+            retries += 1;
+        }
+    }
+
+    /// Sends one single-statement operation and returns the rows it returned or changed.
+    async fn execute_one(&self, op: &Op) -> Result<u64, (String, String)> {
         let client = &*self.client;
         let fail = |e: tokio_postgres::Error| (error_kind(&e), describe(&e));
         let missing = |m: String| ("client".to_owned(), m);
@@ -506,24 +555,11 @@ impl Connection {
                 let s = self.statement(Stmt::ScatterQuery).map_err(missing)?;
                 client.query(s, &[&Param(tag)]).await.map(|r| r.len() as u64).map_err(fail)
             }
-            Op::Transfer { first, second } => {
-                let debit = self.statement(Stmt::Debit).map_err(missing)?;
-                let credit = self.statement(Stmt::Credit).map_err(missing)?;
-                let result = async {
-                    client.batch_execute(sql::BEGIN).await?;
-                    let a = client.execute(debit, &[&Param(first)]).await?;
-                    let b = client.execute(credit, &[&Param(second)]).await?;
-                    client.batch_execute(sql::COMMIT).await?;
-                    Ok::<u64, tokio_postgres::Error>(a + b)
-                }
-                .await;
-                if result.is_err() && !client.is_closed() {
-                    // Leave the connection usable for the next transaction. A failed COMMIT
-                    // has already ended the transaction; the ROLLBACK then only warns.
-                    let _ = client.batch_execute(sql::ROLLBACK).await;
-                }
-                result.map_err(fail)
+            Op::Write { id } => {
+                let s = self.statement(Stmt::Debit).map_err(missing)?;
+                client.execute(s, &[&Param(id)]).await.map_err(fail)
             }
+            Op::Transfer { .. } => Err(missing("a transfer is not one statement".to_owned())),
         }
     }
 
@@ -531,8 +567,8 @@ impl Connection {
     /// send time is taken at the first poll, when the request enters the connection's queue.
     async fn timed(&self, op: Op, due_ns: u64) -> Completion {
         let sent_ns = self.now_ns();
-        let result = self.execute(&op).await;
-        Completion { due_ns, sent_ns, done_ns: self.now_ns(), result }
+        let (result, retries) = self.execute(&op).await;
+        Completion { due_ns, sent_ns, done_ns: self.now_ns(), result, retries }
     }
 
     /// The request loop of one connection: asks the pacer what to do, keeps up to `depth`
@@ -607,6 +643,7 @@ impl Connection {
                 }
             };
             rec.sent(completion.due_ns, completion.sent_ns);
+            rec.retried(completion.due_ns, completion.retries);
             match completion.result {
                 Ok(rows) => {
                     rec.success(completion.due_ns, completion.done_ns, rows);
@@ -629,4 +666,39 @@ impl Connection {
         }
         rec
     }
+}
+
+/// The layout the cross-fragment transfer plans with: the first Tessera target's
+/// `SHOW FRAGMENTS`, or the node's default layout when no Tessera target is measured (so
+/// PostgreSQL-only runs draw the same pairs). Also says where it came from, for the log.
+pub async fn layout(targets: &[Target], pools: &[Pool]) -> anyhow::Result<(Layout, String)> {
+    for (t, pool) in targets.iter().zip(pools) {
+        if t.flavor() != crate::config::Flavor::Tessera {
+            continue;
+        }
+        let client = pool.clients.first().ok_or_else(|| anyhow!("no connections"))?;
+        let messages = client
+            .simple_query("SHOW FRAGMENTS")
+            .await
+            .map_err(|e| anyhow!("{}: SHOW FRAGMENTS: {}", t.name(), describe(&e)))?;
+        let mut rows = Vec::new();
+        for m in &messages {
+            if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+                let (Some(shards), Some(executor)) = (r.get(1), r.get(2)) else {
+                    return Err(anyhow!("{}: SHOW FRAGMENTS: a row without shards", t.name()));
+                };
+                rows.push((shards.to_owned(), executor.to_owned()));
+            }
+        }
+        let layout = Layout::from_rows(&rows).with_context(|| t.name().to_owned())?;
+        return Ok((layout, format!("SHOW FRAGMENTS of {}", t.name())));
+    }
+    Ok((
+        Layout::even(limits::DEFAULT_LAYOUT_FRAGMENTS, limits::DEFAULT_LAYOUT_EXECUTORS),
+        format!(
+            "the default layout ({} fragments on {} executors)",
+            limits::DEFAULT_LAYOUT_FRAGMENTS,
+            limits::DEFAULT_LAYOUT_EXECUTORS
+        ),
+    ))
 }

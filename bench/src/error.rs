@@ -103,3 +103,23 @@ pub enum OutputError {
         source: serde_json::Error,
     },
 }
+
+/// A node's `SHOW FRAGMENTS` that does not describe a usable layout.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LayoutError {
+    /// A `shards` value that is not `[start, end)`.
+    #[error("SHOW FRAGMENTS: shard range {text:?} is not [start, end)")]
+    Range {
+        /// The value.
+        text: String,
+    },
+    /// Ranges that leave a gap, overlap, or do not reach the last shard.
+    #[error("SHOW FRAGMENTS: range {text} does not continue at shard {expected_start}")]
+    Coverage {
+        /// The offending range (or `(end)`).
+        text: String,
+        /// Where the next range had to start.
+        expected_start: u32,
+    },
+}

@@ -10,6 +10,7 @@ pub mod config;
 pub mod driver;
 pub mod error;
 pub mod hist;
+pub mod layout;
 pub mod limits;
 pub mod ops;
 pub mod plot;
@@ -96,6 +97,18 @@ pub async fn run(plan: &Plan) -> anyhow::Result<RunReport> {
         None
     };
 
+    let groups = if plan.workloads.contains(&Workload::CrossFragmentTransfer) {
+        let (layout, source) = driver::layout(&plan.targets, &pools).await?;
+        let groups = layout::ExecutorGroups::new(&layout, settings.docs);
+        eprintln!(
+            "cross-fragment-transfer: pairs documents on two of {} executors, placed by {source}",
+            groups.executors()
+        );
+        Some(Arc::new(groups))
+    } else {
+        None
+    };
+
     let rounds = settings.rounds;
     let per_round = settings.duration / rounds;
     let measured_secs = (per_round * rounds).as_secs_f64();
@@ -139,6 +152,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<RunReport> {
                     measured: per_round,
                     slice_id,
                     zipf: zipf.clone(),
+                    groups: groups.clone(),
                     run_nonce,
                     show_progress: plan.show_progress,
                 })

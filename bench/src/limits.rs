@@ -71,3 +71,15 @@ pub const ERROR_KINDS_MAX: usize = 32;
 
 /// Longest error message kept as an example per kind, in bytes.
 pub const ERROR_EXAMPLE_BYTES_MAX: usize = 300;
+
+/// Most attempts of one transfer transaction. A serialization failure (40001, or PostgreSQL's
+/// deadlock 40P01) is retried from BEGIN, as an application would; past this many the
+/// transfer counts as an error of that SQLSTATE. Every retry is counted and reported.
+pub const TXN_ATTEMPTS_MAX: u32 = 16;
+
+/// The node layout assumed when no Tessera target is measured (so PostgreSQL-only runs draw
+/// the same transfer pairs): `tessera serve`'s default on the 2-core reference machine, two
+/// executors with four fragments each.
+pub const DEFAULT_LAYOUT_EXECUTORS: u32 = 2;
+/// See `DEFAULT_LAYOUT_EXECUTORS`.
+pub const DEFAULT_LAYOUT_FRAGMENTS: u32 = 8;

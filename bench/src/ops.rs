@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::config::Workload;
+use crate::layout::ExecutorGroups;
 use crate::limits::{DOCS_PER_CUSTOMER, FILLER_BYTES, TAG_COUNT};
 use crate::rng::Rng;
 use crate::zipf::ScrambledZipfian;
@@ -97,6 +98,11 @@ pub enum Op {
         /// Tag value.
         tag: String,
     },
+    /// Take 10 from one document's balance, autocommit.
+    Write {
+        /// Existing id.
+        id: String,
+    },
     /// Move 10 from one balance to another in one transaction. `first` sorts before
     /// `second`, so concurrent transfers lock rows in one order and never deadlock.
     Transfer {
@@ -117,6 +123,8 @@ pub struct OpGen {
     /// Makes inserted ids unique across runs, targets and connections.
     insert_prefix: String,
     inserted: u64,
+    /// Customers by executor, for cross-executor transfers.
+    groups: Option<Arc<ExecutorGroups>>,
 }
 
 impl OpGen {
@@ -128,7 +136,21 @@ impl OpGen {
         zipf: Option<Arc<ScrambledZipfian>>,
         insert_prefix: String,
     ) -> Self {
-        OpGen { workload, docs, rng, zipf, insert_prefix, inserted: 0 }
+        OpGen { workload, docs, rng, zipf, insert_prefix, inserted: 0, groups: None }
+    }
+
+    /// Cross-fragment transfers then pair documents of customers on two different executors
+    /// (when `groups` has at least two); without it they pair any two documents.
+    pub fn with_groups(mut self, groups: Option<Arc<ExecutorGroups>>) -> Self {
+        self.groups = groups;
+        self
+    }
+
+    /// A document of a random customer among `members`, or `None` when there are none.
+    fn doc_of_group(&mut self, members: &[(u64, usize)]) -> Option<u64> {
+        let i = usize::try_from(self.rng.below(members.len() as u64)).ok()?;
+        let &(c, _) = members.get(i)?;
+        Some(c * DOCS_PER_CUSTOMER + self.rng.below(DOCS_PER_CUSTOMER))
     }
 
     fn uniform_key(&mut self) -> u64 {
@@ -180,7 +202,22 @@ impl OpGen {
                 let base = c * DOCS_PER_CUSTOMER;
                 Self::transfer(base + a, base + b)
             }
+            Workload::AutocommitWrite => Op::Write { id: doc_id(self.uniform_key()) },
             Workload::CrossFragmentTransfer => {
+                if let Some(groups) = self.groups.clone()
+                    && groups.executors() >= 2
+                {
+                    // Two distinct executors, then a customer on each.
+                    let n = groups.executors() as u64;
+                    let e1 = self.rng.below(n);
+                    let e2 = (e1 + 1 + self.rng.below(n - 1)) % n;
+                    let pick = |g: &mut Self, e: u64| {
+                        g.doc_of_group(groups.members(usize::try_from(e).unwrap_or(0)))
+                    };
+                    if let (Some(a), Some(b)) = (pick(self, e1), pick(self, e2)) {
+                        return Self::transfer(a, b);
+                    }
+                }
                 let a = self.uniform_key();
                 let mut b = self.rng.below(self.docs.saturating_sub(1).max(1));
                 if b >= a {
@@ -256,6 +293,39 @@ mod tests {
             let Op::Transfer { first, second } = g.next_op() else { panic!("not a transfer") };
             assert!(first < second);
             assert!(key_of(&first) < 8 && key_of(&second) < 8);
+        }
+    }
+
+    #[test]
+    fn unit_cross_fragment_transfer_crosses_executors_with_a_layout() {
+        // With customer groups from the default layout, every pair's two documents live on
+        // shards of fragments owned by different executors, and each exists.
+        use crate::layout::{ExecutorGroups, Layout, shard_of_customer};
+        let layout = Layout::even(8, 2);
+        let groups = Arc::new(ExecutorGroups::new(&layout, 8_000));
+        let mut g = generator(Workload::CrossFragmentTransfer, 8_000).with_groups(Some(groups));
+        let mut firsts_on = [0; 2];
+        for _ in 0..2000 {
+            let Op::Transfer { first, second } = g.next_op() else { panic!("not a transfer") };
+            assert!(first < second);
+            let (a, b) = (key_of(&first), key_of(&second));
+            assert!(a < 8_000 && b < 8_000);
+            let exec = |k: u64| {
+                layout.span_of(shard_of_customer(customer_of(k))).unwrap().1.executor.clone()
+            };
+            assert_ne!(exec(a), exec(b), "{first} and {second}");
+            firsts_on[usize::from(exec(a) == "1")] += 1;
+        }
+        assert!(firsts_on[0] > 0 && firsts_on[1] > 0, "both executors debited: {firsts_on:?}");
+    }
+
+    #[test]
+    fn unit_autocommit_write_updates_existing_documents() {
+        // One existing document per operation.
+        let mut g = generator(Workload::AutocommitWrite, 100);
+        for _ in 0..100 {
+            let Op::Write { id } = g.next_op() else { panic!("not a write") };
+            assert!(key_of(&id) < 100);
         }
     }
 

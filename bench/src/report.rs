@@ -43,6 +43,9 @@ pub struct WorkloadResult {
     pub error_count: u64,
     /// Open loop: requests due but never sent (their lower-bound latency is in the histogram).
     pub unsent: u64,
+    /// Transactions: measured attempts refused with 40001/40P01 and run again (each
+    /// transaction's latency includes its retries).
+    pub retries: u64,
     /// Operations completed during warm-up (not measured).
     pub warmup_ops: u64,
     /// Rows returned or changed by measured operations.
@@ -79,6 +82,7 @@ impl WorkloadResult {
             errors: rec.errors().clone(),
             error_count: rec.error_count(),
             unsent: rec.unsent_count(),
+            retries: rec.retries(),
             warmup_ops: rec.warmup_ops(),
             rows: rec.rows(),
             hgrm: format!("{}.{}.hgrm", workload.name(), target),
@@ -182,6 +186,13 @@ pub fn summary_markdown(report: &RunReport) -> String {
         let _ = writeln!(s, "\nSkipped (not measured, not counted as errors):\n");
         for k in &report.skipped {
             let _ = writeln!(s, "- {} on {}: {}", k.workload, k.target, k.reason);
+        }
+    }
+    let retried: Vec<&WorkloadResult> = report.results.iter().filter(|r| r.retries > 0).collect();
+    if !retried.is_empty() {
+        let _ = writeln!(s, "\nTransactions retried after 40001/40P01 (inside their latency):\n");
+        for r in retried {
+            let _ = writeln!(s, "- {} on {}: {} retries", r.workload, r.target, r.retries);
         }
     }
     let failing: Vec<&WorkloadResult> =

@@ -161,6 +161,7 @@ pub struct Recorder {
     warmup_ops: u64,
     rows: u64,
     unsent: u64,
+    retries: u64,
     errors: BTreeMap<String, ErrorCount>,
 }
 
@@ -197,6 +198,7 @@ impl Recorder {
             warmup_ops: 0,
             rows: 0,
             unsent: 0,
+            retries: 0,
             errors: BTreeMap::new(),
         }
     }
@@ -219,6 +221,14 @@ impl Recorder {
             return;
         }
         self.lag.saturating_record(latency_us(due_ns, sent_ns));
+    }
+
+    /// A measured transaction due at `due_ns` was run again `n` times after serialization
+    /// failures (its latency includes them).
+    pub fn retried(&mut self, due_ns: u64, n: u64) {
+        if due_ns >= self.measure_from_ns {
+            self.retries += n;
+        }
     }
 
     /// A failed request. Errors count during warm-up too: they are never hidden. Their latency
@@ -259,6 +269,7 @@ impl Recorder {
         self.warmup_ops += other.warmup_ops;
         self.rows += other.rows;
         self.unsent += other.unsent;
+        self.retries += other.retries;
         for (kind, e) in &other.errors {
             let entry = self.errors.entry(kind.clone()).or_default();
             if entry.count == 0 {
@@ -287,6 +298,10 @@ impl Recorder {
     /// Rows returned by measured requests.
     pub fn rows(&self) -> u64 {
         self.rows
+    }
+    /// Retries of measured transactions after serialization failures.
+    pub fn retries(&self) -> u64 {
+        self.retries
     }
     /// Open-loop requests due but never sent.
     pub fn unsent_count(&self) -> u64 {

@@ -1,8 +1,8 @@
 //! Smoke test against a real Tessera node: starts `tessera serve` on a free loopback port with
 //! a temporary data directory, waits for its ready line on stderr, runs every workload for one
-//! second with tiny sizes (closed loop), checks that every workload Tessera supports completed
-//! operations without a single error and that the others are skipped with a reason, then
-//! stops the node with SIGTERM and checks that it exits 0.
+//! second with tiny sizes (closed loop), checks that every workload completed operations
+//! without a single error (none is skipped since transactions landed), then stops the node
+//! with SIGTERM and checks that it exits 0.
 //!
 //! bench depends on no other Tessera crate, so the binary is not built as a dependency: it is
 //! `$TESSERA_BIN`, else `<target dir>/debug/tessera` or `<target dir>/release/tessera`
@@ -213,18 +213,10 @@ fn smoke_every_supported_workload_against_a_tessera_node() {
     assert_eq!(run["load"][0]["docs"], 200);
     let results = run["results"].as_array().unwrap();
     let skipped = run["skipped"].as_array().unwrap();
-    // Ten workloads: the two that need transaction blocks are skipped, the rest measured.
-    assert_eq!(results.len(), 8, "{results:?}");
-    let mut skipped_names: Vec<&str> =
-        skipped.iter().map(|s| s["workload"].as_str().unwrap()).collect();
-    skipped_names.sort_unstable();
-    assert_eq!(skipped_names, ["cross-fragment-transfer", "single-fragment-txn"]);
-    for s in skipped {
-        assert_eq!(s["target"], "tessera");
-        assert!(s["reason"].as_str().unwrap().contains("transaction"), "{s}");
-    }
+    // Eleven workloads, all measured: nothing is skipped.
+    assert_eq!(results.len(), 11, "{results:?}");
+    assert!(skipped.is_empty(), "{skipped:?}");
     let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
-    assert!(summary.contains("- single-fragment-txn on tessera: needs a transaction block"));
     for r in results {
         let workload = r["workload"].as_str().unwrap();
         assert!(r["ops"].as_u64().unwrap() > 0, "{workload}: no operations completed");
