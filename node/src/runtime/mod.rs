@@ -267,6 +267,14 @@ where
                 let heartbeats = Rc::new(std::cell::Cell::new(0));
                 let ctx =
                     ExecutorContext { index, mesh, shutdown, heartbeats: Rc::clone(&heartbeats) };
+                // From the start, init included: opening fragments waits on I/O too, and an
+                // executor once parked for good there (no timer armed) under heavy load.
+                let heartbeat = glommio::spawn_local(async move {
+                    loop {
+                        glommio::timer::sleep(heartbeat_period).await;
+                        heartbeats.set(heartbeats.get() + 1);
+                    }
+                });
                 let (init, serve, close) = &*hooks;
                 let state = match init(ctx.clone()).await {
                     Ok(state) => Rc::new(state),
@@ -276,17 +284,12 @@ where
                         ctx.shutdown.trigger();
                         ready.arrive();
                         served.arrive();
+                        drop(heartbeat);
                         return;
                     }
                 };
                 // Answer cross-core calls from now until the very end.
                 let inbox_task = glommio::spawn_local(drain_inbox(inbox, Rc::clone(&state)));
-                let heartbeat = glommio::spawn_local(async move {
-                    loop {
-                        glommio::timer::sleep(heartbeat_period).await;
-                        heartbeats.set(heartbeats.get() + 1);
-                    }
-                });
                 ready.arrive();
                 ready.wait().await;
                 // Serve runs even when shutdown has already fired (it must then return promptly),

@@ -278,3 +278,31 @@ fn crossings_do_not_wait_for_the_heartbeat() {
     assert_eq!(ticks.len(), 2);
     assert!(ticks.iter().all(|&(_, t)| t == 0), "heartbeat ticks during crossings: {ticks:?}");
 }
+
+// Checks that the heartbeat already runs while `init` waits (fragments are opened there, and a
+// park stall in init once hung an executor for good): init sleeps for ten heartbeat periods and
+// must see a tick. Timers fire in deadline order, so this does not depend on the machine's speed.
+#[test]
+fn heartbeat_runs_during_init() {
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let s1 = Arc::clone(&seen);
+    run_with(
+        RuntimeOptions { heartbeat: std::time::Duration::from_millis(1) },
+        1,
+        Shutdown::new(),
+        move |ctx: ExecutorContext<()>| {
+            let seen = Arc::clone(&s1);
+            async move {
+                glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+                seen.lock().expect("lock").push(ctx.heartbeats());
+                Ok(())
+            }
+        },
+        |_state, ctx| async move { ctx.shutdown.trigger() },
+        |_state, _ctx| async {},
+    )
+    .expect("runtime");
+    let seen = seen.lock().expect("lock");
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0] >= 1, "no heartbeat tick during init: {}", seen[0]);
+}
