@@ -763,7 +763,7 @@ impl Core {
             .borrow()
             .iter()
             .map(|(id, f)| {
-                let stats = f.stats();
+                let stats = f.totals();
                 FragmentRow {
                     fragment: *id,
                     range: f.range(),
