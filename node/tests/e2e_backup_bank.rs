@@ -1,0 +1,413 @@
+//! A backup taken while the bank workload runs restores with the bank intact (issue 8, item 5).
+//!
+//! A node (2 executors, 8 fragments) holds 32 accounts spread over every fragment, so
+//! transfers stay in one fragment (fast path), cross fragments of one executor, or cross
+//! executors (two-phase commit). Transfer and reader clients of `support/bank.rs` run; once
+//! some transfers are acknowledged, `tessera backup --to DIR` runs against the live node until
+//! one backup overlapped acknowledged two-phase commits (`SHOW transaction_counters` moved
+//! between the moment the backup was started and the moment it returned). Then the load stops,
+//! the live node is checked, and every backup taken is restored with `tessera restore`,
+//! checked with `tessera verify`, served by a fresh node and checked with the bank checker:
+//! the total holds (a cross-fragment transfer is whole or absent), each balance equals the
+//! opening balance plus what the records present moved, no record belongs to a refused
+//! attempt, and every transfer acknowledged before the backup started is present. Transfers
+//! acknowledged after the backup started may be present or not.
+//!
+//! `TESSERA_BANK_SEED` replays a run's draws; the seed is printed with every failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+#[path = "support/bank.rs"]
+mod bank;
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use bank::checker::{self, History, Ledger, Outcome, State, Violation};
+use bank::{Bank, Flavor, Load, PHASE_TIMEOUT, Phase, Shared};
+use support::{Node, run_client, simple_rows};
+
+/// Accounts: 4 on each of the 8 fragments.
+const ACCOUNTS: usize = 32;
+/// Every account's opening balance.
+const INITIAL: i64 = 100;
+/// Clients and the largest transfer (as in `e2e_bank.rs`).
+const LOAD: Load = Load { transfer_clients: 6, read_clients: 2, amount_max: 20 };
+/// Acknowledged transfers before the first backup starts.
+const WARMUP_TRANSFERS: u64 = 40;
+/// Backups taken at most while waiting for one that overlaps a two-phase commit; each is
+/// restored and checked. (The first normally does: the load commits continuously.)
+const BACKUPS_MAX: usize = 4;
+/// The default seed.
+const SEED_DEFAULT: u64 = 0xBAC4_BA4C;
+
+fn seed() -> u64 {
+    match std::env::var("TESSERA_BANK_SEED") {
+        Ok(s) => s.parse().unwrap_or_else(|_| panic!("TESSERA_BANK_SEED={s} is not a number")),
+        Err(_) => SEED_DEFAULT,
+    }
+}
+
+/// The restore check: `history` is everything the clients did (to the end of the load),
+/// `acked_before` the ids of the transfers acknowledged before the backup started, `state`
+/// what the restored node holds. A transfer acknowledged later was in flight or after the
+/// cut, so the backup may hold it or not: it is held to "whole or absent" (unknown), while
+/// refused attempts must be absent and transfers acknowledged before must be present. The
+/// clients' live reads are not part of it (the live check covers them).
+fn check_restore(
+    ledger: &Ledger,
+    history: &History,
+    acked_before: &BTreeSet<String>,
+    state: &State,
+) -> Vec<Violation> {
+    let mut as_of_backup = History { transfers: history.transfers.clone(), reads: Vec::new() };
+    for t in &mut as_of_backup.transfers {
+        if t.outcome == Outcome::Committed && !acked_before.contains(&t.id) {
+            t.outcome = Outcome::Unknown;
+        }
+    }
+    // An outcome never goes back from committed: every id acknowledged before is committed.
+    for id in acked_before {
+        assert!(
+            history.transfers.iter().any(|t| &t.id == id && t.outcome == Outcome::Committed),
+            "transfer {id} was acknowledged before the backup but is not committed in the history"
+        );
+    }
+    checker::check(ledger, &as_of_backup, state)
+}
+
+fn tessera() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("TESSERA_") {
+            c.env_remove(key);
+        }
+    }
+    c
+}
+
+/// A fresh path beside `node`'s data directory.
+fn scratch(node: &Node, name: &str) -> PathBuf {
+    let dir = node
+        .data_dir()
+        .parent()
+        .unwrap()
+        .join(format!("{}-{name}", node.data_dir().file_name().unwrap().to_string_lossy()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn show(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// The node's `two_phase_commits` from `SHOW transaction_counters`.
+async fn two_phase_commits(client: &tokio_postgres::Client) -> i64 {
+    let rows = simple_rows(&client.simple_query("SHOW transaction_counters").await.unwrap());
+    let row = rows
+        .iter()
+        .find(|r| r[0].as_deref() == Some("two_phase_commits"))
+        .expect("SHOW transaction_counters has two_phase_commits");
+    row[1].as_deref().unwrap().parse().unwrap()
+}
+
+/// One line of SHOW FRAGMENTS: shard range, executor, documents.
+struct FragmentLine {
+    start: u32,
+    end: u32,
+    executor: String,
+    documents: i64,
+}
+
+async fn fragments(client: &tokio_postgres::Client) -> Vec<FragmentLine> {
+    let rows = simple_rows(&client.simple_query("SHOW FRAGMENTS").await.unwrap());
+    rows.into_iter()
+        .map(|r| {
+            let range = r[1].clone().unwrap();
+            let (start, end) =
+                range.trim_matches(|c| c == '[' || c == ')').split_once(", ").expect("range");
+            FragmentLine {
+                start: start.parse().unwrap(),
+                end: end.parse().unwrap(),
+                executor: r[2].clone().unwrap(),
+                documents: r[3].clone().unwrap().parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Opens a bank whose accounts cover every fragment (account `i` on an explicit shard of
+/// fragment `i mod F`, its records on the same shard), asserting the coverage.
+async fn open_bank(node: &Node) -> Arc<Bank> {
+    let client = node.connect().await;
+    let layout = fragments(&client).await;
+    assert_eq!(ACCOUNTS % layout.len(), 0, "accounts spread evenly over the fragments");
+    let mut accounts = Vec::new();
+    let mut record_suffix = Vec::new();
+    for i in 0..ACCOUNTS {
+        let f = &layout[i % layout.len()];
+        let shard = f.start + u32::try_from(i).unwrap();
+        assert!(shard < f.end, "fragment [{}, {}) is too small", f.start, f.end);
+        accounts.push(format!("a/{i}$@{shard}"));
+        record_suffix.push(format!("$@{shard}"));
+    }
+    let bank = Bank {
+        flavor: Flavor::Tessera,
+        ledger: Ledger { accounts, initial: INITIAL },
+        record_suffix,
+    };
+    bank.open(&client).await;
+    let after = fragments(&client).await;
+    let per_fragment = i64::try_from(ACCOUNTS / layout.len()).unwrap();
+    assert!(after.iter().all(|f| f.documents == per_fragment), "every fragment holds accounts");
+    let executors: BTreeSet<&str> = after.iter().map(|f| f.executor.as_str()).collect();
+    assert_eq!(executors.len(), 2, "accounts on both executors: {executors:?}");
+    Arc::new(bank)
+}
+
+/// One backup taken under load.
+struct Taken {
+    dir: PathBuf,
+    /// Transfers acknowledged before it started.
+    acked_before: BTreeSet<String>,
+    /// `two_phase_commits` before it started and after it returned.
+    two_phase: (i64, i64),
+}
+
+/// Fails with the seed, the violations and a dump of history and state when `violations`
+/// is not empty.
+fn assert_clean(
+    node: &Node,
+    history: &History,
+    state: &State,
+    violations: &[Violation],
+    seed: u64,
+    when: &str,
+) {
+    if violations.is_empty() {
+        return;
+    }
+    let name = format!("bank-backup-{seed}-{}.txt", when.replace(' ', "-"));
+    let path = bank::dump(node.data_dir().parent().unwrap(), &name, history, state);
+    panic!(
+        "bank violated {when} (TESSERA_BANK_SEED={seed}; {} attempts; history and state in \
+         {}):\n{}",
+        history.transfers.len(),
+        path.display(),
+        bank::report(violations)
+    );
+}
+
+// Checks the backup of a node under the bank workload: a backup overlapping acknowledged
+// two-phase transfers restores (after `tessera verify` passes on the restored directory) to a
+// state with the total intact, every record's transfer applied to both accounts, no refused
+// transfer, and every transfer acknowledged before the backup started; a restart of the
+// restored node keeps that state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_backup_under_bank_load_restores_the_total() {
+    let seed = seed();
+    eprintln!("TESSERA_BANK_SEED={seed}");
+    let node = Node::start();
+    let bank = open_bank(&node).await;
+    let shared = Arc::new(Shared::default());
+    let phase = Phase::start(&node.conn_str(), &bank, LOAD, &shared, seed, 0).await;
+    let warm =
+        tokio::time::timeout(PHASE_TIMEOUT, bank::run_until(&shared, &phase, WARMUP_TRANSFERS))
+            .await;
+    assert!(
+        warm.is_ok() && shared.acked() >= WARMUP_TRANSFERS,
+        "{} of {WARMUP_TRANSFERS} transfers acknowledged before the backup (TESSERA_BANK_SEED=\
+         {seed}; unexpected errors: {:?}); log:\n{}",
+        shared.acked(),
+        shared.unexpected(),
+        node.log_text()
+    );
+
+    let admin = node.connect().await;
+    let mut taken: Vec<Taken> = Vec::new();
+    for n in 0..BACKUPS_MAX {
+        let two_phase_before = two_phase_commits(&admin).await;
+        let acked_before: BTreeSet<String> = shared
+            .history()
+            .transfers
+            .into_iter()
+            .filter(|t| t.outcome == Outcome::Committed)
+            .map(|t| t.id)
+            .collect();
+        let dir = scratch(&node, &format!("bank-backup-{n}"));
+        let mut command = tessera();
+        command.arg("backup").arg("--to").arg(&dir).arg("--addr").arg(node.addr().to_string());
+        // On a blocking thread: the clients go on meanwhile.
+        let output = tokio::task::spawn_blocking(move || run_client(command)).await.unwrap();
+        let two_phase_after = two_phase_commits(&admin).await;
+        assert!(output.status.success(), "backup {n} failed: {}", show(&output));
+        assert!(dir.join("manifest.json").exists(), "backup {n} has a manifest");
+        eprintln!(
+            "backup {n}: {} transfers acknowledged before it; two-phase commits {} -> {}",
+            acked_before.len(),
+            two_phase_before,
+            two_phase_after
+        );
+        taken.push(Taken { dir, acked_before, two_phase: (two_phase_before, two_phase_after) });
+        if two_phase_after > two_phase_before {
+            break;
+        }
+        assert!(
+            shared.unexpected().is_empty()
+                && phase.left.load(std::sync::atomic::Ordering::SeqCst) > 0,
+            "clients ended during backup {n} (TESSERA_BANK_SEED={seed}): {:?}",
+            shared.unexpected()
+        );
+    }
+    shared.stop();
+    let joined = tokio::time::timeout(PHASE_TIMEOUT, phase.join()).await;
+    assert!(joined.is_ok(), "clients did not stop (TESSERA_BANK_SEED={seed})");
+    assert!(
+        taken.iter().any(|t| t.two_phase.1 > t.two_phase.0),
+        "no backup of {BACKUPS_MAX} overlapped a two-phase commit (TESSERA_BANK_SEED={seed}): {:?}",
+        taken.iter().map(|t| t.two_phase).collect::<Vec<_>>()
+    );
+    let unexpected = shared.unexpected();
+    assert!(unexpected.is_empty(), "unexpected errors (TESSERA_BANK_SEED={seed}):\n{unexpected:?}");
+    eprintln!("bank after the load: {}", shared.summary());
+
+    // The live node first: a violation here is the workload's, not the backup's.
+    let history = shared.history();
+    let live = bank.state(&admin).await;
+    let violations = checker::check(&bank.ledger, &history, &live);
+    assert_clean(&node, &history, &live, &violations, seed, "live after the load");
+    drop(admin);
+
+    // Every backup into the data directory of a second node, verified, served and checked.
+    let mut restored = Node::start();
+    for (n, t) in taken.iter().enumerate() {
+        restored.stop();
+        std::fs::remove_dir_all(restored.data_dir()).unwrap();
+        let mut command = tessera();
+        command.arg("restore").arg("--from").arg(&t.dir).arg("--data-dir").arg(restored.data_dir());
+        let output = run_client(command);
+        assert!(output.status.success(), "restore of backup {n} failed: {}", show(&output));
+        let mut command = tessera();
+        command.arg("verify").arg("--data-dir").arg(restored.data_dir());
+        let output = run_client(command);
+        assert_eq!(output.status.code(), Some(0), "verify of restore {n}: {}", show(&output));
+
+        restored.start_again();
+        for when in ["restored", "restored and restarted"] {
+            if when != "restored" {
+                restored.restart();
+            }
+            let client = restored.connect().await;
+            let state = bank.state(&client).await;
+            let violations = check_restore(&bank.ledger, &history, &t.acked_before, &state);
+            let when = format!("backup {n} {when}");
+            assert_clean(&restored, &history, &state, &violations, seed, &when);
+            let records: BTreeSet<&str> = state.records.iter().map(|r| r.id.as_str()).collect();
+            eprintln!(
+                "{when}: {} records ({} acknowledged before the backup), total {}",
+                records.len(),
+                t.acked_before.len(),
+                state.balances.iter().map(|(_, b)| b).sum::<i64>()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&t.dir);
+    }
+}
+
+/// A small bank for the checks of [`check_restore`] itself.
+mod doctored {
+    use super::*;
+    use checker::{Record, Transfer};
+
+    pub fn ledger() -> Ledger {
+        Ledger { accounts: vec!["a".into(), "b".into(), "c".into()], initial: 100 }
+    }
+
+    pub fn transfer(id: &str, from: &str, to: &str, amount: i64, outcome: Outcome) -> Transfer {
+        Transfer { id: id.into(), from: from.into(), to: to.into(), amount, outcome, seen: None }
+    }
+
+    pub fn record(t: &Transfer) -> Record {
+        Record { id: t.id.clone(), from: t.from.clone(), to: t.to.clone(), amount: t.amount }
+    }
+
+    /// t1 (a -> b, 10) acknowledged before the backup, t2 (b -> c, 5) after it, t3 refused.
+    pub fn history() -> History {
+        History {
+            transfers: vec![
+                transfer("t1", "a", "b", 10, Outcome::Committed),
+                transfer("t2", "b", "c", 5, Outcome::Committed),
+                transfer("t3", "c", "a", 7, Outcome::Aborted),
+            ],
+            reads: Vec::new(),
+        }
+    }
+
+    pub fn before() -> BTreeSet<String> {
+        ["t1".to_owned()].into_iter().collect()
+    }
+
+    pub fn state(balances: [i64; 3], records: &[&Transfer]) -> State {
+        State {
+            balances: ["a", "b", "c"].iter().map(|a| (*a).to_owned()).zip(balances).collect(),
+            records: records.iter().map(|t| record(t)).collect(),
+        }
+    }
+}
+
+// Checks that the restore check accepts the two consistent restores: with the transfer
+// acknowledged after the backup started, and without it.
+#[test]
+fn check_restore_accepts_a_cut_with_or_without_later_transfers() {
+    let (ledger, history, before) = (doctored::ledger(), doctored::history(), doctored::before());
+    let (t1, t2) = (&history.transfers[0], &history.transfers[1]);
+    let with = doctored::state([90, 105, 105], &[t1, t2]);
+    assert_eq!(check_restore(&ledger, &history, &before, &with), vec![]);
+    let without = doctored::state([90, 110, 100], &[t1]);
+    assert_eq!(check_restore(&ledger, &history, &before, &without), vec![]);
+}
+
+// Checks that a restore holding half a cross-account transfer (its record and the debit, not
+// the credit) is reported: the credited balance and the total are off.
+#[test]
+fn check_restore_reports_half_a_transfer() {
+    let (ledger, history, before) = (doctored::ledger(), doctored::history(), doctored::before());
+    let (t1, t2) = (&history.transfers[0], &history.transfers[1]);
+    let half = doctored::state([90, 105, 100], &[t1, t2]);
+    let v = check_restore(&ledger, &history, &before, &half);
+    assert!(
+        v.contains(&Violation::Balance { account: "c".into(), expected: 105, actual: 100 }),
+        "{v:?}"
+    );
+    assert!(v.contains(&Violation::Total { expected: 300, actual: 295 }), "{v:?}");
+    // The balances of a transfer without its record: the total holds, the balances do not.
+    let unrecorded = doctored::state([90, 105, 105], &[t1]);
+    let v = check_restore(&ledger, &history, &before, &unrecorded);
+    assert!(v.iter().any(|v| matches!(v, Violation::Balance { .. })), "{v:?}");
+}
+
+// Checks that a restore missing a transfer acknowledged before the backup started is reported
+// as lost even though its balances are consistent, and that a refused transfer's record is
+// reported.
+#[test]
+fn check_restore_reports_a_lost_or_a_refused_transfer() {
+    let (ledger, history, before) = (doctored::ledger(), doctored::history(), doctored::before());
+    let empty = doctored::state([100, 100, 100], &[]);
+    assert_eq!(
+        check_restore(&ledger, &history, &before, &empty),
+        vec![Violation::Lost { id: "t1".into() }]
+    );
+    let (t1, t3) = (&history.transfers[0], &history.transfers[2]);
+    let refused = doctored::state([97, 110, 93], &[t1, t3]);
+    assert_eq!(
+        check_restore(&ledger, &history, &before, &refused),
+        vec![Violation::AbortedApplied { id: "t3".into() }]
+    );
+}
