@@ -3,15 +3,17 @@
 //! A node (2 executors, 8 fragments) holds 32 accounts spread over every fragment, so
 //! transfers stay in one fragment (fast path), cross fragments of one executor, or cross
 //! executors (two-phase commit). Transfer and reader clients of `support/bank.rs` run; once
-//! some transfers are acknowledged, `tessera backup --to DIR` runs against the live node until
-//! one backup overlapped acknowledged two-phase commits (`SHOW transaction_counters` moved
-//! between the moment the backup was started and the moment it returned). Then the load stops,
+//! some transfers are acknowledged, `tessera backup --to DIR` runs against the live node, one
+//! backup after the other, at least twice and until one backup overlapped acknowledged
+//! two-phase commits (`SHOW transaction_counters` moved between the moment the backup was
+//! started and the moment it returned). Then the load stops,
 //! the live node is checked, and every backup taken is restored with `tessera restore`,
 //! checked with `tessera verify`, served by a fresh node and checked with the bank checker:
 //! the total holds (a cross-fragment transfer is whole or absent), each balance equals the
 //! opening balance plus what the records present moved, no record belongs to a refused
 //! attempt, and every transfer acknowledged before the backup started is present. Transfers
-//! acknowledged after the backup started may be present or not.
+//! acknowledged after the backup started may be present or not. A later backup holds every
+//! record of an earlier one (a transfer in a restore was committed before that backup's cut).
 //!
 //! `TESSERA_BANK_SEED` replays a run's draws; the seed is printed with every failure.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
@@ -37,9 +39,11 @@ const INITIAL: i64 = 100;
 const LOAD: Load = Load { transfer_clients: 6, read_clients: 2, amount_max: 20 };
 /// Acknowledged transfers before the first backup starts.
 const WARMUP_TRANSFERS: u64 = 40;
-/// Backups taken at most while waiting for one that overlaps a two-phase commit; each is
-/// restored and checked. (The first normally does: the load commits continuously.)
-const BACKUPS_MAX: usize = 4;
+/// Backups taken at least (each later one holds more history), and at most while waiting for
+/// one that overlaps a two-phase commit; each is restored and checked. (The first normally
+/// overlaps: the load commits continuously.)
+const BACKUPS_MIN: usize = 2;
+const BACKUPS_MAX: usize = 5;
 /// The default seed.
 const SEED_DEFAULT: u64 = 0xBAC4_BA4C;
 
@@ -256,7 +260,7 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
             two_phase_after
         );
         taken.push(Taken { dir, acked_before, two_phase: (two_phase_before, two_phase_after) });
-        if two_phase_after > two_phase_before {
+        if taken.len() >= BACKUPS_MIN && taken.iter().any(|t| t.two_phase.1 > t.two_phase.0) {
             break;
         }
         assert!(
@@ -287,6 +291,7 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
 
     // Every backup into the data directory of a second node, verified, served and checked.
     let mut restored = Node::start();
+    let mut earlier: BTreeSet<String> = BTreeSet::new();
     for (n, t) in taken.iter().enumerate() {
         restored.stop();
         std::fs::remove_dir_all(restored.data_dir()).unwrap();
@@ -300,8 +305,9 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
         assert_eq!(output.status.code(), Some(0), "verify of restore {n}: {}", show(&output));
 
         restored.start_again();
+        let mut first: Option<BTreeSet<String>> = None;
         for when in ["restored", "restored and restarted"] {
-            if when != "restored" {
+            if first.is_some() {
                 restored.restart();
             }
             let client = restored.connect().await;
@@ -309,14 +315,27 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
             let violations = check_restore(&bank.ledger, &history, &t.acked_before, &state);
             let when = format!("backup {n} {when}");
             assert_clean(&restored, &history, &state, &violations, seed, &when);
-            let records: BTreeSet<&str> = state.records.iter().map(|r| r.id.as_str()).collect();
+            let records: BTreeSet<String> = state.records.iter().map(|r| r.id.clone()).collect();
+            let missing: Vec<&String> = earlier.difference(&records).collect();
+            assert!(
+                missing.is_empty(),
+                "{when} lacks records an earlier backup holds (TESSERA_BANK_SEED={seed}): \
+                 {missing:?}"
+            );
             eprintln!(
                 "{when}: {} records ({} acknowledged before the backup), total {}",
                 records.len(),
                 t.acked_before.len(),
                 state.balances.iter().map(|(_, b)| b).sum::<i64>()
             );
+            match &first {
+                None => first = Some(records),
+                Some(first) => {
+                    assert_eq!(first, &records, "{when}: a restart keeps the restored records")
+                }
+            }
         }
+        earlier = first.unwrap();
         let _ = std::fs::remove_dir_all(&t.dir);
     }
 }
