@@ -15,7 +15,9 @@
 //! acknowledged after the backup started may be present or not. A later backup holds every
 //! record of an earlier one (a transfer in a restore was committed before that backup's cut).
 //!
-//! `TESSERA_BANK_SEED` replays a run's draws; the seed is printed with every failure.
+//! `TESSERA_BANK_SEED` replays a run's draws (the seed is printed with every failure; client
+//! interleaving is the scheduler's, so a replay repeats the draws, not the exact history).
+//! `TESSERA_BACKUP_BANK_BACKUPS` sets how many backups are taken (default 2) for longer runs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 #[path = "support/bank.rs"]
@@ -39,13 +41,24 @@ const INITIAL: i64 = 100;
 const LOAD: Load = Load { transfer_clients: 6, read_clients: 2, amount_max: 20 };
 /// Acknowledged transfers before the first backup starts.
 const WARMUP_TRANSFERS: u64 = 40;
-/// Backups taken at least (each later one holds more history), and at most while waiting for
-/// one that overlaps a two-phase commit; each is restored and checked. (The first normally
-/// overlaps: the load commits continuously.)
-const BACKUPS_MIN: usize = 2;
-const BACKUPS_MAX: usize = 5;
+/// Backups taken at least (each later one holds more history) unless
+/// `TESSERA_BACKUP_BANK_BACKUPS` says otherwise, and at most [`BACKUPS_EXTRA`] more while
+/// waiting for one that overlaps a two-phase commit; each is restored and checked. (The first
+/// normally overlaps: the load commits continuously.)
+const BACKUPS_DEFAULT: usize = 2;
+const BACKUPS_EXTRA: usize = 3;
 /// The default seed.
 const SEED_DEFAULT: u64 = 0xBAC4_BA4C;
+
+fn backups_min() -> usize {
+    match std::env::var("TESSERA_BACKUP_BANK_BACKUPS") {
+        Ok(s) => match s.parse() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("TESSERA_BACKUP_BANK_BACKUPS={s} is not a positive number"),
+        },
+        Err(_) => BACKUPS_DEFAULT,
+    }
+}
 
 fn seed() -> u64 {
     match std::env::var("TESSERA_BANK_SEED") {
@@ -236,7 +249,8 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
 
     let admin = node.connect().await;
     let mut taken: Vec<Taken> = Vec::new();
-    for n in 0..BACKUPS_MAX {
+    let backups_min = backups_min();
+    for n in 0..backups_min + BACKUPS_EXTRA {
         let two_phase_before = two_phase_commits(&admin).await;
         let acked_before: BTreeSet<String> = shared
             .history()
@@ -260,7 +274,7 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
             two_phase_after
         );
         taken.push(Taken { dir, acked_before, two_phase: (two_phase_before, two_phase_after) });
-        if taken.len() >= BACKUPS_MIN && taken.iter().any(|t| t.two_phase.1 > t.two_phase.0) {
+        if taken.len() >= backups_min && taken.iter().any(|t| t.two_phase.1 > t.two_phase.0) {
             break;
         }
         assert!(
@@ -275,7 +289,8 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
     assert!(joined.is_ok(), "clients did not stop (TESSERA_BANK_SEED={seed})");
     assert!(
         taken.iter().any(|t| t.two_phase.1 > t.two_phase.0),
-        "no backup of {BACKUPS_MAX} overlapped a two-phase commit (TESSERA_BANK_SEED={seed}): {:?}",
+        "no backup of {} overlapped a two-phase commit (TESSERA_BANK_SEED={seed}): {:?}",
+        taken.len(),
         taken.iter().map(|t| t.two_phase).collect::<Vec<_>>()
     );
     let unexpected = shared.unexpected();
