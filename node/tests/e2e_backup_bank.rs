@@ -13,7 +13,9 @@
 //! opening balance plus what the records present moved, no record belongs to a refused
 //! attempt, and every transfer acknowledged before the backup started is present. Transfers
 //! acknowledged after the backup started may be present or not. A later backup holds every
-//! record of an earlier one (a transfer in a restore was committed before that backup's cut).
+//! record of an earlier one (a transfer in a restore was committed before that backup's cut),
+//! and a restart of a restored node keeps its records. Last, the bank goes on on the node
+//! restored from the last backup (two-phase commits included) and stays whole there.
 //!
 //! `TESSERA_BANK_SEED` replays a run's draws (the seed is printed with every failure; client
 //! interleaving is the scheduler's, so a replay repeats the draws, not the exact history).
@@ -47,6 +49,8 @@ const WARMUP_TRANSFERS: u64 = 40;
 /// normally overlaps: the load commits continuously.)
 const BACKUPS_DEFAULT: usize = 2;
 const BACKUPS_EXTRA: usize = 3;
+/// Acknowledged transfers on the node restored from the last backup.
+const RESTORED_TRANSFERS: u64 = 30;
 /// The default seed.
 const SEED_DEFAULT: u64 = 0xBAC4_BA4C;
 
@@ -79,12 +83,12 @@ fn check_restore(
     acked_before: &BTreeSet<String>,
     state: &State,
 ) -> Vec<Violation> {
-    let mut as_of_backup = History { transfers: history.transfers.clone(), reads: Vec::new() };
-    for t in &mut as_of_backup.transfers {
-        if t.outcome == Outcome::Committed && !acked_before.contains(&t.id) {
-            t.outcome = Outcome::Unknown;
-        }
-    }
+    checker::check(ledger, &as_of_backup(history, acked_before), state)
+}
+
+/// `history` as a backup started after `acked_before` were acknowledged sees it: later
+/// acknowledgements become unknown outcomes, and the clients' reads are left out.
+fn as_of_backup(history: &History, acked_before: &BTreeSet<String>) -> History {
     // An outcome never goes back from committed: every id acknowledged before is committed.
     for id in acked_before {
         assert!(
@@ -92,7 +96,13 @@ fn check_restore(
             "transfer {id} was acknowledged before the backup but is not committed in the history"
         );
     }
-    checker::check(ledger, &as_of_backup, state)
+    let mut out = History { transfers: history.transfers.clone(), reads: Vec::new() };
+    for t in &mut out.transfers {
+        if t.outcome == Outcome::Committed && !acked_before.contains(&t.id) {
+            t.outcome = Outcome::Unknown;
+        }
+    }
+    out
 }
 
 fn tessera() -> Command {
@@ -353,6 +363,43 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
         earlier = first.unwrap();
         let _ = std::fs::remove_dir_all(&t.dir);
     }
+
+    // The node restored from the last backup goes on: the bank runs there (two-phase commits
+    // with the transaction ids the restored node hands out) and stays whole, checked over the
+    // history before the backup (settled by what the restore holds) and the new one.
+    let client = restored.connect().await;
+    let at_restore = bank.state(&client).await;
+    let mut combined = as_of_backup(&history, &taken.last().unwrap().acked_before);
+    checker::settle(&mut combined, &at_restore);
+    let two_phase_before = two_phase_commits(&client).await;
+    let after = Arc::new(Shared::default());
+    let phase = Phase::start(&restored.conn_str(), &bank, LOAD, &after, seed, 1).await;
+    let ran =
+        tokio::time::timeout(PHASE_TIMEOUT, bank::run_until(&after, &phase, RESTORED_TRANSFERS))
+            .await;
+    after.stop();
+    let joined = tokio::time::timeout(PHASE_TIMEOUT, phase.join()).await;
+    assert!(
+        ran.is_ok() && joined.is_ok() && after.acked() >= RESTORED_TRANSFERS,
+        "{} of {RESTORED_TRANSFERS} transfers acknowledged on the restored node \
+         (TESSERA_BANK_SEED={seed}; unexpected errors: {:?}); log:\n{}",
+        after.acked(),
+        after.unexpected(),
+        restored.log_text()
+    );
+    let unexpected = after.unexpected();
+    assert!(unexpected.is_empty(), "unexpected errors (TESSERA_BANK_SEED={seed}):\n{unexpected:?}");
+    assert!(
+        two_phase_commits(&client).await > two_phase_before,
+        "the restored node ran no two-phase commit (TESSERA_BANK_SEED={seed})"
+    );
+    eprintln!("bank on the restored node: {}", after.summary());
+    let more = after.history();
+    combined.transfers.extend(more.transfers);
+    combined.reads = more.reads;
+    let state = bank.state(&client).await;
+    let violations = checker::check(&bank.ledger, &combined, &state);
+    assert_clean(&restored, &combined, &state, &violations, seed, "on the restored node");
 }
 
 /// A small bank for the checks of [`check_restore`] itself.
