@@ -17,6 +17,10 @@
 //! and a restart of a restored node keeps its records. Last, the bank goes on on the node
 //! restored from the last backup (two-phase commits included) and stays whole there.
 //!
+//! A deterministic companion stalls one cross-fragment transfer between its durable PREPAREs
+//! and its decision (`TESSERA_FAULT=2pc-stall-before-decision`), backs the node up meanwhile
+//! and checks that the restored node aborts it on both fragments and holds the bank without it.
+//!
 //! `TESSERA_BANK_SEED` replays a run's draws (the seed is printed with every failure; client
 //! interleaving is the scheduler's, so a replay repeats the draws, not the exact history).
 //! `TESSERA_BACKUP_BANK_BACKUPS` sets how many backups are taken (default 2) for longer runs.
@@ -33,7 +37,7 @@ use std::sync::Arc;
 
 use bank::checker::{self, History, Ledger, Outcome, State, Violation};
 use bank::{Bank, Flavor, Load, PHASE_TIMEOUT, Phase, Shared};
-use support::{Node, run_client, simple_rows};
+use support::{Node, NodeOptions, run_client, simple_rows};
 
 /// Accounts: 4 on each of the 8 fragments.
 const ACCOUNTS: usize = 32;
@@ -491,4 +495,113 @@ fn check_restore_reports_a_lost_or_a_refused_transfer() {
         check_restore(&ledger, &history, &before, &refused),
         vec![Violation::AbortedApplied { id: "t3".into() }]
     );
+}
+
+/// The log line of the test-only stall between a transaction's prepares and its decision.
+const STALL_LINE: &str = "stalling before the decision";
+
+// Checks, deterministically, the cut of a cross-fragment transfer whose PREPAREs are durable
+// but whose decision is not taken (the node stalls it there, `TESSERA_FAULT=
+// 2pc-stall-before-decision`): the backup holds the prepares without a decision, so the
+// restored node resolves the transfer as aborted on both fragments during recovery, and the
+// restore holds the bank without it: total intact, an acknowledged fast-path transfer present.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_backup_of_an_undecided_transfer_restores_without_it() {
+    let mut node = Node::start_with(NodeOptions {
+        env: vec![("TESSERA_FAULT".to_owned(), "2pc-stall-before-decision".to_owned())],
+        ..NodeOptions::default()
+    });
+    node.expect_log("TESSERA_FAULT");
+    let bank = open_bank(&node).await;
+    let accounts = &bank.ledger.accounts;
+    let fragments = fragments(&node.connect().await).await.len();
+    // Accounts i and i + fragments share a fragment: this transfer takes the fast path.
+    let fast_id = format!("x/fast{}", bank.record_suffix[0]);
+    let fast =
+        doctored::transfer(&fast_id, &accounts[0], &accounts[fragments], 10, Outcome::Committed);
+    // Accounts 1 and 2 are on two fragments: two-phase commit, stalled before the decision.
+    let stalled_id = format!("x/stalled{}", bank.record_suffix[1]);
+    let stalled = doctored::transfer(&stalled_id, &accounts[1], &accounts[2], 7, Outcome::Unknown);
+    let transfer_sql = |t: &checker::Transfer| {
+        let checker::Transfer { id, from, to, amount, .. } = t;
+        vec![
+            "BEGIN".to_owned(),
+            format!("UPDATE accounts SET balance = {} WHERE id() = '{from}'", INITIAL - amount),
+            format!("UPDATE accounts SET balance = {} WHERE id() = '{to}'", INITIAL + amount),
+            format!(
+                r#"INSERT INTO transfers VALUES ('{id}', '{{"src":"{from}","dst":"{to}","amount":{amount}}}')"#
+            ),
+            "COMMIT".to_owned(),
+        ]
+    };
+    let client = node.connect().await;
+    for s in transfer_sql(&fast) {
+        client.simple_query(&s).await.unwrap_or_else(|e| panic!("{s}: {e:?}"));
+    }
+    let statements = transfer_sql(&stalled);
+    let session = node.connect().await;
+    let in_flight = tokio::spawn(async move {
+        for s in statements {
+            // The COMMIT never answers: the node is killed during the stall.
+            if session.simple_query(&s).await.is_err() {
+                return false;
+            }
+        }
+        true
+    });
+    // Every PREPARE is durable once the session reaches the stall (it logs it).
+    let reached = tokio::time::timeout(PHASE_TIMEOUT, async {
+        while !node.log_text().contains(STALL_LINE) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(reached.is_ok(), "the transfer never reached its decision; log:\n{}", node.log_text());
+    let prepared = simple_rows(&client.simple_query("SHOW TRANSACTIONS").await.unwrap());
+    assert!(
+        prepared.iter().any(|r| r[1].as_deref() == Some("prepared")),
+        "the transfer is prepared: {prepared:?}"
+    );
+
+    let dir = scratch(&node, "bank-undecided");
+    let mut command = tessera();
+    command.arg("backup").arg("--to").arg(&dir).arg("--addr").arg(node.addr().to_string());
+    let output = tokio::task::spawn_blocking(move || run_client(command)).await.unwrap();
+    assert!(output.status.success(), "backup failed: {}", show(&output));
+    drop(client);
+    node.kill9();
+    assert!(!in_flight.await.unwrap(), "the stalled COMMIT was answered");
+
+    let mut restored = Node::start();
+    restored.stop();
+    std::fs::remove_dir_all(restored.data_dir()).unwrap();
+    let mut command = tessera();
+    command.arg("restore").arg("--from").arg(&dir).arg("--data-dir").arg(restored.data_dir());
+    let output = run_client(command);
+    assert!(output.status.success(), "restore failed: {}", show(&output));
+    let mut command = tessera();
+    command.arg("verify").arg("--data-dir").arg(restored.data_dir());
+    let output = run_client(command);
+    assert_eq!(output.status.code(), Some(0), "verify of the restore: {}", show(&output));
+    restored.start_again();
+    let resolved: Vec<String> = restored
+        .log_lines()
+        .into_iter()
+        .filter(|l| l.contains("in-doubt transaction resolved"))
+        .collect();
+    assert!(
+        resolved.len() == 2 && resolved.iter().all(|l| l.contains("commit=false")),
+        "recovery aborts the prepared transfer on both fragments: {resolved:?}"
+    );
+    let state = bank.state(&restored.connect().await).await;
+    let history = History { transfers: vec![fast.clone(), stalled.clone()], reads: Vec::new() };
+    let before: BTreeSet<String> = [fast.id.clone()].into_iter().collect();
+    let violations = check_restore(&bank.ledger, &history, &before, &state);
+    assert_clean(&restored, &history, &state, &violations, 0, "undecided transfer restored");
+    assert!(
+        state.records.iter().all(|r| r.id != stalled.id),
+        "the undecided transfer is in the restore: {:?}",
+        state.records
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
