@@ -240,7 +240,8 @@ fn assert_clean(
 // two-phase transfers restores (after `tessera verify` passes on the restored directory) to a
 // state with the total intact, every record's transfer applied to both accounts, no refused
 // transfer, and every transfer acknowledged before the backup started; a restart of the
-// restored node keeps that state.
+// restored node keeps that state, a later backup holds every record of an earlier one, and the
+// bank goes on on the restored node without a violation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_backup_under_bank_load_restores_the_total() {
     let seed = seed();
