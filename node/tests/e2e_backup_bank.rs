@@ -30,7 +30,7 @@
 mod bank;
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -174,19 +174,24 @@ async fn fragments(client: &tokio_postgres::Client) -> Vec<FragmentLine> {
         .collect()
 }
 
+/// Where an account lives: its fragment's first shard and its executor.
+type Placement = BTreeMap<String, (u32, String)>;
+
 /// Opens a bank whose accounts cover every fragment (account `i` on an explicit shard of
 /// fragment `i mod F`, its records on the same shard), asserting the coverage.
-async fn open_bank(node: &Node) -> Arc<Bank> {
+async fn open_bank(node: &Node) -> (Arc<Bank>, Placement) {
     let client = node.connect().await;
     let layout = fragments(&client).await;
     assert_eq!(ACCOUNTS % layout.len(), 0, "accounts spread evenly over the fragments");
     let mut accounts = Vec::new();
     let mut record_suffix = Vec::new();
+    let mut placement = Placement::new();
     for i in 0..ACCOUNTS {
         let f = &layout[i % layout.len()];
         let shard = f.start + u32::try_from(i).unwrap();
         assert!(shard < f.end, "fragment [{}, {}) is too small", f.start, f.end);
         accounts.push(format!("a/{i}$@{shard}"));
+        placement.insert(format!("a/{i}$@{shard}"), (f.start, f.executor.clone()));
         record_suffix.push(format!("$@{shard}"));
     }
     let bank = Bank {
@@ -200,7 +205,24 @@ async fn open_bank(node: &Node) -> Arc<Bank> {
     assert!(after.iter().all(|f| f.documents == per_fragment), "every fragment holds accounts");
     let executors: BTreeSet<&str> = after.iter().map(|f| f.executor.as_str()).collect();
     assert_eq!(executors.len(), 2, "accounts on both executors: {executors:?}");
-    Arc::new(bank)
+    (Arc::new(bank), placement)
+}
+
+/// Committed transfers among `ids` by kind: within a fragment, across fragments of one
+/// executor, across executors.
+fn kinds(history: &History, placement: &Placement, ids: &BTreeSet<String>) -> [usize; 3] {
+    let mut out = [0; 3];
+    for t in history.transfers.iter().filter(|t| ids.contains(&t.id)) {
+        let (from, to) = (&placement[&t.from], &placement[&t.to]);
+        out[if from.1 != to.1 {
+            2
+        } else if from.0 != to.0 {
+            1
+        } else {
+            0
+        }] += 1;
+    }
+    out
 }
 
 /// One backup taken under load.
@@ -247,7 +269,7 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
     let seed = seed();
     eprintln!("TESSERA_BANK_SEED={seed}");
     let node = Node::start();
-    let bank = open_bank(&node).await;
+    let (bank, placement) = open_bank(&node).await;
     let shared = Arc::new(Shared::default());
     let phase = Phase::start(&node.conn_str(), &bank, LOAD, &shared, seed, 0).await;
     let warm =
@@ -280,13 +302,23 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
         // On a blocking thread: the clients go on meanwhile.
         let output = tokio::task::spawn_blocking(move || run_client(command)).await.unwrap();
         let two_phase_after = two_phase_commits(&admin).await;
+        let history_after = shared.history();
+        let during: BTreeSet<String> = history_after
+            .transfers
+            .iter()
+            .filter(|t| t.outcome == Outcome::Committed && !acked_before.contains(&t.id))
+            .map(|t| t.id.clone())
+            .collect();
         assert!(output.status.success(), "backup {n} failed: {}", show(&output));
         assert!(dir.join("manifest.json").exists(), "backup {n} has a manifest");
         eprintln!(
-            "backup {n}: {} transfers acknowledged before it; two-phase commits {} -> {}",
+            "backup {n}: {} transfers acknowledged before it; two-phase commits {} -> {}; \
+             acknowledged during it (within a fragment, across fragments, across executors): \
+             {:?}",
             acked_before.len(),
             two_phase_before,
-            two_phase_after
+            two_phase_after,
+            kinds(&history_after, &placement, &during)
         );
         taken.push(Taken { dir, acked_before, two_phase: (two_phase_before, two_phase_after) });
         if taken.len() >= backups_min && taken.iter().any(|t| t.two_phase.1 > t.two_phase.0) {
@@ -311,9 +343,25 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
     let unexpected = shared.unexpected();
     assert!(unexpected.is_empty(), "unexpected errors (TESSERA_BANK_SEED={seed}):\n{unexpected:?}");
     eprintln!("bank after the load: {}", shared.summary());
+    let history = shared.history();
+    let committed: BTreeSet<String> = history
+        .transfers
+        .iter()
+        .filter(|t| t.outcome == Outcome::Committed)
+        .map(|t| t.id.clone())
+        .collect();
+    let [local, across, executors] = kinds(&history, &placement, &committed);
+    eprintln!(
+        "committed transfers: {local} within a fragment, {across} across fragments of one \
+         executor, {executors} across executors"
+    );
+    assert!(
+        executors > 0 && across > 0,
+        "the load crossed fragments ({across}) and executors ({executors}) \
+         (TESSERA_BANK_SEED={seed})"
+    );
 
     // The live node first: a violation here is the workload's, not the backup's.
-    let history = shared.history();
     let live = bank.state(&admin).await;
     let violations = checker::check(&bank.ledger, &history, &live);
     assert_clean(&node, &history, &live, &violations, seed, "live after the load");
@@ -513,7 +561,7 @@ async fn e2e_backup_of_an_undecided_transfer_restores_without_it() {
         ..NodeOptions::default()
     });
     node.expect_log("TESSERA_FAULT");
-    let bank = open_bank(&node).await;
+    let (bank, _) = open_bank(&node).await;
     let accounts = &bank.ledger.accounts;
     let fragments = fragments(&node.connect().await).await.len();
     // Accounts i and i + fragments share a fragment: this transfer takes the fast path.
