@@ -455,7 +455,6 @@ impl Session {
         let shared = self.core.shared();
         let config = collection_of(statement).and_then(|c| catalog.config(c.as_str()));
         let plan = query::route_statement(statement, config, &shared.map)?;
-        self.core.metrics().routed(plan.opcode);
         *self.last_route.borrow_mut() = Some((plan.opcode, plan.fragments.clone()));
         let mut groups: BTreeMap<ExecutorIndex, Vec<Target>> = BTreeMap::new();
         for id in &plan.fragments {
@@ -967,7 +966,6 @@ impl Session {
             groups.values().flat_map(|v| v.iter().map(|(f, _)| *f)).collect();
         let opcode =
             if fragments.len() == 1 { router::Opcode::Single } else { router::Opcode::Multi };
-        self.core.metrics().routed(opcode);
         *self.last_route.borrow_mut() = Some((opcode, fragments));
     }
 
@@ -1220,6 +1218,12 @@ impl Session {
     fn finished(&self, statement: &Prepared, started: std::time::Instant, ok: bool) {
         let kind = crate::metrics::StatementKind::of(&statement.statement);
         let elapsed = started.elapsed();
+        // Counted here, once per statement: a statement may be routed more than once (an
+        // autocommit write counts its fragments before it runs, EXPLAIN ANALYZE routes its
+        // inner statement).
+        if let Some((opcode, _)) = &*self.last_route.borrow() {
+            self.core.metrics().routed(*opcode);
+        }
         if !self.core.metrics().statement(kind, elapsed, ok) {
             return;
         }
