@@ -7,8 +7,14 @@ use tracing_subscriber::EnvFilter;
 /// Installs the global subscriber. A filter that does not parse is an error naming it, so a
 /// typo does not silently turn logging off.
 pub fn init(filter: &str) -> Result<(), String> {
-    let filter =
+    let mut filter =
         EnvFilter::try_new(filter).map_err(|e| format!("log filter {filter:?} is invalid: {e}"))?;
+    // storage keeps segment writes off glommio's IOPOLL ring by making glommio's iopoll probe
+    // fail once per executor (`storage::disk`); glommio reports that failure at ERROR from
+    // `glommio::reactor`, whose only ERROR it is. It is expected, so it is not shown.
+    if let Ok(quiet) = "glommio::reactor=off".parse() {
+        filter = filter.add_directive(quiet);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -101,15 +101,49 @@ fn absolute(path: &Path) -> io::Result<std::borrow::Cow<'_, Path>> {
     }
 }
 
+thread_local! {
+    /// Devices (`st_dev`) for which this thread's glommio reactor has been kept off its
+    /// IOPOLL ring (see [`keep_off_poll_ring`]).
+    static POLL_RING_OFF: RefCell<std::collections::HashSet<u64>> = RefCell::default();
+}
+
+/// Keeps glommio's IOPOLL ring out of this executor's writes to `path`'s device.
+///
+/// glommio 0.9.0 sends every DMA write of a device that passes its iopoll probe to its IOPOLL
+/// ring, and an executor with a request in flight there busy-polls instead of sleeping. On a
+/// virtio disk without poll queues the probe passes anyway, so the owner of a fragment spun for
+/// the whole of every segment write and took the CPU from the other executor and the client: a
+/// single client's insert on a 2-executor node averaged 0.86 ms against 0.21 ms off the ring
+/// (BENCHMARKS.md, "hop2"). glommio has no switch for it; its decision is a read probe on the
+/// first file it opens per device and thread, remembered for that thread. Opening an existing
+/// file write-only makes that probe's read fail (EBADF), and glommio then keeps the device off
+/// the poll ring on this thread (it logs that at ERROR under `glommio::reactor`, which the node's
+/// log filter drops). Runs once per thread and device, before the first real open.
+async fn keep_off_poll_ring(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path)?.dev();
+    if POLL_RING_OFF.with(|d| d.borrow().contains(&dev)) {
+        return Ok(());
+    }
+    let probe = OpenOptions::new().write(true).dma_open(path).await.map_err(io::Error::from)?;
+    probe.close().await.map_err(io::Error::from)?;
+    POLL_RING_OFF.with(|d| d.borrow_mut().insert(dev));
+    Ok(())
+}
+
 impl Disk for DmaDisk {
     fn create<'a>(&'a self, path: &'a Path) -> IoFuture<'a, Rc<dyn DiskFile>> {
         Box::pin(async move {
+            let path = absolute(path)?;
+            // The probe needs an existing file; create (and truncate) is what follows anyway.
+            std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&path)?;
+            keep_off_poll_ring(&path).await?;
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create(true)
                 .truncate(true)
-                .dma_open(absolute(path)?)
+                .dma_open(&path)
                 .await
                 .map_err(io::Error::from)?;
             Ok(Rc::new(DmaDiskFile { file }) as Rc<dyn DiskFile>)
@@ -118,10 +152,12 @@ impl Disk for DmaDisk {
 
     fn open<'a>(&'a self, path: &'a Path) -> IoFuture<'a, Rc<dyn DiskFile>> {
         Box::pin(async move {
+            let path = absolute(path)?;
+            keep_off_poll_ring(&path).await?;
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
-                .dma_open(absolute(path)?)
+                .dma_open(&path)
                 .await
                 .map_err(io::Error::from)?;
             Ok(Rc::new(DmaDiskFile { file }) as Rc<dyn DiskFile>)
