@@ -918,17 +918,8 @@ impl Fragment {
 
     /// Counters, including per-shard document counts and bytes.
     pub fn stats(&self) -> FragmentStats {
-        let st = self.inner.st.borrow();
-        FragmentStats {
-            docs: st.index.docs(),
-            live_bytes: st.index.live_bytes(),
-            dead_bytes: st.log_bytes.saturating_sub(st.index.live_bytes()),
-            segments: st.segments.len() as u64,
-            torn_tails: st.torn_tails,
-            lsn_durable: st.lsn_durable,
-            compactions: st.compactions,
-            shards: st.index.shards().clone(),
-        }
+        let shards = self.inner.st.borrow().index.shards().clone();
+        FragmentStats { shards, ..self.totals() }
     }
 
     /// Per-shard counters for the shards of `range` that have documents.

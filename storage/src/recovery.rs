@@ -21,7 +21,7 @@ use router::{FragmentId, ShardId};
 use crate::disk::Disk;
 use crate::error::OpenError;
 use crate::format::{
-    Damage, LsnRule, RecordAt, SegmentHeader, SegmentKind, find_chunk_after, scan_segment,
+    Damage, LsnRule, RecordAt, ScanEnd, SegmentHeader, SegmentKind, find_chunk_after, scan_segment,
 };
 use crate::fragment::{Active, FragmentOptions, State};
 use crate::index::Index;
@@ -37,12 +37,81 @@ use crate::{TxId, Version, doc_key};
 /// Bytes zeroed per write when cleaning a torn tail.
 const ZERO_BYTES: usize = 1 << 20;
 
-fn io_err(fragment: FragmentId, path: &Path) -> impl FnOnce(io::Error) -> OpenError + '_ {
+pub(crate) fn io_err(
+    fragment: FragmentId,
+    path: &Path,
+) -> impl FnOnce(io::Error) -> OpenError + '_ {
     move |source| OpenError::Io { fragment, path: path.to_path_buf(), source }
 }
 
-fn corruption(fragment: FragmentId, segment: &Path, offset: u64, what: Damage) -> OpenError {
+pub(crate) fn corruption(
+    fragment: FragmentId,
+    segment: &Path,
+    offset: u64,
+    what: Damage,
+) -> OpenError {
     OpenError::Corruption { fragment, segment: segment.to_path_buf(), offset, what }
+}
+
+/// A segment [`replay_segment`] read, and where its valid records end.
+pub(crate) struct ReplayedSegment {
+    /// The mapped segment.
+    pub seg: Rc<Segment>,
+    /// Where the scan stopped.
+    pub end: ScanEnd,
+    /// The segment is the last and a normal one: a damaged chunk at `end` is a torn tail.
+    pub tail_allowed: bool,
+}
+
+/// Maps one segment (`seq`, `generation`, `path` as listed), checks its header against the
+/// fragment and the listing, replays its records into `st` and checks where they end: damage
+/// is corruption unless it is a torn tail of the last normal segment; LSNs continue from
+/// `prev_lsn`, which moves past the segment. Shared by recovery and the offline verifier.
+pub(crate) fn replay_segment(
+    st: &mut State,
+    id: FragmentId,
+    (seq, generation, path): (u64, u64, PathBuf),
+    last: bool,
+    prev_lsn: &mut u64,
+    records: &mut u64,
+) -> Result<ReplayedSegment, OpenError> {
+    let (map, path) = Segment::map_unchecked_header(&path).map_err(io_err(id, &path))?;
+    let header = SegmentHeader::decode(&map).map_err(|d| corruption(id, &path, 0, d))?;
+    if header.fragment != id.get() {
+        return Err(OpenError::WrongFragment {
+            fragment: id,
+            segment: path,
+            found: FragmentId::new(header.fragment),
+        });
+    }
+    if header.seq != seq || header.generation != generation {
+        return Err(corruption(id, &path, 0, Damage::HeaderField));
+    }
+    let seg = Rc::new(Segment::from_map(map, path, header));
+    let (rule, start) = match header.kind {
+        SegmentKind::Compacted => (LsnRule::NonDecreasing, 0),
+        SegmentKind::Normal => (LsnRule::Contiguous, *prev_lsn),
+    };
+    let end = scan_segment(seg.bytes(), &header, rule, start, |rec| {
+        *records += 1;
+        replay(st, &seg, rec);
+    });
+    let tail_allowed = last && header.kind == SegmentKind::Normal;
+    if let Some(damage) = end.damage
+        && (damage == Damage::LsnGap || !tail_allowed)
+    {
+        return Err(corruption(id, seg.path(), end.offset, damage));
+    }
+    *prev_lsn = match header.kind {
+        SegmentKind::Compacted => {
+            if end.last_lsn > header.lsn_through {
+                return Err(corruption(id, seg.path(), end.offset, Damage::LsnOrder));
+            }
+            header.lsn_through
+        }
+        SegmentKind::Normal => end.last_lsn,
+    };
+    Ok(ReplayedSegment { seg, end, tail_allowed })
 }
 
 pub(crate) fn empty_state() -> State {
@@ -188,43 +257,14 @@ pub(crate) async fn recover(
     let mut prev_lsn = 0u64;
     let count = files.len();
     for (i, (seq, generation, path)) in files.into_iter().enumerate() {
-        let (map, path) = Segment::map_unchecked_header(&path).map_err(io_err(id, &path))?;
-        let header = SegmentHeader::decode(&map).map_err(|d| corruption(id, &path, 0, d))?;
-        if header.fragment != id.get() {
-            return Err(OpenError::WrongFragment {
-                fragment: id,
-                segment: path,
-                found: FragmentId::new(header.fragment),
-            });
-        }
-        if header.seq != seq || header.generation != generation {
-            return Err(corruption(id, &path, 0, Damage::HeaderField));
-        }
-        let seg = Rc::new(Segment::from_map(map, path, header));
-        let (rule, start) = match header.kind {
-            SegmentKind::Compacted => (LsnRule::NonDecreasing, 0),
-            SegmentKind::Normal => (LsnRule::Contiguous, prev_lsn),
-        };
-        let end = scan_segment(seg.bytes(), &header, rule, start, |rec| {
-            records += 1;
-            replay(&mut st, &seg, rec);
-        });
-        let last = i + 1 == count;
-        let tail_allowed = last && header.kind == SegmentKind::Normal;
-        if let Some(damage) = end.damage
-            && (damage == Damage::LsnGap || !tail_allowed)
-        {
-            return Err(corruption(id, seg.path(), end.offset, damage));
-        }
-        prev_lsn = match header.kind {
-            SegmentKind::Compacted => {
-                if end.last_lsn > header.lsn_through {
-                    return Err(corruption(id, seg.path(), end.offset, Damage::LsnOrder));
-                }
-                header.lsn_through
-            }
-            SegmentKind::Normal => end.last_lsn,
-        };
+        let ReplayedSegment { seg, end, tail_allowed } = replay_segment(
+            &mut st,
+            id,
+            (seq, generation, path),
+            i + 1 == count,
+            &mut prev_lsn,
+            &mut records,
+        )?;
         if tail_allowed {
             torn_bytes =
                 check_tail(&mut st, id, &seg, end.offset, end.last_lsn, end.damage, disk).await?;

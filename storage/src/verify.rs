@@ -10,17 +10,16 @@
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
 use router::{FragmentId, ShardRange};
 
 use crate::doc_key;
 use crate::error::OpenError;
-use crate::format::{Damage, LsnRule, SegmentHeader, SegmentKind, find_chunk_after, scan_segment};
+use crate::format::{Damage, find_chunk_after};
 use crate::fragment::{DocRef, State};
 use crate::limits::{BLOCK_BYTES, GROUP_COMMIT_BATCH_BYTES_MAX};
 use crate::record::ArchivedRecordBody;
-use crate::recovery::{empty_state, replay};
+use crate::recovery::{ReplayedSegment, corruption, empty_state, io_err, replay_segment};
 use crate::segment::{Segment, parse_file_name};
 
 /// Damaged or stray bytes after the last valid chunk of the last segment: the interrupted,
@@ -74,14 +73,6 @@ impl std::fmt::Debug for OfflineFragment {
 /// first damage that is not a torn tail.
 pub fn verify_dir(dir: &Path, id: FragmentId) -> Result<VerifyReport, OpenError> {
     OfflineFragment::open(dir, id).map(|f| f.report)
-}
-
-fn io_err(fragment: FragmentId, path: &Path) -> impl FnOnce(std::io::Error) -> OpenError + '_ {
-    move |source| OpenError::Io { fragment, path: path.to_path_buf(), source }
-}
-
-fn corruption(fragment: FragmentId, segment: &Path, offset: u64, what: Damage) -> OpenError {
-    OpenError::Corruption { fragment, segment: segment.to_path_buf(), offset, what }
 }
 
 /// The segment files recovery would use, in log order (see `recovery::list_segments`).
@@ -173,43 +164,15 @@ impl OfflineFragment {
         let mut torn_tail = None;
         let count = files.len();
         for (i, (seq, generation, path)) in files.into_iter().enumerate() {
-            let (map, path) = Segment::map_unchecked_header(&path).map_err(io_err(id, &path))?;
-            let header = SegmentHeader::decode(&map).map_err(|d| corruption(id, &path, 0, d))?;
-            if header.fragment != id.get() {
-                return Err(OpenError::WrongFragment {
-                    fragment: id,
-                    segment: path,
-                    found: FragmentId::new(header.fragment),
-                });
-            }
-            if header.seq != seq || header.generation != generation {
-                return Err(corruption(id, &path, 0, Damage::HeaderField));
-            }
-            let seg = Rc::new(Segment::from_map(map, path, header));
+            let ReplayedSegment { seg, end, tail_allowed } = replay_segment(
+                &mut st,
+                id,
+                (seq, generation, path),
+                i + 1 == count,
+                &mut prev_lsn,
+                &mut records,
+            )?;
             bytes_total += seg.len();
-            let (rule, start) = match header.kind {
-                SegmentKind::Compacted => (LsnRule::NonDecreasing, 0),
-                SegmentKind::Normal => (LsnRule::Contiguous, prev_lsn),
-            };
-            let end = scan_segment(seg.bytes(), &header, rule, start, |rec| {
-                records += 1;
-                replay(&mut st, &seg, rec);
-            });
-            let tail_allowed = i + 1 == count && header.kind == SegmentKind::Normal;
-            if let Some(damage) = end.damage
-                && (damage == Damage::LsnGap || !tail_allowed)
-            {
-                return Err(corruption(id, seg.path(), end.offset, damage));
-            }
-            prev_lsn = match header.kind {
-                SegmentKind::Compacted => {
-                    if end.last_lsn > header.lsn_through {
-                        return Err(corruption(id, seg.path(), end.offset, Damage::LsnOrder));
-                    }
-                    header.lsn_through
-                }
-                SegmentKind::Normal => end.last_lsn,
-            };
             if tail_allowed {
                 torn_tail = tail(id, &seg, end.offset, end.last_lsn, end.damage)?;
             }
