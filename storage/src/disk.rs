@@ -119,11 +119,17 @@ thread_local! {
 /// file write-only makes that probe's read fail (EBADF), and glommio then keeps the device off
 /// the poll ring on this thread (it logs that at ERROR under `glommio::reactor`, which the node's
 /// log filter drops). Runs once per thread and device, before the first real open.
-async fn keep_off_poll_ring(path: &Path) -> io::Result<()> {
+async fn keep_off_poll_ring(path: &Path, create: bool) -> io::Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(path)?.dev();
+    // The device of the file, or of its directory when it is about to be created.
+    let of = if create { path.parent().unwrap_or(path) } else { path };
+    let dev = std::fs::metadata(of)?.dev();
     if POLL_RING_OFF.with(|d| d.borrow().contains(&dev)) {
         return Ok(());
+    }
+    if create {
+        // The probe needs an existing file; create (and truncate) is what follows anyway.
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
     }
     let probe = OpenOptions::new().write(true).dma_open(path).await.map_err(io::Error::from)?;
     probe.close().await.map_err(io::Error::from)?;
@@ -135,9 +141,7 @@ impl Disk for DmaDisk {
     fn create<'a>(&'a self, path: &'a Path) -> IoFuture<'a, Rc<dyn DiskFile>> {
         Box::pin(async move {
             let path = absolute(path)?;
-            // The probe needs an existing file; create (and truncate) is what follows anyway.
-            std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&path)?;
-            keep_off_poll_ring(&path).await?;
+            keep_off_poll_ring(&path, true).await?;
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -153,7 +157,7 @@ impl Disk for DmaDisk {
     fn open<'a>(&'a self, path: &'a Path) -> IoFuture<'a, Rc<dyn DiskFile>> {
         Box::pin(async move {
             let path = absolute(path)?;
-            keep_off_poll_ring(&path).await?;
+            keep_off_poll_ring(&path, false).await?;
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
