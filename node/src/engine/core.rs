@@ -181,6 +181,11 @@ pub struct Core {
     coordinator: Option<Coordinator>,
     mesh: RefCell<Option<Mesh<Core>>>,
     metrics: crate::metrics::ExecutorMetrics,
+    /// Transactions whose Commit records here are durable and not yet reported to the
+    /// coordinator (executor 0): they ride on the next report.
+    unreported: RefCell<Vec<TxId>>,
+    /// A report to the coordinator is in flight.
+    reporting: Cell<bool>,
 }
 
 impl Core {
@@ -229,6 +234,8 @@ impl Core {
             coordinator,
             mesh: RefCell::new(None),
             metrics: crate::metrics::ExecutorMetrics::default(),
+            unreported: RefCell::default(),
+            reporting: Cell::new(false),
         })
     }
 
@@ -727,22 +734,38 @@ impl Core {
         }
     }
 
-    /// Tells the coordinator that this executor's Commit records of `txid` are durable.
+    /// Tells the coordinator that this executor's Commit records of `txid` are durable. From
+    /// another executor, one report is in flight at a time and carries every transaction
+    /// finished meanwhile: one mesh call per batch, not per transaction. The caller that sends
+    /// stays until nothing is left, so shutdown (which waits for running work) waits for it.
     async fn report_finished(&self, txid: TxId) {
         if let Some(c) = &self.coordinator {
             c.finished(self.shared.two_phase_gate(), txid).await;
             return;
         }
+        self.unreported.borrow_mut().push(txid);
+        if self.reporting.replace(true) {
+            return;
+        }
         let mesh = self.mesh.borrow().clone();
         if let Some(mesh) = mesh {
-            let _ = mesh
-                .call(ExecutorIndex::new(0), move |core| async move {
-                    if let Some(c) = core.coordinator() {
-                        c.finished(core.shared().two_phase_gate(), txid).await;
-                    }
-                })
-                .await;
+            loop {
+                let batch = std::mem::take(&mut *self.unreported.borrow_mut());
+                if batch.is_empty() {
+                    break;
+                }
+                let _ = mesh
+                    .call(ExecutorIndex::new(0), move |core| async move {
+                        if let Some(c) = core.coordinator() {
+                            for txid in batch {
+                                c.finished(core.shared().two_phase_gate(), txid).await;
+                            }
+                        }
+                    })
+                    .await;
+            }
         }
+        self.reporting.set(false);
     }
 
     /// Asks the coordinator for the fate of `txid`, recording ABORT when it has none.
