@@ -2,7 +2,8 @@
 # The transaction benchmarks of issue 5 (item 8), side by side with PostgreSQL in one bench
 # invocation per client count: single-fragment-txn (two documents of one customer: one shard),
 # cross-fragment-transfer (two documents on fragments of different executors, placed by the
-# node's SHOW FRAGMENTS, see bench/src/layout.rs) and autocommit-write (one UPDATE), each at 1
+# node's SHOW FRAGMENTS, see bench/src/layout.rs), pipelined-txn (single-fragment-txn with its
+# four statements sent together: one round trip) and autocommit-write (one UPDATE), each at 1
 # and 32 connections, closed loop. Then it counts the fdatasyncs of cross-fragment commits
 # (see below). Results go to bench/results/txn-<UTC date and time>/.
 #
@@ -66,7 +67,7 @@ mkdir -p "$out"
   echo "tessera: $tessera (pid $tessera_pid)"
 } >"$out/machine.txt"
 
-workloads=single-fragment-txn,cross-fragment-transfer,autocommit-write
+workloads=single-fragment-txn,cross-fragment-transfer,pipelined-txn,autocommit-write
 docs=${TXN_DOCS:-50000}
 status=0
 load=()

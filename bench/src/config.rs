@@ -140,6 +140,10 @@ pub enum Workload {
     /// BEGIN, two updates of two documents on fragments of different executors, COMMIT
     /// (`layout.rs` says how the pairs are chosen).
     CrossFragmentTransfer,
+    /// `SingleFragmentTxn` with its four statements pipelined: sent together, answered
+    /// together, one round trip per transaction (what a client that batches its statements
+    /// pays; the transaction is the same).
+    PipelinedTxn,
     /// One autocommit UPDATE of one random document's balance: the single-row durable write
     /// a transaction is compared with.
     AutocommitWrite,
@@ -153,7 +157,7 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload, in the order a full suite runs them.
-    pub const ALL: [Workload; 11] = [
+    pub const ALL: [Workload; 12] = [
         Workload::PointRead,
         Workload::Insert,
         Workload::Upsert,
@@ -161,6 +165,7 @@ impl Workload {
         Workload::ScatterQuery,
         Workload::SingleFragmentTxn,
         Workload::CrossFragmentTransfer,
+        Workload::PipelinedTxn,
         Workload::AutocommitWrite,
         Workload::YcsbA,
         Workload::YcsbB,
@@ -177,6 +182,7 @@ impl Workload {
             Workload::ScatterQuery => "scatter-query",
             Workload::SingleFragmentTxn => "single-fragment-txn",
             Workload::CrossFragmentTransfer => "cross-fragment-transfer",
+            Workload::PipelinedTxn => "pipelined-txn",
             Workload::AutocommitWrite => "autocommit-write",
             Workload::YcsbA => "ycsb-a",
             Workload::YcsbB => "ycsb-b",
@@ -189,9 +195,9 @@ impl Workload {
         match self {
             Workload::Insert => 0,
             // Two documents of one customer, or two distinct accounts.
-            Workload::SingleFragmentTxn | Workload::CrossFragmentTransfer => {
-                limits::DOCS_PER_CUSTOMER
-            }
+            Workload::SingleFragmentTxn
+            | Workload::CrossFragmentTransfer
+            | Workload::PipelinedTxn => limits::DOCS_PER_CUSTOMER,
             _ => 1,
         }
     }
@@ -199,7 +205,10 @@ impl Workload {
     /// Whether one operation is a multi-statement transaction. A transaction owns its
     /// connection from BEGIN to COMMIT, so these run with pipelining depth 1.
     pub fn is_transaction(self) -> bool {
-        matches!(self, Workload::SingleFragmentTxn | Workload::CrossFragmentTransfer)
+        matches!(
+            self,
+            Workload::SingleFragmentTxn | Workload::CrossFragmentTransfer | Workload::PipelinedTxn
+        )
     }
 
     /// Parses a comma-separated list; `all` means every workload.

@@ -12,6 +12,7 @@ use futures_util::stream::FuturesUnordered;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::config::{Loop, Settings, Target, Workload};
@@ -486,14 +487,23 @@ impl Connection {
     /// transaction was retried after a serialization failure.
     async fn execute(&self, op: &Op) -> (Result<u64, (String, String)>, u64) {
         match op {
-            Op::Transfer { first, second } => self.transfer(first, second).await,
+            Op::Transfer { first, second, pipelined } => {
+                self.transfer(first, second, *pipelined).await
+            }
             _ => (self.execute_one(op).await, 0),
         }
     }
 
     /// A transfer: BEGIN, debit, credit, COMMIT, run again from BEGIN after a serialization
-    /// failure (40001, or 40P01 for a deadlock), at most `TXN_ATTEMPTS_MAX` times.
-    async fn transfer(&self, first: &str, second: &str) -> (Result<u64, (String, String)>, u64) {
+    /// failure (40001, or 40P01 for a deadlock), at most `TXN_ATTEMPTS_MAX` times. Pipelined,
+    /// the four are sent before any answer is read (tokio-postgres writes requests polled
+    /// together back to back); the first error in statement order is the transaction's.
+    async fn transfer(
+        &self,
+        first: &str,
+        second: &str,
+        pipelined: bool,
+    ) -> (Result<u64, (String, String)>, u64) {
         let client = &*self.client;
         let fail = |e: tokio_postgres::Error| (error_kind(&e), describe(&e));
         let missing = |m: String| ("client".to_owned(), m);
@@ -503,14 +513,26 @@ impl Connection {
         };
         let mut retries = 0;
         loop {
-            let result = async {
-                client.batch_execute(sql::BEGIN).await?;
-                let a = client.execute(debit, &[&Param(first)]).await?;
-                let b = client.execute(credit, &[&Param(second)]).await?;
-                client.batch_execute(sql::COMMIT).await?;
-                Ok::<u64, tokio_postgres::Error>(a + b)
-            }
-            .await;
+            let result = if pipelined {
+                let (p1, p2) = (Param(first), Param(second));
+                let (a1, a2): (&[&(dyn ToSql + Sync)], &[&(dyn ToSql + Sync)]) = (&[&p1], &[&p2]);
+                let (begin, a, b, commit) = futures_util::join!(
+                    client.batch_execute(sql::BEGIN),
+                    client.execute(debit, a1),
+                    client.execute(credit, a2),
+                    client.batch_execute(sql::COMMIT),
+                );
+                begin.and(a).and_then(|a| b.map(|b| a + b)).and_then(|n| commit.map(|()| n))
+            } else {
+                async {
+                    client.batch_execute(sql::BEGIN).await?;
+                    let a = client.execute(debit, &[&Param(first)]).await?;
+                    let b = client.execute(credit, &[&Param(second)]).await?;
+                    client.batch_execute(sql::COMMIT).await?;
+                    Ok::<u64, tokio_postgres::Error>(a + b)
+                }
+                .await
+            };
             let Err(e) = result else { return (result.map_err(fail), retries) };
             if !client.is_closed() {
                 // Leave the connection usable for the next transaction. A failed COMMIT

@@ -110,6 +110,8 @@ pub enum Op {
         first: String,
         /// Credited.
         second: String,
+        /// Send the four statements together (one round trip) instead of one at a time.
+        pipelined: bool,
     },
 }
 
@@ -167,7 +169,7 @@ impl OpGen {
     fn transfer(a: u64, b: u64) -> Op {
         let (x, y) = (doc_id(a), doc_id(b));
         let (first, second) = if x <= y { (x, y) } else { (y, x) };
-        Op::Transfer { first, second }
+        Op::Transfer { first, second, pipelined: false }
     }
 
     /// The next operation.
@@ -193,14 +195,21 @@ impl OpGen {
             Workload::ScatterQuery => {
                 Op::Scatter { tag: format!("t{}", self.rng.below(TAG_COUNT)) }
             }
-            Workload::SingleFragmentTxn => {
+            Workload::SingleFragmentTxn | Workload::PipelinedTxn => {
                 // Two distinct documents of one customer with a full group of documents.
                 let full = (self.docs / DOCS_PER_CUSTOMER).max(1);
                 let c = self.rng.below(full);
                 let a = self.rng.below(DOCS_PER_CUSTOMER);
                 let b = (a + 1 + self.rng.below(DOCS_PER_CUSTOMER - 1)) % DOCS_PER_CUSTOMER;
                 let base = c * DOCS_PER_CUSTOMER;
-                Self::transfer(base + a, base + b)
+                match Self::transfer(base + a, base + b) {
+                    Op::Transfer { first, second, .. }
+                        if self.workload == Workload::PipelinedTxn =>
+                    {
+                        Op::Transfer { first, second, pipelined: true }
+                    }
+                    op => op,
+                }
             }
             Workload::AutocommitWrite => Op::Write { id: doc_id(self.uniform_key()) },
             Workload::CrossFragmentTransfer => {
@@ -276,7 +285,7 @@ mod tests {
         // Both documents share a customer (one shard in Tessera), differ, exist, and are ordered.
         let mut g = generator(Workload::SingleFragmentTxn, 1003);
         for _ in 0..2000 {
-            let Op::Transfer { first, second } = g.next_op() else { panic!("not a transfer") };
+            let Op::Transfer { first, second, .. } = g.next_op() else { panic!("not a transfer") };
             assert!(first < second);
             let (a, b) = (key_of(&first), key_of(&second));
             assert_ne!(a, b);
@@ -290,7 +299,7 @@ mod tests {
         // Two distinct existing documents, ordered to avoid deadlocks, even with few docs.
         let mut g = generator(Workload::CrossFragmentTransfer, 8);
         for _ in 0..500 {
-            let Op::Transfer { first, second } = g.next_op() else { panic!("not a transfer") };
+            let Op::Transfer { first, second, .. } = g.next_op() else { panic!("not a transfer") };
             assert!(first < second);
             assert!(key_of(&first) < 8 && key_of(&second) < 8);
         }
@@ -306,7 +315,7 @@ mod tests {
         let mut g = generator(Workload::CrossFragmentTransfer, 8_000).with_groups(Some(groups));
         let mut firsts_on = [0; 2];
         for _ in 0..2000 {
-            let Op::Transfer { first, second } = g.next_op() else { panic!("not a transfer") };
+            let Op::Transfer { first, second, .. } = g.next_op() else { panic!("not a transfer") };
             assert!(first < second);
             let (a, b) = (key_of(&first), key_of(&second));
             assert!(a < 8_000 && b < 8_000);

@@ -189,7 +189,7 @@ pub fn statements(workload: Workload) -> &'static [Stmt] {
         Workload::Upsert => &[Stmt::Upsert],
         Workload::ContentQuery => &[Stmt::ContentQuery],
         Workload::ScatterQuery => &[Stmt::ScatterQuery],
-        Workload::SingleFragmentTxn | Workload::CrossFragmentTransfer => {
+        Workload::SingleFragmentTxn | Workload::CrossFragmentTransfer | Workload::PipelinedTxn => {
             &[Stmt::Debit, Stmt::Credit]
         }
         Workload::AutocommitWrite => &[Stmt::Debit],

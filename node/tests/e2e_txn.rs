@@ -182,6 +182,59 @@ async fn write_skew_across_executors() {
     assert_eq!(on, 1, "exactly one write applied");
 }
 
+// Checks two-phase commits from sessions on both executors: each COMMIT's writes are visible
+// on both executors when it is acknowledged (executor 0's share of phase two runs inside the
+// decision's call when the session is on executor 1), and every participant's report reaches
+// the coordinator (reports travel in batches), so no decision stays "committed (applying)".
+#[tokio::test]
+async fn two_phase_commits_from_both_executors_are_visible_and_reported() {
+    const SESSIONS: usize = 8;
+    const TRANSFERS: i64 = 12;
+    let node = Node::start();
+    let setup = node.connect().await;
+    let two_phase_before = counter(&setup, "two_phase_commits").await;
+    let mut tasks = Vec::new();
+    for i in 0..SESSIONS {
+        let client = node.connect().await;
+        // Fragment 0 (executor 0) and fragment 1 (executor 1), one pair per session.
+        let (x, y) = (format!("x{i}$@0"), format!("y{i}$@131072"));
+        tasks.push(tokio::spawn(async move {
+            client
+                .batch_execute(&format!(
+                    "INSERT INTO t VALUES ('{x}', '{{\"v\":100}}'), ('{y}', '{{\"v\":100}}')"
+                ))
+                .await
+                .unwrap();
+            for n in 1..=TRANSFERS {
+                client.batch_execute("BEGIN").await.unwrap();
+                client.execute("UPDATE t SET v = v - 1 WHERE id() = $1", &[&x]).await.unwrap();
+                client.execute("UPDATE t SET v = v + 1 WHERE id() = $1", &[&y]).await.unwrap();
+                client.batch_execute("COMMIT").await.unwrap();
+                assert_eq!(value(&client, &x).await, Some(100 - n), "{x} after commit {n}");
+                assert_eq!(value(&client, &y).await, Some(100 + n), "{y} after commit {n}");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Each session's INSERT spans both executors too: one more two-phase commit each.
+    let expected = two_phase_before + (SESSIONS as i64) * (TRANSFERS + 1);
+    assert_eq!(counter(&setup, "two_phase_commits").await, expected);
+    // Reports follow the Commit records' fdatasyncs, after the acknowledgements.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let rows = simple_rows(&setup.simple_query("SHOW TRANSACTIONS").await.unwrap());
+        let applying: Vec<_> =
+            rows.iter().filter(|r| r[1].as_deref() == Some("committed (applying)")).collect();
+        if applying.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "decisions never reported: {applying:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 // Checks that a multi-row INSERT over fragments of both executors is atomic: with a duplicate
 // id on one fragment nothing is inserted anywhere; without, all rows are, by one two-phase
 // commit.

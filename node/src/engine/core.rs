@@ -181,6 +181,11 @@ pub struct Core {
     coordinator: Option<Coordinator>,
     mesh: RefCell<Option<Mesh<Core>>>,
     metrics: crate::metrics::ExecutorMetrics,
+    /// Transactions whose Commit records here are durable and not yet reported to the
+    /// coordinator (executor 0): they ride on the next report.
+    unreported: RefCell<Vec<TxId>>,
+    /// A report to the coordinator is in flight.
+    reporting: Cell<bool>,
 }
 
 impl Core {
@@ -229,6 +234,8 @@ impl Core {
             coordinator,
             mesh: RefCell::new(None),
             metrics: crate::metrics::ExecutorMetrics::default(),
+            unreported: RefCell::default(),
+            reporting: Cell::new(false),
         })
     }
 
@@ -578,14 +585,23 @@ impl Core {
         let fragment = self.fragment(id)?;
         match fragment.apply(batch).await {
             Ok(_) => Ok(()),
-            Err(e) => Err(self.txn_failure(e)),
+            Err(e) => Err(self.txn_failure(&fragment, e).await),
         }
     }
 
-    fn txn_failure(&self, e: AppendError) -> EngineError {
+    /// The 40001 for a conflict or a held document, or the storage error. A conflict is
+    /// answered only once the write it conflicted with is readable (`wait_visible`): storage
+    /// checks versions against queued writes while readers see durable ones, so a client
+    /// retrying at once would otherwise read the same stale version and conflict again, up to
+    /// its retry limit, during one fdatasync.
+    async fn txn_failure(&self, fragment: &Fragment, e: AppendError) -> EngineError {
         match e {
-            AppendError::Conflict { collection, id, .. }
-            | AppendError::Locked { collection, id, .. } => {
+            AppendError::Conflict { collection, id, expected, .. } => {
+                self.count_tx(|c| c.conflicts += 1);
+                wait_visible(fragment, &collection, &id, expected).await;
+                EngineError::TxnConflict { collection, id }
+            }
+            AppendError::Locked { collection, id, .. } => {
                 self.count_tx(|c| c.conflicts += 1);
                 EngineError::TxnConflict { collection, id }
             }
@@ -612,20 +628,23 @@ impl Core {
         );
         let mut tasks = Vec::with_capacity(owned.len());
         for (fragment, batch) in owned {
-            tasks.push(glommio::spawn_local(async move { fragment.prepare(txid, batch).await }));
+            tasks.push(glommio::spawn_local(async move {
+                let result = fragment.prepare(txid, batch).await;
+                (fragment, result)
+            }));
         }
         let mut failure = None;
         for task in tasks {
             match task.await {
-                Ok(_) => fault::prepared(),
-                Err(e) => failure = failure.or(Some(e)),
+                (_, Ok(_)) => fault::prepared(),
+                (fragment, Err(e)) => failure = failure.or(Some((fragment, e))),
             }
         }
         match failure {
             None => Ok(()),
-            Some(e) => {
+            Some((fragment, e)) => {
                 self.finish_txn(txid, fragments, false, None).await;
-                Err(self.txn_failure(e))
+                Err(self.txn_failure(&fragment, e).await)
             }
         }
     }
@@ -693,22 +712,60 @@ impl Core {
         }
     }
 
-    /// Tells the coordinator that this executor's Commit records of `txid` are durable.
+    /// Phase two of `txid` on this executor's `fragments`, detached (the Commit records finish
+    /// even if the caller goes away): returns once the writes are visible (a commit) or the
+    /// holds are gone (an abort), which is when a session may answer its client.
+    pub async fn finish_txn_visible(
+        self: &Rc<Self>,
+        txid: TxId,
+        fragments: Vec<FragmentId>,
+        commit: bool,
+    ) {
+        let (visible_tx, visible_rx) = flume::bounded(1);
+        let core = Rc::clone(self);
+        let done = glommio::spawn_local(async move {
+            core.finish_txn(txid, fragments, commit, Some(visible_tx)).await;
+        })
+        .detach();
+        if commit {
+            let _ = visible_rx.recv_async().await;
+        } else {
+            let _ = done.await;
+        }
+    }
+
+    /// Tells the coordinator that this executor's Commit records of `txid` are durable. From
+    /// another executor, one report is in flight at a time and carries every transaction
+    /// finished meanwhile: one mesh call per batch, not per transaction. The caller that sends
+    /// stays until nothing is left, so shutdown (which waits for running work) waits for it.
     async fn report_finished(&self, txid: TxId) {
         if let Some(c) = &self.coordinator {
             c.finished(self.shared.two_phase_gate(), txid).await;
             return;
         }
+        self.unreported.borrow_mut().push(txid);
+        if self.reporting.replace(true) {
+            return;
+        }
         let mesh = self.mesh.borrow().clone();
         if let Some(mesh) = mesh {
-            let _ = mesh
-                .call(ExecutorIndex::new(0), move |core| async move {
-                    if let Some(c) = core.coordinator() {
-                        c.finished(core.shared().two_phase_gate(), txid).await;
-                    }
-                })
-                .await;
+            loop {
+                let batch = std::mem::take(&mut *self.unreported.borrow_mut());
+                if batch.is_empty() {
+                    break;
+                }
+                let _ = mesh
+                    .call(ExecutorIndex::new(0), move |core| async move {
+                        if let Some(c) = core.coordinator() {
+                            for txid in batch {
+                                c.finished(core.shared().two_phase_gate(), txid).await;
+                            }
+                        }
+                    })
+                    .await;
+            }
         }
+        self.reporting.set(false);
     }
 
     /// Asks the coordinator for the fate of `txid`, recording ABORT when it has none.

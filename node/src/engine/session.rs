@@ -499,13 +499,14 @@ impl Session {
 
     async fn write(&self, statement: &Arc<Statement>) -> Result<WriteOutcome, EngineError> {
         let catalog = self.core.shared().catalog();
-        if self.fragment_count(statement, &catalog)? > 1 {
-            return self.autocommit_txn(statement).await;
-        }
+        // Placed or routed once: the fragment count picks the path and the groups are reused.
         let outcomes = match &**statement {
             Statement::Insert(insert) => {
                 let config = catalog.config(insert.collection.as_str());
                 let groups = self.place(insert, config)?;
+                if groups.values().map(Vec::len).sum::<usize>() > 1 {
+                    return self.autocommit_txn(statement).await;
+                }
                 self.placed(&groups);
                 let with = (Arc::clone(statement), catalog);
                 self.fan_out(groups, &with, |core, (stmt, view), per_fragment| async move {
@@ -518,6 +519,9 @@ impl Session {
             }
             Statement::Update(_) | Statement::Delete(_) => {
                 let groups = self.route(statement, &catalog).map(|(_, g)| g).unwrap_or_default();
+                if groups.values().map(Vec::len).sum::<usize>() > 1 {
+                    return self.autocommit_txn(statement).await;
+                }
                 let with = (Arc::clone(statement), catalog);
                 self.fan_out(groups, &with, |core, (stmt, view), targets| async move {
                     match &*stmt {
@@ -539,21 +543,6 @@ impl Session {
             total.analysis.extend(o.analysis);
         }
         Ok(total)
-    }
-
-    /// Fragments a write statement touches.
-    fn fragment_count(
-        &self,
-        statement: &Arc<Statement>,
-        catalog: &CatalogView,
-    ) -> Result<usize, EngineError> {
-        Ok(match &**statement {
-            Statement::Insert(insert) => {
-                let config = catalog.config(insert.collection.as_str());
-                self.place(insert, config)?.values().map(Vec::len).sum()
-            }
-            _ => self.route(statement, catalog).map_or(0, |(_, g)| g.values().map(Vec::len).sum()),
-        })
     }
 
     /// An autocommit write over several fragments: a transaction of one statement through the
@@ -785,11 +774,16 @@ impl Session {
             return Err(e);
         }
         fault::before_decision().await;
-        let commit = self.decide(txid, fragments, participants.len()).await?;
-        if commit {
-            fault::decided();
-        }
-        self.phase_two(txid, &participants, commit).await;
+        // The coordinator's executor does its own share of phase two inside the decision's
+        // call when the session runs elsewhere: one cross-executor round trip less.
+        let coordinator = ExecutorIndex::new(0);
+        let executors = participants.len();
+        let (there, rest): (Vec<_>, Vec<_>) = participants
+            .into_iter()
+            .partition(|(e, _)| *e == coordinator && self.core.index() != coordinator);
+        let there = there.into_iter().next().map(|(_, f)| f);
+        let commit = self.decide(txid, fragments, executors, there).await?;
+        self.phase_two(txid, &rest, commit).await;
         if commit {
             self.core.count_tx(|c| c.two_phase_commits += 1);
             Ok(())
@@ -806,70 +800,72 @@ impl Session {
         participants: &[(ExecutorIndex, Vec<FragmentId>)],
         commit: bool,
     ) {
-        let (tx, rx) = flume::bounded(participants.len());
-        let (done_tx, done_rx) = flume::bounded(participants.len());
+        // Detached: each executor's share is sent even if this session goes away meanwhile.
+        let mut shares = Vec::with_capacity(participants.len());
         for (executor, fragments) in participants {
-            let (fragments, visible, done) = (fragments.clone(), tx.clone(), done_tx.clone());
-            // Detached: the Commit records finish even if this session goes away meanwhile.
-            if *executor == self.core.index() {
+            let fragments = fragments.clone();
+            let share = if *executor == self.core.index() {
                 let core = Rc::clone(&self.core);
                 glommio::spawn_local(async move {
-                    core.finish_txn(txid, fragments, commit, Some(visible)).await;
-                    let _ = done.send(());
+                    core.finish_txn_visible(txid, fragments, commit).await;
                 })
-                .detach();
+                .detach()
             } else {
-                let mesh = self.ctx.mesh.clone();
-                let executor = *executor;
+                let (mesh, executor) = (self.ctx.mesh.clone(), *executor);
                 glommio::spawn_local(async move {
                     let _ = mesh
                         .call(executor, move |core| async move {
-                            core.finish_txn(txid, fragments, commit, Some(visible)).await;
+                            core.finish_txn_visible(txid, fragments, commit).await;
                         })
                         .await;
-                    let _ = done.send(());
                 })
-                .detach();
-            }
+                .detach()
+            };
+            shares.push(share);
         }
-        drop(tx);
-        drop(done_tx);
         // A commit is acknowledged once visible everywhere; an abort once the holds are gone
         // everywhere, so a retry does not run into them.
-        for _ in participants {
-            let ok = if commit {
-                rx.recv_async().await.is_ok()
-            } else {
-                done_rx.recv_async().await.is_ok()
-            };
-            if !ok {
-                break;
-            }
+        for share in shares {
+            let _ = share.await;
         }
     }
 
     /// Asks the coordinator (executor 0) to record COMMIT for `txid`; returns the decision in
-    /// force once durable (an ABORT recorded by the timeout wins).
+    /// force once durable (an ABORT recorded by the timeout wins). `finish_there`: the
+    /// coordinator executor's own participant fragments, whose phase two then runs there
+    /// right after the decision, before the call returns.
     async fn decide(
         &self,
         txid: storage::TxId,
         fragments: Vec<FragmentId>,
         executors: usize,
+        finish_there: Option<Vec<FragmentId>>,
     ) -> Result<bool, EngineError> {
         let shared = Arc::clone(self.core.shared());
         if let Some(c) = self.core.coordinator() {
-            return c.decide(shared.txn.two_phase_gate(), txid, true, &fragments, executors).await;
+            let commit =
+                c.decide(shared.txn.two_phase_gate(), txid, true, &fragments, executors).await?;
+            if commit {
+                fault::decided();
+            }
+            return Ok(commit);
         }
         self.ctx
             .mesh
             .call(ExecutorIndex::new(0), move |core| async move {
-                match core.coordinator() {
-                    Some(c) => {
-                        c.decide(shared.txn.two_phase_gate(), txid, true, &fragments, executors)
-                            .await
-                    }
-                    None => Err(internal("executor 0 has no coordinator")),
+                let Some(c) = core.coordinator() else {
+                    return Err(internal("executor 0 has no coordinator"));
+                };
+                let commit = c
+                    .decide(shared.txn.two_phase_gate(), txid, true, &fragments, executors)
+                    .await?;
+                if commit {
+                    fault::decided();
                 }
+                if let Some(fragments) = finish_there {
+                    core.finish_txn_visible(txid, fragments, commit).await;
+                }
+                Ok(commit)
             })
             .await?
     }
