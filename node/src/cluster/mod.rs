@@ -11,6 +11,7 @@ pub mod control;
 pub mod limits;
 pub mod peer;
 pub mod raft_net;
+pub mod region;
 pub mod state;
 pub mod store;
 pub mod wire;
