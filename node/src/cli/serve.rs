@@ -136,7 +136,13 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
             PgAuth::Scram(ScramCredentials::from_password(p).map_err(|e| format!("password: {e}"))?)
         }
     };
-    let pg = PgConfig { auth, idle_timeout: config.idle_timeout, ..PgConfig::default() };
+    // A cluster node's PostgreSQL listener also takes the peers' data connections (region
+    // forwarding, `cluster::forward`).
+    let peer_data = config
+        .cluster
+        .as_ref()
+        .map(|_| crate::cluster::forward::serve_data_connection as crate::pg::PeerDataHook);
+    let pg = PgConfig { auth, idle_timeout: config.idle_timeout, peer_data, ..PgConfig::default() };
     let registry = Arc::new(PgRegistry::new(PG_CONNECTIONS_MAX));
     let shutdown = Shutdown::new();
     crate::signals::install(shutdown.clone()).map_err(|e| format!("cannot handle signals: {e}"))?;
@@ -238,6 +244,7 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
                 core.start(&ctx);
                 if clustered {
                     crate::cluster::region::start(&core, &ctx);
+                    crate::cluster::forward::install(&core, &ctx);
                 }
                 let session_ctx = ctx.clone();
                 let make_session = move || Session::new(Rc::clone(&core), session_ctx.clone());

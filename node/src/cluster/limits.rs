@@ -87,3 +87,15 @@ pub const REGION_BUFFER_WAIT_MS: u64 = 30_000;
 pub const REGION_RETRIES_MAX: u32 = 8;
 
 const _: () = assert!(REGION_BUFFER_PER_FRAGMENT <= REGION_BUFFER_TOTAL);
+
+/// Idle data connections each executor keeps per remote node (`cluster::forward`); more are
+/// closed after their request.
+pub const DATA_POOL_IDLE_MAX: usize = 16;
+
+/// Milliseconds an accepted data connection may stay silent before it is closed; a pooled one
+/// idle for half of this is not reused (the owner may be closing it).
+pub const DATA_CONN_IDLE_MS: u64 = 30_000;
+
+/// Longest a forwarded share may take on its owner (read and write timeout of a data
+/// connection), in milliseconds. Above a buffered statement's wait, which may run there.
+pub const FORWARD_TIMEOUT_MS: u64 = REGION_BUFFER_WAIT_MS + 10_000;

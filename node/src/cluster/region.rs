@@ -73,6 +73,14 @@ pub enum RegionError {
         /// Attempts made.
         attempts: u32,
     },
+    /// The owner ran the share and it failed there.
+    #[error("{message}")]
+    Remote {
+        /// The owner's SQLSTATE.
+        code: String,
+        /// Its message.
+        message: String,
+    },
     /// The owner node is not a known member with an address.
     #[error("node {node} owns a fragment but its address is unknown here")]
     UnknownNode {
@@ -88,6 +96,9 @@ pub enum BufferKey {
     Unallocated,
     /// One fragment's location.
     Fragment(FragmentId),
+    /// A map at least this new (after an owner said ours was stale, or before running a
+    /// share routed by a newer map than ours).
+    Map(u64),
 }
 
 impl std::fmt::Display for BufferKey {
@@ -95,6 +106,7 @@ impl std::fmt::Display for BufferKey {
         match self {
             BufferKey::Unallocated => f.write_str("unallocated shard map"),
             BufferKey::Fragment(id) => write!(f, "fragment {id}"),
+            BufferKey::Map(epoch) => write!(f, "shard map epoch {epoch}"),
         }
     }
 }

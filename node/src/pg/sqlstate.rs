@@ -206,6 +206,11 @@ fn region_state(error: &crate::cluster::region::RegionError) -> SqlState {
         R::CrossNode { .. } => SqlState::FEATURE_NOT_SUPPORTED,
         R::WaitExpired { .. } | R::MapChurn { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
         R::Forward { .. } | R::UnknownNode { .. } => SqlState::CONNECTION_FAILURE,
+        R::Remote { code, .. } => code
+            .as_bytes()
+            .first_chunk::<5>()
+            .and_then(SqlState::new)
+            .unwrap_or(SqlState::INTERNAL_ERROR),
     }
 }
 
