@@ -229,6 +229,26 @@ impl Buffers {
     }
 }
 
+/// After an owner answered that the map at epoch `used` is stale (`current`: the owner's epoch,
+/// 0 when it did not say): waits in the buffer (bounded) until `installed()` is newer than
+/// `used` and at least `current`, counting the attempt; past `REGION_RETRIES_MAX` attempts
+/// the statement fails with `MapChurn`.
+pub async fn refresh(
+    buffers: &Buffers,
+    installed: impl Fn() -> u64,
+    used: u64,
+    current: u64,
+    attempt: &mut u32,
+) -> Result<(), RegionError> {
+    if *attempt >= crate::cluster::limits::REGION_RETRIES_MAX {
+        return Err(RegionError::MapChurn { attempts: *attempt });
+    }
+    *attempt += 1;
+    cov_mark::hit!(region_stale_epoch_retried);
+    let want = current.max(used.saturating_add(1));
+    buffers.wait_for(BufferKey::Map(want), || (installed() >= want).then_some(())).await
+}
+
 /// The map the control plane publishes, if newer than `installed`.
 fn newer_map(installed: router::Epoch) -> Option<Arc<ShardMap>> {
     let view = crate::cluster::view()?;
@@ -367,6 +387,40 @@ mod tests {
                     b.wait_for(BufferKey::Fragment(FragmentId::new(1)), || None::<()>).await;
                 assert!(matches!(never, Err(RegionError::WaitExpired { .. })));
                 assert!(b.held().is_empty());
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    // Checks the stale-epoch retry: the region waits until its map is newer than the one the
+    // owner refused (and at least the owner's), then routes again; the attempts are bounded.
+    #[test]
+    fn unit_stale_epoch_refresh_waits_and_is_bounded() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let b = Buffers::new(limits(4, 4));
+                let polls = std::cell::Cell::new(0u64);
+                // The map reaches epoch 3 on the third look.
+                let installed = || {
+                    polls.set(polls.get() + 1);
+                    if polls.get() >= 3 { 3 } else { 1 }
+                };
+                let mut attempt = 1;
+                {
+                    cov_mark::check!(region_stale_epoch_retried);
+                    refresh(&b, installed, 1, 3, &mut attempt).await.unwrap();
+                }
+                assert_eq!(attempt, 2);
+                assert!(polls.get() >= 3);
+                // NotMine names no epoch: any newer map will do.
+                refresh(&b, || 4, 3, 0, &mut attempt).await.unwrap();
+                // A map that never gets newer: the wait expires.
+                let stuck = refresh(&b, || 4, 4, 0, &mut attempt).await;
+                assert!(matches!(stuck, Err(RegionError::WaitExpired { .. })), "{stuck:?}");
+                let mut last = crate::cluster::limits::REGION_RETRIES_MAX;
+                let churn = refresh(&b, || 9, 1, 0, &mut last).await;
+                assert_eq!(churn, Err(RegionError::MapChurn { attempts: last }));
             })
             .unwrap()
             .join()

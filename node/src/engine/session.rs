@@ -33,7 +33,6 @@ use super::shared::CatalogView;
 use super::txn::Txn;
 use crate::catalog::CollectionEntry;
 use crate::cluster::forward::{self, Reply, Share};
-use crate::cluster::limits::REGION_RETRIES_MAX;
 use crate::cluster::region::{BufferKey, RegionError};
 use crate::pg::error::Notice;
 use crate::pg::sqlstate::{SqlState, engine_error};
@@ -695,16 +694,10 @@ impl Session {
     /// for a map newer than `used` (at least `current` when the owner named it), counting the
     /// attempt against `REGION_RETRIES_MAX`.
     async fn refresh(&self, used: u64, current: u64, attempt: &mut u32) -> Result<(), EngineError> {
-        if *attempt >= REGION_RETRIES_MAX {
-            return Err(RegionError::MapChurn { attempts: *attempt }.into());
-        }
-        *attempt += 1;
-        cov_mark::hit!(region_stale_epoch_retried);
         let shared = self.core.shared();
-        let want = current.max(used + 1);
-        let key = BufferKey::Map(want);
-        shared.buffers.wait_for(key, || (shared.map_epoch().0 >= want).then_some(())).await?;
-        Ok(())
+        let installed = || shared.map_epoch().0;
+        Ok(crate::cluster::region::refresh(&shared.buffers, installed, used, current, attempt)
+            .await?)
     }
 
     /// Other nodes a write statement's fragments live on, and whether it touches this one.
