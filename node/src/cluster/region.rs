@@ -212,20 +212,32 @@ impl Buffers {
             return Ok(v);
         }
         let _slot = self.enter(key)?;
-        let started = Instant::now();
         tracing::debug!(%key, "statement buffered");
-        loop {
-            glommio::timer::sleep(Duration::from_millis(REGION_POLL_MS)).await;
-            if let Some(v) = ready() {
-                return Ok(v);
-            }
-            if started.elapsed() >= self.limits.wait {
-                return Err(RegionError::WaitExpired {
-                    what: key.to_string(),
-                    waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                });
-            }
+        poll_until(&key.to_string(), self.limits.wait, ready).await
+    }
+}
+
+/// Looks at `ready` every `REGION_POLL_MS` until it gives a value; `WaitExpired` naming
+/// `what` after `limit`. Buffered statements wait through this holding their place; an owner
+/// catching up with the map a peer routed by waits through it directly (bounded by the data
+/// connections, each running one share at a time).
+pub async fn poll_until<T>(
+    what: &str,
+    limit: Duration,
+    mut ready: impl FnMut() -> Option<T>,
+) -> Result<T, RegionError> {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = ready() {
+            return Ok(v);
         }
+        if started.elapsed() >= limit {
+            return Err(RegionError::WaitExpired {
+                what: what.to_owned(),
+                waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        glommio::timer::sleep(Duration::from_millis(REGION_POLL_MS)).await;
     }
 }
 

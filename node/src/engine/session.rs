@@ -785,10 +785,10 @@ impl Session {
         let shared = Arc::clone(self.core.shared());
         let want = request.epoch;
         // This node may not have installed the region's map yet: wait for it (bounded).
-        let map = shared
-            .buffers
-            .wait_for(BufferKey::Map(want), || shared.map().filter(|m| m.epoch().0 >= want))
-            .await?;
+        let limit = shared.buffers.limits().wait;
+        let what = format!("shard map epoch {want}");
+        let ready = || shared.map().filter(|m| m.epoch().0 >= want);
+        let map = crate::cluster::region::poll_until(&what, limit, ready).await?;
         if map.epoch().0 > want {
             return Ok(Reply::StaleEpoch { current: map.epoch().0 });
         }
