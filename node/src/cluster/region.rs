@@ -217,6 +217,24 @@ impl Buffers {
     }
 }
 
+/// Waits in the buffer of each fragment of `fragments` that `moving` says has no location now
+/// (being handed off), until it has one. Returns whether it waited (the caller routes again:
+/// the map may have changed meanwhile).
+pub async fn wait_located(
+    buffers: &Buffers,
+    fragments: &[FragmentId],
+    moving: impl Fn(FragmentId) -> bool,
+) -> Result<bool, RegionError> {
+    let mut waited = false;
+    for id in fragments {
+        if moving(*id) {
+            waited = true;
+            buffers.wait_for(BufferKey::Fragment(*id), || (!moving(*id)).then_some(())).await?;
+        }
+    }
+    Ok(waited)
+}
+
 /// Looks at `ready` every `REGION_POLL_MS` until it gives a value; `WaitExpired` naming
 /// `what` after `limit`. Buffered statements wait through this holding their place; an owner
 /// catching up with the map a peer routed by waits through it directly (bounded by the data
@@ -433,6 +451,38 @@ mod tests {
                 let mut last = crate::cluster::limits::REGION_RETRIES_MAX;
                 let churn = refresh(&b, || 9, 1, 0, &mut last).await;
                 assert_eq!(churn, Err(RegionError::MapChurn { attempts: last }));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    // Checks a statement for a fragment being moved waits in that fragment's buffer until it
+    // has a location again, and one for other fragments does not wait.
+    #[test]
+    fn unit_wait_located_buffers_per_fragment() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let b = Buffers::new(limits(1, 4));
+                let f = FragmentId::new;
+                let looks = std::cell::Cell::new(0);
+                let moving = |id: FragmentId| {
+                    if id == f(2) {
+                        looks.set(looks.get() + 1);
+                        looks.get() < 4
+                    } else {
+                        false
+                    }
+                };
+                assert!(!wait_located(&b, &[f(1), f(3)], moving).await.unwrap());
+                // Fragment 2's buffer holds one statement: a second one is refused.
+                let _held = b.enter(BufferKey::Fragment(f(2))).unwrap();
+                let full = wait_located(&b, &[f(2)], |_| true).await;
+                assert!(matches!(full, Err(RegionError::BufferFull { max: 1, .. })), "{full:?}");
+                drop(_held);
+                assert!(wait_located(&b, &[f(1), f(2)], moving).await.unwrap());
+                assert!(looks.get() >= 4);
+                assert!(b.held().is_empty());
             })
             .unwrap()
             .join()

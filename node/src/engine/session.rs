@@ -99,6 +99,15 @@ type Placed = BTreeMap<ExecutorIndex, Vec<(FragmentId, Vec<PlacedDocument>)>>;
 /// A statement as a region forwards it: its SQL text, its position there, its bound values.
 type Forwardable = (Arc<str>, u32, Vec<Datum>);
 
+/// Where an autocommit write's fragments live: other nodes (fragments each), whether this
+/// node has some, the map epoch, and every fragment.
+struct WriteNodes {
+    remote: BTreeMap<NodeId, usize>,
+    here: bool,
+    epoch: u64,
+    fragments: Vec<FragmentId>,
+}
+
 /// Targets on this node, by owning executor.
 type Local = BTreeMap<ExecutorIndex, Vec<Target>>;
 
@@ -625,6 +634,9 @@ impl Session {
                 let merged = query::merge(select, Vec::new())?;
                 return Ok((merged.rows, Vec::new()));
             };
+            if self.located(&routed.plan.fragments).await? {
+                continue;
+            }
             // Other nodes' shares first (one forwarded request each), then this node's.
             let mut forwarded = Vec::with_capacity(routed.remote.len());
             for (node, targets) in routed.remote {
@@ -705,23 +717,42 @@ impl Session {
         &self,
         statement: &Arc<Statement>,
         catalog: &CatalogView,
-    ) -> Result<(BTreeMap<NodeId, usize>, bool, u64), EngineError> {
+    ) -> Result<WriteNodes, EngineError> {
         let epoch = self.core.shared().map_epoch().0;
         Ok(match &**statement {
             Statement::Insert(insert) => {
                 let (placed, remote) =
                     self.place_all(insert, catalog.config(insert.collection.as_str()))?;
-                (remote.into_iter().map(|(n, f)| (n, f.len())).collect(), !placed.is_empty(), epoch)
+                let mut fragments: Vec<FragmentId> =
+                    placed.values().flat_map(|l| l.iter().map(|(f, _)| *f)).collect();
+                fragments.extend(remote.values().flatten().copied());
+                WriteNodes {
+                    remote: remote.into_iter().map(|(n, f)| (n, f.len())).collect(),
+                    here: !placed.is_empty(),
+                    epoch,
+                    fragments,
+                }
             }
             _ => match self.route_all(statement, catalog)? {
-                Some(r) => (
-                    r.remote.into_iter().map(|(n, f)| (n, f.len())).collect(),
-                    !r.local.is_empty(),
-                    r.epoch,
-                ),
-                None => (BTreeMap::new(), true, epoch),
+                Some(r) => WriteNodes {
+                    remote: r.remote.into_iter().map(|(n, f)| (n, f.len())).collect(),
+                    here: !r.local.is_empty(),
+                    epoch: r.epoch,
+                    fragments: r.plan.fragments,
+                },
+                None => {
+                    WriteNodes { remote: BTreeMap::new(), here: true, epoch, fragments: Vec::new() }
+                }
             },
         })
+    }
+
+    /// Waits (in the region buffers) while any of `fragments` is being handed off; returns
+    /// whether it waited, and then the statement is routed again.
+    async fn located(&self, fragments: &[FragmentId]) -> Result<bool, EngineError> {
+        let shared = self.core.shared();
+        let moving = |id| shared.is_moving(id);
+        Ok(crate::cluster::region::wait_located(&shared.buffers, fragments, moving).await?)
     }
 
     /// An autocommit write on a cluster node: run here when every fragment it touches is
@@ -734,7 +765,11 @@ impl Session {
         let mut attempt = 1;
         loop {
             let catalog = self.core.shared().catalog();
-            let (remote, here, epoch) = self.write_nodes(statement, &catalog)?;
+            let WriteNodes { remote, here, epoch, fragments } =
+                self.write_nodes(statement, &catalog)?;
+            if self.located(&fragments).await? {
+                continue;
+            }
             if remote.is_empty() {
                 return Ok(None);
             }
@@ -856,7 +891,7 @@ impl Session {
                     return Err(internal("forwarded write share of a non-write"));
                 }
                 let catalog = shared.catalog();
-                let (remote, _, _) = self.write_nodes(&statement, &catalog)?;
+                let WriteNodes { remote, .. } = self.write_nodes(&statement, &catalog)?;
                 if let Some((node, _)) = remote.into_iter().next() {
                     return Ok(Reply::NotMine { fragment: node.0 });
                 }
@@ -1587,7 +1622,16 @@ impl Session {
             .map(|f| {
                 let buffering = held.iter().any(|(k, _)| *k == BufferKey::Fragment(f.id()));
                 let (documents, bytes, state) = match counts.get(&f.id()) {
-                    Some((d, b)) => (n(*d), n(*b), if buffering { "buffering" } else { "active" }),
+                    Some((d, b)) => {
+                        let state = if shared.is_moving(f.id()) {
+                            "handing-off"
+                        } else if buffering {
+                            "buffering"
+                        } else {
+                            "active"
+                        };
+                        (n(*d), n(*b), state)
+                    }
                     None => (Datum::Null, Datum::Null, "unreachable"),
                 };
                 vec![

@@ -6,12 +6,12 @@
 //! is absent until the coordinator allocates it and then follows the replicated map
 //! (`install_map`, epochs only grow).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use router::{Epoch, NodeId, ShardMap, ShardingConfig};
+use router::{Epoch, FragmentId, NodeId, ShardMap, ShardingConfig};
 
 use crate::catalog::Catalog;
 
@@ -69,6 +69,9 @@ pub struct Shared {
     catalog: RwLock<Arc<CatalogView>>,
     /// Fragments, their ranges and owners; `None` until a cluster allocates its map.
     map: RwLock<Option<Arc<ShardMap>>>,
+    /// Fragments without a location right now (being handed off): statements for them wait
+    /// in the region buffer.
+    moving: RwLock<Arc<BTreeSet<FragmentId>>>,
 }
 
 impl Shared {
@@ -78,6 +81,7 @@ impl Shared {
             me: NodeId(0),
             clustered: false,
             map: RwLock::new(Some(Arc::new(map))),
+            moving: RwLock::default(),
             data_dir,
             statements_running: AtomicUsize::new(0),
             txn: super::coordinator::TxnShared::default(),
@@ -92,6 +96,7 @@ impl Shared {
             me,
             clustered: true,
             map: RwLock::new(None),
+            moving: RwLock::default(),
             data_dir,
             statements_running: AtomicUsize::new(0),
             txn: super::coordinator::TxnShared::default(),
@@ -123,6 +128,17 @@ impl Shared {
         }
         *slot = Some(next);
         true
+    }
+
+    /// Marks the fragments being handed off (no location now): statements routed to them wait
+    /// in their region buffer until they leave this set. For handoff to call on every node.
+    pub fn set_moving(&self, fragments: BTreeSet<FragmentId>) {
+        *self.moving.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(fragments);
+    }
+
+    /// Whether fragment `id` is being handed off.
+    pub fn is_moving(&self, id: FragmentId) -> bool {
+        self.moving.read().unwrap_or_else(PoisonError::into_inner).contains(&id)
     }
 
     /// The gate a backup holds to pause new two-phase-commit decisions (see
