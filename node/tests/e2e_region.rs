@@ -286,6 +286,19 @@ async fn e2e_buffered_then_served_through_every_node() {
     assert_eq!(row.get::<_, i64>(0), 10);
     let row = clients[0].query_one("SELECT count(*) FROM docs", &[]).await.unwrap();
     assert_eq!(row.get::<_, i64>(0), total - 1);
+    // Inspection agrees from every node: documents per fragment (SHOW FRAGMENTS, remote ones
+    // asked from their owners) and per node (SHOW CLUSTER) add up to every document.
+    for c in &clients {
+        let fragments = simple_rows(&c.simple_query("SHOW FRAGMENTS").await.unwrap());
+        let docs: i64 =
+            fragments.iter().map(|r| r[3].as_deref().unwrap().parse::<i64>().unwrap()).sum();
+        assert_eq!(docs, total - 1, "{fragments:?}");
+        assert!(fragments.iter().all(|r| r[5].as_deref() == Some("active")), "{fragments:?}");
+        let members = simple_rows(&c.simple_query("SHOW CLUSTER").await.unwrap());
+        let docs: i64 =
+            members.iter().map(|r| r[10].as_deref().unwrap().parse::<i64>().unwrap()).sum();
+        assert_eq!(docs, total - 1, "{members:?}");
+    }
 
     // A write over fragments of several nodes, and a transaction block touching another node,
     // are refused clearly (no cross-node atomic commit yet).

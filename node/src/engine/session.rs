@@ -222,7 +222,9 @@ impl Session {
         if let Statement::Show { name } = statement
             && name == crate::cluster::SHOW_CLUSTER
         {
-            return Some(crate::cluster::show_cluster_columns());
+            let mut columns = crate::cluster::show_cluster_columns();
+            columns.push(Column::new("documents", Oid::INT8));
+            return Some(columns);
         }
         if let Statement::Show { name } = statement
             && name == SHOW_REGION
@@ -424,10 +426,33 @@ impl Session {
             }
             Statement::Show { name } if name == crate::cluster::SHOW_CLUSTER => {
                 let map = self.core.shared().map();
-                let rows = crate::cluster::show_cluster_datums(
+                let mut rows = crate::cluster::show_cluster_datums(
                     map.as_ref().map_or(0, |m| m.epoch().0),
                     map.as_ref().map_or(0, |m| m.len()),
                 );
+                // Documents per node: the region's counts of the fragments each node owns
+                // (NULL for a node that did not answer).
+                let mut documents: BTreeMap<i64, Option<u64>> = BTreeMap::new();
+                if let Some(map) = &map {
+                    let counts = self.fragment_counts(map).await?;
+                    for f in map.fragments() {
+                        let node = i64::from(f.owner().node.0);
+                        let here = counts.get(&f.id()).map(|(d, _)| *d);
+                        let slot = documents.entry(node).or_insert(Some(0));
+                        *slot = slot.zip(here).map(|(a, b)| a + b);
+                    }
+                }
+                for row in &mut rows {
+                    let node = match row.first() {
+                        Some(Datum::Int8(n)) => *n,
+                        _ => -1,
+                    };
+                    row.push(match documents.get(&node) {
+                        Some(Some(d)) => Datum::Int8(i64::try_from(*d).unwrap_or(i64::MAX)),
+                        Some(None) => Datum::Null,
+                        None => Datum::Int8(0),
+                    });
+                }
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("SHOW"))
             }
@@ -1584,12 +1609,13 @@ impl Session {
         rows
     }
 
-    /// SHOW FRAGMENTS on a cluster node: every fragment of the map with its owner; documents
-    /// and bytes of other nodes' fragments asked from them (one forwarded request per node;
-    /// NULL with state `unreachable` when the owner does not answer).
-    async fn cluster_fragment_rows(&self) -> Result<Rows, EngineError> {
-        let shared = Arc::clone(self.core.shared());
-        let Some(map) = shared.map() else { return Ok(Rows::new()) };
+    /// Documents and bytes of every fragment of `map`: this node's from its executors, other
+    /// nodes' asked from them (one request per node; absent when an owner does not answer).
+    async fn fragment_counts(
+        &self,
+        map: &ShardMap,
+    ) -> Result<BTreeMap<FragmentId, (u64, u64)>, EngineError> {
+        let shared = self.core.shared();
         let mut counts: BTreeMap<FragmentId, (u64, u64)> = BTreeMap::new();
         for r in self.fragment_rows().await? {
             counts.insert(r.fragment, (r.documents, r.bytes));
@@ -1614,6 +1640,16 @@ impl Session {
                 }
             }
         }
+        Ok(counts)
+    }
+
+    /// SHOW FRAGMENTS on a cluster node: every fragment of the map with its owner; documents
+    /// and bytes of other nodes' fragments asked from them (one forwarded request per node;
+    /// NULL with state `unreachable` when the owner does not answer).
+    async fn cluster_fragment_rows(&self) -> Result<Rows, EngineError> {
+        let shared = Arc::clone(self.core.shared());
+        let Some(map) = shared.map() else { return Ok(Rows::new()) };
+        let counts = self.fragment_counts(&map).await?;
         let held = shared.buffers.held();
         let n = |v: u64| Datum::Int8(i64::try_from(v).unwrap_or(i64::MAX));
         Ok(map
