@@ -34,6 +34,13 @@ fn options(id: u32, peer: u16, join: Option<u16>, executors: u32, more: &[&str])
     NodeOptions { executors, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
 }
 
+/// Starts a cluster node; members that stop before it may be reported unreachable (WARN).
+fn start(options: NodeOptions) -> Node {
+    let mut node = Node::start_with(options);
+    node.expect_log("is unreachable");
+    node
+}
+
 async fn simple(node: &Node, sql: &str) -> Option<Vec<Vec<Option<String>>>> {
     let (client, conn) =
         tokio_postgres::connect(&node.conn_str(), tokio_postgres::NoTls).await.ok()?;
@@ -121,17 +128,12 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_nodes_open_the_fragments_the_map_gives_them() {
     let seed_port = free_loopback_port();
-    let mut first = Node::start_with(options(1, seed_port, None, 2, &["--min-members", "2"]));
-    let mut proxy = Node::start_with(options(
-        3,
-        free_loopback_port(),
-        Some(seed_port),
-        1,
-        &["--role", "proxy"],
-    ));
+    let mut first = start(options(1, seed_port, None, 2, &["--min-members", "2"]));
+    let mut proxy =
+        start(options(3, free_loopback_port(), Some(seed_port), 1, &["--role", "proxy"]));
     // Before min-members, nothing is allocated and nothing is open.
     assert_eq!(simple(&first, "SHOW FRAGMENTS").await.unwrap(), Vec::<Vec<Option<String>>>::new());
-    let mut second = Node::start_with(options(2, free_loopback_port(), Some(seed_port), 1, &[]));
+    let mut second = start(options(2, free_loopback_port(), Some(seed_port), 1, &[]));
     let nodes = [&first, &second, &proxy];
     let (epoch, per_node) = wait_for(&nodes, "an allocated map", || async {
         let m = cluster_map(&first).await?;
@@ -180,14 +182,9 @@ async fn connect(node: &Node) -> tokio_postgres::Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_buffered_then_served_through_every_node() {
     let seed_port = free_loopback_port();
-    let mut first = Node::start_with(options(1, seed_port, None, 2, &["--min-members", "2"]));
-    let mut proxy = Node::start_with(options(
-        3,
-        free_loopback_port(),
-        Some(seed_port),
-        1,
-        &["--role", "proxy"],
-    ));
+    let mut first = start(options(1, seed_port, None, 2, &["--min-members", "2"]));
+    let mut proxy =
+        start(options(3, free_loopback_port(), Some(seed_port), 1, &["--role", "proxy"]));
     // First requests before any fragment is allocated: one per future fragment on the first
     // node, a count on the proxy. They wait in the region buffers.
     let ids = one_id_per_fragment();
@@ -213,7 +210,7 @@ async fn e2e_buffered_then_served_through_every_node() {
         (buffered(&proxy).await? == 1).then_some(())
     })
     .await;
-    let mut second = Node::start_with(options(2, free_loopback_port(), Some(seed_port), 1, &[]));
+    let mut second = start(options(2, free_loopback_port(), Some(seed_port), 1, &[]));
     for task in early {
         task.await.unwrap().unwrap();
     }
@@ -311,4 +308,80 @@ async fn e2e_buffered_then_served_through_every_node() {
     for n in [&mut first, &mut second, &mut proxy] {
         n.stop();
     }
+}
+
+/// A document id that lands in a fragment owned by node `owner`, from `client`'s SHOW FRAGMENTS.
+async fn id_owned_by(client: &tokio_postgres::Client, owner: u32, salt: &str) -> String {
+    let rows = simple_rows(&client.simple_query("SHOW FRAGMENTS").await.unwrap());
+    let prefix = format!("node {owner} ");
+    let ranges: Vec<(u32, u32)> = rows
+        .iter()
+        .filter(|r| r[2].as_deref().unwrap().starts_with(&prefix))
+        .map(|r| {
+            let range = r[1].as_deref().unwrap().trim_matches(|c| c == '[' || c == ')');
+            let (a, b) = range.split_once(", ").unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect();
+    (0..100_000)
+        .map(|i| format!("{salt}/{i}"))
+        .find(|id| {
+            let shard = router::shard_of(id).unwrap().shard().unwrap().get();
+            ranges.iter().any(|(a, b)| (*a..*b).contains(&shard))
+        })
+        .unwrap()
+}
+
+// Checks what a crash and restarts do to the data path: with the owner of some fragments
+// killed, the other node still serves its own documents and a statement needing the dead
+// node's fragments fails with a clear 08006 naming it; once it is back, everything is served
+// again; after a restart of every node, each reopens the fragments the recovered map gives it
+// with every acknowledged document, readable through both nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_crashed_owner_is_unavailable_then_served_after_restart() {
+    let seed_port = free_loopback_port();
+    let mut first = start(options(1, seed_port, None, 1, &["--min-members", "2"]));
+    let mut second = start(options(2, free_loopback_port(), Some(seed_port), 1, &[]));
+    let c1 = connect(&first).await;
+    let c2 = connect(&second).await;
+    for i in 0..40 {
+        let c = if i % 2 == 0 { &c1 } else { &c2 };
+        c.execute(&format!("INSERT INTO notes VALUES ('n/{i}', '{{\"i\": {i}}}')"), &[])
+            .await
+            .unwrap();
+    }
+    let local = id_owned_by(&c1, 1, "local").await;
+    c1.batch_execute(&format!("INSERT INTO notes VALUES ('{local}', '{{}}')")).await.unwrap();
+    drop(c2);
+    second.kill9();
+    let row = c1.query_one("SELECT count(*) FROM notes WHERE id() = $1", &[&local]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 1, "this node's own documents are served");
+    let err = c1.query_one("SELECT count(*) FROM notes", &[]).await.unwrap_err();
+    assert_eq!(support::sqlstate(&err), "08006", "{err}");
+    let message = err.as_db_error().unwrap().message().to_owned();
+    assert!(message.contains("node 2"), "{message}");
+    second.start_again();
+    let total = wait_for(&[&first, &second], "the owner back", || async {
+        let rows = simple(&first, "SELECT count(*) FROM notes").await?;
+        rows[0][0].as_deref()?.parse::<i64>().ok().filter(|n| *n == 41)
+    })
+    .await;
+    assert_eq!(total, 41);
+    drop(c1);
+    first.stop();
+    second.stop();
+    first.start_again();
+    second.start_again();
+    for node in [&first, &second] {
+        let n = wait_for(&[&first, &second], "every document after a full restart", || async {
+            let rows = simple(node, "SELECT count(*), sum(i::int8) FROM notes").await?;
+            let n = rows[0][0].as_deref()?.parse::<i64>().ok()?;
+            let sum = rows[0][1].as_deref()?.parse::<i64>().ok()?;
+            (n == 41).then_some(sum)
+        })
+        .await;
+        assert_eq!(n, (0..40).sum::<i64>());
+    }
+    first.stop();
+    second.stop();
 }

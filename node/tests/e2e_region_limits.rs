@@ -36,6 +36,13 @@ fn options(id: u32, peer: u16, join: Option<u16>, more: &[&str]) -> NodeOptions 
     NodeOptions { executors: 1, fragments: 4, extra_args, ..NodeOptions::default() }
 }
 
+/// Starts a cluster node; members that stop before it may be reported unreachable (WARN).
+fn start(options: NodeOptions) -> Node {
+    let mut node = Node::start_with(options);
+    node.expect_log("is unreachable");
+    node
+}
+
 async fn buffered(client: &tokio_postgres::Client) -> i64 {
     let rows = simple_rows(&client.simple_query("SHOW REGION").await.unwrap());
     rows.iter().map(|r| r[4].as_deref().unwrap().parse::<i64>().unwrap()).sum()
@@ -56,7 +63,7 @@ async fn raw_client(node: &Node) -> tokio_postgres::Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_buffer_overflow_gives_53400_and_buffered_statements_run() {
     let seed_port = free_loopback_port();
-    let mut first = Node::start_with(options(1, seed_port, None, &["--min-members", "2"]));
+    let mut first = start(options(1, seed_port, None, &["--min-members", "2"]));
     let admin = first.connect().await;
     let mut waiting = Vec::new();
     for _ in 0..REGION_BUFFER_TOTAL {
@@ -75,7 +82,7 @@ async fn e2e_buffer_overflow_gives_53400_and_buffered_statements_run() {
     assert_eq!(support::sqlstate(&err), "53400", "{err}");
     let message = err.as_db_error().unwrap().message().to_owned();
     assert!(message.contains("is full"), "{message}");
-    let mut second = Node::start_with(options(2, free_loopback_port(), Some(seed_port), &[]));
+    let mut second = start(options(2, free_loopback_port(), Some(seed_port), &[]));
     for task in waiting {
         assert_eq!(task.await.unwrap().unwrap(), 0);
     }
@@ -165,8 +172,7 @@ fn request(epoch: u64, share: Share) -> Vec<u8> {
 // fragment the node does not hold `NotMine`, a good one with partial results.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_data_connection_bad_frames_and_owner_answers() {
-    let mut node =
-        Node::start_with(options(1, free_loopback_port(), None, &["--min-members", "1"]));
+    let mut node = start(options(1, free_loopback_port(), None, &["--min-members", "1"]));
     let client = node.connect().await;
     client.batch_execute("INSERT INTO docs VALUES ('a', '{}'), ('b', '{}')").await.unwrap_or(());
     // Garbage instead of a hello.
