@@ -382,6 +382,31 @@ async fn e2e_crashed_owner_is_unavailable_then_served_after_restart() {
         .await;
         assert_eq!(n, (0..40).sum::<i64>());
     }
+    // Writes forwarded to an owner that restarted meanwhile (its old data connections in the
+    // pool are closed: the region drops them, `forward::tests::unit_pool_drops_closed_connections`).
+    let c1 = connect(&first).await;
+    let remote = id_owned_by(&c1, 2, "pooled").await;
+    c1.execute(&format!("INSERT INTO notes VALUES ('{remote}', '{{}}')"), &[]).await.unwrap();
+    second.restart();
+    wait_for(&[&first, &second], "node 2 serving again", || async {
+        let rows = simple(&second, "SELECT count(*) FROM notes").await?;
+        rows[0][0].as_deref()?.parse::<i64>().ok().filter(|n| *n == 42)
+    })
+    .await;
+    // The harness gives a restarted node a new client port: wait until node 1 knows it.
+    let addr = second.addr().to_string();
+    wait_for(&[&first, &second], "node 1 knows node 2's new address", || async {
+        let rows = simple(&first, "SHOW CLUSTER").await?;
+        rows.iter()
+            .any(|r| r[0].as_deref() == Some("2") && r[3].as_deref() == Some(addr.as_str()))
+            .then_some(())
+    })
+    .await;
+    let again = id_owned_by(&c1, 2, "again").await;
+    c1.execute(&format!("INSERT INTO notes VALUES ('{again}', '{{}}')"), &[]).await.unwrap();
+    let row = c1.query_one("SELECT count(*) FROM notes", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 43);
+    drop(c1);
     first.stop();
     second.stop();
 }

@@ -567,9 +567,12 @@ pub async fn call(node: u32, request: Request, retry_safe: bool) -> Result<Reply
         let mut p = p.borrow_mut();
         let list = p.entry(node).or_default();
         while let Some(c) = list.pop() {
-            if c.last_used.elapsed() < Duration::from_millis(DATA_CONN_IDLE_MS / 2) {
+            if c.last_used.elapsed() < Duration::from_millis(DATA_CONN_IDLE_MS / 2)
+                && quiet(&c.stream)
+            {
                 return Some(c);
             }
+            cov_mark::hit!(forward_pool_drops_closed_connection);
         }
         None
     });
@@ -596,6 +599,18 @@ pub async fn call(node: u32, request: Request, retry_safe: bool) -> Result<Reply
         }
     });
     Ok(reply)
+}
+
+/// Whether an idle connection has nothing to read: an owner that closed it (restart, idle
+/// timeout) makes it readable (EOF), and a write sent on it would be lost with an unknown
+/// outcome; such a connection is dropped instead of reused.
+fn quiet(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut fd =
+        libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
+    // SAFETY: `fd` is one valid pollfd for the call; the stream keeps the descriptor open.
+    let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+    ready == 0
 }
 
 async fn exchange(conn: &mut DataConn, message: &DataMessage) -> Result<Reply, String> {
@@ -735,6 +750,35 @@ mod tests {
         let garbage = [8u8, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
         assert!(decode_data_frame(&garbage).is_err());
         assert!(datum_from_wire(WireDatum::Json("{".into())).is_err());
+    }
+
+    // Checks the pool's liveness test: an idle connection is quiet until its other side closes
+    // it, and then it is not reused.
+    #[test]
+    fn unit_pool_drops_closed_connections() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                let addr = listener.local_addr().unwrap();
+                let stream = TcpStream::connect(addr).await.unwrap();
+                let (other, _) = listener.accept().unwrap();
+                assert!(quiet(&stream));
+                drop(other);
+                // The FIN arrives asynchronously: look until it has (bounded).
+                let mut closed = false;
+                for _ in 0..10_000 {
+                    if !quiet(&stream) {
+                        closed = true;
+                        break;
+                    }
+                    glommio::yield_if_needed().await;
+                    std::thread::yield_now();
+                }
+                assert!(closed, "a closed connection must not look quiet");
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 
     // Checks partials survive the wire exactly (rows with keys, groups with every state).
