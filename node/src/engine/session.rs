@@ -832,6 +832,14 @@ impl Session {
     /// checks and the same `Core` functions as a local share. Errors travel back as SQLSTATE
     /// and message.
     pub async fn serve_forwarded(&mut self, request: forward::Request) -> Reply {
+        if self.ctx.shutdown.is_triggered() {
+            return Reply::Failed {
+                code: SqlState::ADMIN_SHUTDOWN.to_string(),
+                message: "the owner node is shutting down".to_owned(),
+            };
+        }
+        // Counted like a client's statement: shutdown waits for it before closing fragments.
+        let _running = Running::start(self.core.shared());
         match self.forwarded(request).await {
             Ok(reply) => reply,
             Err(e) => {
