@@ -924,9 +924,11 @@ impl Session {
                     return Err(internal("forwarded write share of a non-write"));
                 }
                 let catalog = shared.catalog();
-                let WriteNodes { remote, .. } = self.write_nodes(&statement, &catalog)?;
-                if let Some((node, _)) = remote.into_iter().next() {
-                    return Ok(Reply::NotMine { fragment: node.0 });
+                let WriteNodes { fragments, .. } = self.write_nodes(&statement, &catalog)?;
+                let elsewhere =
+                    fragments.iter().find(|f| map.owner_of(**f).is_none_or(|o| o.node != me));
+                if let Some(fragment) = elsewhere {
+                    return Ok(Reply::NotMine { fragment: fragment.get() });
                 }
                 let outcome = self.write(&statement).await?;
                 Ok(Reply::Written {
