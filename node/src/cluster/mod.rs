@@ -8,9 +8,11 @@
 
 pub mod allocation;
 pub mod control;
+pub mod forward;
 pub mod limits;
 pub mod peer;
 pub mod raft_net;
+pub mod region;
 pub mod state;
 pub mod store;
 pub mod wire;
