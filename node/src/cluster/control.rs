@@ -680,5 +680,6 @@ fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
         map: state.shard_map(),
         moves_planned: state.moves.len(),
         strategy: ctx.strategy.name(),
+        handoffs: state.handoffs.clone(),
     });
 }

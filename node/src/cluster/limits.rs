@@ -62,6 +62,10 @@ pub const PEER_CONNECTIONS_MAX: usize = 4 * CLUSTER_MEMBERS_MAX;
 /// read back is corruption.
 pub const RAFT_RECORD_BYTES_MAX: u32 = PEER_FRAME_BYTES_MAX;
 
+/// Executors of a member a handoff's destination executor is chosen among: a member reports
+/// its own count, and placing is linear in it.
+pub const MEMBER_EXECUTORS_PLACED_MAX: u32 = 1_024;
+
 const _: () = assert!(RAFT_SNAPSHOT_CHUNK_BYTES * 4 < PEER_FRAME_BYTES_MAX as u64);
 const _: () = assert!(JOIN_ADDRS_MAX <= CLUSTER_MEMBERS_MAX);
 const _: () = assert!(PEER_IDLE_TIMEOUT_MS > 10 * CONTROL_TICK_MS);
