@@ -62,6 +62,22 @@ pub const PEER_CONNECTIONS_MAX: usize = 4 * CLUSTER_MEMBERS_MAX;
 /// read back is corruption.
 pub const RAFT_RECORD_BYTES_MAX: u32 = PEER_FRAME_BYTES_MAX;
 
+/// Milliseconds the source waits for the destination to acknowledge one handoff chunk
+/// (import plus fdatasync of about `storage::limits::EXPORT_CHUNK_BYTES`) before the
+/// handoff fails and is aborted.
+pub const HANDOFF_CHUNK_ACK_MS: u64 = 30_000;
+
+/// Milliseconds the coordinator waits for a whole handoff (`HandoffDone`) before aborting it;
+/// bounds how long a fragment is unavailable for writes (1 GiB at ~4 MiB/s fits).
+pub const HANDOFF_TIMEOUT_MS: u64 = 600_000;
+
+/// Milliseconds a node waits for its applied state to reach a handoff's epoch before it
+/// refuses the handoff request as stale or early.
+pub const HANDOFF_STATE_WAIT_MS: u64 = 5_000;
+
+/// Imports a node receives at once (one per fragment arriving).
+pub const HANDOFFS_INCOMING_MAX: usize = 16;
+
 /// Executors of a member a handoff's destination executor is chosen among: a member reports
 /// its own count, and placing is linear in it.
 pub const MEMBER_EXECUTORS_PLACED_MAX: u32 = 1_024;

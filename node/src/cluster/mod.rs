@@ -8,6 +8,7 @@
 
 pub mod allocation;
 pub mod control;
+pub mod handoff;
 pub mod limits;
 pub mod peer;
 pub mod raft_net;
