@@ -75,6 +75,13 @@ pub const HANDOFF_TIMEOUT_MS: u64 = 600_000;
 /// refuses the handoff request as stale or early.
 pub const HANDOFF_STATE_WAIT_MS: u64 = 5_000;
 
+/// Milliseconds a data node's graceful shutdown waits for its fragments to be handed off
+/// before it leaves with the rest (they stay unavailable until it returns).
+pub const DRAIN_TIMEOUT_MS: u64 = 120_000;
+
+/// Milliseconds between progress lines while a node drains.
+pub const DRAIN_PROGRESS_MS: u64 = 1_000;
+
 /// Imports a node receives at once (one per fragment arriving).
 pub const HANDOFFS_INCOMING_MAX: usize = 16;
 

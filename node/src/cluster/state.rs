@@ -113,6 +113,14 @@ pub enum Command {
         /// The handoff id `BeginHandoff` gave (a commit of another one is refused).
         handoff: u64,
     },
+    /// Mark a data member as leaving (graceful shutdown: the coordinator moves its fragments
+    /// away and moves nothing to it) or as back (it rejoined).
+    SetLeaving {
+        /// The data member.
+        node: u32,
+        /// Leaving (true) or back (false).
+        leaving: bool,
+    },
     /// The handoff failed before its commit: the source keeps the fragment (new epoch), the
     /// destination discards its partial copy, the planned move is dropped.
     AbortHandoff {
@@ -199,6 +207,18 @@ pub enum CommandError {
         /// The handoff named.
         handoff: u64,
     },
+    /// The node is leaving: nothing moves to it.
+    #[error("node {node} is leaving the cluster")]
+    Leaving {
+        /// The node.
+        node: u32,
+    },
+    /// The last data member that is not leaving cannot leave: its fragments have nowhere to go.
+    #[error("node {node} is the last data member not leaving; its fragments have nowhere to go")]
+    LastDataMember {
+        /// The node.
+        node: u32,
+    },
     /// The cluster is full.
     #[error("the cluster has {max} members, the most it accepts")]
     TooManyMembers {
@@ -260,6 +280,9 @@ pub struct ClusterState {
     /// The last handoff id given (ids start at 1).
     #[serde(default)]
     pub last_handoff: u64,
+    /// Data members shutting down gracefully: their fragments move away, none move to them.
+    #[serde(default)]
+    pub leaving: std::collections::BTreeSet<u32>,
 }
 
 impl ClusterState {
@@ -336,7 +359,26 @@ impl ClusterState {
             Command::AbortHandoff { fragment, handoff } => {
                 self.end_handoff(*fragment, *handoff, false)
             }
+            Command::SetLeaving { node, leaving } => self.set_leaving(*node, *leaving),
         }
+    }
+
+    fn set_leaving(&mut self, node: u32, leaving: bool) -> Applied {
+        if self.members.get(&node).is_none_or(|m| m.role != Role::Data) {
+            return Err(CommandError::NotDataMember { node });
+        }
+        if !leaving {
+            self.leaving.remove(&node);
+            return Ok(self.epoch);
+        }
+        let stays = self.data_members().any(|n| n != node && !self.leaving.contains(&n));
+        if !stays {
+            return Err(CommandError::LastDataMember { node });
+        }
+        self.leaving.insert(node);
+        // Plans to move fragments to it are void; the coordinator plans new ones.
+        self.moves.retain(|m| m.to != node);
+        Ok(self.epoch)
     }
 
     fn begin_handoff(&mut self, fragment: u32, to: u32, max_in_flight: u32) -> Applied {
@@ -351,6 +393,9 @@ impl ClusterState {
         };
         if entry.node == to {
             return Err(CommandError::AlreadyOwner { fragment, node: to });
+        }
+        if self.leaving.contains(&to) {
+            return Err(CommandError::Leaving { node: to });
         }
         if let Some(h) = self.handoff_of(fragment) {
             return Err(CommandError::AlreadyHandingOff { fragment, handoff: h.id });
@@ -452,6 +497,9 @@ impl ClusterState {
         }
         if entry.node == to {
             return Err(CommandError::AlreadyOwner { fragment, node: to });
+        }
+        if self.leaving.contains(&to) {
+            return Err(CommandError::Leaving { node: to });
         }
         if self.moves.iter().any(|m| m.fragment == fragment) {
             return Err(CommandError::AlreadyMoving { fragment });
@@ -681,6 +729,26 @@ mod handoff_tests {
         assert_eq!(s, ClusterState::default());
     }
 
+    // Checks leaving: refused for a proxy, an unknown node and the last staying data member;
+    // nothing is planned or handed off to a leaving node; coming back clears it.
+    #[test]
+    fn leaving_members_receive_nothing() {
+        let mut s = allocated();
+        let leave = |node, leaving| Command::SetLeaving { node, leaving };
+        assert_eq!(s.apply(&leave(3, true)), Err(CommandError::NotDataMember { node: 3 }));
+        assert_eq!(s.apply(&leave(8, true)), Err(CommandError::NotDataMember { node: 8 }));
+        assert_eq!(s.apply(&leave(2, true)), Ok(1));
+        assert_eq!(s.apply(&leave(1, true)), Err(CommandError::LastDataMember { node: 1 }));
+        assert_eq!(
+            s.apply(&Command::PlanMove { fragment: 0, to: 2 }),
+            Err(CommandError::Leaving { node: 2 })
+        );
+        assert_eq!(s.apply(&begin(0, 2)), Err(CommandError::Leaving { node: 2 }));
+        assert_eq!(s.apply(&leave(2, false)), Ok(1));
+        assert!(s.leaving.is_empty());
+        assert_eq!(s.apply(&begin(0, 2)), Ok(2));
+    }
+
     // Checks a state written before handoffs existed (no `handoffs` field) still loads.
     #[test]
     fn compat_state_without_handoffs_loads() {
@@ -690,6 +758,7 @@ mod handoff_tests {
         let obj = json.as_object_mut().expect("object");
         obj.remove("handoffs");
         obj.remove("last_handoff");
+        obj.remove("leaving");
         let back: ClusterState = serde_json::from_value(json).expect("parses");
         assert_eq!(back, s);
     }
@@ -733,6 +802,11 @@ mod handoff_tests {
                         let routing_changed = s.handoffs != before.handoffs
                             || s.fragments != before.fragments;
                         proptest::prop_assert_eq!(routing_changed, s.epoch > before.epoch);
+                        if let Command::BeginHandoff { to, .. } = command {
+                            proptest::prop_assert!(!s.leaving.contains(to));
+                        }
+                        let staying = s.data_members().filter(|n| !s.leaving.contains(n)).count();
+                        proptest::prop_assert!(staying >= 1);
                     }
                     Err(_) => proptest::prop_assert_eq!(&s, &before),
                 }

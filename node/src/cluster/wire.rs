@@ -216,6 +216,14 @@ pub enum Message {
         /// Why, naming the stream offset for a damaged or out-of-order chunk.
         reason: String,
     },
+    /// Node -> coordinator: this data node is shutting down gracefully; move its fragments
+    /// away. Answered with `Leaving`, `NotLeader` or `JoinFailed` (the reason).
+    Leave {
+        /// The node.
+        node: u64,
+    },
+    /// The coordinator recorded the node as leaving.
+    Leaving,
 }
 
 /// The coordinator's order to a fragment's owner to hand it off.
@@ -261,6 +269,8 @@ impl Message {
             Message::ImportEnd { .. } => "import-end",
             Message::ImportAck { .. } => "import-ack",
             Message::ImportRefused { .. } => "import-refused",
+            Message::Leave { .. } => "leave",
+            Message::Leaving => "leaving",
         }
     }
 }
@@ -561,6 +571,8 @@ mod tests {
             Message::ImportEnd { handoff: 3, fragment: 2, chunks: 1, bytes: 9 },
             Message::ImportAck { handoff: 3, seq: 1, docs: 1 },
             Message::ImportRefused { handoff: 3, reason: "damaged at offset 8".into() },
+            Message::Leave { node: 2 },
+            Message::Leaving,
         ]
     }
 
