@@ -120,7 +120,12 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     let map = shard_map(data.layout(), config.executors)?;
     let catalog = Catalog::load(data.root()).map_err(|e| e.to_string())?;
     let catalog = CatalogView::new(catalog)?;
-    let shared = Arc::new(Shared::new(map, data.root().to_owned(), catalog));
+    // A cluster node follows the replicated map (`cluster::region`): it opens no fragment
+    // here; layout.json decides only on a single node.
+    let shared = Arc::new(match &config.cluster {
+        Some(c) => Shared::new_cluster(NodeId(c.node_id), data.root().to_owned(), catalog),
+        None => Shared::new(map, data.root().to_owned(), catalog),
+    });
     // Two-phase-commit decisions, before any executor opens (and so recovers) a fragment.
     let decisions = crate::engine::read_decisions(data.root())
         .map_err(|e| format!("cannot read the coordinator journal: {e}"))?;
@@ -139,9 +144,9 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     let owned: Vec<Vec<_>> = (0..config.executors)
         .map(|e| {
             shared
-                .map
-                .fragments()
+                .map()
                 .iter()
+                .flat_map(|m| m.fragments().iter())
                 .filter(|f| f.owner().executor.0 == e)
                 .map(|f| (f.id(), f.range(), data.fragment_dir(f.id().get())))
                 .collect()
@@ -152,13 +157,17 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     let metrics_listen = config.metrics_listen;
     let slow_statement = config.slow_statement;
     let segment_bytes = config.segment_bytes;
+    let fragments = match shared.map() {
+        Some(m) => format!("{} fragments", m.len()),
+        None => "fragments from the cluster's shard map".to_owned(),
+    };
     let summary = format!(
-        "tessera {} ready: listening on {listen}, {} executors, {} fragments, data directory {}",
+        "tessera {} ready: listening on {listen}, {} executors, {fragments}, data directory {}",
         env!("CARGO_PKG_VERSION"),
         config.executors,
-        shared.map.len(),
         data.root().display()
     );
+    let clustered = shared.clustered;
     let init_shared = Arc::clone(&shared);
     // The cluster's control plane (its own thread, tokio) starts before the executors, so its
     // peer listener is up by the time the ready line is logged.
@@ -227,6 +236,9 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
                     tracing::info!("{summary}");
                 }
                 core.start(&ctx);
+                if clustered {
+                    crate::cluster::region::start(&core, &ctx);
+                }
                 let session_ctx = ctx.clone();
                 let make_session = move || Session::new(Rc::clone(&core), session_ctx.clone());
                 accept_loop(listener, pg, registry, make_session, ctx.shutdown.wait()).await;

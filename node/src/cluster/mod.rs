@@ -12,6 +12,7 @@ pub mod handoff;
 pub mod limits;
 pub mod peer;
 pub mod raft_net;
+pub mod region;
 pub mod state;
 pub mod store;
 pub mod wire;

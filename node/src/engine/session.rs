@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use query::explain::FragmentAnalysis;
 use query::plan::{CollectionName, Statement};
 use query::{Datum, PlacedDocument, SqlType};
-use router::{FragmentId, Placement, RoutePlan, ShardRange};
+use router::{FragmentId, NodeId, Placement, RoutePlan, ShardMap, ShardRange};
 
 use super::coordinator::fault;
 use super::core::WRITE_CONFLICT_POLL;
@@ -85,6 +85,41 @@ type Rows = Vec<Vec<Datum>>;
 
 /// An INSERT's placed documents, by owning executor and fragment.
 type Placed = BTreeMap<ExecutorIndex, Vec<(FragmentId, Vec<PlacedDocument>)>>;
+
+/// Targets on this node, by owning executor.
+type Local = BTreeMap<ExecutorIndex, Vec<Target>>;
+
+/// Targets on other cluster nodes, by owner node (empty on a single node).
+type Remote<T> = BTreeMap<NodeId, Vec<T>>;
+
+/// A routed statement: the plan, this node's share by executor, other nodes' shares.
+struct Routed {
+    plan: RoutePlan,
+    local: BTreeMap<ExecutorIndex, Vec<Target>>,
+    remote: Remote<Target>,
+}
+
+/// Refuses work that other nodes would have to do in a path that cannot forward it.
+fn local_only<T>(remote: &Remote<T>, what: &'static str) -> Result<(), EngineError> {
+    if remote.is_empty() {
+        return Ok(());
+    }
+    let nodes: Vec<String> = remote.keys().map(|n| n.0.to_string()).collect();
+    Err(crate::cluster::region::RegionError::CrossNode { what, nodes: nodes.join(",") }.into())
+}
+
+/// Whether a statement reads or writes fragments (and so needs the shard map).
+fn needs_map(statement: &Statement) -> bool {
+    match statement {
+        Statement::Select(s) => s.collection.is_some(),
+        Statement::Insert(_)
+        | Statement::Update(_)
+        | Statement::Delete(_)
+        | Statement::VerifySharding { .. } => true,
+        Statement::Explain { inner, .. } => needs_map(inner),
+        _ => false,
+    }
+}
 
 /// Counts a statement as running in the node until dropped, however the statement ends.
 struct Running(Arc<super::shared::Shared>);
@@ -196,6 +231,9 @@ impl Session {
         statement: Arc<Statement>,
         sink: &mut RowSink<'_>,
     ) -> Result<CommandTag, EngineError> {
+        if needs_map(&statement) {
+            self.ready().await?;
+        }
         match &*statement {
             Statement::Select(select) if select.collection.is_none() => {
                 let result = query::execute_constant(select)?;
@@ -317,8 +355,11 @@ impl Session {
                 Ok(CommandTag::new("SHOW"))
             }
             Statement::Show { name } if name == crate::cluster::SHOW_CLUSTER => {
-                let map = &self.core.shared().map;
-                let rows = crate::cluster::show_cluster_datums(map.epoch().0, map.len());
+                let map = self.core.shared().map();
+                let rows = crate::cluster::show_cluster_datums(
+                    map.as_ref().map_or(0, |m| m.epoch().0),
+                    map.as_ref().map_or(0, |m| m.len()),
+                );
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("SHOW"))
             }
@@ -445,28 +486,65 @@ impl Session {
         Some(fixed.to_owned())
     }
 
-    /// Routes a statement: which fragments, grouped by owning executor, with the shard ranges
-    /// to read in each.
-    fn route(
+    /// The shard map, waiting in the region's buffer while a cluster has none allocated yet
+    /// (bounded; 53400 when the buffer is full). A single node always has its map.
+    async fn ready(&self) -> Result<Arc<ShardMap>, EngineError> {
+        let shared = self.core.shared();
+        let key = crate::cluster::region::BufferKey::Unallocated;
+        Ok(shared.buffers.wait_for(key, || shared.map()).await?)
+    }
+
+    /// The current map (`ready` was awaited before any statement that routes).
+    fn map(&self) -> Result<Arc<ShardMap>, EngineError> {
+        self.core
+            .shared()
+            .map()
+            .ok_or_else(|| internal("routing before the shard map is allocated"))
+    }
+
+    /// Routes a statement: which fragments, grouped by owning executor on this node and by
+    /// owner node for other nodes, with the shard ranges to read in each.
+    fn route_all(
         &self,
         statement: &Statement,
         catalog: &CatalogView,
-    ) -> Option<(RoutePlan, BTreeMap<ExecutorIndex, Vec<Target>>)> {
-        let shared = self.core.shared();
+    ) -> Result<Option<Routed>, EngineError> {
+        let map = self.map()?;
+        let me = self.core.shared().me;
         let config = collection_of(statement).and_then(|c| catalog.config(c.as_str()));
-        let plan = query::route_statement(statement, config, &shared.map)?;
+        let Some(plan) = query::route_statement(statement, config, &map) else { return Ok(None) };
         *self.last_route.borrow_mut() = Some((plan.opcode, plan.fragments.clone()));
-        let mut groups: BTreeMap<ExecutorIndex, Vec<Target>> = BTreeMap::new();
+        let mut local: BTreeMap<ExecutorIndex, Vec<Target>> = BTreeMap::new();
+        let mut remote: Remote<Target> = BTreeMap::new();
         for id in &plan.fragments {
-            let Some(fragment) = shared.map.get(*id) else { continue };
+            let Some(fragment) = map.get(*id) else { continue };
             let ranges = clip(&plan.shards, fragment.range());
             if ranges.is_empty() {
                 continue;
             }
-            let executor = ExecutorIndex::new(fragment.owner().executor.0 as usize);
-            groups.entry(executor).or_default().push(Target { fragment: *id, ranges });
+            let target = Target { fragment: *id, ranges };
+            let owner = fragment.owner();
+            if owner.node == me {
+                local
+                    .entry(ExecutorIndex::new(owner.executor.0 as usize))
+                    .or_default()
+                    .push(target);
+            } else {
+                remote.entry(owner.node).or_default().push(target);
+            }
         }
-        Some((plan, groups))
+        Ok(Some(Routed { plan, local, remote }))
+    }
+
+    /// Routes a statement that must run on this node only (refused with 0A000 otherwise).
+    fn route(
+        &self,
+        statement: &Statement,
+        catalog: &CatalogView,
+    ) -> Result<Option<(RoutePlan, Local)>, EngineError> {
+        let Some(routed) = self.route_all(statement, catalog)? else { return Ok(None) };
+        local_only(&routed.remote, "a statement")?;
+        Ok(Some((routed.plan, routed.local)))
     }
 
     async fn select(
@@ -477,7 +555,7 @@ impl Session {
             return Err(internal("select() of a non-SELECT"));
         };
         let catalog = self.core.shared().catalog();
-        let groups = self.route(statement, &catalog).map(|(_, g)| g).unwrap_or_default();
+        let groups = self.route(statement, &catalog)?.map(|(_, g)| g).unwrap_or_default();
         let results = self
             .fan_out(groups, statement, |core, stmt, targets| async move {
                 match &*stmt {
@@ -517,7 +595,7 @@ impl Session {
                 .await?
             }
             Statement::Update(_) | Statement::Delete(_) => {
-                let groups = self.route(statement, &catalog).map(|(_, g)| g).unwrap_or_default();
+                let groups = self.route(statement, &catalog)?.map(|(_, g)| g).unwrap_or_default();
                 let with = (Arc::clone(statement), catalog);
                 self.fan_out(groups, &with, |core, (stmt, view), targets| async move {
                     match &*stmt {
@@ -552,7 +630,7 @@ impl Session {
                 let config = catalog.config(insert.collection.as_str());
                 self.place(insert, config)?.values().map(Vec::len).sum()
             }
-            _ => self.route(statement, catalog).map_or(0, |(_, g)| g.values().map(Vec::len).sum()),
+            _ => self.route(statement, catalog)?.map_or(0, |(_, g)| g.values().map(Vec::len).sum()),
         })
     }
 
@@ -609,7 +687,7 @@ impl Session {
             return Err(internal("txn_select() of a non-SELECT"));
         };
         let catalog = self.core.shared().catalog();
-        let groups = self.route(statement, &catalog).map(|(_, g)| g).unwrap_or_default();
+        let groups = self.route(statement, &catalog)?.map(|(_, g)| g).unwrap_or_default();
         let txn = self.open_txn()?;
         let groups = with_writes(txn, groups);
         let results = self
@@ -684,7 +762,7 @@ impl Session {
             Statement::Update(_) | Statement::Delete(_) => {
                 let collection =
                     collection_of(statement).map(|c| c.as_str().to_owned()).unwrap_or_default();
-                let groups = self.route(statement, &catalog).map(|(_, g)| g).unwrap_or_default();
+                let groups = self.route(statement, &catalog)?.map(|(_, g)| g).unwrap_or_default();
                 (collection, with_writes(txn, groups))
             }
             _ => return Err(internal("txn_statement() of a non-write")),
@@ -717,17 +795,24 @@ impl Session {
     async fn commit_txn(&self, txn: &Txn) -> Result<(), EngineError> {
         let batches = txn.batches();
         let writes = batches.values().any(|b| b.writes() > 0);
-        let map = &self.core.shared().map;
+        let map = self.map()?;
+        let me = self.core.shared().me;
         let mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>> =
             BTreeMap::new();
         let count = batches.len();
+        let mut remote: Remote<FragmentId> = BTreeMap::new();
         for (fragment, batch) in batches {
             let owner = map.owner_of(fragment).ok_or_else(|| internal("fragment without owner"))?;
+            if owner.node != me {
+                remote.entry(owner.node).or_default().push(fragment);
+                continue;
+            }
             groups
                 .entry(ExecutorIndex::new(owner.executor.0 as usize))
                 .or_default()
                 .push((fragment, batch));
         }
+        local_only(&remote, "a transaction")?;
         if count == 0 {
             self.core.count_tx(|c| c.read_only_commits += 1);
             return Ok(());
@@ -975,7 +1060,7 @@ impl Session {
         insert: &query::plan::Insert,
         config: Option<&router::ShardingConfig>,
     ) -> Result<Placed, EngineError> {
-        let map = &self.core.shared().map;
+        let map = self.map()?;
         let mut by_fragment: BTreeMap<FragmentId, Vec<PlacedDocument>> = BTreeMap::new();
         for new in insert.documents()? {
             let (id, shard) = match router::shard_of(&new.id)? {
@@ -999,13 +1084,20 @@ impl Session {
             });
         }
         let mut groups = Placed::new();
+        let me = self.core.shared().me;
+        let mut remote: Remote<FragmentId> = BTreeMap::new();
         for (fragment, docs) in by_fragment {
             let owner = map.owner_of(fragment).ok_or_else(|| internal("fragment without owner"))?;
+            if owner.node != me {
+                remote.entry(owner.node).or_default().push(fragment);
+                continue;
+            }
             groups
                 .entry(ExecutorIndex::new(owner.executor.0 as usize))
                 .or_default()
                 .push((fragment, docs));
         }
+        local_only(&remote, "an INSERT")?;
         Ok(groups)
     }
 
@@ -1068,7 +1160,7 @@ impl Session {
         if catalog.config(collection.as_str()).is_none() {
             return Err(EngineError::NoConfiguration(collection.as_str().to_owned()));
         }
-        let groups = self.all_fragments();
+        let groups = self.all_fragments()?;
         let with = (catalog, collection.clone());
         let found = self
             .fan_out(groups, &with, |core, (view, name), targets| async move {
@@ -1086,15 +1178,23 @@ impl Session {
             .collect())
     }
 
-    fn all_fragments(&self) -> BTreeMap<ExecutorIndex, Vec<Target>> {
+    fn all_fragments(&self) -> Result<BTreeMap<ExecutorIndex, Vec<Target>>, EngineError> {
         let mut groups: BTreeMap<ExecutorIndex, Vec<Target>> = BTreeMap::new();
-        for f in self.core.shared().map.fragments() {
+        let map = self.map()?;
+        let me = self.core.shared().me;
+        let mut remote: Remote<FragmentId> = BTreeMap::new();
+        for f in map.fragments() {
+            if f.owner().node != me {
+                remote.entry(f.owner().node).or_default().push(f.id());
+                continue;
+            }
             groups
                 .entry(ExecutorIndex::new(f.owner().executor.0 as usize))
                 .or_default()
                 .push(Target { fragment: f.id(), ranges: vec![f.range()] });
         }
-        groups
+        local_only(&remote, "verify_sharding")?;
+        Ok(groups)
     }
 
     async fn fragment_rows(&self) -> Result<Vec<FragmentRow>, EngineError> {
@@ -1112,7 +1212,8 @@ impl Session {
 
     async fn explain(&self, inner: &Statement, analyze: bool) -> Result<Vec<String>, EngineError> {
         let catalog = self.core.shared().catalog();
-        let plan = self.route(inner, &catalog).map(|(p, _)| p);
+        let plan =
+            if needs_map(inner) { self.route_all(inner, &catalog)?.map(|r| r.plan) } else { None };
         let analysis = if analyze {
             let statement = Arc::new(inner.clone());
             match inner {

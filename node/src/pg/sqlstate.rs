@@ -83,6 +83,8 @@ impl SqlState {
     pub const DUPLICATE_CURSOR: SqlState = SqlState::of(b"42P03");
     /// 53300 too_many_connections.
     pub const TOO_MANY_CONNECTIONS: SqlState = SqlState::of(b"53300");
+    /// 53400 configuration_limit_exceeded (a region buffer is full).
+    pub const CONFIGURATION_LIMIT_EXCEEDED: SqlState = SqlState::of(b"53400");
     /// 54000 program_limit_exceeded: a configured limit was hit.
     pub const PROGRAM_LIMIT_EXCEEDED: SqlState = SqlState::of(b"54000");
     /// 57014 query_canceled.
@@ -182,6 +184,9 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
         E::Journal(_) => SqlState::IO_ERROR,
         E::BackupTarget(_) => SqlState::INVALID_PARAMETER_VALUE,
         E::Backup(_) => SqlState::IO_ERROR,
+        E::NotHere { .. } | E::Fenced { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        E::FragmentLifecycle(_) => SqlState::IO_ERROR,
+        E::Region(e) => region_state(e),
     };
     let mut pg = super::PgError::new(code, error.to_string());
     if let E::Plan(query::PlanError::Syntax { position, .. }) = error {
@@ -192,6 +197,16 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
         pg = pg.with_hint(hint);
     }
     pg
+}
+
+fn region_state(error: &crate::cluster::region::RegionError) -> SqlState {
+    use crate::cluster::region::RegionError as R;
+    match error {
+        R::BufferFull { .. } => SqlState::CONFIGURATION_LIMIT_EXCEEDED,
+        R::CrossNode { .. } => SqlState::FEATURE_NOT_SUPPORTED,
+        R::WaitExpired { .. } | R::MapChurn { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        R::Forward { .. } | R::UnknownNode { .. } => SqlState::CONNECTION_FAILURE,
+    }
 }
 
 fn append_state(error: &storage::AppendError) -> SqlState {
