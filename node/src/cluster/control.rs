@@ -954,7 +954,7 @@ async fn reconcile_local(ctx: &Ctx, host: &dyn FragmentHost, reconciled: &mut Op
         let (fragment, result) = match action {
             Action::Fence(f) => (f, host.fence(f).await),
             Action::Unfence(f) => (f, host.unfence(f).await),
-            Action::Delete(f) => (f, host.delete(f).await),
+            Action::Delete(f) => (f, host.delete(f, state.epoch).await),
         };
         match result {
             Ok(()) => {

@@ -81,8 +81,10 @@ pub trait FragmentHost: Send + Sync {
     fn create_empty(&self, fragment: u32, start: u32, end: u32, executor: u32) -> HostFuture<()>;
     /// Imports one export chunk into the copy; durable on `Ok`, which says how many documents.
     fn import(&self, fragment: u32, chunk: Vec<u8>) -> HostFuture<u64>;
-    /// Closes and deletes this node's copy of `fragment`. Idempotent.
-    fn delete(&self, fragment: u32) -> HostFuture<()>;
+    /// Closes and deletes this node's copy of `fragment` (open or only on disk), once the
+    /// data path has installed the map of `after_epoch` (so no statement routes to it any
+    /// more); before, it fails and the caller retries. Idempotent.
+    fn delete(&self, fragment: u32, after_epoch: u64) -> HostFuture<()>;
     /// The fragments this node has a copy of (open or partial).
     fn local(&self) -> HostFuture<Vec<u32>>;
 }
@@ -681,7 +683,7 @@ mod tests {
                 None => ready(Err(HostError::NotHere { fragment })),
             }
         }
-        fn delete(&self, fragment: u32) -> HostFuture<()> {
+        fn delete(&self, fragment: u32, _: u64) -> HostFuture<()> {
             self.docs.lock().expect("lock").remove(&fragment);
             ready(Ok(()))
         }

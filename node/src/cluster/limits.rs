@@ -82,6 +82,10 @@ pub const DRAIN_TIMEOUT_MS: u64 = 120_000;
 /// Milliseconds between progress lines while a node drains.
 pub const DRAIN_PROGRESS_MS: u64 = 1_000;
 
+/// Handoff requests queued from the control plane to the executors (the bridge channel);
+/// a full queue makes the control plane wait.
+pub const HOST_REQUESTS_MAX: usize = 64;
+
 /// Imports a node receives at once (one per fragment arriving).
 pub const HANDOFFS_INCOMING_MAX: usize = 16;
 

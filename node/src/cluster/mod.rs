@@ -9,6 +9,7 @@
 pub mod allocation;
 pub mod control;
 pub mod handoff;
+pub mod handoff_host;
 pub mod limits;
 pub mod peer;
 pub mod raft_net;
