@@ -17,7 +17,7 @@ use crate::cluster::allocation::{
 };
 use crate::cluster::handoff::{self, Action, FragmentHost, Receiver};
 use crate::cluster::limits::{
-    CLUSTER_MEMBERS_MAX, CONTROL_TICK_MS, DRAIN_PROGRESS_MS, DRAIN_TIMEOUT_MS,
+    CLUSTER_MEMBERS_MAX, CONTROL_TICK_MS, DRAIN_PROGRESS_MS, DRAIN_STALL_MS, DRAIN_TIMEOUT_MS,
     HANDOFF_STATE_WAIT_MS, HANDOFF_TIMEOUT_MS, JOIN_WAIT_MS, PEER_CONNECTIONS_MAX,
     PEER_IDLE_TIMEOUT_MS, PEER_REACHABLE_WITHIN_MS, PEER_REQUEST_TIMEOUT_MS,
     RAFT_APPEND_ENTRIES_MAX, RAFT_SNAPSHOT_CHUNK_BYTES, REFUSALS_LOGGED_MAX,
@@ -780,6 +780,7 @@ async fn drive_one(ctx: Arc<Ctx>, h: Handoff) {
     };
     let (command, done) = match outcome {
         Message::HandoffDone { docs, bytes, .. } => {
+            handoff::fault::hit(handoff::fault::Fault::CoordinatorAfterDone);
             (Command::CommitHandoff { fragment: h.fragment, handoff: h.id }, Some((docs, bytes)))
         }
         Message::HandoffFailed { reason, .. } => {
@@ -897,7 +898,17 @@ async fn destination_side(ctx: &Ctx, request: Message) -> Message {
         };
     };
     let state = ctx.state_when(|s| s.last_handoff >= handoff).await;
-    ctx.receiver.serve(host.as_ref(), &state, ctx.config.node_id, request).await
+    let begun = match &request {
+        Message::ImportBegin { fragment, .. } => Some(*fragment),
+        _ => None,
+    };
+    let answer = ctx.receiver.serve(host.as_ref(), &state, ctx.config.node_id, request).await;
+    if let (Some(fragment), Message::ImportAck { .. }) = (begun, &answer) {
+        // The new copy is fenced until the commit; `reconcile` unfences it when the map gives
+        // it to this node, or deletes it after an abort.
+        ctx.fenced.lock().unwrap_or_else(PoisonError::into_inner).insert(fragment);
+    }
+    answer
 }
 
 /// The coordinator's side of `Leave`: records the node as leaving.
@@ -954,7 +965,10 @@ async fn reconcile_local(ctx: &Ctx, host: &dyn FragmentHost, reconciled: &mut Op
         let (fragment, result) = match action {
             Action::Fence(f) => (f, host.fence(f).await),
             Action::Unfence(f) => (f, host.unfence(f).await),
-            Action::Delete(f) => (f, host.delete(f, state.epoch).await),
+            Action::Delete(f) => {
+                handoff::fault::hit(handoff::fault::Fault::SourceBeforeDelete);
+                (f, host.delete(f, state.epoch).await)
+            }
         };
         match result {
             Ok(()) => {
@@ -985,6 +999,10 @@ async fn reconcile_local(ctx: &Ctx, host: &dyn FragmentHost, reconciled: &mut Op
                         );
                     }
                 }
+            }
+            Err(e @ handoff::HostError::NotYet { .. }) => {
+                ok = false;
+                tracing::debug!(fragment, "handoff reconcile step {action:?} waits: {e}");
             }
             Err(e) => {
                 ok = false;
@@ -1035,6 +1053,12 @@ async fn drain(ctx: &Ctx) {
     if ctx.config.role != Role::Data || mine(&state) == 0 {
         return;
     }
+    if !ctx.config.handoff_on_shutdown {
+        tracing::info!(
+            "leaving with this node's fragments (--handoff-on-shutdown false): unavailable until it returns"
+        );
+        return;
+    }
     if !state.data_members().any(|n| n != me && !state.leaving.contains(&n)) {
         tracing::info!("this is the cluster's last data node: leaving with its fragments");
         return;
@@ -1054,18 +1078,37 @@ async fn drain(ctx: &Ctx) {
     );
     let mut told = false;
     let mut last_report = began;
+    let mut last_change = (began, mine(&state));
+    let stall = Duration::from_millis(DRAIN_STALL_MS);
     let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
     while Instant::now() < deadline {
         interval.tick().await;
         let state = ctx.state();
         if !told {
-            told = state.leaving.contains(&me) || ask_leave(ctx).await;
+            told = state.leaving.contains(&me)
+                || match ask_leave(ctx).await {
+                    Ok(told) => told,
+                    Err(reason) => {
+                        tracing::info!("leaving with this node's fragments: {reason}");
+                        return;
+                    }
+                };
         }
         let left = mine(&state);
         if told && left == 0 {
             tracing::info!(
                 ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
                 "handed off every fragment; leaving the cluster"
+            );
+            return;
+        }
+        let moving = state.handoffs.iter().any(|h| h.from == me);
+        if left != last_change.1 || moving {
+            last_change = (Instant::now(), left);
+        } else if last_change.0.elapsed() >= stall {
+            tracing::warn!(
+                fragments_left = left,
+                "graceful shutdown: no handoff progress for {stall:?} (no coordinator, or no node to take them); leaving with the rest (unavailable until this node returns)"
             );
             return;
         }
@@ -1084,32 +1127,38 @@ async fn drain(ctx: &Ctx) {
     );
 }
 
-/// Asks the coordinator to record this node as leaving; true once it did.
-async fn ask_leave(ctx: &Ctx) -> bool {
+/// Asks the coordinator to record this node as leaving: true once it did, false to ask
+/// again, an error when it refused for good (the last data node staying).
+async fn ask_leave(ctx: &Ctx) -> Result<bool, String> {
     let me = ctx.config.node_id;
+    let state = ctx.state();
+    if !state.data_members().any(|n| n != me && !state.leaving.contains(&n)) {
+        return Err("every other data node is leaving too".to_owned());
+    }
     let metrics = ctx.raft.metrics().borrow().clone();
-    let Some(leader) = metrics.current_leader else { return false };
+    let Some(leader) = metrics.current_leader else { return Ok(false) };
     if leader == ctx.me.node {
-        return propose(ctx, Command::SetLeaving { node: me, leaving: true }).await;
+        return Ok(propose(ctx, Command::SetLeaving { node: me, leaving: true }).await);
     }
     let Some(addr) =
         metrics.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
     else {
-        return false;
+        return Ok(false);
     };
     let answer = match PeerConn::dial(&addr, &ctx.hello).await {
         Ok(mut c) => c.request(&Message::Leave { node: u64::from(me) }).await,
         Err(e) => Err(e),
     };
     match answer {
-        Ok(Message::Leaving) => true,
+        Ok(Message::Leaving) => Ok(true),
+        Ok(Message::JoinFailed { reason }) if reason.contains("last data member") => Err(reason),
         Ok(other) => {
             tracing::debug!("leave answered {}", other.kind());
-            false
+            Ok(false)
         }
         Err(e) => {
             tracing::debug!("leave: {e}");
-            false
+            Ok(false)
         }
     }
 }

@@ -56,6 +56,14 @@ pub enum HostError {
         /// What is wrong.
         what: String,
     },
+    /// The step must wait (the data path has not installed the deciding map yet); retried.
+    #[error("fragment ${fragment}: {reason}")]
+    NotYet {
+        /// The fragment.
+        fragment: u32,
+        /// What it waits for.
+        reason: String,
+    },
     /// Storage failed (I/O, a full disk) or the executors did not answer.
     #[error("fragment ${fragment}: {reason}")]
     Failed {
@@ -140,6 +148,60 @@ pub enum HandoffError {
     },
 }
 
+/// Test-only crash points of a handoff, armed by `TESSERA_HANDOFF_FAULT` (in the style of
+/// `engine::coordinator::fault`): the process aborts at the named step, like a power cut.
+pub mod fault {
+    use std::sync::OnceLock;
+
+    /// The crash points.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Fault {
+        /// The source, after the destination acknowledged chunk `k` (`source-after-chunk:k`).
+        SourceAfterChunk(u64),
+        /// The destination, after chunk `k` is durable, before acknowledging it
+        /// (`destination-after-chunk:k`).
+        DestinationAfterChunk(u64),
+        /// The coordinator, on `HandoffDone`, before proposing the commit
+        /// (`coordinator-after-done`).
+        CoordinatorAfterDone,
+        /// The source, after applying the commit, before deleting its copy
+        /// (`source-before-delete`).
+        SourceBeforeDelete,
+    }
+
+    static ARMED: OnceLock<Option<Fault>> = OnceLock::new();
+
+    /// The armed fault, read once.
+    pub fn armed() -> Option<Fault> {
+        *ARMED.get_or_init(|| {
+            let v = std::env::var("TESSERA_HANDOFF_FAULT").ok()?;
+            let chunk = |prefix: &str| v.strip_prefix(prefix).and_then(|k| k.parse().ok());
+            let fault = match v.as_str() {
+                "coordinator-after-done" => Some(Fault::CoordinatorAfterDone),
+                "source-before-delete" => Some(Fault::SourceBeforeDelete),
+                _ => chunk("source-after-chunk:").map(Fault::SourceAfterChunk).or_else(|| {
+                    chunk("destination-after-chunk:").map(Fault::DestinationAfterChunk)
+                }),
+            };
+            if fault.is_none() {
+                tracing::warn!(value = %v, "TESSERA_HANDOFF_FAULT not understood; no fault armed");
+            }
+            fault
+        })
+    }
+
+    /// Aborts the process if `point` is the armed fault.
+    pub fn hit(point: Fault) {
+        if armed() == Some(point) {
+            tracing::warn!(
+                ?point,
+                "TESSERA_HANDOFF_FAULT: aborting the process (test-only fault hook)"
+            );
+            std::process::abort();
+        }
+    }
+}
+
 /// What the source sent, once the destination acknowledged all of it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sent {
@@ -207,6 +269,7 @@ pub async fn run_source(
             expect_ack(conn.request_within(&chunk, HANDOFF_CHUNK_ACK_MS).await?, handoff, seq)?;
         sent.chunks = seq;
         sent.bytes += len;
+        fault::hit(fault::Fault::SourceAfterChunk(seq));
     }
     let end = Message::ImportEnd { handoff, fragment, chunks: sent.chunks, bytes: sent.bytes };
     sent.docs =
@@ -476,6 +539,7 @@ impl Receiver {
             return Err(ChunkRefusal::NotOpen { handoff, fragment }.to_string());
         };
         i.accepted(len, docs);
+        fault::hit(fault::Fault::DestinationAfterChunk(seq));
         Ok((seq, i.docs))
     }
 }

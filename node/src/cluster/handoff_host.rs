@@ -338,12 +338,12 @@ async fn delete(
 ) -> Result<(), HostError> {
     let installed = core.shared().map_epoch().0;
     if installed < after_epoch {
-        return Err(failed(
-            f,
-            format!(
+        return Err(HostError::NotYet {
+            fragment: f,
+            reason: format!(
                 "the data path has epoch {installed}, waiting for {after_epoch} before deleting"
             ),
-        ));
+        });
     }
     if let Some(at) = locate(core, mesh, f).await? {
         let id = FragmentId::new(f);

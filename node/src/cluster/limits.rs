@@ -79,6 +79,11 @@ pub const HANDOFF_STATE_WAIT_MS: u64 = 5_000;
 /// before it leaves with the rest (they stay unavailable until it returns).
 pub const DRAIN_TIMEOUT_MS: u64 = 120_000;
 
+/// Milliseconds a draining node waits without progress (not yet recorded as leaving, or no
+/// handoff of its fragments in flight and none finished) before it leaves with the rest: a
+/// cluster stopping whole, or without a coordinator, must not wait `DRAIN_TIMEOUT_MS`.
+pub const DRAIN_STALL_MS: u64 = 10_000;
+
 /// Milliseconds between progress lines while a node drains.
 pub const DRAIN_PROGRESS_MS: u64 = 1_000;
 
