@@ -1000,7 +1000,7 @@ async fn reconcile_local(ctx: &Ctx, host: &dyn FragmentHost, reconciled: &mut Op
                     }
                 }
             }
-            Err(e @ handoff::HostError::NotYet { .. }) => {
+            Err(e @ (handoff::HostError::NotYet { .. } | handoff::HostError::Stopped)) => {
                 ok = false;
                 tracing::debug!(fragment, "handoff reconcile step {action:?} waits: {e}");
             }
@@ -1095,7 +1095,9 @@ async fn drain(ctx: &Ctx) {
                 };
         }
         let left = mine(&state);
-        if told && left == 0 {
+        // Done once the map gives this node nothing and its old copies are deleted.
+        let copies = ctx.fenced.lock().unwrap_or_else(PoisonError::into_inner).len();
+        if told && left == 0 && copies == 0 {
             tracing::info!(
                 ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
                 "handed off every fragment; leaving the cluster"

@@ -64,6 +64,9 @@ pub enum HostError {
         /// What it waits for.
         reason: String,
     },
+    /// The executors stopped (the node is shutting down).
+    #[error("the executors stopped answering handoff requests")]
+    Stopped,
     /// Storage failed (I/O, a full disk) or the executors did not answer.
     #[error("fragment ${fragment}: {reason}")]
     Failed {

@@ -70,10 +70,7 @@ impl BridgeHost {
         let request = make(tx);
         let requests = self.requests.clone();
         Box::pin(async move {
-            let stopped = || HostError::Failed {
-                fragment: u32::MAX,
-                reason: "the executors stopped answering handoff requests".to_owned(),
-            };
+            let stopped = || HostError::Stopped;
             requests.send_async(request).await.map_err(|_| stopped())?;
             rx.await.map_err(|_| stopped())?
         })
