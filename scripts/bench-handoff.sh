@@ -21,7 +21,7 @@ pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    rm -rf "$work"
+    [[ ${KEEP:-0} == 1 ]] || rm -rf "$work"
 }
 trap cleanup EXIT
 
@@ -77,10 +77,10 @@ psql_at "$pg1" -c "SHOW FRAGMENTS"
 
 echo "SELECT id() FROM notes WHERE id() = 'stay\$@5';" >"$work/read.sql"
 printf '%s\n' '\set k random(1, 2000000000)' \
-    "INSERT INTO notes VALUES ('w:k\$@5', '{\"n\": 1}');" >"$work/write.sql"
+    "INSERT INTO notes VALUES ('w:k\$@5', '{\"n\": 1}') ON CONFLICT (id) DO UPDATE SET n = excluded.n;" >"$work/write.sql"
 bench() { # label script
-    pgbench -n -h 127.0.0.1 -p "$pg1" -U tester -c 4 -j 2 -T "$BENCH_SECONDS" -f "$work/$2" tessera 2>&1 |
-        grep -E "latency average|latency stddev|tps =|failed" | sed "s/^/$1 $2: /"
+    pgbench -n -P 5 -h 127.0.0.1 -p "$pg1" -U tester -c 4 -j 2 -T "$BENCH_SECONDS" -f "$work/$2" tessera 2>&1 |
+        grep -E "latency average|latency stddev|tps =|failed|error|abort" | sed "s/^/$1 $2: /"
 }
 BENCH_SECONDS=${BENCH_SECONDS:-10}
 bench baseline read.sql

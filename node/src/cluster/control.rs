@@ -18,8 +18,8 @@ use crate::cluster::allocation::{
 use crate::cluster::handoff::{self, Action, FragmentHost, Receiver};
 use crate::cluster::limits::{
     CLUSTER_MEMBERS_MAX, CONTROL_TICK_MS, DRAIN_PROGRESS_MS, DRAIN_STALL_MS, DRAIN_TIMEOUT_MS,
-    HANDOFF_STATE_WAIT_MS, HANDOFF_TIMEOUT_MS, JOIN_WAIT_MS, PEER_CONNECTIONS_MAX,
-    PEER_IDLE_TIMEOUT_MS, PEER_REACHABLE_WITHIN_MS, PEER_REQUEST_TIMEOUT_MS,
+    HANDOFF_RETRY_MS, HANDOFF_STATE_WAIT_MS, HANDOFF_TIMEOUT_MS, JOIN_WAIT_MS,
+    PEER_CONNECTIONS_MAX, PEER_IDLE_TIMEOUT_MS, PEER_REACHABLE_WITHIN_MS, PEER_REQUEST_TIMEOUT_MS,
     RAFT_APPEND_ENTRIES_MAX, RAFT_SNAPSHOT_CHUNK_BYTES, REFUSALS_LOGGED_MAX,
 };
 use crate::cluster::peer::{PeerConn, PeerError, read_message, write_message};
@@ -97,6 +97,9 @@ struct Ctx {
     driving: Mutex<BTreeSet<u32>>,
     /// Set while this node drains for a graceful shutdown (its `leaving` mark is not stale).
     draining: std::sync::atomic::AtomicBool,
+    /// On the coordinator: when each fragment's last handoff was aborted (a new one waits
+    /// `HANDOFF_RETRY_MS`, so a lasting failure is not retried every tick).
+    aborted_at: Mutex<HashMap<u32, Instant>>,
 }
 
 impl Ctx {
@@ -261,6 +264,7 @@ async fn run(
             receiver: Receiver::default(),
             driving: Mutex::new(BTreeSet::new()),
             draining: std::sync::atomic::AtomicBool::new(false),
+            aborted_at: Mutex::new(HashMap::new()),
         });
         Ok::<_, String>((listener, ctx))
     }
@@ -714,7 +718,13 @@ async fn drive_handoffs(ctx: &Arc<Ctx>, state: &ClusterState) {
         }
         let owner = state.fragments.iter().find(|f| f.id == m.fragment).map(|f| f.node);
         let busy = ctx.driving.lock().unwrap_or_else(PoisonError::into_inner).contains(&m.fragment);
-        if busy || state.handoff_of(m.fragment).is_some() {
+        let backoff = ctx
+            .aborted_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&m.fragment)
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(HANDOFF_RETRY_MS));
+        if busy || backoff || state.handoff_of(m.fragment).is_some() {
             continue;
         }
         // A source that does not answer may hold the only copy: its fragment waits for it.
@@ -801,7 +811,14 @@ async fn drive_one(ctx: Arc<Ctx>, h: Handoff) {
             (Command::AbortHandoff { fragment: h.fragment, handoff: h.id }, None)
         }
     };
+    let aborting = matches!(command, Command::AbortHandoff { .. });
     let decided = propose(&ctx, command).await;
+    if aborting {
+        ctx.aborted_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(h.fragment, Instant::now());
+    }
     match (done, decided) {
         (Some((docs, bytes)), true) => tracing::info!(
             handoff = h.id,

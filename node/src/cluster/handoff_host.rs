@@ -22,7 +22,9 @@ use router::{FragmentId, ShardRange};
 use tokio::sync::oneshot;
 
 use crate::cluster::handoff::{FragmentHost, HostError, HostFuture, install_host};
-use crate::cluster::limits::HOST_REQUESTS_MAX;
+use crate::cluster::limits::{
+    HANDOFF_FENCE_POLL_MS, HANDOFF_FENCE_PREPARED_WAIT_MS, HOST_REQUESTS_MAX,
+};
 use crate::engine::Core;
 use crate::runtime::{ExecutorContext, ExecutorIndex, Mesh};
 
@@ -234,7 +236,26 @@ async fn fence(core: &Rc<Core>, mesh: &Mesh<Core>, f: u32) -> Result<(), HostErr
     let id = FragmentId::new(f);
     on(core, mesh, at, f, move |c| async move {
         EXPORTS.with(|e| e.borrow_mut().remove(&id));
-        c.fence_fragment(id).await.map_err(|e| e.to_string())
+        c.fence_fragment(id).await.map_err(|e| e.to_string())?;
+        // A transaction prepared before the fence still commits (or aborts) into the fragment:
+        // wait until none is in doubt, then until what they wrote is durable, so the export
+        // that follows holds every acknowledged write. The sweeper resolves a prepare within
+        // the engine's prepared-transaction timeout, so this wait is bounded.
+        let Some(handle) = c.fragment_handle(id) else {
+            return Err(format!("fragment {id} closed while being fenced"));
+        };
+        let started = std::time::Instant::now();
+        let bound = std::time::Duration::from_millis(HANDOFF_FENCE_PREPARED_WAIT_MS);
+        while !handle.in_doubt().is_empty() {
+            if started.elapsed() >= bound {
+                return Err(format!(
+                    "prepared transactions still hold fragment {id} after {bound:?}"
+                ));
+            }
+            glommio::timer::sleep(std::time::Duration::from_millis(HANDOFF_FENCE_POLL_MS)).await;
+        }
+        handle.wait_durable(handle.last_queued_lsn()).await.map_err(|e| e.to_string())?;
+        Ok(())
     })
     .await?
     .map_err(|e| failed(f, e))

@@ -91,6 +91,18 @@ pub const DRAIN_PROGRESS_MS: u64 = 1_000;
 /// a full queue makes the control plane wait.
 pub const HOST_REQUESTS_MAX: usize = 64;
 
+/// Milliseconds a fence waits for transactions prepared on the fragment before it to commit
+/// or abort (the engine's sweeper resolves one within its 10 s prepared timeout); past it the
+/// handoff fails and is aborted.
+pub const HANDOFF_FENCE_PREPARED_WAIT_MS: u64 = 30_000;
+
+/// Milliseconds between two looks at a fenced fragment's prepared transactions.
+pub const HANDOFF_FENCE_POLL_MS: u64 = 5;
+
+/// Milliseconds the coordinator waits after aborting a fragment's handoff before it begins
+/// another of that fragment (a lasting failure is retried at this pace, not every tick).
+pub const HANDOFF_RETRY_MS: u64 = 3_000;
+
 /// Imports a node receives at once (one per fragment arriving).
 pub const HANDOFFS_INCOMING_MAX: usize = 16;
 
