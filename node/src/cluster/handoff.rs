@@ -920,3 +920,169 @@ mod tests {
         });
     }
 }
+
+#[cfg(test)]
+mod model {
+    //! A model of handoff across nodes whose applied states lag the raft log and which crash
+    //! (losing their in-memory fences, keeping their copies and applied state): the coordinator
+    //! begins, commits (only after an uninterrupted stream from the fenced source) and aborts;
+    //! every node applies the log at its own pace and runs `reconcile`.
+    use super::*;
+    use crate::cluster::state::{Command, Member};
+    use crate::cluster::wire::Role;
+    use proptest::prelude::*;
+
+    const NODES: [u32; 3] = [1, 2, 3];
+    const FRAGMENTS: u32 = 3;
+
+    #[derive(Clone, Debug, Default)]
+    struct Node {
+        applied: usize,
+        state: ClusterState,
+        local: BTreeSet<u32>,
+        fenced: BTreeSet<u32>,
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Begin { fragment: u32, to: u32 },
+        Stream { fragment: u32 },
+        Finish { fragment: u32, commit: bool },
+        Apply { node: usize },
+        Crash { node: usize },
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0..FRAGMENTS, 1u32..4).prop_map(|(fragment, to)| Step::Begin { fragment, to }),
+            (0..FRAGMENTS).prop_map(|fragment| Step::Stream { fragment }),
+            (0..FRAGMENTS, any::<bool>())
+                .prop_map(|(fragment, commit)| Step::Finish { fragment, commit }),
+            (0usize..3).prop_map(|node| Step::Apply { node }),
+            (0usize..3).prop_map(|node| Step::Crash { node }),
+        ]
+    }
+
+    /// Whether `n` accepts writes for `f`: its data path routes by its applied map, which must
+    /// say it owns `f` and no handoff of `f` is in flight (regions buffer those), and its copy
+    /// must be open and not fenced.
+    fn writable(n: &Node, me: u32, f: u32) -> bool {
+        n.state.writer_of(f) == Some(me) && n.local.contains(&f) && !n.fenced.contains(&f)
+    }
+
+    proptest! {
+        // Checks, after every step, that at most one node accepts writes for each fragment
+        // and that the owner in the log's state always holds a copy (nothing acknowledged is
+        // ever only on a deleted copy); and that after every node applied everything, each
+        // fragment is on its owner alone, unfenced.
+        #[test]
+        fn model_one_writer_and_no_lost_copy(steps in proptest::collection::vec(step(), 0..80)) {
+            let mut log: Vec<Command> = Vec::new();
+            let mut leader = ClusterState::default();
+            let boot = |c: Command, log: &mut Vec<Command>, leader: &mut ClusterState| {
+                leader.apply(&c).expect("boot command");
+                log.push(c);
+            };
+            for node in NODES {
+                let member = Member { role: Role::Data, peer_addr: String::new(), pg_addr: String::new(), executors: 1 };
+                boot(Command::AddMember { node, member }, &mut log, &mut leader);
+            }
+            boot(Command::Allocate { owners: vec![1, 2, 3], min_members: 3 }, &mut log, &mut leader);
+            let mut nodes: Vec<Node> = NODES.iter().map(|n| {
+                let mut node = Node::default();
+                for c in &log { let _ = node.state.apply(c); }
+                node.applied = log.len();
+                node.local = node.state.fragments.iter().filter(|f| f.node == *n).map(|f| f.id).collect();
+                node
+            }).collect();
+            // Handoff id -> the stream finished from a source fenced throughout.
+            let mut streamed: BTreeMap<u64, bool> = BTreeMap::new();
+            for s in &steps {
+                match s {
+                    Step::Begin { fragment, to } => {
+                        let c = Command::BeginHandoff { fragment: *fragment, to: *to, max_in_flight: 2 };
+                        if leader.apply(&c).is_ok() { log.push(c); }
+                    }
+                    Step::Stream { fragment } => {
+                        // The source fences (if its applied state has the handoff), the
+                        // destination creates its copy fenced; the stream completes.
+                        let Some(h) = leader.handoff_of(*fragment).copied() else { continue };
+                        let (a, b) = ((h.from - 1) as usize, (h.to - 1) as usize);
+                        let a_ok = check_in_flight(&nodes[a].state, h.id, *fragment, h.from, true).is_ok();
+                        let b_ok = check_in_flight(&nodes[b].state, h.id, *fragment, h.to, false).is_ok();
+                        if a_ok && b_ok && nodes[a].local.contains(fragment) {
+                            nodes[a].fenced.insert(*fragment);
+                            nodes[b].local.insert(*fragment);
+                            nodes[b].fenced.insert(*fragment);
+                            streamed.insert(h.id, true);
+                        }
+                    }
+                    Step::Finish { fragment, commit } => {
+                        let Some(h) = leader.handoff_of(*fragment).copied() else { continue };
+                        let done = streamed.get(&h.id).copied().unwrap_or(false);
+                        let c = if *commit && done {
+                            Command::CommitHandoff { fragment: *fragment, handoff: h.id }
+                        } else {
+                            Command::AbortHandoff { fragment: *fragment, handoff: h.id }
+                        };
+                        leader.apply(&c).expect("the leader's own decision applies");
+                        log.push(c);
+                    }
+                    Step::Apply { node } => {
+                        let n = &mut nodes[*node];
+                        if let Some(c) = log.get(n.applied) {
+                            let _ = n.state.apply(c);
+                            n.applied += 1;
+                        }
+                        let me = NODES[*node];
+                        for action in reconcile(&n.state, me, &n.local.clone(), &n.fenced.clone()) {
+                            match action {
+                                Action::Fence(f) => { n.fenced.insert(f); }
+                                Action::Unfence(f) => { n.fenced.remove(&f); }
+                                Action::Delete(f) => { n.local.remove(&f); n.fenced.remove(&f); }
+                            }
+                        }
+                    }
+                    Step::Crash { node } => {
+                        // Fences are in memory; a stream from this node (source) dies with it.
+                        let me = NODES[*node];
+                        nodes[*node].fenced.clear();
+                        for h in leader.handoffs.iter().filter(|h| h.from == me || h.to == me) {
+                            streamed.insert(h.id, false);
+                        }
+                    }
+                }
+                for f in 0..FRAGMENTS {
+                    let writers = NODES.iter().zip(&nodes).filter(|(me, n)| writable(n, **me, f)).count();
+                    prop_assert!(writers <= 1, "fragment {f} writable on {writers} nodes: {nodes:?}");
+                    let owner = leader.fragments.iter().find(|e| e.id == f).map(|e| e.node).unwrap_or(0);
+                    prop_assert!(nodes[(owner - 1) as usize].local.contains(&f), "owner {owner} lost fragment {f}: {nodes:?}");
+                }
+            }
+            // Drain: abort what is in flight, every node applies all and reconciles.
+            for h in leader.handoffs.clone() {
+                let c = Command::AbortHandoff { fragment: h.fragment, handoff: h.id };
+                leader.apply(&c).expect("abort");
+                log.push(c);
+            }
+            for (i, n) in nodes.iter_mut().enumerate() {
+                while let Some(c) = log.get(n.applied) { let _ = n.state.apply(c); n.applied += 1; }
+                for action in reconcile(&n.state, NODES[i], &n.local.clone(), &n.fenced.clone()) {
+                    match action {
+                        Action::Fence(f) => { n.fenced.insert(f); }
+                        Action::Unfence(f) => { n.fenced.remove(&f); }
+                        Action::Delete(f) => { n.local.remove(&f); n.fenced.remove(&f); }
+                    }
+                }
+            }
+            for f in 0..FRAGMENTS {
+                let owner = leader.fragments.iter().find(|e| e.id == f).map(|e| e.node).unwrap_or(0);
+                for (me, n) in NODES.iter().zip(&nodes) {
+                    prop_assert_eq!(n.local.contains(&f), *me == owner, "fragment {} on node {}", f, me);
+                    prop_assert!(!n.fenced.contains(&f));
+                }
+                prop_assert!(writable(&nodes[(owner - 1) as usize], owner, f));
+            }
+        }
+    }
+}
