@@ -356,6 +356,18 @@ async fn crash_during_handoff(fault: &str, victim: usize) {
     check_documents(&[&first, &second], &per_node, &loaded, &BTreeSet::new()).await;
     let stored: u64 = per_node.iter().flat_map(|m| m.values()).sum();
     assert_eq!(stored, loaded.len() as u64);
+    // No fence outlives its handoff: each owner takes a write to each of its fragments.
+    let shards_per_fragment = (1u32 << 20) / FRAGMENTS;
+    for (node, own) in [&first, &second].iter().zip(&per_node) {
+        for f in own.keys() {
+            let n: u32 = f.trim_start_matches('$').parse().unwrap();
+            let id = format!("after{n}$@{}", n * shards_per_fragment + 1);
+            let sql = format!("INSERT INTO notes VALUES ('{id}', '{{\"n\": 0}}')");
+            if let Err(e) = query(&node.conn_str(), &sql).await {
+                panic!("write to {f} on its owner: {e}\nlog:\n{}", node.log_text());
+            }
+        }
+    }
     second.stop();
     first.stop();
 }

@@ -963,6 +963,11 @@ async fn handle_leave(ctx: &Ctx, node: u64) -> Message {
 /// last attempt failed): fences a source's copy, unfences after an abort, deletes a copy the
 /// map gave away (after a commit, or a destination's partial copy after an abort).
 async fn reconcile_local(ctx: &Ctx, host: &dyn FragmentHost, reconciled: &mut Option<u64>) {
+    let at_open = handoff::take_fenced_at_open();
+    if !at_open.is_empty() {
+        ctx.fenced.lock().unwrap_or_else(PoisonError::into_inner).extend(at_open);
+        *reconciled = None;
+    }
     let state = ctx.state();
     if *reconciled == Some(state.epoch) || !state.allocated() {
         return;

@@ -113,6 +113,30 @@ pub fn host() -> Option<Arc<dyn FragmentHost>> {
     HOST.get().cloned()
 }
 
+/// Fragments the data path fenced when it opened them (see `fence_at_open`), not yet known
+/// to the control plane's `reconcile`.
+static FENCED_AT_OPEN: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+
+/// Whether the data path must fence `fragment` as it opens it on node `me`: the published map
+/// shows a handoff of it from this node in flight (a source restarted mid-handoff must not
+/// take writes before the handoff's commit or abort is applied). Records it for `reconcile`,
+/// which unfences it after an abort. Called by `cluster::region` on the executors.
+pub fn fence_at_open(fragment: u32, me: u32) -> bool {
+    let Some(view) = crate::cluster::view() else { return false };
+    match view.fragment_state(fragment) {
+        crate::cluster::state::FragmentState::HandingOff { from, .. } if from == me => {
+            FENCED_AT_OPEN.lock().unwrap_or_else(PoisonError::into_inner).insert(fragment);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The fragments fenced at open since the last call.
+pub fn take_fenced_at_open() -> BTreeSet<u32> {
+    std::mem::take(&mut *FENCED_AT_OPEN.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
 /// Why a handoff failed (the coordinator aborts it).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

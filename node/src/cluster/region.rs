@@ -241,6 +241,11 @@ pub fn owned_by(
 pub async fn open_owned(core: &Core, map: &ShardMap) -> Result<(), EngineError> {
     for (id, range) in owned_by(map, core.shared().me, core.index()) {
         core.open_fragment(id, range).await?;
+        // Handoff hook: a fragment this node is handing off stays fenced until the handoff's
+        // commit or abort is applied (a source restarted mid-handoff).
+        if crate::cluster::handoff::fence_at_open(id.get(), core.shared().me.0) {
+            core.fence_fragment(id).await?;
+        }
     }
     Ok(())
 }
