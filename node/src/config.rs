@@ -86,6 +86,11 @@ pub struct ServeArgs {
     /// `manual` (allocates the same way, never rebalances on its own).
     #[arg(long, env = "TESSERA_ALLOCATION")]
     pub allocation: Option<String>,
+    /// On SIGTERM/SIGINT, hand every fragment of this data node to the other data nodes
+    /// before stopping (`true`, the default), or stop with them (`false`: they are
+    /// unavailable until the node returns; for stopping a whole cluster).
+    #[arg(long, env = "TESSERA_HANDOFF_ON_SHUTDOWN")]
+    pub handoff_on_shutdown: Option<bool>,
     // Operability (issue #8).
     /// Address of the Prometheus metrics endpoint (`GET /metrics`), `host:port`; empty turns
     /// it off. Default 127.0.0.1:9187.
@@ -118,6 +123,7 @@ struct FileConfig {
     rebalance_threshold: Option<u64>,
     max_simultaneous_rebalance: Option<u32>,
     allocation: Option<String>,
+    handoff_on_shutdown: Option<bool>,
     metrics_listen: Option<String>,
     slow_statement_ms: Option<i64>,
 }
@@ -170,6 +176,8 @@ pub struct ClusterConfig {
     pub max_simultaneous_rebalance: u32,
     /// The allocation strategy.
     pub allocation: Allocation,
+    /// Hand fragments off before a graceful shutdown.
+    pub handoff_on_shutdown: bool,
 }
 
 /// Which allocation strategy the coordinator uses (`cluster::allocation`).
@@ -332,6 +340,7 @@ fn resolve_cluster(
     let threshold = args.rebalance_threshold.or(file.rebalance_threshold);
     let max_moves = args.max_simultaneous_rebalance.or(file.max_simultaneous_rebalance);
     let allocation = args.allocation.clone().or_else(|| file.allocation.clone());
+    let handoff_on_shutdown = args.handoff_on_shutdown.or(file.handoff_on_shutdown);
     let Some(name) = name else {
         let given = [
             ("node-id", node_id.is_some()),
@@ -342,6 +351,7 @@ fn resolve_cluster(
             ("rebalance-threshold", threshold.is_some()),
             ("max-simultaneous-rebalance", max_moves.is_some()),
             ("allocation", allocation.is_some()),
+            ("handoff-on-shutdown", handoff_on_shutdown.is_some()),
         ];
         if let Some((setting, _)) = given.iter().find(|(_, g)| *g) {
             return Err(invalid(setting, String::new(), "needs --cluster-name".to_owned()));
@@ -442,6 +452,7 @@ fn resolve_cluster(
             .unwrap_or(crate::cluster::allocation::REBALANCE_THRESHOLD_DEFAULT),
         max_simultaneous_rebalance: max_moves,
         allocation,
+        handoff_on_shutdown: handoff_on_shutdown.unwrap_or(true),
     }))
 }
 
@@ -486,6 +497,26 @@ mod tests {
         );
         assert_eq!(c.slow_statement, Some(Duration::from_millis(1000)));
         assert!(c.cluster.is_none(), "no cluster without --cluster-name");
+    }
+
+    // Checks --handoff-on-shutdown: on by default, off when given false, refused without a
+    // cluster name.
+    #[test]
+    fn cluster_handoff_on_shutdown() {
+        let base = ServeArgs {
+            cluster_name: Some("c1".into()),
+            node_id: Some(2),
+            peer_listen: Some("127.0.0.1:7002".into()),
+            ..ServeArgs::default()
+        };
+        let c = NodeConfig::resolve(&base, 2).expect("valid").cluster.expect("cluster");
+        assert!(c.handoff_on_shutdown, "hands off by default");
+        let off = ServeArgs { handoff_on_shutdown: Some(false), ..base };
+        let c = NodeConfig::resolve(&off, 2).expect("valid").cluster.expect("cluster");
+        assert!(!c.handoff_on_shutdown);
+        let alone = ServeArgs { handoff_on_shutdown: Some(false), ..ServeArgs::default() };
+        let e = NodeConfig::resolve(&alone, 2).expect_err("needs a cluster");
+        assert!(e.to_string().contains("handoff-on-shutdown"), "{e}");
     }
 
     // Checks cluster settings resolve with their defaults, and that each bad one (or one given

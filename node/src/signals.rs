@@ -1,4 +1,6 @@
-//! SIGINT and SIGTERM start a graceful shutdown; a second one ends the process at once.
+//! SIGINT and SIGTERM start a graceful shutdown; a second one ends the process at once. A
+//! cluster data node hands its fragments off before the shutdown starts
+//! (`cluster::control::drain_before_exit`).
 //!
 //! glommio has no signal support, so a plain thread waits for signals and fires the
 //! runtime's [`Shutdown`](crate::runtime::Shutdown) broadcast. Ending at once on the second
@@ -20,7 +22,19 @@ pub fn install(shutdown: Shutdown) -> std::io::Result<()> {
             seen += 1;
             if seen == 1 {
                 tracing::info!(signal, "shutdown requested: finishing in-flight work");
-                shutdown.trigger();
+                // A cluster data node first hands its fragments off (bounded), serving
+                // meanwhile; elsewhere this returns at once. Its own thread, so a second
+                // signal still ends the process at once.
+                let after_drain = shutdown.clone();
+                let drain =
+                    std::thread::Builder::new().name("tessera-drain".into()).spawn(move || {
+                        crate::cluster::control::drain_before_exit();
+                        after_drain.trigger();
+                    });
+                if let Err(e) = drain {
+                    tracing::warn!("cannot start the drain thread ({e}): shutting down now");
+                    shutdown.trigger();
+                }
             } else {
                 tracing::warn!(signal, "second signal: exiting without waiting");
                 std::process::exit(130);

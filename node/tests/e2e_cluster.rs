@@ -95,7 +95,9 @@ async fn wait_until(
 }
 
 fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
-    options_with(id, peer, join, &["--min-members", "3"])
+    // The whole cluster stops and starts again: nodes leave with their fragments (a graceful
+    // stop would otherwise hand them to the nodes still running).
+    options_with(id, peer, join, &["--min-members", "3", "--handoff-on-shutdown", "false"])
 }
 
 fn options_with(id: u32, peer: u16, join: Option<u16>, more: &[&str]) -> NodeOptions {
@@ -276,9 +278,9 @@ async fn wait_for_log(node: &Node, needle: &str, times: usize) {
 }
 
 // Checks roles and refusals: a proxy joins as a non-voting member that gets no fragment; a
-// second data node joining after allocation makes the coordinator plan two moves (decisions
-// only: owners and epoch stay); a node of another cluster is refused, with the reason logged
-// once on both sides, and stays outside.
+// second data node joining after allocation makes the coordinator plan two moves, which it
+// hands off one by one (2 vs 2 fragments, epoch 5); a node of another cluster is refused,
+// with the reason logged once on both sides, and stays outside.
 #[tokio::test]
 async fn proxy_rebalance_decisions_and_wrong_cluster() {
     let seed_port = free_loopback_port();
@@ -317,16 +319,18 @@ async fn proxy_rebalance_decisions_and_wrong_cluster() {
         ..options_with(2, free_loopback_port(), Some(seed_port), &[])
     });
     data.expect_log("is unreachable");
-    wait_for_log(&seed, "coordinator planned a move", 2).await;
-    let views = wait_until(&[&seed, &proxy, &data], "three members", |v| {
-        v.iter().all(|rows| rows.len() == 3 && rows.iter().all(|r| r.reachable))
+    wait_for_log(&seed, "handoff committed", 2).await;
+    let views = wait_until(&[&seed, &proxy, &data], "three members, the moves handed off", |v| {
+        v.iter()
+            .all(|rows| rows.len() == 3 && rows.iter().all(|r| r.reachable) && map_of(rows).0 == 5)
     })
     .await;
     for view in &views {
         let (epoch, placement) = map_of(view);
-        assert_eq!(epoch, 1, "a planned move does not change the map");
-        assert_eq!(placement[&1].1, 4);
-        assert_eq!(placement[&2].1, 0);
+        assert_eq!(epoch, 5, "each of the two handoffs bumps the epoch when begun and committed");
+        assert_eq!(placement[&1].1, 2);
+        assert_eq!(placement[&2].1, 2);
+        assert_eq!(placement[&7].1, 0, "nothing moves to a proxy");
         assert!(view.iter().find(|r| r.node == 2).unwrap().voter, "a data node votes");
     }
     assert_eq!(

@@ -340,8 +340,11 @@ async fn id_owned_by(client: &tokio_postgres::Client, owner: u32, salt: &str) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_crashed_owner_is_unavailable_then_served_after_restart() {
     let seed_port = free_loopback_port();
-    let mut first = start(options(1, seed_port, None, 1, &["--min-members", "2"]));
-    let mut second = start(options(2, free_loopback_port(), Some(seed_port), 1, &[]));
+    // Stopping both nodes is a full-cluster restart: no handoff on SIGTERM, each keeps its own.
+    let keep = ["--handoff-on-shutdown", "false"];
+    let mut first =
+        start(options(1, seed_port, None, 1, &["--min-members", "2", keep[0], keep[1]]));
+    let mut second = start(options(2, free_loopback_port(), Some(seed_port), 1, &keep));
     let c1 = connect(&first).await;
     let c2 = connect(&second).await;
     for i in 0..40 {

@@ -33,3 +33,12 @@ fn regression_peer_frame_join_seed() {
     let data = std::fs::read(dir.join("seed-join")).unwrap();
     assert_eq!(node::cluster::wire::fuzz_frames(&data), 4);
 }
+
+// Checks the handoff seed decodes all nine of its frames (handoff-start, import-begin, ack,
+// import-chunk, ack, import-end, import-refused, handoff-done, handoff-failed).
+#[test]
+fn regression_peer_frame_handoff_seed() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/peer_frame");
+    let data = std::fs::read(dir.join("seed-handoff")).unwrap();
+    assert_eq!(node::cluster::wire::fuzz_frames(&data), 9);
+}

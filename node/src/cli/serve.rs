@@ -245,6 +245,7 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
                 if clustered {
                     crate::cluster::region::start(&core, &ctx);
                     crate::cluster::forward::install(&core, &ctx);
+                    crate::cluster::handoff_host::start(&core, &ctx);
                 }
                 let session_ctx = ctx.clone();
                 let make_session = move || Session::new(Rc::clone(&core), session_ctx.clone());

@@ -15,16 +15,18 @@ use tokio::sync::{Semaphore, oneshot, watch};
 use crate::cluster::allocation::{
     AllocationStrategy, LeastShardAllocation, LoadUnit, Loads, ManualAllocation, allocate_all,
 };
+use crate::cluster::handoff::{self, Action, FragmentHost, Receiver};
 use crate::cluster::limits::{
-    CLUSTER_MEMBERS_MAX, CONTROL_TICK_MS, JOIN_WAIT_MS, PEER_CONNECTIONS_MAX, PEER_IDLE_TIMEOUT_MS,
-    PEER_REACHABLE_WITHIN_MS, PEER_REQUEST_TIMEOUT_MS, RAFT_APPEND_ENTRIES_MAX,
-    RAFT_SNAPSHOT_CHUNK_BYTES, REFUSALS_LOGGED_MAX,
+    CLUSTER_MEMBERS_MAX, CONTROL_TICK_MS, DRAIN_PROGRESS_MS, DRAIN_STALL_MS, DRAIN_TIMEOUT_MS,
+    HANDOFF_RETRY_MS, HANDOFF_STATE_WAIT_MS, HANDOFF_TIMEOUT_MS, JOIN_WAIT_MS,
+    PEER_CONNECTIONS_MAX, PEER_IDLE_TIMEOUT_MS, PEER_REACHABLE_WITHIN_MS, PEER_REQUEST_TIMEOUT_MS,
+    RAFT_APPEND_ENTRIES_MAX, RAFT_SNAPSHOT_CHUNK_BYTES, REFUSALS_LOGGED_MAX,
 };
 use crate::cluster::peer::{PeerConn, PeerError, read_message, write_message};
 use crate::cluster::raft_net::{RaftNet, serve_rpc};
-use crate::cluster::state::{ClusterState, Command, Member};
+use crate::cluster::state::{ClusterState, Command, Handoff, Member};
 use crate::cluster::store::{AppliedState, LogStore, OpenError, StateMachine, TypeConfig};
-use crate::cluster::wire::{self, Hello, Message, PROTOCOL_VERSION, Peer, Role};
+use crate::cluster::wire::{self, HandoffStart, Hello, Message, PROTOCOL_VERSION, Peer, Role};
 use crate::cluster::{ClusterView, MemberView, publish};
 use crate::config::{Allocation, ClusterConfig};
 
@@ -86,6 +88,18 @@ struct Ctx {
     /// Refusal messages already logged at WARN (a refused peer retries every tick; the
     /// operator needs the reason once). Bounded by `REFUSALS_LOGGED_MAX`.
     refusals_logged: Mutex<BTreeSet<String>>,
+    /// Fragments this node fenced as a handoff's source (ended by the applied map only).
+    fenced: Mutex<BTreeSet<u32>>,
+    /// Imports this node receives as a handoff's destination.
+    receiver: Receiver,
+    /// On the coordinator: fragments whose handoff a task of this node drives (any other
+    /// handoff in flight is an orphan of a previous coordinator and is aborted).
+    driving: Mutex<BTreeSet<u32>>,
+    /// Set while this node drains for a graceful shutdown (its `leaving` mark is not stale).
+    draining: std::sync::atomic::AtomicBool,
+    /// On the coordinator: when each fragment's last handoff was aborted (a new one waits
+    /// `HANDOFF_RETRY_MS`, so a lasting failure is not retried every tick).
+    aborted_at: Mutex<HashMap<u32, Instant>>,
 }
 
 impl Ctx {
@@ -103,6 +117,32 @@ impl Ctx {
 impl Ctx {
     fn state(&self) -> ClusterState {
         self.state.borrow().state.clone()
+    }
+
+    /// Waits (at most `HANDOFF_STATE_WAIT_MS`) until the applied state satisfies `ready`, and
+    /// returns the state then (satisfying it or not).
+    async fn state_when(&self, ready: impl Fn(&ClusterState) -> bool) -> ClusterState {
+        let mut rx = self.state.clone();
+        let wait = async {
+            while !ready(&rx.borrow_and_update().state) {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(HANDOFF_STATE_WAIT_MS), wait).await;
+        self.state()
+    }
+
+    /// Whether `node` is this node or answered a ping recently.
+    fn reachable(&self, node: u32) -> bool {
+        node == self.config.node_id
+            || self
+                .pongs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&node)
+                .is_some_and(|t| t.elapsed() < Duration::from_millis(PEER_REACHABLE_WITHIN_MS))
     }
 }
 
@@ -220,6 +260,11 @@ async fn run(
             strategy,
             pongs: Mutex::new(HashMap::new()),
             refusals_logged: Mutex::new(BTreeSet::new()),
+            fenced: Mutex::new(BTreeSet::new()),
+            receiver: Receiver::default(),
+            driving: Mutex::new(BTreeSet::new()),
+            draining: std::sync::atomic::AtomicBool::new(false),
+            aborted_at: Mutex::new(HashMap::new()),
         });
         Ok::<_, String>((listener, ctx))
     }
@@ -244,10 +289,14 @@ async fn run(
     let accept = tokio::spawn(accept_loop(listener, Arc::clone(&ctx)));
     let join = tokio::spawn(join_loop(Arc::clone(&ctx)));
     let tick = tokio::spawn(tick_loop(Arc::clone(&ctx)));
+    let (drain_tx, drain_rx) = tokio::sync::mpsc::channel(1);
+    let _ = DRAIN.set(drain_tx);
+    let drains = tokio::spawn(drain_loop(Arc::clone(&ctx), drain_rx));
     let _ = stop.await;
     accept.abort();
     tick.abort();
     join.abort();
+    drains.abort();
     if let Err(e) = ctx.raft.shutdown().await {
         tracing::error!("raft did not shut down cleanly: {e}");
     }
@@ -326,6 +375,11 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
                     },
                 }
             }
+            Message::HandoffStart(start) => source_side(ctx, &start).await,
+            m @ (Message::ImportBegin { .. }
+            | Message::ImportChunk { .. }
+            | Message::ImportEnd { .. }) => destination_side(ctx, m).await,
+            Message::Leave { node } => handle_leave(ctx, node).await,
             Message::RaftRpc(body) => match serve_rpc(&ctx.raft, &body).await {
                 Ok(reply) => Message::RaftReply(reply),
                 Err(e) => {
@@ -385,6 +439,10 @@ async fn handle_join(ctx: &Ctx, peer: Peer) -> Message {
         }
     }
     let member = Member::of_peer(&peer);
+    // A member that left gracefully and starts again is back: fragments may move to it.
+    if ctx.state().leaving.contains(&node) {
+        let _ = propose(ctx, Command::SetLeaving { node, leaving: false }).await;
+    }
     if ctx.state().members.get(&node) != Some(&member) {
         match ctx.raft.client_write(Command::AddMember { node, member }).await {
             Ok(r) if r.data.is_ok() => {}
@@ -484,8 +542,12 @@ async fn tick_loop(ctx: Arc<Ctx>) {
     let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
     let mut pingers: HashMap<u32, tokio::task::JoinHandle<()>> = HashMap::new();
     let mut reachable: BTreeMap<u32, bool> = BTreeMap::new();
+    let mut reconciled: Option<u64> = None;
     loop {
         interval.tick().await;
+        if let Some(host) = handoff::host() {
+            reconcile_local(&ctx, host.as_ref(), &mut reconciled).await;
+        }
         let state = ctx.state();
         let me = ctx.config.node_id;
         for node in state.members.keys().copied().filter(|n| *n != me) {
@@ -537,19 +599,26 @@ async fn ping_loop(ctx: Arc<Ctx>, node: u32) {
 }
 
 /// The coordinator's decisions, run on the raft leader each tick: record itself as a member,
-/// allocate the map once `min-members` data nodes are members, plan rebalancing moves.
-async fn coordinate(ctx: &Ctx, state: &ClusterState) {
+/// allocate the map once `min-members` data nodes are members, plan rebalancing moves and the
+/// moves of leaving nodes, and drive planned moves as handoffs.
+async fn coordinate(ctx: &Arc<Ctx>, state: &ClusterState) {
     let me = ctx.config.node_id;
     let mine = Member::of_peer(&ctx.me);
     if state.members.get(&me) != Some(&mine) {
         propose(ctx, Command::AddMember { node: me, member: mine }).await;
         return;
     }
+    if state.leaving.contains(&me) && !ctx.draining.load(std::sync::atomic::Ordering::Relaxed) {
+        // This node left gracefully and runs again (a restarted seed that leads).
+        propose(ctx, Command::SetLeaving { node: me, leaving: false }).await;
+        return;
+    }
+    // Leaving nodes are no allocation or rebalance target; their fragments move below.
     let mut loads = Loads::new();
-    for node in state.data_members() {
+    for node in state.data_members().filter(|n| !state.leaving.contains(n)) {
         loads.add_node(NodeId(node));
     }
-    for f in &state.fragments {
+    for f in state.fragments.iter().filter(|f| !state.leaving.contains(&f.node)) {
         loads.hold(NodeId(f.node), router::FragmentId::new(f.id), 0);
     }
     if !state.allocated() {
@@ -574,21 +643,546 @@ async fn coordinate(ctx: &Ctx, state: &ClusterState) {
     let in_flight: Vec<_> = state
         .moves
         .iter()
+        .filter(|m| !state.leaving.contains(&m.from))
         .map(|m| crate::cluster::allocation::Move {
             fragment: router::FragmentId::new(m.fragment),
             from: NodeId(m.from),
             to: NodeId(m.to),
         })
         .collect();
+    let executes = handoff::host().is_some();
     for m in ctx.strategy.rebalance(&loads, &in_flight) {
         let command = Command::PlanMove { fragment: m.fragment.get(), to: m.to.0 };
         if propose(ctx, command).await {
+            let note = if executes { "" } else { " (this build's data path cannot hand off yet)" };
             tracing::info!(
                 fragment = m.fragment.get(),
                 from = m.from.0,
                 to = m.to.0,
-                "coordinator planned a move (handoff is not built yet; the move waits)"
+                "coordinator planned a move{note}"
             );
+        }
+    }
+    plan_leaving_moves(ctx, state, loads).await;
+    drive_handoffs(ctx, state).await;
+}
+
+/// Plans a move for every fragment of a leaving node that has none, each to the node the
+/// strategy would allocate a new fragment to.
+async fn plan_leaving_moves(ctx: &Ctx, state: &ClusterState, mut loads: Loads) {
+    for m in state.moves.iter().filter(|m| !state.leaving.contains(&m.to)) {
+        loads.hold(NodeId(m.to), router::FragmentId::new(m.fragment), 0);
+    }
+    for f in state.fragments.iter().filter(|f| state.leaving.contains(&f.node)) {
+        if state.moves.iter().any(|m| m.fragment == f.id) {
+            continue;
+        }
+        let Some(to) = ctx.strategy.allocate(&loads) else { return };
+        if propose(ctx, Command::PlanMove { fragment: f.id, to: to.0 }).await {
+            loads.hold(to, router::FragmentId::new(f.id), 0);
+            tracing::info!(
+                fragment = f.id,
+                from = f.node,
+                to = to.0,
+                "coordinator planned a move off a leaving node"
+            );
+        }
+    }
+}
+
+/// Aborts handoffs no task of this coordinator drives (a previous coordinator's), then begins
+/// planned moves as handoffs, at most `--max-simultaneous-rebalance` at a time, each between
+/// two reachable nodes, each driven by its own task.
+async fn drive_handoffs(ctx: &Arc<Ctx>, state: &ClusterState) {
+    let driving = ctx.driving.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    for h in state.handoffs.iter().filter(|h| !driving.contains(&h.fragment)) {
+        let command = Command::AbortHandoff { fragment: h.fragment, handoff: h.id };
+        if propose(ctx, command).await {
+            tracing::warn!(
+                handoff = h.id,
+                fragment = h.fragment,
+                from = h.from,
+                to = h.to,
+                "coordinator aborted a handoff no coordinator task drives (begun by a previous coordinator)"
+            );
+        }
+    }
+    if handoff::host().is_none() {
+        return;
+    }
+    let max = ctx.config.max_simultaneous_rebalance.max(1);
+    let mut running = state.handoffs.len();
+    for m in &state.moves {
+        if running >= max as usize {
+            return;
+        }
+        let owner = state.fragments.iter().find(|f| f.id == m.fragment).map(|f| f.node);
+        let busy = ctx.driving.lock().unwrap_or_else(PoisonError::into_inner).contains(&m.fragment);
+        let backoff = ctx
+            .aborted_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&m.fragment)
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(HANDOFF_RETRY_MS));
+        if busy || backoff || state.handoff_of(m.fragment).is_some() {
+            continue;
+        }
+        // A source that does not answer may hold the only copy: its fragment waits for it.
+        let Some(from) = owner.filter(|n| ctx.reachable(*n)) else { continue };
+        if !ctx.reachable(m.to) {
+            continue;
+        }
+        ctx.driving.lock().unwrap_or_else(PoisonError::into_inner).insert(m.fragment);
+        let begin = Command::BeginHandoff { fragment: m.fragment, to: m.to, max_in_flight: max };
+        let handoff = if propose(ctx, begin).await {
+            ctx.state().handoff_of(m.fragment).copied().filter(|h| h.from == from && h.to == m.to)
+        } else {
+            None
+        };
+        match handoff {
+            Some(h) => {
+                running += 1;
+                tokio::spawn(drive_one(Arc::clone(ctx), h));
+            }
+            None => {
+                ctx.driving.lock().unwrap_or_else(PoisonError::into_inner).remove(&m.fragment);
+            }
+        }
+    }
+}
+
+/// Drives one handoff: tells the source to stream, then commits on its `HandoffDone` or
+/// aborts on anything else (failure, no answer in time).
+async fn drive_one(ctx: Arc<Ctx>, h: Handoff) {
+    let began = Instant::now();
+    let state = ctx.state();
+    let entry = state.fragments.iter().find(|f| f.id == h.fragment).copied();
+    let to_addr = state.members.get(&h.to).map(|m| m.peer_addr.clone());
+    let outcome = match (entry, to_addr) {
+        (Some(entry), Some(to_addr)) => {
+            tracing::info!(
+                handoff = h.id,
+                fragment = h.fragment,
+                from = h.from,
+                to = h.to,
+                "handoff begun"
+            );
+            let start = HandoffStart {
+                handoff: h.id,
+                fragment: h.fragment,
+                start: entry.start,
+                end: entry.end,
+                to: u64::from(h.to),
+                to_addr,
+                to_executor: h.to_executor,
+                epoch: h.begun_at,
+            };
+            if h.from == ctx.config.node_id {
+                source_side(&ctx, &start).await
+            } else {
+                ask_source(&ctx, &state, h.from, start).await
+            }
+        }
+        _ => Message::HandoffFailed {
+            handoff: h.id,
+            reason: "the map lost the fragment or its destination".to_owned(),
+        },
+    };
+    let (command, done) = match outcome {
+        Message::HandoffDone { docs, bytes, .. } => {
+            handoff::fault::hit(handoff::fault::Fault::CoordinatorAfterDone);
+            (Command::CommitHandoff { fragment: h.fragment, handoff: h.id }, Some((docs, bytes)))
+        }
+        Message::HandoffFailed { reason, .. } => {
+            tracing::warn!(
+                handoff = h.id,
+                fragment = h.fragment,
+                "handoff failed, aborting it: {reason}"
+            );
+            (Command::AbortHandoff { fragment: h.fragment, handoff: h.id }, None)
+        }
+        other => {
+            tracing::warn!(
+                handoff = h.id,
+                fragment = h.fragment,
+                "handoff source answered {}, aborting it",
+                other.kind()
+            );
+            (Command::AbortHandoff { fragment: h.fragment, handoff: h.id }, None)
+        }
+    };
+    let aborting = matches!(command, Command::AbortHandoff { .. });
+    let decided = propose(&ctx, command).await;
+    if aborting {
+        ctx.aborted_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(h.fragment, Instant::now());
+    }
+    match (done, decided) {
+        (Some((docs, bytes)), true) => tracing::info!(
+            handoff = h.id,
+            fragment = h.fragment,
+            from = h.from,
+            to = h.to,
+            docs,
+            bytes,
+            ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "handoff committed: node {} owns fragment ${} now",
+            h.to,
+            h.fragment
+        ),
+        (None, true) => tracing::info!(
+            handoff = h.id,
+            fragment = h.fragment,
+            "handoff aborted: node {} keeps fragment ${}",
+            h.from,
+            h.fragment
+        ),
+        (_, false) => tracing::warn!(
+            handoff = h.id,
+            fragment = h.fragment,
+            "handoff decision not committed; the next coordinator tick aborts it if it is still in flight"
+        ),
+    }
+    ctx.driving.lock().unwrap_or_else(PoisonError::into_inner).remove(&h.fragment);
+}
+
+/// Sends `HandoffStart` to the source node and waits (bounded) for its outcome.
+async fn ask_source(ctx: &Ctx, state: &ClusterState, from: u32, start: HandoffStart) -> Message {
+    let handoff = start.handoff;
+    let failed = |reason: String| Message::HandoffFailed { handoff, reason };
+    let Some(addr) = state.members.get(&from).map(|m| m.peer_addr.clone()) else {
+        return failed(format!("source node {from} is not a member"));
+    };
+    let mut conn = match PeerConn::dial(&addr, &ctx.hello).await {
+        Ok(c) => c,
+        Err(e) => return failed(e.to_string()),
+    };
+    let bound = HANDOFF_TIMEOUT_MS + PEER_REQUEST_TIMEOUT_MS;
+    match conn.request_within(&Message::HandoffStart(Box::new(start)), bound).await {
+        Ok(answer) => answer,
+        Err(e) => failed(e.to_string()),
+    }
+}
+
+/// The source's side of `HandoffStart`: checks its applied map has the handoff in flight
+/// from this node, then streams (bounded by `HANDOFF_TIMEOUT_MS`).
+async fn source_side(ctx: &Ctx, start: &HandoffStart) -> Message {
+    let handoff = start.handoff;
+    let failed = |reason: String| Message::HandoffFailed { handoff, reason };
+    let Some(host) = handoff::host() else {
+        return failed("the source's data path cannot hand off (no fragment host)".to_owned());
+    };
+    let state = ctx.state_when(|s| s.last_handoff >= handoff).await;
+    if let Err(e) =
+        handoff::check_in_flight(&state, handoff, start.fragment, ctx.config.node_id, true)
+    {
+        return failed(e.to_string());
+    }
+    let bound = Duration::from_millis(HANDOFF_TIMEOUT_MS);
+    let run = handoff::run_source(host.as_ref(), &ctx.hello, start, &ctx.fenced);
+    match tokio::time::timeout(bound, run).await {
+        Ok(Ok(sent)) => {
+            tracing::info!(
+                handoff,
+                fragment = start.fragment,
+                to = start.to,
+                chunks = sent.chunks,
+                bytes = sent.bytes,
+                docs = sent.docs,
+                "handoff stream acknowledged by the destination"
+            );
+            Message::HandoffDone { handoff, docs: sent.docs, bytes: sent.bytes }
+        }
+        Ok(Err(e)) => failed(e.to_string()),
+        Err(_) => failed(format!("the stream did not finish within {bound:?}")),
+    }
+}
+
+/// The destination's side of the import requests.
+async fn destination_side(ctx: &Ctx, request: Message) -> Message {
+    let handoff = match &request {
+        Message::ImportBegin { handoff, .. }
+        | Message::ImportChunk { handoff, .. }
+        | Message::ImportEnd { handoff, .. } => *handoff,
+        _ => 0,
+    };
+    let Some(host) = handoff::host() else {
+        return Message::ImportRefused {
+            handoff,
+            reason: "the destination's data path cannot hand off (no fragment host)".to_owned(),
+        };
+    };
+    let state = ctx.state_when(|s| s.last_handoff >= handoff).await;
+    let begun = match &request {
+        Message::ImportBegin { fragment, .. } => Some(*fragment),
+        _ => None,
+    };
+    let answer = ctx.receiver.serve(host.as_ref(), &state, ctx.config.node_id, request).await;
+    if let (Some(fragment), Message::ImportAck { .. }) = (begun, &answer) {
+        // The new copy is fenced until the commit; `reconcile` unfences it when the map gives
+        // it to this node, or deletes it after an abort.
+        ctx.fenced.lock().unwrap_or_else(PoisonError::into_inner).insert(fragment);
+    }
+    answer
+}
+
+/// The coordinator's side of `Leave`: records the node as leaving.
+async fn handle_leave(ctx: &Ctx, node: u64) -> Message {
+    let metrics = ctx.raft.metrics().borrow().clone();
+    if metrics.current_leader != Some(ctx.me.node) {
+        let leader_addr = metrics.current_leader.and_then(|l| {
+            metrics.membership_config.membership().get_node(&l).map(|n| n.addr.clone())
+        });
+        return Message::NotLeader { leader_addr };
+    }
+    let Ok(node) = u32::try_from(node) else {
+        return Message::JoinFailed { reason: format!("node id {node} is too large") };
+    };
+    if ctx.state().leaving.contains(&node) {
+        return Message::Leaving;
+    }
+    let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
+    match tokio::time::timeout(
+        bound,
+        ctx.raft.client_write(Command::SetLeaving { node, leaving: true }),
+    )
+    .await
+    {
+        Ok(Ok(r)) => match r.data {
+            Ok(_) => Message::Leaving,
+            Err(e) => Message::JoinFailed { reason: e.to_string() },
+        },
+        Ok(Err(e)) => Message::JoinFailed { reason: e.to_string() },
+        Err(_) => Message::JoinFailed { reason: format!("not committed within {bound:?}") },
+    }
+}
+
+/// Applies `handoff::reconcile` to this node's copies when the applied epoch changed (or the
+/// last attempt failed): fences a source's copy, unfences after an abort, deletes a copy the
+/// map gave away (after a commit, or a destination's partial copy after an abort).
+async fn reconcile_local(ctx: &Ctx, host: &dyn FragmentHost, reconciled: &mut Option<u64>) {
+    let at_open = handoff::take_fenced_at_open();
+    if !at_open.is_empty() {
+        ctx.fenced.lock().unwrap_or_else(PoisonError::into_inner).extend(at_open);
+        *reconciled = None;
+    }
+    let state = ctx.state();
+    if *reconciled == Some(state.epoch) || !state.allocated() {
+        return;
+    }
+    ctx.receiver.forget_ended(&state);
+    let local: BTreeSet<u32> = match host.local().await {
+        Ok(l) => l.into_iter().collect(),
+        Err(e) => {
+            tracing::warn!("cannot list this node's fragments for handoff: {e}");
+            return;
+        }
+    };
+    let fenced = ctx.fenced.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let me = ctx.config.node_id;
+    let mut ok = true;
+    for action in handoff::reconcile(&state, me, &local, &fenced) {
+        let (fragment, result) = match action {
+            Action::Fence(f) => (f, host.fence(f).await),
+            Action::Unfence(f) => (f, host.unfence(f).await),
+            Action::Delete(f) => {
+                handoff::fault::hit(handoff::fault::Fault::SourceBeforeDelete);
+                (f, host.delete(f, state.epoch).await)
+            }
+        };
+        match result {
+            Ok(()) => {
+                let mut fenced = ctx.fenced.lock().unwrap_or_else(PoisonError::into_inner);
+                match action {
+                    Action::Fence(_) => {
+                        fenced.insert(fragment);
+                        tracing::info!(
+                            fragment,
+                            epoch = state.epoch,
+                            "fenced fragment ${fragment}: a handoff from this node is in flight"
+                        );
+                    }
+                    Action::Unfence(_) => {
+                        fenced.remove(&fragment);
+                        tracing::info!(
+                            fragment,
+                            epoch = state.epoch,
+                            "unfenced fragment ${fragment}: its handoff was aborted"
+                        );
+                    }
+                    Action::Delete(_) => {
+                        fenced.remove(&fragment);
+                        tracing::info!(
+                            fragment,
+                            epoch = state.epoch,
+                            "deleted this node's copy of fragment ${fragment}: the map gives it to another node"
+                        );
+                    }
+                }
+            }
+            Err(e @ (handoff::HostError::NotYet { .. } | handoff::HostError::Stopped)) => {
+                ok = false;
+                tracing::debug!(fragment, "handoff reconcile step {action:?} waits: {e}");
+            }
+            Err(e) => {
+                ok = false;
+                tracing::warn!(fragment, "handoff reconcile step {action:?} failed (retried): {e}");
+            }
+        }
+    }
+    if ok {
+        *reconciled = Some(state.epoch);
+    }
+}
+
+/// Where `drain_before_exit` asks the control plane to drain (set once it runs).
+static DRAIN: std::sync::OnceLock<tokio::sync::mpsc::Sender<std::sync::mpsc::SyncSender<()>>> =
+    std::sync::OnceLock::new();
+
+/// Graceful shutdown of a cluster data node: asks the coordinator to move every fragment of
+/// this node to the others and waits until none is left (bounded by `DRAIN_TIMEOUT_MS`,
+/// progress logged). Returns at once without a running control plane, on a proxy, on the
+/// last data node and when this build cannot hand off. Blocking: call it from a plain thread
+/// (the signal thread), never from an executor or the control plane.
+pub fn drain_before_exit() {
+    let Some(tx) = DRAIN.get() else { return };
+    let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
+    if tx.try_send(done_tx).is_err() {
+        return;
+    }
+    let bound = Duration::from_millis(DRAIN_TIMEOUT_MS + PEER_REQUEST_TIMEOUT_MS);
+    let _ = done_rx.recv_timeout(bound);
+}
+
+async fn drain_loop(
+    ctx: Arc<Ctx>,
+    mut requests: tokio::sync::mpsc::Receiver<std::sync::mpsc::SyncSender<()>>,
+) {
+    while let Some(done) = requests.recv().await {
+        drain(&ctx).await;
+        let _ = done.send(());
+    }
+}
+
+async fn drain(ctx: &Ctx) {
+    let me = ctx.config.node_id;
+    let state = ctx.state();
+    let mine = |s: &ClusterState| {
+        s.fragments_of(me) + s.handoffs.iter().filter(|h| h.to == me || h.from == me).count()
+    };
+    if ctx.config.role != Role::Data || mine(&state) == 0 {
+        return;
+    }
+    if !ctx.config.handoff_on_shutdown {
+        tracing::info!(
+            "leaving with this node's fragments (--handoff-on-shutdown false): unavailable until it returns"
+        );
+        return;
+    }
+    if !state.data_members().any(|n| n != me && !state.leaving.contains(&n)) {
+        tracing::info!("this is the cluster's last data node: leaving with its fragments");
+        return;
+    }
+    if handoff::host().is_none() {
+        tracing::warn!(
+            "this build cannot hand fragments off: leaving with them (unavailable until this node returns)"
+        );
+        return;
+    }
+    ctx.draining.store(true, std::sync::atomic::Ordering::Relaxed);
+    let began = Instant::now();
+    let deadline = began + Duration::from_millis(DRAIN_TIMEOUT_MS);
+    tracing::info!(
+        fragments = state.fragments_of(me),
+        "handing off every fragment of this node before leaving"
+    );
+    let mut told = false;
+    let mut last_report = began;
+    let mut last_change = (began, mine(&state));
+    let stall = Duration::from_millis(DRAIN_STALL_MS);
+    let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
+    while Instant::now() < deadline {
+        interval.tick().await;
+        let state = ctx.state();
+        if !told {
+            told = state.leaving.contains(&me)
+                || match ask_leave(ctx).await {
+                    Ok(told) => told,
+                    Err(reason) => {
+                        tracing::info!("leaving with this node's fragments: {reason}");
+                        return;
+                    }
+                };
+        }
+        let left = mine(&state);
+        // Done once the map gives this node nothing and its old copies are deleted.
+        let copies = ctx.fenced.lock().unwrap_or_else(PoisonError::into_inner).len();
+        if told && left == 0 && copies == 0 {
+            tracing::info!(
+                ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+                "handed off every fragment; leaving the cluster"
+            );
+            return;
+        }
+        let moving = state.handoffs.iter().any(|h| h.from == me);
+        if left != last_change.1 || moving {
+            last_change = (Instant::now(), left);
+        } else if last_change.0.elapsed() >= stall {
+            tracing::warn!(
+                fragments_left = left,
+                "graceful shutdown: no handoff progress for {stall:?} (no coordinator, or no node to take them); leaving with the rest (unavailable until this node returns)"
+            );
+            return;
+        }
+        if last_report.elapsed() >= Duration::from_millis(DRAIN_PROGRESS_MS) {
+            last_report = Instant::now();
+            tracing::info!(
+                fragments_left = left,
+                handoffs = state.handoffs.len(),
+                "handing off before leaving"
+            );
+        }
+    }
+    tracing::warn!(
+        fragments_left = mine(&ctx.state()),
+        "graceful shutdown: fragments not handed off within {DRAIN_TIMEOUT_MS} ms stay on this node (unavailable until it returns)"
+    );
+}
+
+/// Asks the coordinator to record this node as leaving: true once it did, false to ask
+/// again, an error when it refused for good (the last data node staying).
+async fn ask_leave(ctx: &Ctx) -> Result<bool, String> {
+    let me = ctx.config.node_id;
+    let state = ctx.state();
+    if !state.data_members().any(|n| n != me && !state.leaving.contains(&n)) {
+        return Err("every other data node is leaving too".to_owned());
+    }
+    let metrics = ctx.raft.metrics().borrow().clone();
+    let Some(leader) = metrics.current_leader else { return Ok(false) };
+    if leader == ctx.me.node {
+        return Ok(propose(ctx, Command::SetLeaving { node: me, leaving: true }).await);
+    }
+    let Some(addr) =
+        metrics.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
+    else {
+        return Ok(false);
+    };
+    let answer = match PeerConn::dial(&addr, &ctx.hello).await {
+        Ok(mut c) => c.request(&Message::Leave { node: u64::from(me) }).await,
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(Message::Leaving) => Ok(true),
+        Ok(Message::JoinFailed { reason }) if reason.contains("last data member") => Err(reason),
+        Ok(other) => {
+            tracing::debug!("leave answered {}", other.kind());
+            Ok(false)
+        }
+        Err(e) => {
+            tracing::debug!("leave: {e}");
+            Ok(false)
         }
     }
 }
@@ -680,5 +1274,6 @@ fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
         map: state.shard_map(),
         moves_planned: state.moves.len(),
         strategy: ctx.strategy.name(),
+        handoffs: state.handoffs.clone(),
     });
 }

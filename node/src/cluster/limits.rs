@@ -62,6 +62,54 @@ pub const PEER_CONNECTIONS_MAX: usize = 4 * CLUSTER_MEMBERS_MAX;
 /// read back is corruption.
 pub const RAFT_RECORD_BYTES_MAX: u32 = PEER_FRAME_BYTES_MAX;
 
+/// Milliseconds the source waits for the destination to acknowledge one handoff chunk
+/// (import plus fdatasync of about `storage::limits::EXPORT_CHUNK_BYTES`) before the
+/// handoff fails and is aborted.
+pub const HANDOFF_CHUNK_ACK_MS: u64 = 30_000;
+
+/// Milliseconds the coordinator waits for a whole handoff (`HandoffDone`) before aborting it;
+/// bounds how long a fragment is unavailable for writes (1 GiB at ~4 MiB/s fits).
+pub const HANDOFF_TIMEOUT_MS: u64 = 600_000;
+
+/// Milliseconds a node waits for its applied state to reach a handoff's epoch before it
+/// refuses the handoff request as stale or early.
+pub const HANDOFF_STATE_WAIT_MS: u64 = 5_000;
+
+/// Milliseconds a data node's graceful shutdown waits for its fragments to be handed off
+/// before it leaves with the rest (they stay unavailable until it returns).
+pub const DRAIN_TIMEOUT_MS: u64 = 120_000;
+
+/// Milliseconds a draining node waits without progress (not yet recorded as leaving, or no
+/// handoff of its fragments in flight and none finished) before it leaves with the rest: a
+/// cluster stopping whole, or without a coordinator, must not wait `DRAIN_TIMEOUT_MS`.
+pub const DRAIN_STALL_MS: u64 = 10_000;
+
+/// Milliseconds between progress lines while a node drains.
+pub const DRAIN_PROGRESS_MS: u64 = 1_000;
+
+/// Handoff requests queued from the control plane to the executors (the bridge channel);
+/// a full queue makes the control plane wait.
+pub const HOST_REQUESTS_MAX: usize = 64;
+
+/// Milliseconds a fence waits for transactions prepared on the fragment before it to commit
+/// or abort (the engine's sweeper resolves one within its 10 s prepared timeout); past it the
+/// handoff fails and is aborted.
+pub const HANDOFF_FENCE_PREPARED_WAIT_MS: u64 = 30_000;
+
+/// Milliseconds between two looks at a fenced fragment's prepared transactions.
+pub const HANDOFF_FENCE_POLL_MS: u64 = 5;
+
+/// Milliseconds the coordinator waits after aborting a fragment's handoff before it begins
+/// another of that fragment (a lasting failure is retried at this pace, not every tick).
+pub const HANDOFF_RETRY_MS: u64 = 3_000;
+
+/// Imports a node receives at once (one per fragment arriving).
+pub const HANDOFFS_INCOMING_MAX: usize = 16;
+
+/// Executors of a member a handoff's destination executor is chosen among: a member reports
+/// its own count, and placing is linear in it.
+pub const MEMBER_EXECUTORS_PLACED_MAX: u32 = 1_024;
+
 const _: () = assert!(RAFT_SNAPSHOT_CHUNK_BYTES * 4 < PEER_FRAME_BYTES_MAX as u64);
 const _: () = assert!(JOIN_ADDRS_MAX <= CLUSTER_MEMBERS_MAX);
 const _: () = assert!(PEER_IDLE_TIMEOUT_MS > 10 * CONTROL_TICK_MS);

@@ -9,6 +9,8 @@
 pub mod allocation;
 pub mod control;
 pub mod forward;
+pub mod handoff;
+pub mod handoff_host;
 pub mod limits;
 pub mod peer;
 pub mod raft_net;
@@ -66,6 +68,19 @@ pub struct ClusterView {
     pub moves_planned: usize,
     /// The allocation strategy's name.
     pub strategy: &'static str,
+    /// Handoffs in flight (at most one per fragment): regions buffer requests for these
+    /// fragments until the map's owner changes (commit) or the handoff ends (abort).
+    pub handoffs: Vec<state::Handoff>,
+}
+
+impl ClusterView {
+    /// What `fragment` is doing: `Active` or `HandingOff` (buffer its requests).
+    pub fn fragment_state(&self, fragment: u32) -> state::FragmentState {
+        match self.handoffs.iter().find(|h| h.fragment == fragment) {
+            Some(h) => state::FragmentState::HandingOff { from: h.from, to: h.to, handoff: h.id },
+            None => state::FragmentState::Active,
+        }
+    }
 }
 
 /// The process's cluster view. A process runs at most one node, so one slot; it is set only

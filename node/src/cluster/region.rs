@@ -14,7 +14,7 @@
 //!
 //! See ARCHITECTURE.md, "node::cluster".
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -279,11 +279,13 @@ pub async fn refresh(
     buffers.wait_for(BufferKey::Map(want), || (installed() >= want).then_some(())).await
 }
 
-/// The map the control plane publishes, if newer than `installed`.
-fn newer_map(installed: router::Epoch) -> Option<Arc<ShardMap>> {
+/// The map the control plane publishes, if newer than `installed`, with the fragments being
+/// handed off at that map's epoch.
+fn newer_map(installed: router::Epoch) -> Option<(Arc<ShardMap>, BTreeSet<FragmentId>)> {
     let view = crate::cluster::view()?;
     let map = view.map.as_ref()?;
-    (map.epoch() > installed).then(|| Arc::new(map.clone()))
+    let moving = view.handoffs.iter().map(|h| FragmentId::new(h.fragment)).collect();
+    (map.epoch() > installed).then(|| (Arc::new(map.clone()), moving))
 }
 
 /// The fragments of `map` that executor `executor` of node `me` owns.
@@ -303,6 +305,11 @@ pub fn owned_by(
 pub async fn open_owned(core: &Core, map: &ShardMap) -> Result<(), EngineError> {
     for (id, range) in owned_by(map, core.shared().me, core.index()) {
         core.open_fragment(id, range).await?;
+        // Handoff hook: a fragment this node is handing off stays fenced until the handoff's
+        // commit or abort is applied (a source restarted mid-handoff).
+        if crate::cluster::handoff::fence_at_open(id.get(), core.shared().me.0) {
+            core.fence_fragment(id).await?;
+        }
     }
     Ok(())
 }
@@ -322,10 +329,16 @@ pub fn start(core: &Rc<Core>, ctx: &ExecutorContext<Core>) {
             if ctx.shutdown.is_triggered() {
                 break;
             }
-            let Some(map) = newer_map(core.shared().map_epoch()) else { continue };
+            let Some((map, moving)) = newer_map(core.shared().map_epoch()) else { continue };
             match follow(&core, &ctx, &map).await {
                 Ok(()) => {
-                    core.shared().install_map(Arc::clone(&map));
+                    // Writes to a fragment in handoff wait in its buffer. Both the fragments
+                    // moving before and after this epoch wait while the map is swapped, so no
+                    // write routes by one map with the other's moving set.
+                    let shared = core.shared();
+                    shared.set_moving(shared.moving().union(&moving).copied().collect());
+                    shared.install_map(Arc::clone(&map));
+                    shared.set_moving(moving);
                     tracing::info!(epoch = map.epoch().0, fragments = map.len(), "data path follows the shard map");
                 }
                 Err(e) if failed_epoch != Some(map.epoch()) => {

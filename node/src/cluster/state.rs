@@ -3,13 +3,20 @@
 //! is what every replica runs for each committed command, so it must be deterministic and must
 //! validate instead of trusting the proposer (a stale leader's proposal is refused, not
 //! applied).
+//!
+//! A fragment is `Active` (its owner serves it) or `HandingOff` (a `Handoff` is in flight:
+//! the owner is still `from`, fenced, streaming to `to`). `BeginHandoff`, `CommitHandoff` and
+//! `AbortHandoff` each bump the epoch, so every region sees the change. **Invariant:** at any
+//! applied state every fragment has exactly one owner, at most one handoff, and the owner only
+//! changes in `CommitHandoff` naming the handoff in flight (a stale or duplicate commit or
+//! abort is a typed no-op).
 
 use std::collections::BTreeMap;
 
 use router::{Epoch, ExecutorId, FragmentId, NodeId, Owner, ShardMap};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::limits::CLUSTER_MEMBERS_MAX;
+use crate::cluster::limits::{CLUSTER_MEMBERS_MAX, MEMBER_EXECUTORS_PLACED_MAX};
 use crate::cluster::wire::{Peer, Role};
 
 /// A member as the coordinator records it.
@@ -52,7 +59,7 @@ pub struct FragmentEntry {
     pub executor: u32,
 }
 
-/// A decided move not yet carried out (handoff is the next step of issue #7).
+/// A decided move not yet carried out: the coordinator turns it into a `Handoff`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlannedMove {
     /// The fragment.
@@ -87,6 +94,40 @@ pub enum Command {
         fragment: u32,
         /// The destination data member.
         to: u32,
+    },
+    /// Start handing `fragment` off from its owner to `to`: the fragment becomes
+    /// `HandingOff` under a new handoff id (new epoch). Refused while `max_in_flight` handoffs
+    /// run, or if this fragment has one already.
+    BeginHandoff {
+        /// The fragment.
+        fragment: u32,
+        /// The destination data member.
+        to: u32,
+        /// Most handoffs in flight at once (`--max-simultaneous-rebalance`).
+        max_in_flight: u32,
+    },
+    /// The destination holds every document durably: it owns the fragment now (new epoch).
+    CommitHandoff {
+        /// The fragment.
+        fragment: u32,
+        /// The handoff id `BeginHandoff` gave (a commit of another one is refused).
+        handoff: u64,
+    },
+    /// Mark a data member as leaving (graceful shutdown: the coordinator moves its fragments
+    /// away and moves nothing to it) or as back (it rejoined).
+    SetLeaving {
+        /// The data member.
+        node: u32,
+        /// Leaving (true) or back (false).
+        leaving: bool,
+    },
+    /// The handoff failed before its commit: the source keeps the fragment (new epoch), the
+    /// destination discards its partial copy, the planned move is dropped.
+    AbortHandoff {
+        /// The fragment.
+        fragment: u32,
+        /// The handoff id `BeginHandoff` gave (an abort of another one is refused).
+        handoff: u64,
     },
 }
 
@@ -143,6 +184,41 @@ pub enum CommandError {
         /// The router's reason.
         reason: String,
     },
+    /// The fragment is being handed off already.
+    #[error("fragment ${fragment} is being handed off already (handoff {handoff})")]
+    AlreadyHandingOff {
+        /// The fragment.
+        fragment: u32,
+        /// The handoff in flight.
+        handoff: u64,
+    },
+    /// As many handoffs as allowed are in flight.
+    #[error("{max} handoffs are in flight, the most allowed")]
+    TooManyHandoffs {
+        /// The bound.
+        max: u32,
+    },
+    /// A commit or abort names a handoff that is not the one in flight for the fragment
+    /// (a duplicate, or a stale coordinator's).
+    #[error("fragment ${fragment} has no handoff {handoff} in flight")]
+    NoSuchHandoff {
+        /// The fragment.
+        fragment: u32,
+        /// The handoff named.
+        handoff: u64,
+    },
+    /// The node is leaving: nothing moves to it.
+    #[error("node {node} is leaving the cluster")]
+    Leaving {
+        /// The node.
+        node: u32,
+    },
+    /// The last data member that is not leaving cannot leave: its fragments have nowhere to go.
+    #[error("node {node} is the last data member not leaving; its fragments have nowhere to go")]
+    LastDataMember {
+        /// The node.
+        node: u32,
+    },
     /// The cluster is full.
     #[error("the cluster has {max} members, the most it accepts")]
     TooManyMembers {
@@ -153,6 +229,39 @@ pub enum CommandError {
 
 /// What a committed command did, returned to its proposer.
 pub type Applied = Result<u64, CommandError>;
+
+/// A handoff in flight: `from` (the owner, fenced) streams the fragment to `to`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handoff {
+    /// Its id, unique in the cluster's history (a retried move gets a new one).
+    pub id: u64,
+    /// The fragment.
+    pub fragment: u32,
+    /// The owner, which keeps it until the commit.
+    pub from: u32,
+    /// The destination data member.
+    pub to: u32,
+    /// The executor on `to` that will own it (the one with the fewest fragments there).
+    pub to_executor: u32,
+    /// The epoch `BeginHandoff` produced.
+    pub begun_at: u64,
+}
+
+/// What a fragment is doing, as regions need it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FragmentState {
+    /// Its owner serves it.
+    Active,
+    /// A handoff is in flight: requests for it wait in region buffers.
+    HandingOff {
+        /// The owner (fenced).
+        from: u32,
+        /// The destination.
+        to: u32,
+        /// The handoff id.
+        handoff: u64,
+    },
+}
 
 /// The replicated state.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
@@ -165,6 +274,15 @@ pub struct ClusterState {
     pub fragments: Vec<FragmentEntry>,
     /// Decided moves waiting for handoff.
     pub moves: Vec<PlannedMove>,
+    /// Handoffs in flight (at most one per fragment).
+    #[serde(default)]
+    pub handoffs: Vec<Handoff>,
+    /// The last handoff id given (ids start at 1).
+    #[serde(default)]
+    pub last_handoff: u64,
+    /// Data members shutting down gracefully: their fragments move away, none move to them.
+    #[serde(default)]
+    pub leaving: std::collections::BTreeSet<u32>,
 }
 
 impl ClusterState {
@@ -181,6 +299,26 @@ impl ClusterState {
     /// Fragments owned by `node`.
     pub fn fragments_of(&self, node: u32) -> usize {
         self.fragments.iter().filter(|f| f.node == node).count()
+    }
+
+    /// The handoff in flight for `fragment`, if any.
+    pub fn handoff_of(&self, fragment: u32) -> Option<&Handoff> {
+        self.handoffs.iter().find(|h| h.fragment == fragment)
+    }
+
+    /// What `fragment` is doing (`Active` for an unknown one: it has no handoff).
+    pub fn fragment_state(&self, fragment: u32) -> FragmentState {
+        match self.handoff_of(fragment) {
+            Some(h) => FragmentState::HandingOff { from: h.from, to: h.to, handoff: h.id },
+            None => FragmentState::Active,
+        }
+    }
+
+    /// The node that may accept writes for `fragment`: its owner while it is `Active`, nobody
+    /// while it is handed off (the owner is fenced), `None` for an unknown fragment.
+    pub fn writer_of(&self, fragment: u32) -> Option<u32> {
+        let entry = self.fragments.iter().find(|f| f.id == fragment)?;
+        self.handoff_of(fragment).is_none().then_some(entry.node)
     }
 
     /// The map as router's `ShardMap`, if allocated.
@@ -212,7 +350,101 @@ impl ClusterState {
             }
             Command::Allocate { owners, min_members } => self.allocate(owners, *min_members),
             Command::PlanMove { fragment, to } => self.plan_move(*fragment, *to),
+            Command::BeginHandoff { fragment, to, max_in_flight } => {
+                self.begin_handoff(*fragment, *to, *max_in_flight)
+            }
+            Command::CommitHandoff { fragment, handoff } => {
+                self.end_handoff(*fragment, *handoff, true)
+            }
+            Command::AbortHandoff { fragment, handoff } => {
+                self.end_handoff(*fragment, *handoff, false)
+            }
+            Command::SetLeaving { node, leaving } => self.set_leaving(*node, *leaving),
         }
+    }
+
+    fn set_leaving(&mut self, node: u32, leaving: bool) -> Applied {
+        if self.members.get(&node).is_none_or(|m| m.role != Role::Data) {
+            return Err(CommandError::NotDataMember { node });
+        }
+        if !leaving {
+            self.leaving.remove(&node);
+            return Ok(self.epoch);
+        }
+        let stays = self.data_members().any(|n| n != node && !self.leaving.contains(&n));
+        if !stays {
+            return Err(CommandError::LastDataMember { node });
+        }
+        self.leaving.insert(node);
+        // Plans to move fragments to it are void; the coordinator plans new ones.
+        self.moves.retain(|m| m.to != node);
+        Ok(self.epoch)
+    }
+
+    fn begin_handoff(&mut self, fragment: u32, to: u32, max_in_flight: u32) -> Applied {
+        if !self.allocated() {
+            return Err(CommandError::NoMap);
+        }
+        let Some(entry) = self.fragments.iter().find(|f| f.id == fragment).copied() else {
+            return Err(CommandError::UnknownFragment { fragment });
+        };
+        let Some(member) = self.members.get(&to).filter(|m| m.role == Role::Data) else {
+            return Err(CommandError::NotDataMember { node: to });
+        };
+        if entry.node == to {
+            return Err(CommandError::AlreadyOwner { fragment, node: to });
+        }
+        if self.leaving.contains(&to) {
+            return Err(CommandError::Leaving { node: to });
+        }
+        if let Some(h) = self.handoff_of(fragment) {
+            return Err(CommandError::AlreadyHandingOff { fragment, handoff: h.id });
+        }
+        if self.moves.iter().any(|m| m.fragment == fragment && m.to != to) {
+            return Err(CommandError::AlreadyMoving { fragment });
+        }
+        let max = max_in_flight.max(1);
+        if self.handoffs.len() >= max as usize {
+            return Err(CommandError::TooManyHandoffs { max });
+        }
+        // The executor of `to` holding the fewest fragments (ties: the lowest), counting the
+        // ones already on their way there.
+        let executors = member.executors.clamp(1, MEMBER_EXECUTORS_PLACED_MAX);
+        let mut held = vec![0usize; executors as usize];
+        let arriving = self.handoffs.iter().filter(|h| h.to == to).map(|h| h.to_executor);
+        let there = self.fragments.iter().filter(|f| f.node == to).map(|f| f.executor);
+        for e in there.chain(arriving) {
+            if let Some(n) = held.get_mut(e as usize) {
+                *n += 1;
+            }
+        }
+        let to_executor = (0..executors).min_by_key(|e| (held.get(*e as usize), *e)).unwrap_or(0);
+        self.last_handoff += 1;
+        self.epoch += 1;
+        self.handoffs.push(Handoff {
+            id: self.last_handoff,
+            fragment,
+            from: entry.node,
+            to,
+            to_executor,
+            begun_at: self.epoch,
+        });
+        Ok(self.epoch)
+    }
+
+    fn end_handoff(&mut self, fragment: u32, handoff: u64, commit: bool) -> Applied {
+        let Some(at) = self.handoffs.iter().position(|h| h.fragment == fragment && h.id == handoff)
+        else {
+            return Err(CommandError::NoSuchHandoff { fragment, handoff });
+        };
+        let h = self.handoffs.remove(at);
+        if commit && let Some(entry) = self.fragments.iter_mut().find(|f| f.id == fragment) {
+            entry.node = h.to;
+            entry.executor = h.to_executor;
+        }
+        self.moves.retain(|m| m.fragment != fragment);
+        self.epoch += 1;
+        Ok(self.epoch)
     }
 
     fn allocate(&mut self, owners: &[u32], min_members: u32) -> Applied {
@@ -265,6 +497,9 @@ impl ClusterState {
         }
         if entry.node == to {
             return Err(CommandError::AlreadyOwner { fragment, node: to });
+        }
+        if self.leaving.contains(&to) {
+            return Err(CommandError::Leaving { node: to });
         }
         if self.moves.iter().any(|m| m.fragment == fragment) {
             return Err(CommandError::AlreadyMoving { fragment });
@@ -380,5 +615,224 @@ mod tests {
         assert_eq!(back, s);
         let strategy = LeastShardAllocation::default();
         assert_eq!(strategy.name(), "least-shard");
+    }
+}
+
+#[cfg(test)]
+mod handoff_tests {
+    use super::*;
+
+    fn member(role: Role) -> Member {
+        Member {
+            role,
+            peer_addr: "127.0.0.1:1".into(),
+            pg_addr: "127.0.0.1:2".into(),
+            executors: 2,
+        }
+    }
+
+    /// Nodes 1 and 2 (data), 3 (proxy); four fragments on node 1.
+    fn allocated() -> ClusterState {
+        let mut s = ClusterState::default();
+        for (node, role) in [(1, Role::Data), (2, Role::Data), (3, Role::Proxy)] {
+            assert_eq!(s.apply(&Command::AddMember { node, member: member(role) }), Ok(0));
+        }
+        assert_eq!(s.apply(&Command::Allocate { owners: vec![1, 1, 1, 1], min_members: 1 }), Ok(1));
+        s
+    }
+
+    fn begin(fragment: u32, to: u32) -> Command {
+        Command::BeginHandoff { fragment, to, max_in_flight: 2 }
+    }
+
+    // Checks a handoff's whole life: begin marks it HandingOff under id 1 with a new epoch and
+    // nobody writable, commit moves the owner (and executor) with another epoch, and a repeat
+    // of the commit or a late abort is a typed no-op that changes nothing.
+    #[test]
+    fn handoff_begin_commit_and_duplicates() {
+        let mut s = allocated();
+        s.apply(&Command::PlanMove { fragment: 2, to: 2 }).expect("planned");
+        assert_eq!(s.writer_of(2), Some(1));
+        assert_eq!(s.apply(&begin(2, 2)), Ok(2));
+        assert_eq!(s.fragment_state(2), FragmentState::HandingOff { from: 1, to: 2, handoff: 1 });
+        assert_eq!(s.writer_of(2), None, "the owner is fenced while handing off");
+        assert_eq!(s.writer_of(1), Some(1));
+        assert_eq!(s.shard_map().expect("map").epoch(), Epoch(2));
+        assert_eq!(
+            s.apply(&begin(2, 2)),
+            Err(CommandError::AlreadyHandingOff { fragment: 2, handoff: 1 })
+        );
+        let commit = Command::CommitHandoff { fragment: 2, handoff: 1 };
+        assert_eq!(s.apply(&commit), Ok(3));
+        assert_eq!(s.writer_of(2), Some(2));
+        assert_eq!(s.fragment_state(2), FragmentState::Active);
+        assert!(s.moves.is_empty(), "the planned move is done");
+        let entry = s.fragments[2];
+        assert_eq!((entry.node, entry.executor), (2, 0));
+        let before = s.clone();
+        assert_eq!(s.apply(&commit), Err(CommandError::NoSuchHandoff { fragment: 2, handoff: 1 }));
+        let abort = Command::AbortHandoff { fragment: 2, handoff: 1 };
+        assert_eq!(s.apply(&abort), Err(CommandError::NoSuchHandoff { fragment: 2, handoff: 1 }));
+        assert_eq!(s, before);
+    }
+
+    // Checks an abort keeps the owner, drops the plan, bumps the epoch, and that a commit of
+    // the aborted handoff is refused; a retry gets a new id, so a stale commit of the first
+    // never commits the second.
+    #[test]
+    fn handoff_abort_then_retry_gets_a_new_id() {
+        let mut s = allocated();
+        s.apply(&Command::PlanMove { fragment: 0, to: 2 }).expect("planned");
+        assert_eq!(s.apply(&begin(0, 2)), Ok(2));
+        assert_eq!(s.apply(&Command::AbortHandoff { fragment: 0, handoff: 1 }), Ok(3));
+        assert_eq!(s.writer_of(0), Some(1));
+        assert!(s.moves.is_empty());
+        assert_eq!(
+            s.apply(&Command::CommitHandoff { fragment: 0, handoff: 1 }),
+            Err(CommandError::NoSuchHandoff { fragment: 0, handoff: 1 })
+        );
+        assert_eq!(s.apply(&begin(0, 2)), Ok(4));
+        assert_eq!(s.handoff_of(0).map(|h| h.id), Some(2));
+        assert_eq!(
+            s.apply(&Command::CommitHandoff { fragment: 0, handoff: 1 }),
+            Err(CommandError::NoSuchHandoff { fragment: 0, handoff: 1 })
+        );
+        assert_eq!(s.writer_of(0), None);
+        assert_eq!(s.apply(&Command::CommitHandoff { fragment: 0, handoff: 2 }), Ok(5));
+        assert_eq!(s.writer_of(0), Some(2));
+    }
+
+    // Checks the refusals of BeginHandoff: no map, unknown fragment, proxy or unknown target,
+    // the owner itself, a plan to another node, and the in-flight bound.
+    #[test]
+    fn handoff_begin_refusals() {
+        let mut s = ClusterState::default();
+        assert_eq!(s.apply(&begin(0, 2)), Err(CommandError::NoMap));
+        let mut s2 = allocated();
+        assert_eq!(s2.apply(&begin(9, 2)), Err(CommandError::UnknownFragment { fragment: 9 }));
+        assert_eq!(s2.apply(&begin(0, 3)), Err(CommandError::NotDataMember { node: 3 }));
+        assert_eq!(s2.apply(&begin(0, 7)), Err(CommandError::NotDataMember { node: 7 }));
+        assert_eq!(
+            s2.apply(&begin(0, 1)),
+            Err(CommandError::AlreadyOwner { fragment: 0, node: 1 })
+        );
+        s2.apply(&Command::AddMember { node: 4, member: member(Role::Data) }).expect("added");
+        s2.apply(&Command::PlanMove { fragment: 0, to: 4 }).expect("planned");
+        assert_eq!(s2.apply(&begin(0, 2)), Err(CommandError::AlreadyMoving { fragment: 0 }));
+        assert_eq!(s2.apply(&begin(1, 2)), Ok(2));
+        assert_eq!(s2.apply(&begin(2, 2)), Ok(3));
+        assert_eq!(s2.apply(&begin(3, 2)), Err(CommandError::TooManyHandoffs { max: 2 }));
+        // Two fragments arriving on node 2 are spread over its two executors.
+        let execs: Vec<u32> = s2.handoffs.iter().map(|h| h.to_executor).collect();
+        assert_eq!(execs, [0, 1]);
+        s.members.clear();
+        assert_eq!(s, ClusterState::default());
+    }
+
+    // Checks leaving: refused for a proxy, an unknown node and the last staying data member;
+    // nothing is planned or handed off to a leaving node; coming back clears it.
+    #[test]
+    fn leaving_members_receive_nothing() {
+        let mut s = allocated();
+        let leave = |node, leaving| Command::SetLeaving { node, leaving };
+        assert_eq!(s.apply(&leave(3, true)), Err(CommandError::NotDataMember { node: 3 }));
+        assert_eq!(s.apply(&leave(8, true)), Err(CommandError::NotDataMember { node: 8 }));
+        assert_eq!(s.apply(&leave(2, true)), Ok(1));
+        assert_eq!(s.apply(&leave(1, true)), Err(CommandError::LastDataMember { node: 1 }));
+        assert_eq!(
+            s.apply(&Command::PlanMove { fragment: 0, to: 2 }),
+            Err(CommandError::Leaving { node: 2 })
+        );
+        assert_eq!(s.apply(&begin(0, 2)), Err(CommandError::Leaving { node: 2 }));
+        assert_eq!(s.apply(&leave(2, false)), Ok(1));
+        assert!(s.leaving.is_empty());
+        assert_eq!(s.apply(&begin(0, 2)), Ok(2));
+    }
+
+    // Checks a state written before handoffs existed (no `handoffs` field) still loads.
+    #[test]
+    fn compat_state_without_handoffs_loads() {
+        let mut s = allocated();
+        s.handoffs.clear();
+        let mut json: serde_json::Value = serde_json::to_value(&s).expect("serializes");
+        let obj = json.as_object_mut().expect("object");
+        obj.remove("handoffs");
+        obj.remove("last_handoff");
+        obj.remove("leaving");
+        let back: ClusterState = serde_json::from_value(json).expect("parses");
+        assert_eq!(back, s);
+    }
+
+    fn command_strategy() -> impl proptest::strategy::Strategy<Value = Command> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u32..6, 1u32..5).prop_map(|(fragment, to)| Command::PlanMove { fragment, to }),
+            (0u32..6, 1u32..5, 1u32..3).prop_map(|(fragment, to, max_in_flight)| {
+                Command::BeginHandoff { fragment, to, max_in_flight }
+            }),
+            (0u32..6, 0u64..8)
+                .prop_map(|(fragment, handoff)| Command::CommitHandoff { fragment, handoff }),
+            (0u32..6, 0u64..8)
+                .prop_map(|(fragment, handoff)| Command::AbortHandoff { fragment, handoff }),
+        ]
+    }
+
+    proptest::proptest! {
+        // Checks, for random sequences of move, begin, commit and abort commands (most of them
+        // stale, duplicate or invalid), that after every applied command: the map is valid
+        // with one owner per fragment, each owner a data member; at most one handoff per
+        // fragment, starting at its owner, never to itself; handoffs within the bound; at most
+        // one writer per fragment, and none while handing off; the epoch never goes back and
+        // grows exactly when the map's routing changed; a refused command changes nothing.
+        #[test]
+        fn prop_handoff_invariants(commands in proptest::collection::vec(command_strategy(), 0..60)) {
+            let mut s = ClusterState::default();
+            for node in [1u32, 2, 3] {
+                s.apply(&Command::AddMember { node, member: member(Role::Data) }).expect("added");
+            }
+            s.apply(&Command::AddMember { node: 4, member: member(Role::Proxy) }).expect("added");
+            s.apply(&Command::Allocate { owners: vec![1, 2, 3, 1, 2, 3], min_members: 3 })
+                .expect("allocated");
+            for command in &commands {
+                let before = s.clone();
+                match s.apply(command) {
+                    Ok(epoch) => {
+                        proptest::prop_assert!(epoch >= before.epoch);
+                        proptest::prop_assert_eq!(epoch, s.epoch);
+                        let routing_changed = s.handoffs != before.handoffs
+                            || s.fragments != before.fragments;
+                        proptest::prop_assert_eq!(routing_changed, s.epoch > before.epoch);
+                        if let Command::BeginHandoff { to, .. } = command {
+                            proptest::prop_assert!(!s.leaving.contains(to));
+                        }
+                        let staying = s.data_members().filter(|n| !s.leaving.contains(n)).count();
+                        proptest::prop_assert!(staying >= 1);
+                    }
+                    Err(_) => proptest::prop_assert_eq!(&s, &before),
+                }
+                let map = s.shard_map().expect("a valid map at every state");
+                proptest::prop_assert_eq!(map.len(), 6);
+                proptest::prop_assert_eq!(map.epoch(), Epoch(s.epoch));
+                let max = commands.iter().filter_map(|c| match c {
+                    Command::BeginHandoff { max_in_flight, .. } => Some(*max_in_flight),
+                    _ => None,
+                }).max().unwrap_or(1);
+                proptest::prop_assert!(s.handoffs.len() <= max as usize);
+                for f in &s.fragments {
+                    proptest::prop_assert!(s.members.get(&f.node).is_some_and(|m| m.role == Role::Data));
+                    let handoffs: Vec<&Handoff> =
+                        s.handoffs.iter().filter(|h| h.fragment == f.id).collect();
+                    proptest::prop_assert!(handoffs.len() <= 1);
+                    if let Some(h) = handoffs.first() {
+                        proptest::prop_assert_eq!(h.from, f.node);
+                        proptest::prop_assert_ne!(h.to, f.node);
+                        proptest::prop_assert!(h.id <= s.last_handoff);
+                        proptest::prop_assert_eq!(s.writer_of(f.id), None);
+                    } else {
+                        proptest::prop_assert_eq!(s.writer_of(f.id), Some(f.node));
+                    }
+                }
+            }
+        }
     }
 }

@@ -248,6 +248,13 @@ impl Session {
             ]);
         }
         if let Statement::Show { name } = statement
+            && name == SHOW_LOCAL_FRAGMENTS
+        {
+            return Statement::ShowFragments.result_columns().map(|columns| {
+                columns.iter().map(|c| Column::new(c.name.clone(), oid_of(c.ty))).collect()
+            });
+        }
+        if let Statement::Show { name } = statement
             && name == SHOW_STATS
         {
             return Some(vec![
@@ -365,26 +372,18 @@ impl Session {
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("SHOW"))
             }
+            Statement::Show { name } if name == SHOW_LOCAL_FRAGMENTS => {
+                let rows = self.local_fragment_rows().await?;
+                write_rows(sink, &rows).await?;
+                Ok(CommandTag::new("SHOW"))
+            }
             Statement::Show { name } if name == SHOW_REGION => {
                 let rows = self.region_rows();
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("SHOW"))
             }
             Statement::ShowFragments => {
-                let rows = self
-                    .fragment_rows()
-                    .await?
-                    .into_iter()
-                    .map(|r| {
-                        vec![
-                            Datum::Text(r.fragment.to_string()),
-                            Datum::Text(r.range.to_string()),
-                            Datum::Text(r.executor.to_string()),
-                            Datum::Int8(i64::try_from(r.documents).unwrap_or(i64::MAX)),
-                            Datum::Int8(i64::try_from(r.bytes).unwrap_or(i64::MAX)),
-                        ]
-                    })
-                    .collect::<Rows>();
+                let rows = self.local_fragment_rows().await?;
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("SHOW"))
             }
@@ -1688,6 +1687,24 @@ impl Session {
             .collect())
     }
 
+    /// This node's open fragments, as single-node `SHOW FRAGMENTS` shows them.
+    async fn local_fragment_rows(&self) -> Result<Rows, EngineError> {
+        Ok(self
+            .fragment_rows()
+            .await?
+            .into_iter()
+            .map(|r| {
+                vec![
+                    Datum::Text(r.fragment.to_string()),
+                    Datum::Text(r.range.to_string()),
+                    Datum::Text(r.executor.to_string()),
+                    Datum::Int8(i64::try_from(r.documents).unwrap_or(i64::MAX)),
+                    Datum::Int8(i64::try_from(r.bytes).unwrap_or(i64::MAX)),
+                ]
+            })
+            .collect::<Rows>())
+    }
+
     async fn fragment_rows(&self) -> Result<Vec<FragmentRow>, EngineError> {
         let mut groups: BTreeMap<ExecutorIndex, Vec<()>> = BTreeMap::new();
         for i in 0..self.ctx.mesh.len() {
@@ -1804,6 +1821,10 @@ pub const FRAGMENT_COUNTERS: &str = "fragment_counters";
 /// `SHOW REGION`: what this node's region caches (the map's fragments, owners, epoch) and
 /// buffers (statements waiting, per fragment or for the map itself).
 pub const SHOW_REGION: &str = "region";
+
+/// `SHOW local_fragments`: the fragments this node has open (on a single node the same as
+/// `SHOW FRAGMENTS`; on a cluster node `SHOW FRAGMENTS` is cluster-wide).
+pub const SHOW_LOCAL_FRAGMENTS: &str = "local_fragments";
 
 /// `SHOW STATS`: every metric of the node as (name, labels, value) rows, the same numbers as
 /// the Prometheus endpoint.

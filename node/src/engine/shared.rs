@@ -131,9 +131,15 @@ impl Shared {
     }
 
     /// Marks the fragments being handed off (no location now): statements routed to them wait
-    /// in their region buffer until they leave this set. For handoff to call on every node.
+    /// in their region buffer until they leave this set. The map follower
+    /// (`cluster::region::start`) sets it from the published handoffs with each new map.
     pub fn set_moving(&self, fragments: BTreeSet<FragmentId>) {
         *self.moving.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(fragments);
+    }
+
+    /// The fragments being handed off now.
+    pub fn moving(&self) -> Arc<BTreeSet<FragmentId>> {
+        Arc::clone(&self.moving.read().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Whether fragment `id` is being handed off.

@@ -454,6 +454,20 @@ impl Node {
         );
     }
 
+    /// Waits (bounded) for a node that crashes on its own (a test-only fault hook aborts it),
+    /// asserting it did not exit cleanly and logged nothing unexpected.
+    pub fn wait_crash(&mut self) {
+        let status = self.reap().expect("the node crashed within the stop timeout");
+        assert!(!status.success(), "a crash must not look like a clean exit");
+        let bad = self.unexpected_lines();
+        assert!(
+            bad.is_empty(),
+            "unexpected log lines:\n{}\nfull log:\n{}",
+            bad.join("\n"),
+            self.log_text()
+        );
+    }
+
     /// Starts the node again on the same data directory (after [`Node::stop`] or
     /// [`Node::kill9`]), possibly on another port.
     pub fn start_again(&mut self) {
