@@ -274,16 +274,27 @@ pub const fn frame_bytes(len: usize) -> usize {
 pub fn encode_frame(payload: &[u8], out: &mut [u8]) -> usize {
     assert!(payload.len() <= RECORD_BYTES_MAX);
     assert_eq!(out.len(), frame_bytes(payload.len()));
-    // The assertion above bounds the length far below u32::MAX.
-    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-    let crc = crc_parts(&[&len.to_le_bytes(), payload]);
-    let (head, rest) = out.split_at_mut(FRAME_HEADER_BYTES);
+    let (_, rest) = out.split_at_mut(FRAME_HEADER_BYTES);
+    let (body, _pad) = rest.split_at_mut(payload.len());
+    body.copy_from_slice(payload);
+    seal_frame(out, payload.len());
+    FRAME_HEADER_BYTES
+}
+
+/// Writes the header (length and CRC) of the frame at the start of `frame`, whose payload of
+/// `payload_len` bytes is already in place after the header. `payload_len` is at most
+/// `RECORD_BYTES_MAX`; a `frame` too short to hold it is left alone.
+pub fn seal_frame(frame: &mut [u8], payload_len: usize) {
+    // Callers bound the length far below u32::MAX.
+    let len = u32::try_from(payload_len).unwrap_or(u32::MAX);
+    if frame.len() < FRAME_HEADER_BYTES + payload_len {
+        return;
+    }
+    let (head, rest) = frame.split_at_mut(FRAME_HEADER_BYTES);
+    let crc = crc_parts(&[&len.to_le_bytes(), rest.get(..payload_len).unwrap_or_default()]);
     let (len_bytes, crc_bytes) = head.split_at_mut(4);
     len_bytes.copy_from_slice(&len.to_le_bytes());
     crc_bytes.copy_from_slice(&crc.to_le_bytes());
-    let (body, _pad) = rest.split_at_mut(payload.len());
-    body.copy_from_slice(payload);
-    FRAME_HEADER_BYTES
 }
 
 /// One frame found in a byte area: its payload offset and length (within the area).

@@ -35,6 +35,10 @@ pub const GROUP_COMMIT_BATCH_BYTES_MAX: usize = 4 << 20;
 /// Largest archived record in bytes; one record always fits into one group-commit batch.
 pub const RECORD_BYTES_MAX: usize = 2 << 20;
 
+/// Capacity of a fragment's staging buffer (frames serialized by writers, waiting for the
+/// group commit) kept once it is empty; a larger one, left by a burst, is freed.
+pub const STAGED_KEEP_BYTES: usize = GROUP_COMMIT_BATCH_BYTES_MAX;
+
 /// Bytes waiting in the group-commit queue above which new writers wait (backpressure).
 pub const QUEUE_BYTES_MAX: usize = 16 << 20;
 

@@ -124,6 +124,7 @@ pub(crate) fn empty_state() -> State {
         lsn_durable: 0,
         queue: VecDeque::new(),
         queue_bytes: 0,
+        staged: rkyv::util::AlignedVec::new(),
         fatal: None,
         active: None,
         segments: Vec::new(),
@@ -135,23 +136,23 @@ pub(crate) fn empty_state() -> State {
 }
 
 fn meta_put(p: &ArchivedPutOp) -> OpMeta {
-    OpMeta {
-        collection: p.collection.as_str().into(),
-        key: doc_key(p.id.as_str()).into(),
-        shard: ShardId::from_u64_mod(u64::from(p.shard.to_native())),
-        version: Version::new(p.version.to_native()),
-        put: true,
-    }
+    OpMeta::new(
+        p.collection.as_str(),
+        &doc_key(p.id.as_str()),
+        ShardId::from_u64_mod(u64::from(p.shard.to_native())),
+        Version::new(p.version.to_native()),
+        true,
+    )
 }
 
 fn meta_delete(d: &ArchivedDeleteOp) -> OpMeta {
-    OpMeta {
-        collection: d.collection.as_str().into(),
-        key: doc_key(d.id.as_str()).into(),
-        shard: ShardId::from_u64_mod(u64::from(d.shard.to_native())),
-        version: Version::new(d.version.to_native()),
-        put: false,
-    }
+    OpMeta::new(
+        d.collection.as_str(),
+        &doc_key(d.id.as_str()),
+        ShardId::from_u64_mod(u64::from(d.shard.to_native())),
+        Version::new(d.version.to_native()),
+        false,
+    )
 }
 
 fn meta_op(op: &ArchivedOp) -> OpMeta {
