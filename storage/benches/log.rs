@@ -142,6 +142,13 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
             h.max() as f64 / 1000.0
         );
     }
+    let io = f.io_stats();
+    println!(
+        "  group commits: {} fdatasyncs, {:.1} writes each, {} pipelined (started behind another)",
+        io.fdatasyncs,
+        io.writes_synced as f64 / io.fdatasyncs.max(1) as f64,
+        io.pipelined
+    );
     Rc::try_unwrap(f).expect("sole owner").close().await;
     std::fs::remove_dir_all(&fdir).expect("cleanup");
 }

@@ -352,8 +352,10 @@ impl CommitDurable {
 pub(crate) struct Active {
     pub seg: Rc<Segment>,
     pub file: Rc<dyn DiskFile>,
-    /// Offset of the next chunk (block-aligned).
+    /// Offset after the last durable chunk (block-aligned): the durable prefix.
     pub pos: u64,
+    /// Offset of the next chunk (block-aligned): `pos` plus the chunks in flight.
+    pub next: u64,
 }
 
 /// Mutable state of a fragment. Never borrowed across an `.await`.
@@ -392,8 +394,11 @@ pub(crate) struct Inner {
     pub space_waiters: RefCell<VecDeque<Waker>>,
     /// Tasks in [`Fragment::wait_durable`]: woken after every group commit and on failure.
     pub durable_waiters: RefCell<VecDeque<Waker>>,
-    /// Held by the writer around one flush, and by compaction while it rolls the segment.
+    /// Held by the writer while chunks are in flight, and by compaction while it rolls the
+    /// segment.
     pub log_lock: glommio::sync::Semaphore,
+    /// Compaction tasks waiting for `log_lock`: the writer lets its chunks finish and yields.
+    pub seal_waiting: Cell<u32>,
     pub closing: Cell<bool>,
     pub compacting: Cell<bool>,
     pub compaction_task: RefCell<Option<JoinHandle<()>>>,
@@ -458,6 +463,7 @@ impl Fragment {
             space_waiters: RefCell::new(VecDeque::new()),
             durable_waiters: RefCell::new(VecDeque::new()),
             log_lock: glommio::sync::Semaphore::new(1),
+            seal_waiting: Cell::new(0),
             closing: Cell::new(false),
             compacting: Cell::new(false),
             compaction_task: RefCell::new(None),
@@ -836,9 +842,7 @@ impl Fragment {
     }
 
     fn wake_writer(&self) {
-        if let Some(w) = self.inner.writer_waker.take() {
-            w.wake();
-        }
+        wake_writer(&self.inner);
     }
 
     /// The LSN of the last write accepted into the log queue, durable or not (`Lsn::new(0)`
@@ -1027,6 +1031,13 @@ fn lock_dir(dir: &Path, fragment: FragmentId) -> Result<std::fs::File, OpenError
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(OpenError::Locked { fragment, path }),
         Err(std::fs::TryLockError::Error(e)) => Err(io(&path)(e)),
+    }
+}
+
+/// Wakes the fragment's writer task if it waits.
+pub(crate) fn wake_writer(inner: &Inner) {
+    if let Some(w) = inner.writer_waker.take() {
+        w.wake();
     }
 }
 

@@ -5,6 +5,7 @@
 //! fdatasync is fatal: every waiting and future write fails with the reason, nothing is retried.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -20,8 +21,8 @@ use crate::format::{ChunkHeader, SegmentHeader, SegmentKind, frame_bytes, seal_f
 use crate::fragment::{Active, Inner, State, chunk_capacity, lock_key, wake_all};
 use crate::index::{Entry, Loc};
 use crate::limits::{
-    BLOCK_BYTES, CHUNK_HEADER_BYTES, FRAME_HEADER_BYTES, RECORD_BYTES_MAX, SEGMENT_HEADER_BYTES,
-    STAGED_KEEP_BYTES,
+    BLOCK_BYTES, CHUNK_HEADER_BYTES, CHUNKS_IN_FLIGHT_MAX, FRAME_HEADER_BYTES, RECORD_BYTES_MAX,
+    SEGMENT_HEADER_BYTES, STAGED_KEEP_BYTES,
 };
 use crate::record::Record;
 use crate::segment::{Prepared, Segment, create_preallocated, install, prepare_zeroed};
@@ -206,25 +207,133 @@ pub(crate) fn apply_effect(st: &mut State, effect: &Effect, seg: &Rc<Segment>, s
     seg.add_record_bytes(frame_bytes(span.len()) as u64);
 }
 
-/// The writer task of one fragment.
+/// A chunk whose write and fdatasync are under way.
+struct Flight {
+    batch: Vec<Pending>,
+    spans: Vec<RecordSpan>,
+    seg: Rc<Segment>,
+    pos: u64,
+    total: usize,
+    started: std::time::Instant,
+    /// The write followed by the fdatasync. Polled by the writer task itself (a task of its
+    /// own would queue the write behind every runnable writer).
+    io: std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<()>>>>,
+    /// Its outcome, once finished.
+    done: Option<io::Result<()>>,
+}
+
+/// What the writer waits for while chunks are in flight.
+enum Event {
+    /// The oldest chunk's write and fdatasync finished.
+    Synced,
+    /// Records are queued and another chunk may start.
+    Queued,
+}
+
+/// The writer task of one fragment: the group commit, pipelined. At most
+/// `CHUNKS_IN_FLIGHT_MAX` chunks are written and synced at once, each chunk's write issued
+/// once it is built, so the next chunk's write starts while the previous fdatasync runs. Chunks
+/// complete strictly in log order: a record is applied and acknowledged only after its own
+/// chunk's fdatasync (issued after its write completed) and that of every earlier chunk.
+/// Holds the log lock while any chunk is in flight; a segment roll (the writer's or
+/// compaction's) happens only with none in flight, so torn chunks lie in the last segment.
 pub(crate) async fn run_writer(inner: Rc<Inner>) {
+    let mut flights: VecDeque<Flight> = VecDeque::new();
+    let mut permit = None;
     loop {
-        std::future::poll_fn(|cx| {
-            if !inner.st.borrow().queue.is_empty() || inner.closing.get() {
-                Poll::Ready(())
-            } else {
-                inner.writer_waker.set(Some(cx.waker().clone()));
-                Poll::Pending
+        let queued = {
+            let st = inner.st.borrow();
+            !st.queue.is_empty() && st.fatal.is_none()
+        };
+        // Compaction waits for the log lock: let the chunks in flight finish, then yield it.
+        let yielding = permit.is_some() && inner.seal_waiting.get() > 0;
+        let mut blocked = false;
+        if queued && flights.len() < CHUNKS_IN_FLIGHT_MAX && !yielding {
+            if permit.is_none() {
+                match inner.log_lock.acquire_permit(1).await {
+                    Ok(p) => permit = Some(p),
+                    Err(_) => break,
+                }
+                continue;
             }
+            match launch(&inner, flights.is_empty()).await {
+                Some(flight) => {
+                    if !flights.is_empty() {
+                        cov_mark::hit!(chunk_behind_a_sync);
+                        inner.io.pipelined();
+                    }
+                    flights.push_back(flight);
+                    continue;
+                }
+                // Nothing launched: a roll must wait for the chunks in flight, or the log failed.
+                None if flights.is_empty() => continue,
+                None => blocked = true,
+            }
+        }
+        if flights.is_empty() {
+            drop(permit.take());
+            // Idle: wait for records (or the end).
+            let writable = || {
+                let st = inner.st.borrow();
+                !st.queue.is_empty() && st.fatal.is_none()
+            };
+            std::future::poll_fn(|cx| {
+                if writable() || inner.closing.get() {
+                    Poll::Ready(())
+                } else {
+                    inner.writer_waker.set(Some(cx.waker().clone()));
+                    Poll::Pending
+                }
+            })
+            .await;
+            if !writable() {
+                // Closing with nothing left to write.
+                break;
+            }
+            continue;
+        }
+        let more = !blocked && flights.len() < CHUNKS_IN_FLIGHT_MAX && !yielding;
+        let event = std::future::poll_fn(|cx| {
+            for f in flights.iter_mut().filter(|f| f.done.is_none()) {
+                if let Poll::Ready(result) = f.io.as_mut().poll(cx) {
+                    f.done = Some(result);
+                }
+            }
+            if flights.front().is_some_and(|f| f.done.is_some()) {
+                return Poll::Ready(Event::Synced);
+            }
+            let st = inner.st.borrow();
+            if more && !st.queue.is_empty() && st.fatal.is_none() {
+                return Poll::Ready(Event::Queued);
+            }
+            inner.writer_waker.set(Some(cx.waker().clone()));
+            Poll::Pending
         })
         .await;
-        if inner.st.borrow().queue.is_empty() {
-            // Closing with nothing left to write.
-            break;
+        if let Event::Queued = event {
+            continue;
         }
-        let Ok(permit) = inner.log_lock.acquire_permit(1).await else { break };
-        flush(&inner).await;
-        drop(permit);
+        let Some(mut first) = flights.pop_front() else { continue };
+        match first.done.take() {
+            Some(Ok(())) => complete(&inner, first),
+            Some(Err(e)) => {
+                let reason = format!(
+                    "write or fdatasync at offset {} of {}: {e}",
+                    first.pos,
+                    first.seg.path().display()
+                );
+                let mut batch = first.batch;
+                // Later chunks are never acknowledged now; let their I/O end first.
+                for later in flights.drain(..) {
+                    if later.done.is_none() {
+                        let _ = later.io.await;
+                    }
+                    batch.extend(later.batch);
+                }
+                fail(&inner, reason, batch);
+            }
+            None => flights.push_front(first),
+        }
     }
 }
 
@@ -249,31 +358,38 @@ fn chunk_need(frame_len: usize) -> u64 {
     ((CHUNK_HEADER_BYTES + frame_len) as u64).next_multiple_of(BLOCK_BYTES)
 }
 
-/// Writes one chunk from the head of the queue.
-async fn flush(inner: &Rc<Inner>) {
-    // Roll to a new segment when the head record does not fit in the active one.
+/// Builds one chunk from the head of the queue and starts its write and fdatasync. Rolls to
+/// a new segment first when the head record does not fit, but only when `idle` (no chunk in
+/// flight): otherwise returns `None` and the caller waits. `None` also when the log failed.
+async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
     loop {
         let need_roll = {
             let st = inner.st.borrow();
-            let (Some(head), Some(active)) = (st.queue.front(), st.active.as_ref()) else {
-                return;
+            let head = st.queue.front()?;
+            let Some(active) = st.active.as_ref() else {
+                drop(st);
+                fail(inner, "internal error: no active segment".into(), Vec::new());
+                return None;
             };
-            chunk_need(head.frame_len) > active.seg.len().saturating_sub(active.pos)
+            chunk_need(head.frame_len) > active.seg.len().saturating_sub(active.next)
         };
         if !need_roll {
             break;
         }
+        if !idle {
+            return None;
+        }
         if let Err(e) = roll(inner).await {
             fail(inner, format!("creating a segment: {e}"), Vec::new());
-            return;
+            return None;
         }
     }
     // Take as many records as fit in one chunk, and copy their frames (serialized and sealed
     // by the writers) into the chunk's buffer: one copy of contiguous bytes.
     let (batch, buf, spans, file, seg, pos, total, staged_ok) = {
         let mut st = inner.st.borrow_mut();
-        let Some(active) = st.active.as_ref() else { return };
-        let (file, seg, pos) = (active.file.clone(), active.seg.clone(), active.pos);
+        let active = st.active.as_ref()?;
+        let (file, seg, pos) = (active.file.clone(), active.seg.clone(), active.next);
         let cap = chunk_capacity(inner.options.segment_bytes).min(seg.len().saturating_sub(pos));
         let mut used = CHUNK_HEADER_BYTES;
         let mut batch = Vec::new();
@@ -291,7 +407,7 @@ async fn flush(inner: &Rc<Inner>) {
                 batch.push(p);
             }
         }
-        let (Some(first), Some(last)) = (batch.first(), batch.last()) else { return };
+        let (Some(first), Some(last)) = (batch.first(), batch.last()) else { return None };
         let header = ChunkHeader {
             lsn_first: first.lsn,
             lsn_last: last.lsn,
@@ -309,28 +425,29 @@ async fn flush(inner: &Rc<Inner>) {
         // would acknowledge bytes nobody serialized.
         let staged_ok = st.staged.as_slice().get(..frames).map(|staged| f.copy_from_slice(staged));
         take_staged(&mut st.staged, frames);
+        if let Some(active) = st.active.as_mut() {
+            active.next = pos + total as u64;
+        }
         (batch, buf, spans, file, seg, pos, total, staged_ok.is_some())
     };
     if !staged_ok {
         fail(inner, "internal error: queued frames missing from the staging buffer".into(), batch);
-        return;
+        return None;
     }
     wake_all(&inner.space_waiters);
-    let Some(last) = batch.last() else { return };
-    let started = std::time::Instant::now();
-    let result: io::Result<()> = async {
+    let io = Box::pin(async move {
         file.write_at(buf, pos).await?;
         file.fdatasync().await
-    }
-    .await;
-    if let Err(e) = result {
-        fail(
-            inner,
-            format!("write or fdatasync at offset {pos} of {}: {e}", seg.path().display()),
-            batch,
-        );
-        return;
-    }
+    });
+    let started = std::time::Instant::now();
+    Some(Flight { batch, spans, seg, pos, total, started, io, done: None })
+}
+
+/// Applies a synced chunk's records, acknowledges them and wakes waiters. Called in log
+/// order, once the chunk and every earlier one are durable.
+fn complete(inner: &Rc<Inner>, flight: Flight) {
+    let Flight { batch, spans, seg, pos, total, started, .. } = flight;
+    let Some(last) = batch.last() else { return };
     inner.io.synced(batch.len(), total, started.elapsed());
     let mut st = inner.st.borrow_mut();
     for (p, span) in batch.iter().zip(&spans) {
@@ -419,7 +536,12 @@ pub(crate) async fn roll(inner: &Rc<Inner>) -> io::Result<()> {
     let old = {
         let mut st = inner.st.borrow_mut();
         st.segments.push(seg.clone());
-        st.active.replace(Active { seg, file, pos: SEGMENT_HEADER_BYTES })
+        st.active.replace(Active {
+            seg,
+            file,
+            pos: SEGMENT_HEADER_BYTES,
+            next: SEGMENT_HEADER_BYTES,
+        })
     };
     if let Some(old) = old {
         old.file.close().await?;
