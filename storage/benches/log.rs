@@ -3,18 +3,20 @@
 //! acknowledgement latency), point reads per second on one core, and scan rate.
 //!
 //! Run: `cargo bench -p storage --bench log` (data under $TMPDIR, which must be a real disk).
-//! Seconds per write run: `TESSERA_BENCH_SECONDS` (default 5).
+//! Seconds per write run: `TESSERA_BENCH_SECONDS` (default 5). Writer counts:
+//! `TESSERA_BENCH_WRITERS` (comma-separated, default `1,16,256`). `TESSERA_BENCH_WRITES=N`
+//! makes each write run stop after N writes in all instead of after a time (fixed work, for
+//! timing the whole process); `-- ack` runs only the write runs, without the raw reference.
 
 use std::cell::RefCell;
 use std::ops::ControlFlow;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use glommio::io::{DmaFile, OpenOptions};
 use hdrhistogram::Histogram;
 use router::{FragmentId, ShardId, ShardRange};
 use serde_json::json;
-use storage::{Fragment, FragmentOptions, WriteBatch};
+use storage::{Disk, DmaDisk, Fragment, FragmentOptions, WriteBatch};
 
 const SEGMENT_BYTES: u64 = 1 << 30;
 const DOC_PAD_BYTES: usize = 1000;
@@ -42,21 +44,18 @@ fn micros(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0
 }
 
+/// The reference: 4 KiB O_DIRECT write + fdatasync through the same I/O path as the log
+/// (`storage::DmaDisk`, so off glommio's IOPOLL ring as segment writes are; a plain glommio
+/// `DmaFile` opened first would put this thread's writes to the device on that ring, where the
+/// executor busy-polls while a write is in flight).
 async fn raw_fdatasync(dir: &std::path::Path) {
     let path = dir.join("raw.dat");
-    let file: DmaFile = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .dma_open(&path)
-        .await
-        .expect("open raw");
+    let file = DmaDisk.create(&path).await.expect("open raw");
     let region: u64 = 64 << 20;
     // Preallocate by writing zeros, as segments are.
     let mut off = 0;
     while off < region {
-        let mut buf = file.alloc_dma_buffer(1 << 20);
+        let mut buf = file.alloc(1 << 20);
         buf.as_bytes_mut().fill(0);
         file.write_at(buf, off).await.expect("fill");
         off += 1 << 20;
@@ -65,7 +64,7 @@ async fn raw_fdatasync(dir: &std::path::Path) {
     let mut h = Histogram::<u64>::new(3).expect("histogram");
     let n = 3000u64;
     for i in 0..n {
-        let mut buf = file.alloc_dma_buffer(4096);
+        let mut buf = file.alloc(4096);
         buf.as_bytes_mut().fill(u8::try_from(i % 251).unwrap_or(0));
         let t = Instant::now();
         file.write_at(buf, (i * 4096) % region).await.expect("write");
@@ -82,7 +81,7 @@ async fn raw_fdatasync(dir: &std::path::Path) {
     std::fs::remove_file(&path).expect("remove raw");
 }
 
-async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64) {
+async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, limit: Option<u64>) {
     let fdir = dir.join(format!("w{writers}"));
     let options = FragmentOptions {
         segment_bytes: SEGMENT_BYTES,
@@ -97,12 +96,19 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64) {
     let start = Instant::now();
     let cpu_start = thread_cpu_seconds();
     let deadline = start + Duration::from_secs(seconds);
+    let started = Rc::new(std::cell::Cell::new(0u64));
     let mut tasks = Vec::new();
     for w in 0..writers {
-        let (f, hist, pad) = (f.clone(), hist.clone(), pad.clone());
+        let (f, hist, pad, started) = (f.clone(), hist.clone(), pad.clone(), started.clone());
         tasks.push(glommio::spawn_local(async move {
             let mut n = 0u64;
-            while Instant::now() < deadline {
+            loop {
+                match limit {
+                    Some(limit) if started.get() >= limit => break,
+                    Some(_) => started.set(started.get() + 1),
+                    None if Instant::now() >= deadline => break,
+                    None => {}
+                }
                 let id = format!("w{w}-{n}");
                 let b = WriteBatch::new().put(
                     "bench",
@@ -136,6 +142,13 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64) {
             h.max() as f64 / 1000.0
         );
     }
+    let io = f.io_stats();
+    println!(
+        "  group commits: {} fdatasyncs, {:.1} writes each, {} pipelined (started behind another)",
+        io.fdatasyncs,
+        io.writes_synced as f64 / io.fdatasyncs.max(1) as f64,
+        io.pipelined
+    );
     Rc::try_unwrap(f).expect("sole owner").close().await;
     std::fs::remove_dir_all(&fdir).expect("cleanup");
 }
@@ -233,6 +246,12 @@ fn main() {
     }
     let seconds: u64 =
         std::env::var("TESSERA_BENCH_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let writer_counts: Vec<usize> = std::env::var("TESSERA_BENCH_WRITERS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|w| w.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 16, 256]);
+    let limit: Option<u64> =
+        std::env::var("TESSERA_BENCH_WRITES").ok().and_then(|v| v.parse().ok());
     let only: Option<String> = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
         .io_memory(1 << 20)
@@ -242,10 +261,12 @@ fn main() {
             if want("raw") || want("writes") {
                 raw_fdatasync(dir.path()).await;
             }
-            if want("writes") {
-                for writers in [1, 16, 256] {
-                    durable_writes(dir.path(), writers, seconds).await;
+            if want("writes") || only.as_deref() == Some("ack") {
+                for &writers in &writer_counts {
+                    durable_writes(dir.path(), writers, seconds, limit).await;
                 }
+            }
+            if want("writes") {
                 raw_fdatasync(dir.path()).await;
             }
             if want("reads") {

@@ -86,7 +86,12 @@ async fn run(inner: &Rc<Inner>) -> Result<CompactStats, CompactError> {
     let closed = || CompactError::Append(AppendError::Closed { fragment: inner.id });
     // 1. Seal.
     let lsn_through = {
-        let permit = inner.log_lock.acquire_permit(1).await.map_err(|_| closed())?;
+        // The writer holds the lock while chunks are in flight; ask it to let go.
+        inner.seal_waiting.set(inner.seal_waiting.get() + 1);
+        crate::fragment::wake_writer(inner);
+        let permit = inner.log_lock.acquire_permit(1).await;
+        inner.seal_waiting.set(inner.seal_waiting.get().saturating_sub(1));
+        let permit = permit.map_err(|_| closed())?;
         if let Some(reason) = inner.st.borrow().fatal.clone() {
             return Err(AppendError::Fatal { fragment: inner.id, reason }.into());
         }

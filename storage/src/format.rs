@@ -34,8 +34,8 @@ use std::fmt;
 
 use crate::archive::{self, RecordSpan};
 use crate::limits::{
-    BLOCK_BYTES, CHUNK_HEADER_BYTES, FRAME_HEADER_BYTES, RECORD_ALIGN_BYTES, RECORD_BYTES_MAX,
-    SEGMENT_HEADER_BYTES,
+    BLOCK_BYTES, CHUNK_HEADER_BYTES, FRAME_HEADER_BYTES, GROUP_COMMIT_BATCH_BYTES_MAX,
+    RECORD_ALIGN_BYTES, RECORD_BYTES_MAX, SEGMENT_HEADER_BYTES, TORN_WINDOW_BYTES,
 };
 use crate::record::ArchivedRecord;
 
@@ -274,16 +274,27 @@ pub const fn frame_bytes(len: usize) -> usize {
 pub fn encode_frame(payload: &[u8], out: &mut [u8]) -> usize {
     assert!(payload.len() <= RECORD_BYTES_MAX);
     assert_eq!(out.len(), frame_bytes(payload.len()));
-    // The assertion above bounds the length far below u32::MAX.
-    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-    let crc = crc_parts(&[&len.to_le_bytes(), payload]);
-    let (head, rest) = out.split_at_mut(FRAME_HEADER_BYTES);
+    let (_, rest) = out.split_at_mut(FRAME_HEADER_BYTES);
+    let (body, _pad) = rest.split_at_mut(payload.len());
+    body.copy_from_slice(payload);
+    seal_frame(out, payload.len());
+    FRAME_HEADER_BYTES
+}
+
+/// Writes the header (length and CRC) of the frame at the start of `frame`, whose payload of
+/// `payload_len` bytes is already in place after the header. `payload_len` is at most
+/// `RECORD_BYTES_MAX`; a `frame` too short to hold it is left alone.
+pub fn seal_frame(frame: &mut [u8], payload_len: usize) {
+    // Callers bound the length far below u32::MAX.
+    let len = u32::try_from(payload_len).unwrap_or(u32::MAX);
+    if frame.len() < FRAME_HEADER_BYTES + payload_len {
+        return;
+    }
+    let (head, rest) = frame.split_at_mut(FRAME_HEADER_BYTES);
+    let crc = crc_parts(&[&len.to_le_bytes(), rest.get(..payload_len).unwrap_or_default()]);
     let (len_bytes, crc_bytes) = head.split_at_mut(4);
     len_bytes.copy_from_slice(&len.to_le_bytes());
     crc_bytes.copy_from_slice(&crc.to_le_bytes());
-    let (body, _pad) = rest.split_at_mut(payload.len());
-    body.copy_from_slice(payload);
-    FRAME_HEADER_BYTES
 }
 
 /// One frame found in a byte area: its payload offset and length (within the area).
@@ -462,6 +473,50 @@ pub fn find_chunk_after(bytes: &[u8], from: u64, salt: u64, after_lsn: u64) -> O
     None
 }
 
+/// The bytes after the last valid chunk of a log's last segment, once judged a possible torn
+/// tail (see [`classify_tail`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TailWindow {
+    /// Where the torn window ends (at most `TORN_WINDOW_BYTES` after the tail, within the file):
+    /// every byte from here on is zero.
+    pub window_end: usize,
+    /// Whether any byte in the window is not zero.
+    pub dirty: bool,
+}
+
+/// Judges what follows the last valid chunk (ending at `end`, last LSN `last_lsn`) of a log's
+/// last segment. Up to `CHUNKS_IN_FLIGHT_MAX` (two) chunks are in flight at a crash: the
+/// first may be torn while the second reached the disk whole, so one valid chunk may follow
+/// the damage, and it must start within one maximal chunk of `end`. A second valid chunk after
+/// the damage, a valid chunk further away, or a non-zero byte beyond the torn window means
+/// data was written after data that is now damaged: corruption, returned as the offset and
+/// what is wrong there. Never panics.
+pub fn classify_tail(
+    bytes: &[u8],
+    end: u64,
+    salt: u64,
+    last_lsn: u64,
+    damage: Option<Damage>,
+) -> Result<TailWindow, (u64, Damage)> {
+    let corrupt = (end, damage.unwrap_or(Damage::AfterTail));
+    let max_chunk = GROUP_COMMIT_BATCH_BYTES_MAX as u64;
+    if let Some(at) = find_chunk_after(bytes, end.saturating_add(BLOCK_BYTES), salt, last_lsn)
+        && (at > end.saturating_add(max_chunk)
+            || find_chunk_after(bytes, at.saturating_add(BLOCK_BYTES), salt, last_lsn).is_some())
+    {
+        return Err(corrupt);
+    }
+    let start = usize::try_from(end).unwrap_or(usize::MAX).min(bytes.len());
+    let window_end = start.saturating_add(TORN_WINDOW_BYTES).min(bytes.len());
+    if let Some(beyond) = bytes.get(window_end..)
+        && let Some(at) = beyond.iter().position(|&b| b != 0)
+    {
+        return Err(((window_end + at) as u64, Damage::AfterTail));
+    }
+    let dirty = bytes.get(start..window_end).is_some_and(|w| w.iter().any(|&b| b != 0));
+    Ok(TailWindow { window_end, dirty })
+}
+
 /// Reads a whole segment image (header and chunks) and reports what recovery would: the
 /// fuzz target's entry point. Never panics.
 pub fn read_segment_image(bytes: &[u8]) -> Result<(usize, ScanEnd), Damage> {
@@ -472,7 +527,7 @@ pub fn read_segment_image(bytes: &[u8]) -> Result<(usize, ScanEnd), Damage> {
     };
     let mut records = 0usize;
     let end = scan_segment(bytes, &header, rule, 0, |_| records += 1);
-    let _ = find_chunk_after(bytes, end.offset.saturating_add(BLOCK_BYTES), header.salt, 0);
+    let _ = classify_tail(bytes, end.offset, header.salt, end.last_lsn, end.damage);
     Ok((records, end))
 }
 

@@ -352,8 +352,10 @@ impl CommitDurable {
 pub(crate) struct Active {
     pub seg: Rc<Segment>,
     pub file: Rc<dyn DiskFile>,
-    /// Offset of the next chunk (block-aligned).
+    /// Offset after the last durable chunk (block-aligned): the durable prefix.
     pub pos: u64,
+    /// Offset of the next chunk (block-aligned): `pos` plus the chunks in flight.
+    pub next: u64,
 }
 
 /// Mutable state of a fragment. Never borrowed across an `.await`.
@@ -362,12 +364,15 @@ pub(crate) struct State {
     pub txns: BTreeMap<TxId, Prepared>,
     /// Keys locked by prepared transactions: `collection \0 key` to the transaction.
     pub locks: HashMap<String, TxId>,
-    /// Versions of writes queued but not yet durable (`None`: a delete).
-    pub pending: HashMap<String, Option<Version>>,
+    /// Versions of writes queued but not yet durable (`None`: a delete), by lock key.
+    pub pending: HashMap<Rc<str>, Option<Version>>,
     pub next_lsn: u64,
     pub lsn_durable: u64,
     pub queue: VecDeque<Pending>,
+    /// Frame bytes of the queue.
     pub queue_bytes: usize,
+    /// The frames of the queued records, back to back, in queue order (see `log::stage_frame`).
+    pub staged: rkyv::util::AlignedVec,
     pub fatal: Option<String>,
     pub active: Option<Active>,
     /// Every segment, in log order, the active one last.
@@ -389,8 +394,11 @@ pub(crate) struct Inner {
     pub space_waiters: RefCell<VecDeque<Waker>>,
     /// Tasks in [`Fragment::wait_durable`]: woken after every group commit and on failure.
     pub durable_waiters: RefCell<VecDeque<Waker>>,
-    /// Held by the writer around one flush, and by compaction while it rolls the segment.
+    /// Held by the writer while chunks are in flight, and by compaction while it rolls the
+    /// segment.
     pub log_lock: glommio::sync::Semaphore,
+    /// Compaction tasks waiting for `log_lock`: the writer lets its chunks finish and yields.
+    pub seal_waiting: Cell<u32>,
     pub closing: Cell<bool>,
     pub compacting: Cell<bool>,
     pub compaction_task: RefCell<Option<JoinHandle<()>>>,
@@ -455,6 +463,7 @@ impl Fragment {
             space_waiters: RefCell::new(VecDeque::new()),
             durable_waiters: RefCell::new(VecDeque::new()),
             log_lock: glommio::sync::Semaphore::new(1),
+            seal_waiting: Cell::new(0),
             closing: Cell::new(false),
             compacting: Cell::new(false),
             compaction_task: RefCell::new(None),
@@ -539,7 +548,7 @@ impl Fragment {
                 && let Some(loc) = &txn.loc
             {
                 for m in &txn.ops {
-                    st.locks.remove(&lock_key(&m.collection, &m.key));
+                    st.locks.remove(&*m.lk);
                 }
                 for k in &txn.read_locks {
                     st.locks.remove(k);
@@ -627,12 +636,13 @@ impl Fragment {
                 return Err(AppendError::TxnExists { txid });
             }
             // Optimistic concurrency: every expected version against the durable index, the
-            // queued writes and the earlier ops of this batch.
-            let mut overlay: HashMap<String, Option<Version>> = HashMap::new();
+            // queued writes and the earlier ops of this batch (`overlay`, multi-op batches).
+            let mut overlay: HashMap<Rc<str>, Option<Version>> = HashMap::new();
             let mut read_locks = Vec::new();
             let lsn = st.next_lsn;
             let version = Version::new(lsn);
             let mut metas = Vec::with_capacity(ops.len());
+            let mut lk = String::new();
             for op in &ops {
                 let (collection, id, expected, put) = match op {
                     WriteOp::Put { collection, id, expected_version, .. } => {
@@ -646,15 +656,19 @@ impl Fragment {
                     }
                 };
                 let key = doc_key(id);
-                let lk = lock_key(collection, &key);
-                if let Some(&txid) = st.locks.get(&lk) {
+                lk.clear();
+                lk.push_str(collection);
+                lk.push('\0');
+                lk.push_str(&key);
+                if let Some(&txid) = st.locks.get(lk.as_str()) {
                     return Err(AppendError::Locked {
                         collection: collection.clone(),
                         id: id.clone(),
                         txid,
                     });
                 }
-                let current = match overlay.get(&lk).or_else(|| st.pending.get(&lk)) {
+                let current = match overlay.get(lk.as_str()).or_else(|| st.pending.get(lk.as_str()))
+                {
                     Some(v) => *v,
                     None => st.index.get(collection, &key).map(|e| e.version),
                 };
@@ -674,17 +688,20 @@ impl Fragment {
                     }
                 }
                 let Some(put) = put else {
-                    read_locks.push(lk);
+                    read_locks.push(lk.clone());
                     continue;
                 };
-                overlay.insert(lk, put.then_some(version));
-                metas.push(OpMeta {
-                    collection: collection.as_str().into(),
-                    key: key.into(),
-                    shard: op_names(op).2,
+                let shared: Rc<str> = Rc::from(lk.as_str());
+                if ops.len() > 1 {
+                    overlay.insert(shared.clone(), put.then_some(version));
+                }
+                metas.push(OpMeta::with_lock_key(
+                    shared,
+                    collection.len(),
+                    op_names(op).2,
                     version,
                     put,
-                });
+                ));
             }
             let mut rec_ops: Vec<Op> = ops
                 .into_iter()
@@ -740,10 +757,11 @@ impl Fragment {
                 if let Some(txn) = st.txns.get_mut(&txid) {
                     txn.read_locks = read_locks;
                 }
-            } else {
-                for (k, v) in overlay {
-                    st.pending.insert(k, v);
-                }
+            } else if let Some(Effect::Ops(metas)) = st.queue.back().map(|p| &p.effect) {
+                // In batch order: a document written twice keeps its last write.
+                let versions: Vec<(Rc<str>, Option<Version>)> =
+                    metas.iter().map(|m| (m.lk.clone(), m.put.then_some(m.version))).collect();
+                st.pending.extend(versions);
             }
             done
         };
@@ -751,28 +769,28 @@ impl Fragment {
         Ok(done)
     }
 
-    /// Serializes `record` and puts it in the queue. Takes locks for a prepare.
+    /// Serializes `record` into the staging buffer and puts it in the queue. Takes locks for a
+    /// prepare.
     fn enqueue(
         &self,
         st: &mut State,
         record: Record,
         effect: Effect,
     ) -> Result<Rc<Completion>, AppendError> {
-        let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&record).map_err(|_| {
-            // Serializing owned values into memory fails only on allocation limits; report it
-            // as an oversized record rather than panic.
-            InputError::RecordTooLarge { bytes: usize::MAX, max: RECORD_BYTES_MAX }
-        })?;
         let cap = chunk_capacity(self.inner.options.segment_bytes);
-        let need = (CHUNK_HEADER_BYTES + frame_bytes(payload.len())) as u64;
-        if payload.len() > RECORD_BYTES_MAX || need.next_multiple_of(BLOCK_BYTES) > cap {
-            let max = RECORD_BYTES_MAX.min(usize::try_from(cap).unwrap_or(usize::MAX));
-            return Err(InputError::RecordTooLarge { bytes: payload.len(), max }.into());
+        let max = RECORD_BYTES_MAX.min(usize::try_from(cap).unwrap_or(usize::MAX));
+        let payload_len = crate::log::stage_frame(&mut st.staged, &record)
+            .map_err(|bytes| InputError::RecordTooLarge { bytes, max })?;
+        let frame_len = frame_bytes(payload_len);
+        if ((CHUNK_HEADER_BYTES + frame_len) as u64).next_multiple_of(BLOCK_BYTES) > cap {
+            let keep = st.staged.len() - frame_len;
+            st.staged.resize(keep, 0);
+            return Err(InputError::RecordTooLarge { bytes: payload_len, max }.into());
         }
         assert_eq!(record.lsn, st.next_lsn);
         if let Effect::Prepare(txid, metas) = &effect {
             for m in metas {
-                st.locks.insert(lock_key(&m.collection, &m.key), *txid);
+                st.locks.insert(m.lk.to_string(), *txid);
             }
             st.txns.insert(
                 *txid,
@@ -786,8 +804,14 @@ impl Fragment {
         }
         st.next_lsn += 1;
         let done = Rc::new(Completion::default());
-        st.queue_bytes += payload.len();
-        st.queue.push_back(Pending { lsn: record.lsn, payload, effect, done: done.clone() });
+        st.queue_bytes += frame_len;
+        st.queue.push_back(Pending {
+            lsn: record.lsn,
+            frame_len,
+            payload_len,
+            effect,
+            done: done.clone(),
+        });
         Ok(done)
     }
 
@@ -818,9 +842,7 @@ impl Fragment {
     }
 
     fn wake_writer(&self) {
-        if let Some(w) = self.inner.writer_waker.take() {
-            w.wake();
-        }
+        wake_writer(&self.inner);
     }
 
     /// The LSN of the last write accepted into the log queue, durable or not (`Lsn::new(0)`
@@ -918,19 +940,13 @@ impl Fragment {
 
     /// Counters, including per-shard document counts and bytes.
     pub fn stats(&self) -> FragmentStats {
-        let shards = self.inner.st.borrow().index.shards().clone();
+        let shards = self.inner.st.borrow().index.shards_in(ShardRange::ALL);
         FragmentStats { shards, ..self.totals() }
     }
 
     /// Per-shard counters for the shards of `range` that have documents.
     pub fn shard_stats(&self, range: ShardRange) -> BTreeMap<ShardId, ShardStats> {
-        let st = self.inner.st.borrow();
-        st.index
-            .shards()
-            .iter()
-            .filter(|(s, _)| range.contains(**s))
-            .map(|(s, v)| (*s, *v))
-            .collect()
+        self.inner.st.borrow().index.shards_in(range)
     }
 
     /// Why the fragment stopped accepting writes, if it did.
@@ -1015,6 +1031,13 @@ fn lock_dir(dir: &Path, fragment: FragmentId) -> Result<std::fs::File, OpenError
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(OpenError::Locked { fragment, path }),
         Err(std::fs::TryLockError::Error(e)) => Err(io(&path)(e)),
+    }
+}
+
+/// Wakes the fragment's writer task if it waits.
+pub(crate) fn wake_writer(inner: &Inner) {
+    if let Some(w) = inner.writer_waker.take() {
+        w.wake();
     }
 }
 

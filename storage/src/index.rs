@@ -3,7 +3,7 @@
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, hash_map};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
@@ -124,7 +124,7 @@ struct Collection {
 #[derive(Debug, Default)]
 pub struct Index {
     collections: BTreeMap<Box<str>, Collection>,
-    shards: BTreeMap<ShardId, ShardStats>,
+    shards: HashMap<ShardId, ShardStats>,
     docs: u64,
     live_bytes: u64,
 }
@@ -135,22 +135,61 @@ impl Index {
         self.collections.get(collection)?.by_key.get(key)
     }
 
-    /// Inserts or replaces; returns the previous entry.
+    /// Inserts or replaces; returns the previous entry. One probe of the hash table; the
+    /// ordered set changes only when the document is new or moved to another shard.
     pub fn put(&mut self, collection: &str, key: &str, entry: Entry) -> Option<Entry> {
-        let old = self.remove(collection, key);
         let coll = match self.collections.get_mut(collection) {
             Some(c) => c,
             None => self.collections.entry(collection.into()).or_default(),
         };
-        let key = Key::new(key);
-        coll.by_shard.insert((entry.shard, key.clone()));
-        let s = self.shards.entry(entry.shard).or_default();
+        let (shard, bytes) = (entry.shard, entry.bytes);
+        let old = match coll.by_key.entry(Key::new(key)) {
+            hash_map::Entry::Occupied(mut slot) => {
+                let old = std::mem::replace(slot.get_mut(), entry);
+                if old.shard != shard {
+                    let k = slot.key().clone();
+                    coll.by_shard.remove(&(old.shard, k.clone()));
+                    coll.by_shard.insert((shard, k));
+                }
+                Some(old)
+            }
+            hash_map::Entry::Vacant(slot) => {
+                coll.by_shard.insert((shard, slot.key().clone()));
+                slot.insert(entry);
+                None
+            }
+        };
+        match &old {
+            // Overwritten in place (the common case): one counter changes its bytes.
+            Some(o) if o.shard == shard => {
+                if let Some(s) = self.shards.get_mut(&shard) {
+                    s.bytes = s.bytes - o.bytes + bytes;
+                }
+                self.live_bytes = self.live_bytes - o.bytes + bytes;
+                return old;
+            }
+            Some(o) => self.forget(o.shard, o.bytes),
+            None => {}
+        }
+        let s = self.shards.entry(shard).or_default();
         s.docs += 1;
-        s.bytes += entry.bytes;
+        s.bytes += bytes;
         self.docs += 1;
-        self.live_bytes += entry.bytes;
-        coll.by_key.insert(key, entry);
+        self.live_bytes += bytes;
         old
+    }
+
+    /// Takes one document of `bytes` log bytes out of the counters of `shard`.
+    fn forget(&mut self, shard: ShardId, bytes: u64) {
+        if let Some(s) = self.shards.get_mut(&shard) {
+            s.docs -= 1;
+            s.bytes -= bytes;
+            if s.docs == 0 {
+                self.shards.remove(&shard);
+            }
+        }
+        self.docs -= 1;
+        self.live_bytes -= bytes;
     }
 
     /// Replaces the location of an entry whose version is `version`; false when it changed.
@@ -183,18 +222,10 @@ impl Index {
         let coll = self.collections.get_mut(collection)?;
         let (k, entry) = coll.by_key.remove_entry(key)?;
         coll.by_shard.remove(&(entry.shard, k));
-        if let Some(s) = self.shards.get_mut(&entry.shard) {
-            s.docs -= 1;
-            s.bytes -= entry.bytes;
-            if s.docs == 0 {
-                self.shards.remove(&entry.shard);
-            }
-        }
-        self.docs -= 1;
-        self.live_bytes -= entry.bytes;
         if coll.by_key.is_empty() {
             self.collections.remove(collection);
         }
+        self.forget(entry.shard, entry.bytes);
         Some(entry)
     }
 
@@ -252,9 +283,11 @@ impl Index {
         self.collections.keys().map(|c| &**c)
     }
 
-    /// Per-shard counters.
-    pub fn shards(&self) -> &BTreeMap<ShardId, ShardStats> {
-        &self.shards
+    /// Per-shard counters of the shards in `range` that have documents, in shard order. Walks
+    /// every shard with documents (a hash table: a write updates one counter without a tree
+    /// descent over up to `SHARD_COUNT` shards).
+    pub fn shards_in(&self, range: ShardRange) -> BTreeMap<ShardId, ShardStats> {
+        self.shards.iter().filter(|(s, _)| range.contains(**s)).map(|(s, v)| (*s, *v)).collect()
     }
 
     /// Live documents.

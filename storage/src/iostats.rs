@@ -109,6 +109,9 @@ pub struct IoStats {
     pub batch_size: Histogram,
     /// Time of each write + fdatasync, microseconds ([`LATENCY_BUCKETS_MICROS`]).
     pub fdatasync_micros: Histogram,
+    /// Group commits whose write started while the previous chunk's write or fdatasync was
+    /// still under way (the pipeline's second chunk).
+    pub pipelined: u64,
 }
 
 /// The live counters, updated by the group-commit writer.
@@ -119,6 +122,7 @@ pub(crate) struct IoCounters {
     bytes_appended: Cell<u64>,
     batch_size: RefCell<Histogram>,
     fdatasync_micros: RefCell<Histogram>,
+    pipelined: Cell<u64>,
 }
 
 impl Default for IoCounters {
@@ -129,6 +133,7 @@ impl Default for IoCounters {
             bytes_appended: Cell::new(0),
             batch_size: RefCell::new(Histogram::new(&BATCH_BUCKETS)),
             fdatasync_micros: RefCell::new(Histogram::latency()),
+            pipelined: Cell::new(0),
         }
     }
 }
@@ -143,6 +148,11 @@ impl IoCounters {
         self.fdatasync_micros.borrow_mut().observe_duration(elapsed);
     }
 
+    /// A chunk started while another was in flight.
+    pub(crate) fn pipelined(&self) {
+        self.pipelined.set(self.pipelined.get() + 1);
+    }
+
     pub(crate) fn snapshot(&self) -> IoStats {
         IoStats {
             fdatasyncs: self.fdatasyncs.get(),
@@ -150,6 +160,7 @@ impl IoCounters {
             bytes_appended: self.bytes_appended.get(),
             batch_size: self.batch_size.borrow().clone(),
             fdatasync_micros: self.fdatasync_micros.borrow().clone(),
+            pipelined: self.pipelined.get(),
         }
     }
 }

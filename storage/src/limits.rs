@@ -32,8 +32,21 @@ pub const RECORD_ALIGN_BYTES: usize = 8;
 /// buffer of one write and so the largest torn region recovery must clean.
 pub const GROUP_COMMIT_BATCH_BYTES_MAX: usize = 4 << 20;
 
+/// Chunks of one fragment written and synced at once: the next chunk's write starts while the
+/// previous chunk's fdatasync runs. A crash can tear this many chunks at the end of the log,
+/// which bounds the torn window recovery accepts (`TORN_WINDOW_BYTES`).
+pub const CHUNKS_IN_FLIGHT_MAX: usize = 2;
+
+/// Bytes after the last valid chunk in which recovery accepts damage as a torn tail: the
+/// chunks that can be in flight at a crash, each at most one maximal chunk.
+pub const TORN_WINDOW_BYTES: usize = CHUNKS_IN_FLIGHT_MAX * GROUP_COMMIT_BATCH_BYTES_MAX;
+
 /// Largest archived record in bytes; one record always fits into one group-commit batch.
 pub const RECORD_BYTES_MAX: usize = 2 << 20;
+
+/// Capacity of a fragment's staging buffer (frames serialized by writers, waiting for the
+/// group commit) kept once it is empty; a larger one, left by a burst, is freed.
+pub const STAGED_KEEP_BYTES: usize = GROUP_COMMIT_BATCH_BYTES_MAX;
 
 /// Bytes waiting in the group-commit queue above which new writers wait (backpressure).
 pub const QUEUE_BYTES_MAX: usize = 16 << 20;

@@ -5,6 +5,7 @@
 //! fdatasync is fatal: every waiting and future write fails with the reason, nothing is retried.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -16,22 +17,62 @@ use router::ShardId;
 
 use crate::archive::{self, RecordSpan};
 use crate::error::AppendError;
-use crate::format::{ChunkHeader, SegmentHeader, SegmentKind, encode_frame, frame_bytes};
+use crate::format::{ChunkHeader, SegmentHeader, SegmentKind, frame_bytes, seal_frame};
 use crate::fragment::{Active, Inner, State, chunk_capacity, lock_key, wake_all};
 use crate::index::{Entry, Loc};
-use crate::limits::{BLOCK_BYTES, CHUNK_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::limits::{
+    BLOCK_BYTES, CHUNK_HEADER_BYTES, CHUNKS_IN_FLIGHT_MAX, FRAME_HEADER_BYTES, RECORD_BYTES_MAX,
+    SEGMENT_HEADER_BYTES, STAGED_KEEP_BYTES,
+};
+use crate::record::Record;
 use crate::segment::{Prepared, Segment, create_preallocated, install, prepare_zeroed};
 use crate::{Lsn, TxId, Version};
 
 /// One document operation, as the index needs it.
 #[derive(Debug, Clone)]
 pub(crate) struct OpMeta {
-    pub collection: Box<str>,
-    /// Lower-cased id.
-    pub key: Box<str>,
+    /// `collection \0 lower-cased id`: the key of `State::locks` and `State::pending`, and
+    /// both names in one allocation.
+    pub lk: Rc<str>,
+    /// Bytes of the collection name at the start of `lk`.
+    collection_len: usize,
     pub shard: ShardId,
     pub version: Version,
     pub put: bool,
+}
+
+impl OpMeta {
+    /// `key` is the lower-cased id.
+    pub fn new(collection: &str, key: &str, shard: ShardId, version: Version, put: bool) -> OpMeta {
+        OpMeta::with_lock_key(
+            lock_key(collection, key).into(),
+            collection.len(),
+            shard,
+            version,
+            put,
+        )
+    }
+
+    /// From a lock key made by `lock_key` whose collection is `collection_len` bytes.
+    pub fn with_lock_key(
+        lk: Rc<str>,
+        collection_len: usize,
+        shard: ShardId,
+        version: Version,
+        put: bool,
+    ) -> OpMeta {
+        OpMeta { lk, collection_len, shard, version, put }
+    }
+
+    /// The collection.
+    pub fn collection(&self) -> &str {
+        self.lk.get(..self.collection_len).unwrap_or_default()
+    }
+
+    /// The lower-cased id.
+    pub fn key(&self) -> &str {
+        self.lk.get(self.collection_len + 1..).unwrap_or_default()
+    }
 }
 
 /// What a record does to the in-memory state once durable.
@@ -42,12 +83,38 @@ pub(crate) enum Effect {
     Abort(TxId),
 }
 
-/// A serialized record waiting for the writer.
+/// A serialized record waiting for the writer. Its frame (header, payload, zero pad) is in
+/// `State::staged`, right after the frames of the records ahead of it in the queue.
 pub(crate) struct Pending {
     pub lsn: u64,
-    pub payload: AlignedVec,
+    /// Bytes of the frame, padding included.
+    pub frame_len: usize,
+    /// Bytes of the archived record.
+    pub payload_len: usize,
     pub effect: Effect,
     pub done: Rc<Completion>,
+}
+
+/// Appends the frame of `record` to `staged`: frame header, the record serialized in place
+/// (no intermediate buffer), zero pad. The caller's task does this work, not the writer's.
+/// Returns the payload length; on failure `staged` is as before.
+pub(crate) fn stage_frame(staged: &mut AlignedVec, record: &Record) -> Result<usize, usize> {
+    let start = staged.len();
+    staged.extend_from_slice(&[0u8; FRAME_HEADER_BYTES]);
+    let written =
+        rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(record, &mut *staged).is_ok();
+    let end = staged.len();
+    let payload_len = end - start - FRAME_HEADER_BYTES;
+    if !written || payload_len == 0 || payload_len > RECORD_BYTES_MAX {
+        staged.resize(start, 0);
+        // Serializing owned values into memory fails only on allocation limits.
+        return Err(if written { payload_len } else { usize::MAX });
+    }
+    staged.resize(start + frame_bytes(payload_len), 0);
+    if let Some(frame) = staged.as_mut_slice().get_mut(start..) {
+        seal_frame(frame, payload_len);
+    }
+    Ok(payload_len)
 }
 
 /// Where a writer waits for its record's fdatasync.
@@ -97,9 +164,9 @@ pub(crate) fn apply_ops(st: &mut State, metas: &[OpMeta], seg: &Rc<Segment>, spa
                 shard: m.shard,
                 bytes: share,
             };
-            st.index.put(&m.collection, &m.key, entry);
+            st.index.put(m.collection(), m.key(), entry);
         } else {
-            st.index.remove(&m.collection, &m.key);
+            st.index.remove(m.collection(), m.key());
         }
     }
 }
@@ -110,7 +177,7 @@ pub(crate) fn apply_effect(st: &mut State, effect: &Effect, seg: &Rc<Segment>, s
         Effect::Ops(metas) => apply_ops(st, metas, seg, span),
         Effect::Prepare(txid, metas) => {
             for m in metas {
-                st.locks.insert(lock_key(&m.collection, &m.key), *txid);
+                st.locks.insert(m.lk.to_string(), *txid);
             }
             let txn = st.txns.entry(*txid).or_insert_with(|| crate::fragment::Prepared {
                 loc: None,
@@ -125,7 +192,7 @@ pub(crate) fn apply_effect(st: &mut State, effect: &Effect, seg: &Rc<Segment>, s
             // the compacted segment): nothing left to do.
             if let Some(txn) = st.txns.remove(txid) {
                 for m in &txn.ops {
-                    st.locks.remove(&lock_key(&m.collection, &m.key));
+                    st.locks.remove(&*m.lk);
                 }
                 for k in &txn.read_locks {
                     st.locks.remove(k);
@@ -140,25 +207,133 @@ pub(crate) fn apply_effect(st: &mut State, effect: &Effect, seg: &Rc<Segment>, s
     seg.add_record_bytes(frame_bytes(span.len()) as u64);
 }
 
-/// The writer task of one fragment.
+/// A chunk whose write and fdatasync are under way.
+struct Flight {
+    batch: Vec<Pending>,
+    spans: Vec<RecordSpan>,
+    seg: Rc<Segment>,
+    pos: u64,
+    total: usize,
+    started: std::time::Instant,
+    /// The write followed by the fdatasync. Polled by the writer task itself (a task of its
+    /// own would queue the write behind every runnable writer).
+    io: std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<()>>>>,
+    /// Its outcome, once finished.
+    done: Option<io::Result<()>>,
+}
+
+/// What the writer waits for while chunks are in flight.
+enum Event {
+    /// The oldest chunk's write and fdatasync finished.
+    Synced,
+    /// Records are queued and another chunk may start.
+    Queued,
+}
+
+/// The writer task of one fragment: the group commit, pipelined. At most
+/// `CHUNKS_IN_FLIGHT_MAX` chunks are written and synced at once, each chunk's write issued
+/// once it is built, so the next chunk's write starts while the previous fdatasync runs. Chunks
+/// complete strictly in log order: a record is applied and acknowledged only after its own
+/// chunk's fdatasync (issued after its write completed) and that of every earlier chunk.
+/// Holds the log lock while any chunk is in flight; a segment roll (the writer's or
+/// compaction's) happens only with none in flight, so torn chunks lie in the last segment.
 pub(crate) async fn run_writer(inner: Rc<Inner>) {
+    let mut flights: VecDeque<Flight> = VecDeque::new();
+    let mut permit = None;
     loop {
-        std::future::poll_fn(|cx| {
-            if !inner.st.borrow().queue.is_empty() || inner.closing.get() {
-                Poll::Ready(())
-            } else {
-                inner.writer_waker.set(Some(cx.waker().clone()));
-                Poll::Pending
+        let queued = {
+            let st = inner.st.borrow();
+            !st.queue.is_empty() && st.fatal.is_none()
+        };
+        // Compaction waits for the log lock: let the chunks in flight finish, then yield it.
+        let yielding = permit.is_some() && inner.seal_waiting.get() > 0;
+        let mut blocked = false;
+        if queued && flights.len() < CHUNKS_IN_FLIGHT_MAX && !yielding {
+            if permit.is_none() {
+                match inner.log_lock.acquire_permit(1).await {
+                    Ok(p) => permit = Some(p),
+                    Err(_) => break,
+                }
+                continue;
             }
+            match launch(&inner, flights.is_empty()).await {
+                Some(flight) => {
+                    if !flights.is_empty() {
+                        cov_mark::hit!(chunk_behind_a_sync);
+                        inner.io.pipelined();
+                    }
+                    flights.push_back(flight);
+                    continue;
+                }
+                // Nothing launched: a roll must wait for the chunks in flight, or the log failed.
+                None if flights.is_empty() => continue,
+                None => blocked = true,
+            }
+        }
+        if flights.is_empty() {
+            drop(permit.take());
+            // Idle: wait for records (or the end).
+            let writable = || {
+                let st = inner.st.borrow();
+                !st.queue.is_empty() && st.fatal.is_none()
+            };
+            std::future::poll_fn(|cx| {
+                if writable() || inner.closing.get() {
+                    Poll::Ready(())
+                } else {
+                    inner.writer_waker.set(Some(cx.waker().clone()));
+                    Poll::Pending
+                }
+            })
+            .await;
+            if !writable() {
+                // Closing with nothing left to write.
+                break;
+            }
+            continue;
+        }
+        let more = !blocked && flights.len() < CHUNKS_IN_FLIGHT_MAX && !yielding;
+        let event = std::future::poll_fn(|cx| {
+            for f in flights.iter_mut().filter(|f| f.done.is_none()) {
+                if let Poll::Ready(result) = f.io.as_mut().poll(cx) {
+                    f.done = Some(result);
+                }
+            }
+            if flights.front().is_some_and(|f| f.done.is_some()) {
+                return Poll::Ready(Event::Synced);
+            }
+            let st = inner.st.borrow();
+            if more && !st.queue.is_empty() && st.fatal.is_none() {
+                return Poll::Ready(Event::Queued);
+            }
+            inner.writer_waker.set(Some(cx.waker().clone()));
+            Poll::Pending
         })
         .await;
-        if inner.st.borrow().queue.is_empty() {
-            // Closing with nothing left to write.
-            break;
+        if let Event::Queued = event {
+            continue;
         }
-        let Ok(permit) = inner.log_lock.acquire_permit(1).await else { break };
-        flush(&inner).await;
-        drop(permit);
+        let Some(mut first) = flights.pop_front() else { continue };
+        match first.done.take() {
+            Some(Ok(())) => complete(&inner, first),
+            Some(Err(e)) => {
+                let reason = format!(
+                    "write or fdatasync at offset {} of {}: {e}",
+                    first.pos,
+                    first.seg.path().display()
+                );
+                let mut batch = first.batch;
+                // Later chunks are never acknowledged now; let their I/O end first.
+                for later in flights.drain(..) {
+                    if later.done.is_none() {
+                        let _ = later.io.await;
+                    }
+                    batch.extend(later.batch);
+                }
+                fail(&inner, reason, batch);
+            }
+            None => flights.push_front(first),
+        }
     }
 }
 
@@ -169,6 +344,7 @@ fn fail(inner: &Inner, reason: String, batch: Vec<Pending>) {
         let mut st = inner.st.borrow_mut();
         st.fatal = Some(reason.clone());
         st.queue_bytes = 0;
+        st.staged = AlignedVec::new();
         st.queue.drain(..).collect()
     };
     for p in batch.into_iter().chain(queued) {
@@ -178,102 +354,108 @@ fn fail(inner: &Inner, reason: String, batch: Vec<Pending>) {
     wake_all(&inner.durable_waiters);
 }
 
-fn chunk_need(payload_len: usize) -> u64 {
-    ((CHUNK_HEADER_BYTES + frame_bytes(payload_len)) as u64).next_multiple_of(BLOCK_BYTES)
+fn chunk_need(frame_len: usize) -> u64 {
+    ((CHUNK_HEADER_BYTES + frame_len) as u64).next_multiple_of(BLOCK_BYTES)
 }
 
-/// Writes one chunk from the head of the queue.
-async fn flush(inner: &Rc<Inner>) {
-    // Roll to a new segment when the head record does not fit in the active one.
+/// Builds one chunk from the head of the queue and starts its write and fdatasync. Rolls to
+/// a new segment first when the head record does not fit, but only when `idle` (no chunk in
+/// flight): otherwise returns `None` and the caller waits. `None` also when the log failed.
+async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
     loop {
         let need_roll = {
             let st = inner.st.borrow();
-            let (Some(head), Some(active)) = (st.queue.front(), st.active.as_ref()) else {
-                return;
+            let head = st.queue.front()?;
+            let Some(active) = st.active.as_ref() else {
+                drop(st);
+                fail(inner, "internal error: no active segment".into(), Vec::new());
+                return None;
             };
-            chunk_need(head.payload.len()) > active.seg.len().saturating_sub(active.pos)
+            chunk_need(head.frame_len) > active.seg.len().saturating_sub(active.next)
         };
         if !need_roll {
             break;
         }
+        if !idle {
+            return None;
+        }
         if let Err(e) = roll(inner).await {
             fail(inner, format!("creating a segment: {e}"), Vec::new());
-            return;
+            return None;
         }
     }
-    // Take as many records as fit in one chunk.
-    let (batch, file, seg, pos, used) = {
+    // Take as many records as fit in one chunk, and copy their frames (serialized and sealed
+    // by the writers) into the chunk's buffer: one copy of contiguous bytes.
+    let (batch, buf, spans, file, seg, pos, total, staged_ok) = {
         let mut st = inner.st.borrow_mut();
-        let Some(active) = st.active.as_ref() else { return };
-        let (file, seg, pos) = (active.file.clone(), active.seg.clone(), active.pos);
+        let active = st.active.as_ref()?;
+        let (file, seg, pos) = (active.file.clone(), active.seg.clone(), active.next);
         let cap = chunk_capacity(inner.options.segment_bytes).min(seg.len().saturating_sub(pos));
-        let mut used = CHUNK_HEADER_BYTES as u64;
+        let mut used = CHUNK_HEADER_BYTES;
         let mut batch = Vec::new();
+        let mut spans = Vec::new();
+        let at = usize::try_from(pos).unwrap_or(usize::MAX);
         while let Some(head) = st.queue.front() {
-            let next = used + frame_bytes(head.payload.len()) as u64;
-            if next.next_multiple_of(BLOCK_BYTES) > cap {
+            let next = used + head.frame_len;
+            if (next as u64).next_multiple_of(BLOCK_BYTES) > cap {
                 break;
             }
+            spans.push(archive::written(at + used + FRAME_HEADER_BYTES, head.payload_len));
             used = next;
             if let Some(p) = st.queue.pop_front() {
-                st.queue_bytes = st.queue_bytes.saturating_sub(p.payload.len());
+                st.queue_bytes = st.queue_bytes.saturating_sub(p.frame_len);
                 batch.push(p);
             }
         }
-        (batch, file, seg, pos, used)
-    };
-    wake_all(&inner.space_waiters);
-    let (Some(first), Some(last)) = (batch.first(), batch.last()) else { return };
-    let header = ChunkHeader {
-        lsn_first: first.lsn,
-        lsn_last: last.lsn,
-        frames_bytes: u32::try_from(used - CHUNK_HEADER_BYTES as u64).unwrap_or(u32::MAX),
-        record_count: u32::try_from(batch.len()).unwrap_or(u32::MAX),
-    };
-    let total = usize::try_from(used.next_multiple_of(BLOCK_BYTES)).unwrap_or(usize::MAX);
-    let mut buf = file.alloc(total);
-    let mut spans = Vec::with_capacity(batch.len());
-    {
-        let b = buf.as_bytes_mut();
-        b.fill(0);
-        let salt = seg.header().salt;
-        if let Some(h) = b.get_mut(..CHUNK_HEADER_BYTES) {
-            h.copy_from_slice(&header.encode(salt));
+        let (Some(first), Some(last)) = (batch.first(), batch.last()) else { return None };
+        let header = ChunkHeader {
+            lsn_first: first.lsn,
+            lsn_last: last.lsn,
+            frames_bytes: u32::try_from(used - CHUNK_HEADER_BYTES).unwrap_or(u32::MAX),
+            record_count: u32::try_from(batch.len()).unwrap_or(u32::MAX),
+        };
+        let total = used.next_multiple_of(usize::try_from(BLOCK_BYTES).unwrap_or(4096));
+        let mut buf = file.alloc(total);
+        let frames = used - CHUNK_HEADER_BYTES;
+        let (h, rest) = buf.as_bytes_mut().split_at_mut(CHUNK_HEADER_BYTES);
+        let (f, pad) = rest.split_at_mut(frames);
+        h.copy_from_slice(&header.encode(seg.header().salt));
+        pad.fill(0);
+        // The staging buffer holds exactly the queue's frames; were it short, writing the chunk
+        // would acknowledge bytes nobody serialized.
+        let staged_ok = st.staged.as_slice().get(..frames).map(|staged| f.copy_from_slice(staged));
+        take_staged(&mut st.staged, frames);
+        if let Some(active) = st.active.as_mut() {
+            active.next = pos + total as u64;
         }
-        let mut at = CHUNK_HEADER_BYTES;
-        for p in &batch {
-            let n = frame_bytes(p.payload.len());
-            if let Some(out) = b.get_mut(at..at + n) {
-                let off = encode_frame(&p.payload, out);
-                let offset = usize::try_from(pos).unwrap_or(usize::MAX) + at + off;
-                spans.push(archive::written(offset, p.payload.len()));
-            }
-            at += n;
-        }
+        (batch, buf, spans, file, seg, pos, total, staged_ok.is_some())
+    };
+    if !staged_ok {
+        fail(inner, "internal error: queued frames missing from the staging buffer".into(), batch);
+        return None;
     }
-    let started = std::time::Instant::now();
-    let result: io::Result<()> = async {
+    wake_all(&inner.space_waiters);
+    let io = Box::pin(async move {
         file.write_at(buf, pos).await?;
         file.fdatasync().await
-    }
-    .await;
-    if let Err(e) = result {
-        fail(
-            inner,
-            format!("write or fdatasync at offset {pos} of {}: {e}", seg.path().display()),
-            batch,
-        );
-        return;
-    }
+    });
+    let started = std::time::Instant::now();
+    Some(Flight { batch, spans, seg, pos, total, started, io, done: None })
+}
+
+/// Applies a synced chunk's records, acknowledges them and wakes waiters. Called in log
+/// order, once the chunk and every earlier one are durable.
+fn complete(inner: &Rc<Inner>, flight: Flight) {
+    let Flight { batch, spans, seg, pos, total, started, .. } = flight;
+    let Some(last) = batch.last() else { return };
     inner.io.synced(batch.len(), total, started.elapsed());
     let mut st = inner.st.borrow_mut();
     for (p, span) in batch.iter().zip(&spans) {
         apply_effect(&mut st, &p.effect, &seg, *span);
         if let Effect::Ops(metas) = &p.effect {
             for m in metas {
-                let lk = lock_key(&m.collection, &m.key);
-                if st.pending.get(&lk) == Some(&m.put.then_some(m.version)) {
-                    st.pending.remove(&lk);
+                if st.pending.get(&*m.lk) == Some(&m.put.then_some(m.version)) {
+                    st.pending.remove(&*m.lk);
                 }
             }
         }
@@ -297,6 +479,25 @@ async fn flush(inner: &Rc<Inner>) {
     if should_compact && !inner.compacting.get() && !inner.closing.get() {
         crate::compaction::spawn(inner.clone());
     }
+}
+
+/// Drops the first `frames` bytes of `staged` (frames just copied into a chunk).
+fn take_staged(staged: &mut AlignedVec, frames: usize) {
+    let rest = staged.len().saturating_sub(frames);
+    if rest == 0 {
+        if staged.capacity() > STAGED_KEEP_BYTES {
+            // After a burst: give the memory back rather than hold it per fragment.
+            *staged = AlignedVec::new();
+        } else {
+            staged.clear();
+        }
+        return;
+    }
+    // Records that did not fit in this chunk: move them to the front (rare: a full chunk or
+    // the end of a segment).
+    let len = staged.len();
+    staged.as_mut_slice().copy_within(frames..len, 0);
+    staged.resize(rest, 0);
 }
 
 /// Seals the active segment and starts a new one. Called with the log lock held.
@@ -335,7 +536,12 @@ pub(crate) async fn roll(inner: &Rc<Inner>) -> io::Result<()> {
     let old = {
         let mut st = inner.st.borrow_mut();
         st.segments.push(seg.clone());
-        st.active.replace(Active { seg, file, pos: SEGMENT_HEADER_BYTES })
+        st.active.replace(Active {
+            seg,
+            file,
+            pos: SEGMENT_HEADER_BYTES,
+            next: SEGMENT_HEADER_BYTES,
+        })
     };
     if let Some(old) = old {
         old.file.close().await?;

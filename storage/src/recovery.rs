@@ -21,14 +21,12 @@ use router::{FragmentId, ShardId};
 use crate::disk::Disk;
 use crate::error::OpenError;
 use crate::format::{
-    Damage, LsnRule, RecordAt, ScanEnd, SegmentHeader, SegmentKind, find_chunk_after, scan_segment,
+    Damage, LsnRule, RecordAt, ScanEnd, SegmentHeader, SegmentKind, TailWindow, classify_tail,
+    scan_segment,
 };
 use crate::fragment::{Active, FragmentOptions, State};
 use crate::index::Index;
-use crate::limits::{
-    BLOCK_BYTES, GROUP_COMMIT_BATCH_BYTES_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
-    SEGMENT_HEADER_BYTES,
-};
+use crate::limits::{BLOCK_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
 use crate::log::{Effect, OpMeta, apply_effect, new_salt};
 use crate::record::{ArchivedDeleteOp, ArchivedOp, ArchivedPutOp, ArchivedRecordBody};
 use crate::segment::{Segment, create_preallocated, parse_file_name};
@@ -124,6 +122,7 @@ pub(crate) fn empty_state() -> State {
         lsn_durable: 0,
         queue: VecDeque::new(),
         queue_bytes: 0,
+        staged: rkyv::util::AlignedVec::new(),
         fatal: None,
         active: None,
         segments: Vec::new(),
@@ -135,23 +134,23 @@ pub(crate) fn empty_state() -> State {
 }
 
 fn meta_put(p: &ArchivedPutOp) -> OpMeta {
-    OpMeta {
-        collection: p.collection.as_str().into(),
-        key: doc_key(p.id.as_str()).into(),
-        shard: ShardId::from_u64_mod(u64::from(p.shard.to_native())),
-        version: Version::new(p.version.to_native()),
-        put: true,
-    }
+    OpMeta::new(
+        p.collection.as_str(),
+        &doc_key(p.id.as_str()),
+        ShardId::from_u64_mod(u64::from(p.shard.to_native())),
+        Version::new(p.version.to_native()),
+        true,
+    )
 }
 
 fn meta_delete(d: &ArchivedDeleteOp) -> OpMeta {
-    OpMeta {
-        collection: d.collection.as_str().into(),
-        key: doc_key(d.id.as_str()).into(),
-        shard: ShardId::from_u64_mod(u64::from(d.shard.to_native())),
-        version: Version::new(d.version.to_native()),
-        put: false,
-    }
+    OpMeta::new(
+        d.collection.as_str(),
+        &doc_key(d.id.as_str()),
+        ShardId::from_u64_mod(u64::from(d.shard.to_native())),
+        Version::new(d.version.to_native()),
+        false,
+    )
 }
 
 fn meta_op(op: &ArchivedOp) -> OpMeta {
@@ -269,7 +268,7 @@ pub(crate) async fn recover(
             torn_bytes =
                 check_tail(&mut st, id, &seg, end.offset, end.last_lsn, end.damage, disk).await?;
             let file = disk.open(seg.path()).await.map_err(io_err(id, seg.path()))?;
-            st.active = Some(Active { seg: seg.clone(), file, pos: end.offset });
+            st.active = Some(Active { seg: seg.clone(), file, pos: end.offset, next: end.offset });
         }
         st.segments.push(seg);
         glommio::executor().yield_if_needed().await;
@@ -287,7 +286,8 @@ pub(crate) async fn recover(
         let (seg, file) =
             create_preallocated(disk, dir, header, segment_bytes).await.map_err(io_err(id, dir))?;
         st.segments.push(seg.clone());
-        st.active = Some(Active { seg, file, pos: SEGMENT_HEADER_BYTES });
+        st.active =
+            Some(Active { seg, file, pos: SEGMENT_HEADER_BYTES, next: SEGMENT_HEADER_BYTES });
     }
     st.generation = st.segments.first().map_or(0, |s| s.header().generation);
     st.next_lsn = prev_lsn + 1;
@@ -313,19 +313,9 @@ async fn check_tail(
     damage: Option<Damage>,
     disk: &dyn Disk,
 ) -> Result<u64, OpenError> {
-    let bytes = seg.bytes();
-    let salt = seg.header().salt;
-    if find_chunk_after(bytes, end.saturating_add(BLOCK_BYTES), salt, last_lsn).is_some() {
-        return Err(corruption(id, seg.path(), end, damage.unwrap_or(Damage::AfterTail)));
-    }
-    let start = usize::try_from(end).unwrap_or(usize::MAX).min(bytes.len());
-    let window_end = start.saturating_add(GROUP_COMMIT_BATCH_BYTES_MAX).min(bytes.len());
-    if let Some(beyond) = bytes.get(window_end..)
-        && let Some(at) = beyond.iter().position(|&b| b != 0)
-    {
-        return Err(corruption(id, seg.path(), (window_end + at) as u64, Damage::AfterTail));
-    }
-    let dirty = bytes.get(start..window_end).is_some_and(|w| w.iter().any(|&b| b != 0));
+    let TailWindow { window_end, dirty } =
+        classify_tail(seg.bytes(), end, seg.header().salt, last_lsn, damage)
+            .map_err(|(at, what)| corruption(id, seg.path(), at, what))?;
     if damage.is_none() && !dirty {
         return Ok(0);
     }

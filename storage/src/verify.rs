@@ -15,9 +15,8 @@ use router::{FragmentId, ShardRange};
 
 use crate::doc_key;
 use crate::error::OpenError;
-use crate::format::{Damage, find_chunk_after};
+use crate::format::{Damage, TailWindow, classify_tail};
 use crate::fragment::{DocRef, State};
-use crate::limits::{BLOCK_BYTES, GROUP_COMMIT_BATCH_BYTES_MAX};
 use crate::record::ArchivedRecordBody;
 use crate::recovery::{ReplayedSegment, corruption, empty_state, io_err, replay_segment};
 use crate::segment::{Segment, parse_file_name};
@@ -131,20 +130,9 @@ fn tail(
     last_lsn: u64,
     damage: Option<Damage>,
 ) -> Result<Option<TornTail>, OpenError> {
-    let bytes = seg.bytes();
-    if find_chunk_after(bytes, end.saturating_add(BLOCK_BYTES), seg.header().salt, last_lsn)
-        .is_some()
-    {
-        return Err(corruption(id, seg.path(), end, damage.unwrap_or(Damage::AfterTail)));
-    }
-    let start = usize::try_from(end).unwrap_or(usize::MAX).min(bytes.len());
-    let window_end = start.saturating_add(GROUP_COMMIT_BATCH_BYTES_MAX).min(bytes.len());
-    if let Some(beyond) = bytes.get(window_end..)
-        && let Some(at) = beyond.iter().position(|&b| b != 0)
-    {
-        return Err(corruption(id, seg.path(), (window_end + at) as u64, Damage::AfterTail));
-    }
-    let dirty = bytes.get(start..window_end).is_some_and(|w| w.iter().any(|&b| b != 0));
+    let TailWindow { dirty, .. } =
+        classify_tail(seg.bytes(), end, seg.header().salt, last_lsn, damage)
+            .map_err(|(at, what)| corruption(id, seg.path(), at, what))?;
     if damage.is_none() && !dirty {
         return Ok(None);
     }

@@ -97,3 +97,28 @@ fn flip_in_last_chunk_is_torn_tail() {
         }
     });
 }
+
+// Checks every byte of the second-to-last chunk (the first of two chunks in flight at a crash,
+// the second of which reached the disk whole): both chunks are dropped as one torn tail, the
+// earlier ones stay, and writes resume on a cleaned window.
+#[test]
+fn flip_in_second_to_last_chunk_is_torn_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run_allowing_warnings(move || async move {
+        write_five(&path).await;
+        let seg = segment_files(&path)[0].clone();
+        let pristine = std::fs::read(&seg).expect("read");
+        let (chunk, offset, len) = record_layout(&seg)[3];
+        for at in chunk..frame_end(offset, len) {
+            let mut bytes = pristine.clone();
+            bytes[at] ^= 1 << (at % 8);
+            std::fs::write(&seg, &bytes).expect("write");
+            let f = open(&path, options(SEGMENT)).await;
+            assert_eq!(f.stats().torn_tails, 1, "flip at {at}");
+            assert_eq!(f.stats().docs, 3, "flip at {at}");
+            assert!(f.get("c", "d3").is_none() && f.get("c", "d4").is_none(), "flip at {at}");
+            f.close().await;
+        }
+    });
+}

@@ -2,6 +2,9 @@
 //! from many concurrent tasks and prints `ack <batch>` after each acknowledgement; the parent
 //! SIGKILLs it at a seeded random moment, reopens the fragment, and checks that every
 //! acknowledged batch is present with the right content and that no batch is partly visible.
+//! Half the writers come back through the reactor (a timer) between writes, as network clients
+//! do, so records also arrive while a chunk is in flight and the log has two chunks in flight
+//! at some kills (the count of such chunks is printed, not asserted: it depends on timing).
 //!
 //! Iterations: `TESSERA_CRASH_ITERS` (default 5); seed: `TESSERA_CRASH_SEED` (printed).
 
@@ -39,7 +42,7 @@ fn child(dir: String, iter: u64) {
         let f = Rc::new(open(std::path::Path::new(&dir), options(SEGMENT)).await);
         let next = Rc::new(std::cell::Cell::new(0u64));
         let mut tasks = Vec::new();
-        for _ in 0..WRITERS {
+        for w in 0..WRITERS {
             let (f, next) = (f.clone(), next.clone());
             tasks.push(glommio::spawn_local(async move {
                 // Bounded: the parent kills the child long before this ends.
@@ -47,9 +50,15 @@ fn child(dir: String, iter: u64) {
                     let n = next.get();
                     next.set(n + 1);
                     f.apply(batch(iter, n)).await.expect("apply");
+                    let pipelined = f.io_stats().pipelined;
                     let mut out = std::io::stdout().lock();
-                    writeln!(out, "ack {n}").expect("stdout");
+                    writeln!(out, "ack {n} {pipelined}").expect("stdout");
                     out.flush().expect("flush");
+                    if w % 2 == 1 {
+                        // Think time through the reactor (an arrival pattern, not a wait for
+                        // anything): the next write arrives in another turn of the executor.
+                        glommio::timer::sleep(std::time::Duration::from_micros(20)).await;
+                    }
                 }
             }));
         }
@@ -76,6 +85,7 @@ fn sigkill_during_writes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut acked_all: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
     let mut torn_total = 0;
+    let mut pipelined_total = 0;
     for iter in 0..iters {
         let kill_after = 1 + rng.below(400);
         let mut child = Command::new(std::env::current_exe().expect("exe"))
@@ -88,21 +98,27 @@ fn sigkill_during_writes() {
             .expect("spawn child");
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
         let mut acked = BTreeSet::new();
+        let mut pipelined = 0;
+        let mut record = |line: &str, acked: &mut BTreeSet<u64>| {
+            if let Some(rest) = line.strip_prefix("ack ") {
+                let mut words = rest.split(' ');
+                acked.insert(words.next().and_then(|n| n.parse().ok()).expect("ack number"));
+                let p: u64 = words.next().and_then(|p| p.parse().ok()).expect("pipelined");
+                pipelined = pipelined.max(p);
+            }
+        };
         while let Some(Ok(line)) = lines.next() {
-            if let Some(n) = line.strip_prefix("ack ") {
-                acked.insert(n.parse::<u64>().expect("ack number"));
-                if acked.len() as u64 >= kill_after {
-                    break;
-                }
+            record(&line, &mut acked);
+            if acked.len() as u64 >= kill_after {
+                break;
             }
         }
         child.kill().expect("SIGKILL");
         // Acknowledgements already in the pipe count too.
         for line in lines.map_while(Result::ok) {
-            if let Some(n) = line.strip_prefix("ack ") {
-                acked.insert(n.parse::<u64>().expect("ack number"));
-            }
+            record(&line, &mut acked);
         }
+        pipelined_total += pipelined;
         child.wait().expect("reap");
         acked_all.insert(iter, acked);
         let path = dir.path().to_path_buf();
@@ -137,5 +153,8 @@ fn sigkill_during_writes() {
             torn
         });
     }
-    println!("crash test: {iters} kills, {torn_total} torn tails truncated");
+    println!(
+        "crash test: {iters} kills, {torn_total} torn tails truncated, \
+         {pipelined_total} chunks started behind another before the kills"
+    );
 }

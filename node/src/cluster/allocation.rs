@@ -172,7 +172,9 @@ impl AllocationStrategy for LeastShardAllocation {
         for m in in_flight {
             projected.apply(*m);
         }
-        let busy: BTreeSet<FragmentId> = in_flight.iter().map(|m| m.fragment).collect();
+        // A fragment in flight or already chosen in this round is never picked again (moved
+        // 1 -> 3 by bytes, it could otherwise look like the best pick from 3 later on).
+        let mut busy: BTreeSet<FragmentId> = in_flight.iter().map(|m| m.fragment).collect();
         let room = self.max_simultaneous_rebalance.saturating_sub(in_flight.len());
         let mut moves = Vec::new();
         while moves.len() < room {
@@ -188,6 +190,7 @@ impl AllocationStrategy for LeastShardAllocation {
             let Some(fragment) = self.pick(&projected, from, diff, &busy) else { break };
             let m = Move { fragment, from, to };
             projected.apply(m);
+            busy.insert(fragment);
             moves.push(m);
         }
         moves
