@@ -21,6 +21,7 @@ use crate::cluster::limits::{
     RAFT_SNAPSHOT_CHUNK_BYTES, REFUSALS_LOGGED_MAX,
 };
 use crate::cluster::peer::{PeerConn, PeerError, read_message, write_message};
+use crate::cluster::prior::{PriorDecision, PriorMap};
 use crate::cluster::raft_net::{RaftNet, serve_rpc};
 use crate::cluster::state::{ClusterState, Command, Member};
 use crate::cluster::store::{AppliedState, LogStore, OpenError, StateMachine, TypeConfig};
@@ -42,6 +43,12 @@ pub enum StartError {
         addr: std::net::SocketAddr,
         /// Why.
         source: std::io::Error,
+    },
+    /// The map kept by a coordinator wipe (`prior-map.json`) cannot be read.
+    #[error("cannot start the cluster control plane: {reason}")]
+    Prior {
+        /// Why.
+        reason: String,
     },
     /// The thread, runtime or raft could not be started.
     #[error("cannot start the cluster control plane: {reason}")]
@@ -83,6 +90,10 @@ struct Ctx {
     strategy: Box<dyn AllocationStrategy>,
     /// Last successful ping per member.
     pongs: Mutex<HashMap<u32, Instant>>,
+    /// The map before a coordinator wipe, adopted by the first allocation (`cluster::prior`).
+    prior: Option<PriorMap>,
+    /// The holders the coordinator last said it waits for (logged when it changes).
+    prior_missing_logged: Mutex<Vec<u32>>,
     /// Refusal messages already logged at WARN (a refused peer retries every tick; the
     /// operator needs the reason once). Bounded by `REFUSALS_LOGGED_MAX`.
     refusals_logged: Mutex<BTreeSet<String>>,
@@ -118,6 +129,7 @@ pub fn start(
 ) -> Result<ClusterHandle, StartError> {
     let log = LogStore::open(dir)?;
     let sm = StateMachine::open(dir)?;
+    let prior = crate::cluster::prior::read(dir).map_err(|reason| StartError::Prior { reason })?;
     let listener = std::net::TcpListener::bind(config.peer_listen)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|source| StartError::Listen { addr: config.peer_listen, source })?;
@@ -141,7 +153,8 @@ pub fn start(
                     return;
                 }
             };
-            runtime.block_on(run(config, me, log, sm, listener, fragments, ready_tx, stop_rx));
+            runtime
+                .block_on(run(config, me, log, sm, listener, fragments, prior, ready_tx, stop_rx));
         })
         .map_err(|e| StartError::Runtime { reason: format!("thread: {e}") })?;
     match ready_rx.recv() {
@@ -180,6 +193,7 @@ async fn run(
     sm: StateMachine,
     listener: std::net::TcpListener,
     fragments: u32,
+    prior: Option<PriorMap>,
     ready: std::sync::mpsc::SyncSender<Result<(), String>>,
     stop: oneshot::Receiver<()>,
 ) {
@@ -219,6 +233,8 @@ async fn run(
             fragments,
             strategy,
             pongs: Mutex::new(HashMap::new()),
+            prior,
+            prior_missing_logged: Mutex::new(Vec::new()),
             refusals_logged: Mutex::new(BTreeSet::new()),
         });
         Ok::<_, String>((listener, ctx))
@@ -557,6 +573,10 @@ async fn coordinate(ctx: &Ctx, state: &ClusterState) {
         if have < ctx.config.min_members {
             return;
         }
+        if let Some(prior) = &ctx.prior {
+            adopt_prior(ctx, prior, state).await;
+            return;
+        }
         let owners: Vec<u32> = allocate_all(ctx.strategy.as_ref(), &loads, ctx.fragments, 0)
             .into_iter()
             .map(|n| n.0)
@@ -589,6 +609,37 @@ async fn coordinate(ctx: &Ctx, state: &ClusterState) {
                 to = m.to.0,
                 "coordinator planned a move (handoff is not built yet; the move waits)"
             );
+        }
+    }
+}
+
+/// After a coordinator wipe: allocates the map the nodes held before (`cluster::prior`), once
+/// every node that held fragments is a data member again.
+async fn adopt_prior(ctx: &Ctx, prior: &PriorMap, state: &ClusterState) {
+    match crate::cluster::prior::decide(prior, state) {
+        PriorDecision::Wait { missing } => {
+            let mut logged =
+                ctx.prior_missing_logged.lock().unwrap_or_else(PoisonError::into_inner);
+            if *logged != missing {
+                tracing::info!(
+                    ?missing,
+                    "coordinator waits for the nodes that held fragments before the coordinator \
+                     state was wiped"
+                );
+                logged.clone_from(&missing);
+            }
+        }
+        PriorDecision::Allocate(owners) => {
+            let count = owners.len();
+            let command = Command::Allocate { owners, min_members: ctx.config.min_members };
+            if propose(ctx, command).await {
+                tracing::info!(
+                    fragments = count,
+                    prior_epoch = prior.epoch,
+                    "coordinator adopted the fragments where the nodes held them before the \
+                     coordinator state was wiped"
+                );
+            }
         }
     }
 }

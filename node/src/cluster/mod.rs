@@ -10,6 +10,7 @@ pub mod allocation;
 pub mod control;
 pub mod limits;
 pub mod peer;
+pub mod prior;
 pub mod raft_net;
 pub mod state;
 pub mod store;
