@@ -20,6 +20,7 @@ use crate::cluster::limits::{
     PEER_REACHABLE_WITHIN_MS, PEER_REQUEST_TIMEOUT_MS, RAFT_APPEND_ENTRIES_MAX,
     RAFT_SNAPSHOT_CHUNK_BYTES, REFUSALS_LOGGED_MAX,
 };
+use crate::cluster::ops::{MoveError, MoveRequest, MoveResult};
 use crate::cluster::peer::{PeerConn, PeerError, read_message, write_message};
 use crate::cluster::prior::{PriorDecision, PriorMap};
 use crate::cluster::raft_net::{RaftNet, serve_rpc};
@@ -260,7 +261,11 @@ async fn run(
     let accept = tokio::spawn(accept_loop(listener, Arc::clone(&ctx)));
     let join = tokio::spawn(join_loop(Arc::clone(&ctx)));
     let tick = tokio::spawn(tick_loop(Arc::clone(&ctx)));
+    let ops = crate::cluster::ops::install().map(|rx| tokio::spawn(ops_loop(Arc::clone(&ctx), rx)));
     let _ = stop.await;
+    if let Some(ops) = ops {
+        ops.abort();
+    }
     accept.abort();
     tick.abort();
     join.abort();
@@ -341,6 +346,18 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
                         reason: format!("the join did not commit within {bound:?}"),
                     },
                 }
+            }
+            Message::PlanMove { fragment, to } => {
+                // Only the coordinator plans; a node that lost the lead answers so, and the
+                // asking node reports it (no forwarding chains).
+                let answer = if ctx.raft.metrics().borrow().current_leader == Some(ctx.me.node) {
+                    plan_move_here(ctx, fragment, to).await
+                } else {
+                    Err(MoveError::NoCoordinator {
+                        reason: format!("node {} is no longer the coordinator", ctx.me.node),
+                    })
+                };
+                Message::MoveAnswer(answer)
             }
             Message::RaftRpc(body) => match serve_rpc(&ctx.raft, &body).await {
                 Ok(reply) => Message::RaftReply(reply),
@@ -610,6 +627,78 @@ async fn coordinate(ctx: &Ctx, state: &ClusterState) {
                 "coordinator planned a move (handoff is not built yet; the move waits)"
             );
         }
+    }
+}
+
+/// Answers the executors' operator requests, each in its own task (bounded inside).
+async fn ops_loop(ctx: Arc<Ctx>, requests: flume::Receiver<MoveRequest>) {
+    while let Ok(request) = requests.recv_async().await {
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            let answer = plan_move(&ctx, request.fragment, request.to).await;
+            let _ = request.reply.send(answer);
+        });
+    }
+}
+
+/// Plans a move on the coordinator: here if this node leads, else by asking the leader.
+async fn plan_move(ctx: &Ctx, fragment: u32, to: u32) -> MoveResult {
+    let metrics = ctx.raft.metrics().borrow().clone();
+    let Some(leader) = metrics.current_leader else {
+        return Err(MoveError::NoCoordinator {
+            reason: "no coordinator is known (an election may be under way); try again".to_owned(),
+        });
+    };
+    if leader == ctx.me.node {
+        return plan_move_here(ctx, fragment, to).await;
+    }
+    let Some(addr) =
+        metrics.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
+    else {
+        return Err(MoveError::NoCoordinator {
+            reason: format!("the coordinator, node {leader}, has no known address"),
+        });
+    };
+    let unreachable = |e: PeerError| MoveError::NoCoordinator {
+        reason: format!("coordinator node {leader}: {e}"),
+    };
+    let mut conn = PeerConn::dial(&addr, &ctx.hello).await.map_err(unreachable)?;
+    match conn.request(&Message::PlanMove { fragment, to }).await.map_err(unreachable)? {
+        Message::MoveAnswer(answer) => answer,
+        other => Err(MoveError::NoCoordinator {
+            reason: format!("coordinator node {leader} answered {}", other.kind()),
+        }),
+    }
+}
+
+/// Plans a move on this node, the coordinator: checks the destination, then proposes
+/// `PlanMove` (bounded) and maps the state machine's refusal.
+async fn plan_move_here(ctx: &Ctx, fragment: u32, to: u32) -> MoveResult {
+    use crate::cluster::state::CommandError as C;
+    match ctx.state().members.get(&to) {
+        None => return Err(MoveError::UnknownNode { node: to }),
+        Some(m) if m.role == Role::Proxy => return Err(MoveError::ProxyNode { node: to }),
+        Some(_) => {}
+    }
+    let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
+    let written =
+        tokio::time::timeout(bound, ctx.raft.client_write(Command::PlanMove { fragment, to }))
+            .await
+            .map_err(|_| MoveError::NoCoordinator {
+                reason: format!("the move was not committed within {bound:?} (no quorum?)"),
+            })?
+            .map_err(|e| MoveError::NoCoordinator { reason: e.to_string() })?;
+    match written.data {
+        Ok(epoch) => {
+            tracing::info!(fragment, to, "coordinator planned an operator's move");
+            Ok(epoch)
+        }
+        Err(C::NoMap) => Err(MoveError::NoMap),
+        Err(C::UnknownFragment { fragment }) => Err(MoveError::UnknownFragment { fragment }),
+        Err(C::AlreadyOwner { fragment, node }) => Err(MoveError::AlreadyOwner { fragment, node }),
+        Err(C::AlreadyMoving { fragment }) => Err(MoveError::AlreadyMoving { fragment }),
+        Err(C::NotDataMember { node }) => Err(MoveError::ProxyNode { node }),
+        Err(other) => Err(MoveError::NoCoordinator { reason: other.to_string() }),
     }
 }
 

@@ -139,6 +139,15 @@ pub enum Message {
     RaftRpc(Vec<u8>),
     /// The answer to a `RaftRpc` (serde_json of the openraft result).
     RaftReply(Vec<u8>),
+    /// Plan moving a fragment (an operator's `ALTER FRAGMENT`), sent to the coordinator.
+    PlanMove {
+        /// The fragment.
+        fragment: u32,
+        /// The destination node.
+        to: u32,
+    },
+    /// The coordinator's answer to `PlanMove`: the epoch it was planned at, or why not.
+    MoveAnswer(Result<u64, crate::cluster::ops::MoveError>),
 }
 
 impl Message {
@@ -155,6 +164,8 @@ impl Message {
             Message::JoinFailed { .. } => "join-failed",
             Message::RaftRpc(_) => "raft-rpc",
             Message::RaftReply(_) => "raft-reply",
+            Message::PlanMove { .. } => "plan-move",
+            Message::MoveAnswer(_) => "move-answer",
         }
     }
 }
@@ -438,6 +449,12 @@ mod tests {
             Message::JoinFailed { reason: "later".into() },
             Message::RaftRpc(b"{\"vote\":1}".to_vec()),
             Message::RaftReply(vec![]),
+            Message::PlanMove { fragment: 3, to: 2 },
+            Message::MoveAnswer(Ok(4)),
+            Message::MoveAnswer(Err(crate::cluster::ops::MoveError::AlreadyMoving { fragment: 3 })),
+            Message::MoveAnswer(Err(crate::cluster::ops::MoveError::NoCoordinator {
+                reason: "later".into(),
+            })),
         ]
     }
 

@@ -370,6 +370,16 @@ impl Session {
                 self.settings.insert(name.clone(), value.clone());
                 Ok(CommandTag::new("SET"))
             }
+            Statement::MoveFragment { fragment, node } => {
+                let epoch = crate::cluster::ops::plan_move(*fragment, *node).await?;
+                tracing::info!(
+                    fragment,
+                    node,
+                    epoch,
+                    "ALTER FRAGMENT: the coordinator planned the move"
+                );
+                Ok(CommandTag::new("ALTER FRAGMENT"))
+            }
             Statement::Begin => {
                 match &self.block {
                     Block::Idle => {
