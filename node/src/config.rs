@@ -86,6 +86,11 @@ pub struct ServeArgs {
     /// `manual` (allocates the same way, never rebalances on its own).
     #[arg(long, env = "TESSERA_ALLOCATION")]
     pub allocation: Option<String>,
+    /// What the coordinator counts a node's load in: `fragments` (default) or `bytes` (the
+    /// live bytes nodes report for the fragments they own). With `bytes`,
+    /// `--rebalance-threshold` counts bytes (default 64 MiB).
+    #[arg(long, env = "TESSERA_REBALANCE_LOAD")]
+    pub rebalance_load: Option<String>,
     // Operability (issue #8).
     /// Address of the Prometheus metrics endpoint (`GET /metrics`), `host:port`; empty turns
     /// it off. Default 127.0.0.1:9187.
@@ -118,6 +123,7 @@ struct FileConfig {
     rebalance_threshold: Option<u64>,
     max_simultaneous_rebalance: Option<u32>,
     allocation: Option<String>,
+    rebalance_load: Option<String>,
     metrics_listen: Option<String>,
     slow_statement_ms: Option<i64>,
 }
@@ -170,6 +176,8 @@ pub struct ClusterConfig {
     pub max_simultaneous_rebalance: u32,
     /// The allocation strategy.
     pub allocation: Allocation,
+    /// What load is counted in (`--rebalance-load`).
+    pub rebalance_load: crate::cluster::allocation::LoadUnit,
 }
 
 /// Which allocation strategy the coordinator uses (`cluster::allocation`).
@@ -332,6 +340,7 @@ fn resolve_cluster(
     let threshold = args.rebalance_threshold.or(file.rebalance_threshold);
     let max_moves = args.max_simultaneous_rebalance.or(file.max_simultaneous_rebalance);
     let allocation = args.allocation.clone().or_else(|| file.allocation.clone());
+    let rebalance_load = args.rebalance_load.clone().or_else(|| file.rebalance_load.clone());
     let Some(name) = name else {
         let given = [
             ("node-id", node_id.is_some()),
@@ -342,6 +351,7 @@ fn resolve_cluster(
             ("rebalance-threshold", threshold.is_some()),
             ("max-simultaneous-rebalance", max_moves.is_some()),
             ("allocation", allocation.is_some()),
+            ("rebalance-load", rebalance_load.is_some()),
         ];
         if let Some((setting, _)) = given.iter().find(|(_, g)| *g) {
             return Err(invalid(setting, String::new(), "needs --cluster-name".to_owned()));
@@ -431,6 +441,25 @@ fn resolve_cluster(
             ));
         }
     };
+    let rebalance_load = match rebalance_load.as_deref().unwrap_or("fragments") {
+        "fragments" => crate::cluster::allocation::LoadUnit::Fragments,
+        "bytes" => crate::cluster::allocation::LoadUnit::Bytes,
+        other => {
+            return Err(invalid(
+                "rebalance-load",
+                other.to_owned(),
+                "fragments or bytes".to_owned(),
+            ));
+        }
+    };
+    let threshold_default = match rebalance_load {
+        crate::cluster::allocation::LoadUnit::Fragments => {
+            crate::cluster::allocation::REBALANCE_THRESHOLD_DEFAULT
+        }
+        crate::cluster::allocation::LoadUnit::Bytes => {
+            crate::cluster::allocation::REBALANCE_THRESHOLD_BYTES_DEFAULT
+        }
+    };
     Ok(Some(ClusterConfig {
         name,
         node_id,
@@ -438,10 +467,10 @@ fn resolve_cluster(
         join,
         role,
         min_members,
-        rebalance_threshold: threshold
-            .unwrap_or(crate::cluster::allocation::REBALANCE_THRESHOLD_DEFAULT),
+        rebalance_threshold: threshold.unwrap_or(threshold_default),
         max_simultaneous_rebalance: max_moves,
         allocation,
+        rebalance_load,
     }))
 }
 
@@ -508,6 +537,17 @@ mod tests {
         assert_eq!(c.rebalance_threshold, 1);
         assert_eq!(c.max_simultaneous_rebalance, 3);
         assert_eq!(c.allocation, Allocation::LeastShard);
+        assert_eq!(c.rebalance_load, crate::cluster::allocation::LoadUnit::Fragments);
+        let bytes = ServeArgs { rebalance_load: Some("bytes".into()), ..base.clone() };
+        let c = NodeConfig::resolve(&bytes, 2).expect("valid").cluster.expect("cluster");
+        assert_eq!(c.rebalance_load, crate::cluster::allocation::LoadUnit::Bytes);
+        assert_eq!(
+            c.rebalance_threshold,
+            crate::cluster::allocation::REBALANCE_THRESHOLD_BYTES_DEFAULT
+        );
+        let bytes = ServeArgs { rebalance_threshold: Some(4096), ..bytes };
+        let c = NodeConfig::resolve(&bytes, 2).expect("valid").cluster.expect("cluster");
+        assert_eq!(c.rebalance_threshold, 4096, "a given threshold counts bytes");
         let cases: Vec<(ServeArgs, &str)> = vec![
             (ServeArgs { node_id: Some(1), ..ServeArgs::default() }, "node-id"),
             (ServeArgs { cluster_name: Some("bad name".into()), ..base.clone() }, "cluster-name"),
@@ -519,6 +559,11 @@ mod tests {
             (ServeArgs { role: Some("proxy".into()), join: None, ..base.clone() }, "role"),
             (ServeArgs { min_members: Some(0), ..base.clone() }, "min-members"),
             (ServeArgs { allocation: Some("random".into()), ..base.clone() }, "allocation"),
+            (ServeArgs { rebalance_load: Some("docs".into()), ..base.clone() }, "rebalance-load"),
+            (
+                ServeArgs { rebalance_load: Some("bytes".into()), ..ServeArgs::default() },
+                "rebalance-load",
+            ),
         ];
         for (args, setting) in cases {
             let e = NodeConfig::resolve(&args, 2).expect_err(setting);

@@ -188,6 +188,7 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
         data.root().display()
     );
     let init_shared = Arc::clone(&shared);
+    let cluster_mode = config.cluster.is_some();
     // The cluster's control plane (its own thread, tokio) starts before the executors, so its
     // peer listener is up by the time the ready line is logged.
     let cluster = match &config.cluster {
@@ -255,6 +256,14 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
                     tracing::info!("{summary}");
                 }
                 core.start(&ctx);
+                if cluster_mode {
+                    // The coordinator's `--rebalance-load bytes` reads these reports.
+                    glommio::spawn_local(crate::cluster::load::publish_loop(
+                        Rc::clone(&core),
+                        ctx.shutdown.clone(),
+                    ))
+                    .detach();
+                }
                 let session_ctx = ctx.clone();
                 let make_session = move || Session::new(Rc::clone(&core), session_ctx.clone());
                 accept_loop(listener, pg, registry, make_session, ctx.shutdown.wait()).await;

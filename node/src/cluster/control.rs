@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot, watch};
 
 use crate::cluster::allocation::{
-    AllocationStrategy, LeastShardAllocation, LoadUnit, Loads, ManualAllocation, allocate_all,
+    AllocationStrategy, LeastShardAllocation, LoadUnit, ManualAllocation, allocate_all,
 };
 use crate::cluster::limits::{
     CLUSTER_MEMBERS_MAX, CONTROL_TICK_MS, JOIN_WAIT_MS, PEER_CONNECTIONS_MAX, PEER_IDLE_TIMEOUT_MS,
@@ -26,7 +26,7 @@ use crate::cluster::prior::{PriorDecision, PriorMap};
 use crate::cluster::raft_net::{RaftNet, serve_rpc};
 use crate::cluster::state::{ClusterState, Command, Member};
 use crate::cluster::store::{AppliedState, LogStore, OpenError, StateMachine, TypeConfig};
-use crate::cluster::wire::{self, Hello, Message, PROTOCOL_VERSION, Peer, Role};
+use crate::cluster::wire::{self, FragmentBytes, Hello, Message, PROTOCOL_VERSION, Peer, Role};
 use crate::cluster::{ClusterView, MemberView, publish};
 use crate::config::{Allocation, ClusterConfig};
 
@@ -89,6 +89,8 @@ struct Ctx {
     state: watch::Receiver<AppliedState>,
     fragments: u32,
     strategy: Box<dyn AllocationStrategy>,
+    /// Each member's last load report (`--rebalance-load bytes`).
+    reports: Mutex<HashMap<u32, Vec<FragmentBytes>>>,
     /// Last successful ping per member.
     pongs: Mutex<HashMap<u32, Instant>>,
     /// The map before a coordinator wipe, adopted by the first allocation (`cluster::prior`).
@@ -220,8 +222,7 @@ async fn run(
             Allocation::LeastShard => Box::new(LeastShardAllocation {
                 rebalance_threshold: config.rebalance_threshold,
                 max_simultaneous_rebalance: config.max_simultaneous_rebalance as usize,
-                // Nodes do not report bytes yet (the data path does not follow the map).
-                unit: LoadUnit::Fragments,
+                unit: config.rebalance_load,
             }),
             Allocation::Manual => Box::new(ManualAllocation),
         };
@@ -234,6 +235,7 @@ async fn run(
             fragments,
             strategy,
             pongs: Mutex::new(HashMap::new()),
+            reports: Mutex::new(HashMap::new()),
             prior,
             prior_missing_logged: Mutex::new(Vec::new()),
             refusals_logged: Mutex::new(BTreeSet::new()),
@@ -347,6 +349,7 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
                     },
                 }
             }
+            Message::Load => Message::LoadAnswer(crate::cluster::load::local()),
             Message::PlanMove { fragment, to } => {
                 // Only the coordinator plans; a node that lost the lead answers so, and the
                 // asking node reports it (no forwarding chains).
@@ -561,6 +564,27 @@ async fn ping_loop(ctx: Arc<Ctx>, node: u32) {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .insert(node, Instant::now());
+                // The coordinator counting bytes asks for the member's sizes on the same
+                // connection (a leader learns them within a tick of taking over).
+                let leads = ctx.raft.metrics().borrow().state == ServerState::Leader;
+                if leads && ctx.config.rebalance_load == LoadUnit::Bytes {
+                    match c.request(&Message::Load).await {
+                        Ok(Message::LoadAnswer(sizes)) => {
+                            ctx.reports
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .insert(node, sizes);
+                        }
+                        Ok(other) => {
+                            tracing::debug!(node, "load answered {}", other.kind());
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::debug!(node, "load: {e}");
+                            continue;
+                        }
+                    }
+                }
                 conn = Some(c);
             }
             Ok(other) => tracing::debug!(node, "ping answered {}", other.kind()),
@@ -578,13 +602,9 @@ async fn coordinate(ctx: &Ctx, state: &ClusterState) {
         propose(ctx, Command::AddMember { node: me, member: mine }).await;
         return;
     }
-    let mut loads = Loads::new();
-    for node in state.data_members() {
-        loads.add_node(NodeId(node));
-    }
-    for f in &state.fragments {
-        loads.hold(NodeId(f.node), router::FragmentId::new(f.id), 0);
-    }
+    let mut reports = ctx.reports.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    reports.insert(me, crate::cluster::load::local());
+    let loads = crate::cluster::load::loads_of(state, &reports);
     if !state.allocated() {
         let have = u32::try_from(state.data_members().count()).unwrap_or(u32::MAX);
         if have < ctx.config.min_members {

@@ -9,6 +9,7 @@
 pub mod allocation;
 pub mod control;
 pub mod limits;
+pub mod load;
 pub mod ops;
 pub mod peer;
 pub mod prior;

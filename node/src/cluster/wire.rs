@@ -91,6 +91,15 @@ pub struct Peer {
     pub executors: u32,
 }
 
+/// The live bytes of one fragment a node holds (`Message::LoadAnswer`).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragmentBytes {
+    /// The fragment.
+    pub fragment: u32,
+    /// Its live bytes on the answering node.
+    pub bytes: u64,
+}
+
 /// The first message on a connection, both ways.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
@@ -148,6 +157,10 @@ pub enum Message {
     },
     /// The coordinator's answer to `PlanMove`: the epoch it was planned at, or why not.
     MoveAnswer(Result<u64, crate::cluster::ops::MoveError>),
+    /// What are your fragments' sizes? (the coordinator, for `--rebalance-load bytes`)
+    Load,
+    /// The fragments this node holds and their live bytes.
+    LoadAnswer(Vec<FragmentBytes>),
 }
 
 impl Message {
@@ -166,6 +179,8 @@ impl Message {
             Message::RaftReply(_) => "raft-reply",
             Message::PlanMove { .. } => "plan-move",
             Message::MoveAnswer(_) => "move-answer",
+            Message::Load => "load",
+            Message::LoadAnswer(_) => "load-answer",
         }
     }
 }
@@ -450,6 +465,8 @@ mod tests {
             Message::RaftRpc(b"{\"vote\":1}".to_vec()),
             Message::RaftReply(vec![]),
             Message::PlanMove { fragment: 3, to: 2 },
+            Message::Load,
+            Message::LoadAnswer(vec![FragmentBytes { fragment: 1, bytes: u64::MAX }]),
             Message::MoveAnswer(Ok(4)),
             Message::MoveAnswer(Err(crate::cluster::ops::MoveError::AlreadyMoving { fragment: 3 })),
             Message::MoveAnswer(Err(crate::cluster::ops::MoveError::NoCoordinator {
