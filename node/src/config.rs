@@ -91,6 +91,11 @@ pub struct ServeArgs {
     /// `--rebalance-threshold` counts bytes (default 64 MiB).
     #[arg(long, env = "TESSERA_REBALANCE_LOAD")]
     pub rebalance_load: Option<String>,
+    /// A file holding the cluster secret (16 to 4096 bytes, not readable by other users):
+    /// peers prove they know it (HMAC-SHA-256 challenge-response) or are refused. Unset: peer
+    /// connections are not authenticated.
+    #[arg(long, env = "TESSERA_CLUSTER_SECRET_FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
     // Operability (issue #8).
     /// Address of the Prometheus metrics endpoint (`GET /metrics`), `host:port`; empty turns
     /// it off. Default 127.0.0.1:9187.
@@ -124,6 +129,7 @@ struct FileConfig {
     max_simultaneous_rebalance: Option<u32>,
     allocation: Option<String>,
     rebalance_load: Option<String>,
+    cluster_secret_file: Option<PathBuf>,
     metrics_listen: Option<String>,
     slow_statement_ms: Option<i64>,
 }
@@ -178,6 +184,8 @@ pub struct ClusterConfig {
     pub allocation: Allocation,
     /// What load is counted in (`--rebalance-load`).
     pub rebalance_load: crate::cluster::allocation::LoadUnit,
+    /// The cluster secret (`--cluster-secret-file`), or `None`: peers are not authenticated.
+    pub secret: Option<crate::cluster::auth::ClusterSecret>,
 }
 
 /// Which allocation strategy the coordinator uses (`cluster::allocation`).
@@ -341,6 +349,7 @@ fn resolve_cluster(
     let max_moves = args.max_simultaneous_rebalance.or(file.max_simultaneous_rebalance);
     let allocation = args.allocation.clone().or_else(|| file.allocation.clone());
     let rebalance_load = args.rebalance_load.clone().or_else(|| file.rebalance_load.clone());
+    let secret_file = args.cluster_secret_file.clone().or_else(|| file.cluster_secret_file.clone());
     let Some(name) = name else {
         let given = [
             ("node-id", node_id.is_some()),
@@ -352,6 +361,7 @@ fn resolve_cluster(
             ("max-simultaneous-rebalance", max_moves.is_some()),
             ("allocation", allocation.is_some()),
             ("rebalance-load", rebalance_load.is_some()),
+            ("cluster-secret-file", secret_file.is_some()),
         ];
         if let Some((setting, _)) = given.iter().find(|(_, g)| *g) {
             return Err(invalid(setting, String::new(), "needs --cluster-name".to_owned()));
@@ -452,6 +462,12 @@ fn resolve_cluster(
             ));
         }
     };
+    let secret = match &secret_file {
+        None => None,
+        Some(path) => Some(crate::cluster::auth::ClusterSecret::read(path).map_err(|e| {
+            invalid("cluster-secret-file", path.display().to_string(), e.to_string())
+        })?),
+    };
     let threshold_default = match rebalance_load {
         crate::cluster::allocation::LoadUnit::Fragments => {
             crate::cluster::allocation::REBALANCE_THRESHOLD_DEFAULT
@@ -471,6 +487,7 @@ fn resolve_cluster(
         max_simultaneous_rebalance: max_moves,
         allocation,
         rebalance_load,
+        secret,
     }))
 }
 
@@ -560,6 +577,13 @@ mod tests {
             (ServeArgs { min_members: Some(0), ..base.clone() }, "min-members"),
             (ServeArgs { allocation: Some("random".into()), ..base.clone() }, "allocation"),
             (ServeArgs { rebalance_load: Some("docs".into()), ..base.clone() }, "rebalance-load"),
+            (
+                ServeArgs {
+                    cluster_secret_file: Some("/nonexistent/secret".into()),
+                    ..base.clone()
+                },
+                "cluster-secret-file",
+            ),
             (
                 ServeArgs { rebalance_load: Some("bytes".into()), ..ServeArgs::default() },
                 "rebalance-load",

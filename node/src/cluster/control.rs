@@ -143,6 +143,7 @@ pub fn start(
         pg_addr: pg_addr.to_string(),
         executors,
     };
+    crate::cluster::auth::install(config.secret.clone());
     let config = config.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), String>>(1);
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -257,6 +258,20 @@ async fn run(
         peer_listen = %config.peer_listen,
         "cluster control plane started"
     );
+    match (&config.secret, config.peer_listen.ip().is_loopback()) {
+        (Some(_), _) => {
+            tracing::info!("peer connections are authenticated with the cluster secret")
+        }
+        // On loopback only this machine's processes can connect: said, not warned.
+        (None, true) => tracing::info!(
+            "peer connections are not authenticated (no --cluster-secret-file; loopback only)"
+        ),
+        (None, false) => tracing::warn!(
+            peer_listen = %config.peer_listen,
+            "peer connections are not authenticated: any host that reaches the peer address \
+             and knows the cluster name can join; give --cluster-secret-file"
+        ),
+    }
     publish_view(&ctx, &mut BTreeMap::new());
     let _ = ready.send(Ok(()));
 
@@ -322,6 +337,22 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
         ctx.log_refusal(addr, &e.to_string());
         let _ = write_message(&mut stream, addr, &Message::Refused { reason: e.to_string() }).await;
         return Ok(());
+    }
+    if let Some(secret) = &ctx.config.secret {
+        let dialer = hello.peer.node;
+        let proved = crate::cluster::peer::authenticate_dialer(
+            &mut stream,
+            addr,
+            secret,
+            &ctx.config.name,
+            dialer,
+        )
+        .await;
+        if let Err(reason) = proved {
+            ctx.log_refusal(addr, &reason);
+            let _ = write_message(&mut stream, addr, &Message::Refused { reason }).await;
+            return Ok(());
+        }
     }
     write_message(&mut stream, addr, &Message::Hello(ctx.hello.clone())).await?;
     let idle = Duration::from_millis(PEER_IDLE_TIMEOUT_MS);

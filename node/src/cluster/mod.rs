@@ -7,6 +7,7 @@
 //! executors read what it publishes through `view()` and never await its futures.
 
 pub mod allocation;
+pub mod auth;
 pub mod control;
 pub mod limits;
 pub mod load;

@@ -157,6 +157,19 @@ pub enum Message {
     },
     /// The coordinator's answer to `PlanMove`: the epoch it was planned at, or why not.
     MoveAnswer(Result<u64, crate::cluster::ops::MoveError>),
+    /// The listener's authentication challenge (instead of its `Hello`, when it has a cluster
+    /// secret): its nonce. See `cluster::auth`.
+    Challenge {
+        /// `auth::NONCE_BYTES` random bytes.
+        nonce: Vec<u8>,
+    },
+    /// A side's proof that it knows the cluster secret, with its own nonce.
+    Proof {
+        /// The sender's nonce (the dialer's fresh one; the listener repeats its challenge).
+        nonce: Vec<u8>,
+        /// `auth::prove` over both nonces.
+        proof: Vec<u8>,
+    },
     /// What are your fragments' sizes? (the coordinator, for `--rebalance-load bytes`)
     Load,
     /// The fragments this node holds and their live bytes.
@@ -179,6 +192,8 @@ impl Message {
             Message::RaftReply(_) => "raft-reply",
             Message::PlanMove { .. } => "plan-move",
             Message::MoveAnswer(_) => "move-answer",
+            Message::Challenge { .. } => "challenge",
+            Message::Proof { .. } => "proof",
             Message::Load => "load",
             Message::LoadAnswer(_) => "load-answer",
         }
@@ -282,6 +297,12 @@ pub enum HandshakeError {
     NotHello {
         /// What it sent.
         kind: &'static str,
+    },
+    /// Peer authentication failed (wrong or missing cluster secret on one side).
+    #[error("peer authentication failed: {reason}")]
+    Auth {
+        /// Why.
+        reason: String,
     },
     /// The peer refused us.
     #[error("peer refused the handshake: {reason}")]
@@ -465,6 +486,8 @@ mod tests {
             Message::RaftRpc(b"{\"vote\":1}".to_vec()),
             Message::RaftReply(vec![]),
             Message::PlanMove { fragment: 3, to: 2 },
+            Message::Challenge { nonce: vec![7; 32] },
+            Message::Proof { nonce: vec![1; 32], proof: vec![2; 32] },
             Message::Load,
             Message::LoadAnswer(vec![FragmentBytes { fragment: 1, bytes: u64::MAX }]),
             Message::MoveAnswer(Ok(4)),
