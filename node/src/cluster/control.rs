@@ -764,7 +764,8 @@ async fn adopt_prior(ctx: &Ctx, prior: &PriorMap, state: &ClusterState) {
                 tracing::info!(
                     ?missing,
                     "coordinator waits for the nodes that held fragments before the coordinator \
-                     state was wiped"
+                     state was wiped (to allocate afresh instead, stop the cluster and remove \
+                     cluster/prior-map.json from every data directory)"
                 );
                 logged.clone_from(&missing);
             }
