@@ -71,6 +71,16 @@ binary() {
   echo "$bin"
 }
 
+# Whether process $1 is alive: it exists and is not a zombie. A node started by an earlier
+# run of this script is not our child, so after it exits it stays a zombie until init reaps
+# it (seconds, in some containers); it no longer runs.
+alive() {
+  local state
+  kill -0 "$1" 2>/dev/null || return 1
+  state="$(awk '/^State:/ { print $2 }' "/proc/$1/status" 2>/dev/null || true)"
+  [[ "$state" != Z ]]
+}
+
 # The pid of node $1 if it runs (its pid file names a live process serving its data dir).
 running_pid() {
   local pidfile pid
@@ -78,7 +88,7 @@ running_pid() {
   [[ -f "$pidfile" ]] || return 1
   pid="$(cat "$pidfile")"
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  [[ -r "/proc/$pid/cmdline" ]] || return 1
+  alive "$pid" || return 1
   tr '\0' ' ' < "/proc/$pid/cmdline" | grep -qF -- "$(node_dir "$1")/data" || return 1
   echo "$pid"
 }
@@ -93,7 +103,7 @@ wait_ready() {
     if tail -c "+$(( from + 1 ))" "$log" 2>/dev/null | grep -q " ready: listening on "; then
       return 0
     fi
-    if ! kill -0 "$pid" 2>/dev/null; then
+    if ! alive "$pid"; then
       echo "cluster.sh: node $i exited before it was ready; its log ($log) ends:" >&2
       tail -n 20 "$log" >&2 || true
       return 1
@@ -156,7 +166,7 @@ stop_node() {
   fi
   kill -TERM "$pid" 2>/dev/null || true
   deadline=$(( $(date +%s) + WAIT_SECS ))
-  while kill -0 "$pid" 2>/dev/null; do
+  while alive "$pid"; do
     if (( $(date +%s) >= deadline )); then
       echo "cluster.sh: node $i (pid $pid) did not stop within ${WAIT_SECS}s" >&2
       return 1
