@@ -5,7 +5,9 @@
 //! given data directory, so the nodes form a new cluster on their next start. It refuses while
 //! any node is up: every directory's `LOCK` must be free (it is taken for the whole wipe), and
 //! every member address recorded in any of the raft states must refuse a connection (each one
-//! that accepts is named). The fragments on the nodes' disks are not touched: the newest map
+//! that accepts is named), and as many directories as the raft state has members must be given
+//! (`--allow-missing` when a member's disk is lost): a member keeping its old raft state would
+//! go on with the old cluster while the wiped ones form a new one. The fragments on the nodes' disks are not touched: the newest map
 //! found is written to each directory as `cluster/prior-map.json`, and the re-formed cluster's
 //! coordinator allocates each fragment to the node that held it (`cluster::prior`) once those
 //! nodes are members again. Exit status 0 after a wipe, 1 when refused or failed.
@@ -46,21 +48,28 @@ pub struct WipeArgs {
     /// A stopped node's data directory; give every data node's directory of the cluster.
     #[arg(long = "data-dir", value_name = "DIR", required = true)]
     pub data_dirs: Vec<PathBuf>,
+    /// Wipe even though fewer directories are given than the raft state has members (a
+    /// member's disk is lost). A member left with its old raft state would go on with the old
+    /// cluster while the wiped ones form a new one.
+    #[arg(long)]
+    pub allow_missing: bool,
 }
 
 /// Runs `tessera admin`.
 pub fn main(args: &Args) -> ExitCode {
     match &args.command {
-        AdminCommand::WipeCoordinator(wipe) => match wipe_coordinator(&wipe.data_dirs) {
-            Ok(report) => {
-                print!("{report}");
-                ExitCode::SUCCESS
+        AdminCommand::WipeCoordinator(wipe) => {
+            match wipe_coordinator(&wipe.data_dirs, wipe.allow_missing) {
+                Ok(report) => {
+                    print!("{report}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("tessera admin wipe-coordinator: {e}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => {
-                eprintln!("tessera admin wipe-coordinator: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        }
     }
 }
 
@@ -79,6 +88,17 @@ pub enum WipeError {
     MembersUp {
         /// Each member that answered, as `node N at ADDR`.
         up: Vec<String>,
+    },
+    /// Fewer directories than members: the others would keep the old raft state.
+    #[error(
+        "the raft state has {members} members but {given} data directories were given; give \
+         every member's directory (proxies too), or --allow-missing if a member's disk is lost"
+    )]
+    Missing {
+        /// Members recorded.
+        members: usize,
+        /// Directories given.
+        given: usize,
     },
     /// A file could not be read, removed or written.
     #[error("{path}: {reason}")]
@@ -99,7 +119,7 @@ struct Held {
 
 /// Wipes the coordinator state of every directory in `dirs`; returns what it did, one line
 /// per directory.
-pub fn wipe_coordinator(dirs: &[PathBuf]) -> Result<String, WipeError> {
+pub fn wipe_coordinator(dirs: &[PathBuf], allow_missing: bool) -> Result<String, WipeError> {
     let mut held = Vec::with_capacity(dirs.len());
     for root in dirs {
         held.push(lock(root)?);
@@ -123,6 +143,9 @@ pub fn wipe_coordinator(dirs: &[PathBuf]) -> Result<String, WipeError> {
         .collect();
     if !up.is_empty() {
         return Err(WipeError::MembersUp { up });
+    }
+    if !allow_missing && dirs.len() < members.len() {
+        return Err(WipeError::Missing { members: members.len(), given: dirs.len() });
     }
     let newest = by_age.iter().rev().find(|a| a.state.allocated());
     let prior = newest.map(|a| PriorMap {
@@ -229,16 +252,19 @@ mod tests {
     #[test]
     fn wipe_refuses_bad_directories() {
         let missing = std::env::temp_dir().join("tessera-admin-no-such-dir");
-        assert!(matches!(wipe_coordinator(&[missing]), Err(WipeError::NotDataDir(_))));
+        assert!(matches!(wipe_coordinator(&[missing], false), Err(WipeError::NotDataDir(_))));
         let dir = scratch("locked");
         let holder = File::options().write(true).open(dir.join("LOCK")).expect("open");
         holder.try_lock().expect("hold the lock");
         std::fs::write(dir.join("cluster/vote.json"), b"{}").expect("vote");
-        assert!(matches!(wipe_coordinator(std::slice::from_ref(&dir)), Err(WipeError::Locked(_))));
+        assert!(matches!(
+            wipe_coordinator(std::slice::from_ref(&dir), true),
+            Err(WipeError::Locked(_))
+        ));
         assert!(dir.join("cluster/vote.json").exists(), "nothing removed");
         drop(holder);
         std::fs::write(dir.join("cluster/state.json"), b"{nonsense").expect("state");
-        let e = wipe_coordinator(std::slice::from_ref(&dir)).expect_err("bad state");
+        let e = wipe_coordinator(std::slice::from_ref(&dir), true).expect_err("bad state");
         assert!(e.to_string().contains("state.json"), "{e}");
         assert!(dir.join("cluster/vote.json").exists(), "nothing removed");
         std::fs::remove_dir_all(&dir).expect("cleanup");
@@ -266,11 +292,14 @@ mod tests {
         let json = serde_json::to_vec(&applied).expect("json");
         std::fs::write(dir.join("cluster/state.json"), json).expect("state");
         std::fs::write(dir.join("cluster/raft.log"), b"").expect("log");
-        let e = wipe_coordinator(std::slice::from_ref(&dir)).expect_err("member up");
+        let e = wipe_coordinator(std::slice::from_ref(&dir), true).expect_err("member up");
         assert!(e.to_string().contains(&format!("node 1 at {up_addr}")), "{e}");
         assert!(dir.join("cluster/state.json").exists(), "nothing removed");
         drop(listener);
-        let report = wipe_coordinator(std::slice::from_ref(&dir)).expect("wiped");
+        let e = wipe_coordinator(std::slice::from_ref(&dir), false).expect_err("one of two");
+        assert!(matches!(e, WipeError::Missing { members: 2, given: 1 }), "{e}");
+        assert!(dir.join("cluster/state.json").exists(), "nothing removed");
+        let report = wipe_coordinator(std::slice::from_ref(&dir), true).expect("wiped");
         assert!(report.contains("removed 2 raft state files"), "{report}");
         for name in RAFT_FILES {
             assert!(!dir.join(CLUSTER_DIR).join(name).exists(), "{name} removed");
@@ -278,7 +307,7 @@ mod tests {
         let prior = prior::read(&dir.join(CLUSTER_DIR)).expect("read").expect("kept");
         assert_eq!(prior, PriorMap { epoch: 1, owners: vec![2, 1, 2] });
         // A second wipe finds no raft state and keeps what the first left.
-        let report = wipe_coordinator(std::slice::from_ref(&dir)).expect("wiped again");
+        let report = wipe_coordinator(std::slice::from_ref(&dir), true).expect("wiped again");
         assert!(report.contains("removed 0 raft state files"), "{report}");
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
