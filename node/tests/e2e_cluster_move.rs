@@ -127,6 +127,11 @@ async fn alter_fragment_plans_moves_and_refuses_with_sqlstates() {
     refused(&nodes[0], "ALTER FRAGMENT $1 MOVE TO NODE 9", "42704").await;
     refused(&nodes[1], "ALTER FRAGMENT $1 MOVE TO NODE 3", "42809").await;
     refused(&nodes[0], "ALTER FRAGMENT $1 MOVE NODE 1", "42601").await;
+    // The extended protocol (parse, bind, execute): `$3` names a fragment, not a parameter.
+    let extended = client(&nodes[1]).await;
+    assert_eq!(extended.execute("ALTER FRAGMENT $3 MOVE TO NODE 1", &[]).await.unwrap(), 0);
+    let e = extended.execute("ALTER FRAGMENT $3 MOVE TO NODE 1", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "55000", "{e}");
 
     // Without the data nodes no coordinator answers the proxy.
     nodes[1].stop();
