@@ -39,15 +39,6 @@ fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
     NodeOptions { executors: 1, fragments: 4, extra_args, ..NodeOptions::default() }
 }
 
-async fn client(node: &Node) -> tokio_postgres::Client {
-    let (client, conn) =
-        tokio_postgres::connect(&node.conn_str(), tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
-}
-
 /// Polls until `done` holds, failing with both logs after the deadline.
 async fn wait_for(nodes: &[Node], what: &str, done: impl AsyncFn() -> bool) {
     let deadline = Instant::now() + CLUSTER_DEADLINE;
@@ -74,7 +65,7 @@ async fn bytes_load_plans_a_move_from_the_heavy_node() {
     }
     let first = &nodes[0];
     wait_for(&nodes, "a map over two nodes", async || {
-        let Ok(m) = client(first).await.simple_query("SHOW CLUSTER").await else { return false };
+        let Ok(m) = first.connect().await.simple_query("SHOW CLUSTER").await else { return false };
         let rows = simple_rows(&m);
         rows.len() == 2
             && rows.iter().all(|r| r[7].as_deref() == Some("1") && r[8].as_deref() == Some("2"))
@@ -84,7 +75,7 @@ async fn bytes_load_plans_a_move_from_the_heavy_node() {
     assert!(!nodes.iter().any(planned), "empty fragments weigh nothing");
 
     // Node 1 writes about 200 KiB, spread over every fragment; it owns two of them.
-    let c = client(&nodes[0]).await;
+    let c = &nodes[0].connect().await;
     let pad = "x".repeat(1000);
     for batch in 0..10 {
         let values: Vec<String> =

@@ -41,18 +41,9 @@ fn options(id: u32, role: &str, peer: u16, join: Option<u16>) -> NodeOptions {
     NodeOptions { executors: 1, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
 }
 
-async fn client(node: &Node) -> tokio_postgres::Client {
-    let (client, conn) =
-        tokio_postgres::connect(&node.conn_str(), tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
-}
-
 /// Runs `sql` on `node`: `Ok` or the SQLSTATE and message.
 async fn run(node: &Node, sql: &str) -> Result<(), (String, String)> {
-    match client(node).await.simple_query(sql).await {
+    match node.connect().await.simple_query(sql).await {
         Ok(_) => Ok(()),
         Err(e) => {
             Err((sqlstate(&e), e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default()))
@@ -73,7 +64,7 @@ async fn wait_formed(nodes: &[Node]) {
     loop {
         let mut ok = true;
         for n in nodes {
-            let rows = match client(n).await.simple_query("SHOW CLUSTER").await {
+            let rows = match n.connect().await.simple_query("SHOW CLUSTER").await {
                 Ok(m) => simple_rows(&m),
                 Err(_) => Vec::new(),
             };
@@ -128,7 +119,7 @@ async fn alter_fragment_plans_moves_and_refuses_with_sqlstates() {
     refused(&nodes[1], "ALTER FRAGMENT $1 MOVE TO NODE 3", "42809").await;
     refused(&nodes[0], "ALTER FRAGMENT $1 MOVE NODE 1", "42601").await;
     // The extended protocol (parse, bind, execute): `$3` names a fragment, not a parameter.
-    let extended = client(&nodes[1]).await;
+    let extended = &nodes[1].connect().await;
     assert_eq!(extended.execute("ALTER FRAGMENT $3 MOVE TO NODE 1", &[]).await.unwrap(), 0);
     let e = extended.execute("ALTER FRAGMENT $3 MOVE TO NODE 1", &[]).await.unwrap_err();
     assert_eq!(sqlstate(&e), "55000", "{e}");

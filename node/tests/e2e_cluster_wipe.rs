@@ -89,15 +89,6 @@ fn wipe(nodes: &[&Node]) -> Output {
     command.output().expect("run tessera admin")
 }
 
-async fn client(node: &Node) -> tokio_postgres::Client {
-    let (client, conn) =
-        tokio_postgres::connect(&node.conn_str(), tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
-}
-
 // Checks the refusals, then a wipe and restart that keeps every fragment with the node that
 // held it and every document readable where it was written.
 #[tokio::test]
@@ -119,7 +110,7 @@ async fn wipe_coordinator_refuses_live_nodes_and_keeps_fragments() {
         let values: Vec<String> = (0..DOCS_PER_NODE)
             .map(|d| format!(r#"('docs/n{i}-{d}', '{{"node":{i},"d":{d}}}')"#))
             .collect();
-        client(n)
+        n.connect()
             .await
             .simple_query(&format!("INSERT INTO docs VALUES {}", values.join(", ")))
             .await
@@ -164,7 +155,7 @@ async fn wipe_coordinator_refuses_live_nodes_and_keeps_fragments() {
     let log = nodes[0].log_text();
     assert!(log.contains("adopted the fragments where the nodes held them"), "{log}");
     for (i, n) in nodes.iter().enumerate() {
-        let rows = client(n).await.simple_query("SELECT * FROM docs").await.unwrap();
+        let rows = n.connect().await.simple_query("SELECT * FROM docs").await.unwrap();
         let mine = simple_rows(&rows)
             .iter()
             .filter(|r| r[0].as_deref().is_some_and(|id| id.starts_with(&format!("docs/n{i}-"))))
