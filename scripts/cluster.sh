@@ -23,7 +23,9 @@
 # (default 1), TESSERA_CLUSTER_FRAGMENTS (default 8), TESSERA_CLUSTER_SEGMENT_BYTES (default
 # 4 MiB, small so a dev cluster takes little disk), TESSERA_CLUSTER_MIN_MEMBERS (default: the
 # N of the `start` that creates node 1's directory), TESSERA_CLUSTER_LOG (default info),
-# TESSERA_CLUSTER_EXTRA_ARGS (appended to every `tessera serve`).
+# TESSERA_CLUSTER_EXTRA_ARGS (appended to every `tessera serve`). `tessera serve` settings in
+# the environment reach every node as usual, e.g. TESSERA_CLUSTER_SECRET_FILE=path (same file
+# for all) or TESSERA_REBALANCE_LOAD=bytes.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

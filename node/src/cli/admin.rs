@@ -45,7 +45,7 @@ enum AdminCommand {
 /// Arguments of `tessera admin wipe-coordinator`.
 #[derive(clap::Args, Debug)]
 pub struct WipeArgs {
-    /// A stopped node's data directory; give every data node's directory of the cluster.
+    /// A stopped node's data directory; give every member's directory (proxies too).
     #[arg(long = "data-dir", value_name = "DIR", required = true)]
     pub data_dirs: Vec<PathBuf>,
     /// Wipe even though fewer directories are given than the raft state has members (a
