@@ -207,8 +207,8 @@ async fn cluster_forms_allocates_survives_and_recovers() {
     }
 
     // Lose the majority: the last node has no coordinator to talk to, yet it still answers
-    // SHOW CLUSTER with the map it knows and serves statements (the data path does not wait
-    // for the control plane).
+    // SHOW CLUSTER with the map it knows and serves statements on its own fragments (the data
+    // path does not wait for the control plane).
     nodes[1].kill9();
     nodes[2].kill9();
     let alone = wait_until(&[&nodes[0]], "two members unreachable", |v| {
@@ -217,9 +217,15 @@ async fn cluster_forms_allocates_survives_and_recovers() {
     .await;
     assert_eq!(map_of(&alone[0]), (epoch, placement.clone()), "the map is still known");
     let client = nodes[0].connect().await;
-    client.simple_query("INSERT INTO notes VALUES ('notes/1', '{\"n\": 1}')").await.unwrap();
-    let rows = simple_rows(&client.simple_query("SELECT id() FROM notes").await.unwrap());
-    assert_eq!(rows, [[Some("notes/1".to_owned())]]);
+    let id = local_id(&client, 1).await;
+    client
+        .simple_query(&format!("INSERT INTO notes VALUES ('{id}', '{{\"n\": 1}}')"))
+        .await
+        .unwrap();
+    let rows = simple_rows(
+        &client.simple_query(&format!("SELECT id() FROM notes WHERE id() = '{id}'")).await.unwrap(),
+    );
+    assert_eq!(rows, [[Some(id.clone())]]);
     drop(client);
     nodes[1].start_again();
     nodes[2].start_again();
@@ -231,6 +237,32 @@ async fn cluster_forms_allocates_survives_and_recovers() {
     for n in nodes.iter_mut() {
         n.stop();
     }
+}
+
+/// A document id that lands in a fragment node `me` serves itself (its SHOW FRAGMENTS rows
+/// owned by it: single-node style rows name an executor only, cluster rows `node N …`).
+async fn local_id(client: &tokio_postgres::Client, me: u32) -> String {
+    let rows = simple_rows(&client.simple_query("SHOW FRAGMENTS").await.unwrap());
+    let ranges: Vec<(u32, u32)> = rows
+        .iter()
+        .filter(|r| {
+            let owner = r[2].as_deref().unwrap_or("");
+            !owner.starts_with("node ") || owner.starts_with(&format!("node {me} "))
+        })
+        .map(|r| {
+            let range = r[1].as_deref().unwrap().trim_matches(|c| c == '[' || c == ')');
+            let (a, b) = range.split_once(", ").unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect();
+    assert!(!ranges.is_empty(), "node {me} serves no fragment: {rows:?}");
+    (0..100_000)
+        .map(|i| format!("notes/{i}"))
+        .find(|id| {
+            let shard = router::shard_of(id).unwrap().shard().unwrap().get();
+            ranges.iter().any(|(a, b)| (*a..*b).contains(&shard))
+        })
+        .unwrap()
 }
 
 /// Polls `node`'s log until a line contains `needle` `times` times; fails with the log after

@@ -148,7 +148,12 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     let map = shard_map(data.layout(), config.executors)?;
     let catalog = Catalog::load(data.root()).map_err(|e| e.to_string())?;
     let catalog = CatalogView::new(catalog)?;
-    let shared = Arc::new(Shared::new(map, data.root().to_owned(), catalog));
+    // A cluster node follows the replicated map (`cluster::region`): it opens no fragment
+    // here; layout.json decides only on a single node.
+    let shared = Arc::new(match &config.cluster {
+        Some(c) => Shared::new_cluster(NodeId(c.node_id), data.root().to_owned(), catalog),
+        None => Shared::new(map, data.root().to_owned(), catalog),
+    });
     // Two-phase-commit decisions, before any executor opens (and so recovers) a fragment.
     let decisions = crate::engine::read_decisions(data.root())
         .map_err(|e| format!("cannot read the coordinator journal: {e}"))?;
@@ -159,7 +164,13 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
             PgAuth::Scram(ScramCredentials::from_password(p).map_err(|e| format!("password: {e}"))?)
         }
     };
-    let pg = PgConfig { auth, idle_timeout: config.idle_timeout, ..PgConfig::default() };
+    // A cluster node's PostgreSQL listener also takes the peers' data connections (region
+    // forwarding, `cluster::forward`).
+    let peer_data = config
+        .cluster
+        .as_ref()
+        .map(|_| crate::cluster::forward::serve_data_connection as crate::pg::PeerDataHook);
+    let pg = PgConfig { auth, idle_timeout: config.idle_timeout, peer_data, ..PgConfig::default() };
     let registry = Arc::new(PgRegistry::new(PG_CONNECTIONS_MAX));
     let shutdown = Shutdown::new();
     crate::signals::install(shutdown.clone()).map_err(|e| format!("cannot handle signals: {e}"))?;
@@ -167,9 +178,9 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     let owned: Vec<Vec<_>> = (0..config.executors)
         .map(|e| {
             shared
-                .map
-                .fragments()
+                .map()
                 .iter()
+                .flat_map(|m| m.fragments().iter())
                 .filter(|f| f.owner().executor.0 == e)
                 .map(|f| (f.id(), f.range(), data.fragment_dir(f.id().get())))
                 .collect()
@@ -180,15 +191,18 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     let metrics_listen = config.metrics_listen;
     let slow_statement = config.slow_statement;
     let segment_bytes = config.segment_bytes;
+    let fragments = match shared.map() {
+        Some(m) => format!("{} fragments", m.len()),
+        None => "fragments from the cluster's shard map".to_owned(),
+    };
     let summary = format!(
-        "tessera {} ready: listening on {listen}, {} executors, {} fragments, data directory {}",
+        "tessera {} ready: listening on {listen}, {} executors, {fragments}, data directory {}",
         env!("CARGO_PKG_VERSION"),
         config.executors,
-        shared.map.len(),
         data.root().display()
     );
+    let clustered = shared.clustered;
     let init_shared = Arc::clone(&shared);
-    let cluster_mode = config.cluster.is_some();
     // The cluster's control plane (its own thread, tokio) starts before the executors, so its
     // peer listener is up by the time the ready line is logged.
     let cluster = match &config.cluster {
@@ -256,13 +270,17 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
                     tracing::info!("{summary}");
                 }
                 core.start(&ctx);
-                if cluster_mode {
+                if clustered {
                     // The coordinator's `--rebalance-load bytes` reads these reports.
                     glommio::spawn_local(crate::cluster::load::publish_loop(
                         Rc::clone(&core),
                         ctx.shutdown.clone(),
                     ))
                     .detach();
+                }
+                if clustered {
+                    crate::cluster::region::start(&core, &ctx);
+                    crate::cluster::forward::install(&core, &ctx);
                 }
                 let session_ctx = ctx.clone();
                 let make_session = move || Session::new(Rc::clone(&core), session_ctx.clone());

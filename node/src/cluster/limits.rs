@@ -73,3 +73,37 @@ pub const RAFT_RECORD_BYTES_MAX: u32 = PEER_FRAME_BYTES_MAX;
 const _: () = assert!(RAFT_SNAPSHOT_CHUNK_BYTES * 4 < PEER_FRAME_BYTES_MAX as u64);
 const _: () = assert!(JOIN_ADDRS_MAX <= CLUSTER_MEMBERS_MAX);
 const _: () = assert!(PEER_IDLE_TIMEOUT_MS > 10 * CONTROL_TICK_MS);
+
+/// How often each executor of a cluster node looks at the control plane's published view for a
+/// newer shard map, and how often a buffered statement looks whether its fragment has a
+/// location now, in milliseconds. Bounds the delay between a committed map and the data path.
+pub const REGION_POLL_MS: u64 = 5;
+
+/// Statements one fragment's region buffer holds at once (waiting for the fragment to be
+/// allocated or handed off); one more is refused with SQLSTATE 53400.
+pub const REGION_BUFFER_PER_FRAGMENT: usize = 64;
+
+/// Statements all region buffers of a node hold at once. Before the map is allocated every
+/// statement waits in one buffer bounded by this; past it, SQLSTATE 53400.
+pub const REGION_BUFFER_TOTAL: usize = 256;
+
+/// Longest a buffered statement waits for its fragment's location before it fails, in ms.
+pub const REGION_BUFFER_WAIT_MS: u64 = 30_000;
+
+/// Times a statement is routed again after an owner answered that the region's map is stale
+/// (`StaleEpoch`) or that it does not hold a fragment (`NotMine`).
+pub const REGION_RETRIES_MAX: u32 = 8;
+
+const _: () = assert!(REGION_BUFFER_PER_FRAGMENT <= REGION_BUFFER_TOTAL);
+
+/// Idle data connections each executor keeps per remote node (`cluster::forward`); more are
+/// closed after their request.
+pub const DATA_POOL_IDLE_MAX: usize = 16;
+
+/// Milliseconds an accepted data connection may stay silent before it is closed; a pooled one
+/// idle for half of this is not reused (the owner may be closing it).
+pub const DATA_CONN_IDLE_MS: u64 = 30_000;
+
+/// Longest a forwarded share may take on its owner (read and write timeout of a data
+/// connection), in milliseconds. Above a buffered statement's wait, which may run there.
+pub const FORWARD_TIMEOUT_MS: u64 = REGION_BUFFER_WAIT_MS + 10_000;

@@ -9,12 +9,14 @@
 pub mod allocation;
 pub mod auth;
 pub mod control;
+pub mod forward;
 pub mod limits;
 pub mod load;
 pub mod ops;
 pub mod peer;
 pub mod prior;
 pub mod raft_net;
+pub mod region;
 pub mod state;
 pub mod store;
 pub mod wire;

@@ -9,7 +9,7 @@
 //! a conflict means another task's write was already enqueued, and the statement is re-run.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -45,6 +45,10 @@ pub const WRITE_CONFLICT_WAIT_MAX: Duration = Duration::from_secs(2);
 /// transaction (whose commit or abort is one fdatasync away), and the unit of an autocommit
 /// transaction's back-off after a conflict (multiplied by the attempt number).
 pub const WRITE_CONFLICT_POLL: Duration = Duration::from_millis(1);
+
+/// How often `Core::close_fragment` looks whether the statements still holding a fragment
+/// it stopped serving are done (they finish within one statement's time).
+pub const FRAGMENT_RELEASE_POLL: Duration = Duration::from_millis(1);
 
 /// A fragment and the shard ranges of it a statement reads.
 #[derive(Clone, Debug)]
@@ -172,6 +176,11 @@ pub struct Core {
     index: ExecutorIndex,
     shared: Arc<Shared>,
     fragments: RefCell<BTreeMap<FragmentId, Rc<Fragment>>>,
+    /// Fragments that accept no more writes (handoff fenced them; reads still run).
+    fenced: RefCell<BTreeSet<FragmentId>>,
+    /// Fragments being opened at runtime (a second open of one waits for the first).
+    opening: RefCell<BTreeSet<FragmentId>>,
+    segment_bytes: u64,
     counters: RefCell<BTreeMap<FragmentId, FragmentCounters>>,
     catalog_gate: glommio::sync::Semaphore,
     tx_counters: Cell<TxCounters>,
@@ -220,6 +229,9 @@ impl Core {
             index,
             shared,
             fragments: RefCell::new(fragments),
+            fenced: RefCell::default(),
+            opening: RefCell::default(),
+            segment_bytes,
             counters: RefCell::default(),
             catalog_gate: glommio::sync::Semaphore::new(1),
             tx_counters: Cell::new(TxCounters::default()),
@@ -293,7 +305,125 @@ impl Core {
             .borrow()
             .get(&id)
             .cloned()
-            .ok_or(EngineError::Call(crate::runtime::CallError::Stopped(self.index)))
+            .ok_or(EngineError::NotHere { fragment: id, executor: self.index })
+    }
+
+    /// Fails with `Fenced` when `id` accepts no writes (checked right before a write is
+    /// evaluated; nothing awaits between this and enqueueing the batch).
+    fn writable(&self, id: FragmentId) -> Result<(), EngineError> {
+        if self.fenced.borrow().contains(&id) {
+            return Err(EngineError::Fenced { fragment: id });
+        }
+        Ok(())
+    }
+
+    /// Fragment lifecycle: the directory of fragment `id` in this node's data directory.
+    pub fn fragment_dir(&self, id: FragmentId) -> std::path::PathBuf {
+        self.shared.data_dir.join("fragments").join(format!("${}", id.get()))
+    }
+
+    /// Whether this executor has fragment `id` open.
+    pub fn has_fragment(&self, id: FragmentId) -> bool {
+        self.fragments.borrow().contains_key(&id)
+    }
+
+    /// The fragments this executor has open, with their ranges.
+    pub fn open_fragments(&self) -> Vec<(FragmentId, ShardRange)> {
+        self.fragments.borrow().iter().map(|(id, f)| (*id, f.range())).collect()
+    }
+
+    /// The open fragment `id` itself (handoff exports from it), if this executor has it.
+    pub fn fragment_handle(&self, id: FragmentId) -> Option<Rc<Fragment>> {
+        self.fragments.borrow().get(&id).cloned()
+    }
+
+    /// Fragment lifecycle: opens fragment `id` holding `range` at runtime (recovering what its
+    /// directory holds; an absent directory is created empty) and serves it from now on.
+    /// Opening one that is already open is a no-op (its range must match).
+    pub async fn open_fragment(
+        &self,
+        id: FragmentId,
+        range: ShardRange,
+    ) -> Result<(), EngineError> {
+        if let Some(open) = self.fragments.borrow().get(&id) {
+            return if open.range() == range {
+                Ok(())
+            } else {
+                Err(EngineError::FragmentLifecycle(format!(
+                    "fragment {id} is open with range {} here, not {range}",
+                    open.range()
+                )))
+            };
+        }
+        if !self.opening.borrow_mut().insert(id) {
+            return Err(EngineError::FragmentLifecycle(format!("fragment {id} is being opened")));
+        }
+        let dir = self.fragment_dir(id);
+        let options =
+            FragmentOptions { segment_bytes: self.segment_bytes, ..FragmentOptions::default() };
+        let opened = Fragment::open(&dir, id, range, options).await;
+        self.opening.borrow_mut().remove(&id);
+        let fragment = opened.map_err(|e| {
+            EngineError::FragmentLifecycle(format!(
+                "cannot open fragment {id} in {}: {e}",
+                dir.display()
+            ))
+        })?;
+        resolve_in_doubt(&self.shared, &fragment).await.map_err(EngineError::FragmentLifecycle)?;
+        tracing::info!(fragment = %id, %range, executor = %self.index, "fragment opened");
+        self.fragments.borrow_mut().insert(id, Rc::new(fragment));
+        Ok(())
+    }
+
+    /// Fragment lifecycle: fences fragment `id`: from now on every write to it fails with
+    /// `Fenced` (reads still run); returns once every write already enqueued is durable.
+    pub async fn fence_fragment(&self, id: FragmentId) -> Result<(), EngineError> {
+        let fragment = self.fragment(id)?;
+        self.fenced.borrow_mut().insert(id);
+        fragment.wait_durable(fragment.last_queued_lsn()).await?;
+        Ok(())
+    }
+
+    /// Fragment lifecycle: lets fragment `id` accept writes again (a handoff that failed).
+    pub fn unfence_fragment(&self, id: FragmentId) {
+        self.fenced.borrow_mut().remove(&id);
+    }
+
+    /// Whether fragment `id` is fenced.
+    pub fn is_fenced(&self, id: FragmentId) -> bool {
+        self.fenced.borrow().contains(&id)
+    }
+
+    /// Fragment lifecycle: stops serving fragment `id`, closes it (queued writes finish) and,
+    /// with `delete`, removes its directory. Statements still holding it finish first.
+    pub async fn close_fragment(&self, id: FragmentId, delete: bool) -> Result<(), EngineError> {
+        let Some(mut fragment) = self.fragments.borrow_mut().remove(&id) else {
+            return Err(EngineError::NotHere { fragment: id, executor: self.index });
+        };
+        self.fenced.borrow_mut().remove(&id);
+        self.counters.borrow_mut().remove(&id);
+        // A statement that took the `Rc` before the removal still runs on it: wait for it.
+        let fragment = loop {
+            match Rc::try_unwrap(fragment) {
+                Ok(f) => break f,
+                Err(shared) => {
+                    fragment = shared;
+                    glommio::timer::sleep(FRAGMENT_RELEASE_POLL).await;
+                }
+            }
+        };
+        fragment.close().await;
+        if delete {
+            let dir = self.fragment_dir(id);
+            glommio::executor()
+                .spawn_blocking(move || std::fs::remove_dir_all(&dir))
+                .await
+                .map_err(|e| {
+                    EngineError::FragmentLifecycle(format!("cannot delete fragment {id}: {e}"))
+                })?;
+        }
+        tracing::info!(fragment = %id, delete, executor = %self.index, "fragment closed");
+        Ok(())
     }
 
     fn count(&self, id: FragmentId, rows_scanned: u64) {
@@ -406,6 +536,7 @@ impl Core {
     ) -> Result<(), EngineError> {
         let fragment = self.fragment(id)?;
         for attempt in 1..=WRITE_ATTEMPTS_MAX {
+            self.writable(id)?;
             let started = Instant::now();
             let (returning, rows_scanned, affected, batch) = {
                 let reader = FragmentReader::new(&fragment);
@@ -576,6 +707,9 @@ impl Core {
     /// fdatasync; or checks only: nothing written). A conflict or a held document is 40001.
     pub async fn apply_txn(&self, id: FragmentId, batch: WriteBatch) -> Result<(), EngineError> {
         let fragment = self.fragment(id)?;
+        if batch.writes() > 0 {
+            self.writable(id)?;
+        }
         match fragment.apply(batch).await {
             Ok(_) => Ok(()),
             Err(e) => Err(self.txn_failure(e)),
@@ -604,6 +738,7 @@ impl Core {
         let fragments: Vec<FragmentId> = batches.iter().map(|(f, _)| *f).collect();
         let mut owned = Vec::with_capacity(batches.len());
         for (id, batch) in batches {
+            self.writable(id)?;
             owned.push((self.fragment(id)?, batch));
         }
         self.prepared.borrow_mut().insert(

@@ -114,6 +114,26 @@ pub enum EngineError {
     /// A backup destination the node will not write to (relative, not empty).
     #[error("backup destination: {0}")]
     BackupTarget(String),
+    /// The fragment is not open on this executor (the map moved it, or not opened yet).
+    #[error("fragment {fragment} is not served by {executor}")]
+    NotHere {
+        /// The fragment.
+        fragment: router::FragmentId,
+        /// Where it was looked for.
+        executor: crate::runtime::ExecutorIndex,
+    },
+    /// The fragment accepts no writes: it is being handed off.
+    #[error("fragment {fragment} is being handed off and accepts no writes; retry")]
+    Fenced {
+        /// The fragment.
+        fragment: router::FragmentId,
+    },
+    /// Opening, closing or deleting a fragment at runtime failed.
+    #[error("{0}")]
+    FragmentLifecycle(String),
+    /// The cluster's region could not place or forward the statement (see `cluster::region`).
+    #[error(transparent)]
+    Region(#[from] crate::cluster::region::RegionError),
     /// A backup failed while taking the cut or copying.
     #[error("backup failed: {0}")]
     Backup(String),

@@ -23,7 +23,7 @@ pub use self::core::{
 pub use self::error::EngineError;
 pub use self::reader::FragmentReader;
 pub use self::session::{
-    FRAGMENT_COUNTERS, Prepared, Session, TRANSACTION_COUNTERS, TRANSACTIONS, oid_of,
+    FRAGMENT_COUNTERS, Prepared, SHOW_REGION, Session, TRANSACTION_COUNTERS, TRANSACTIONS, oid_of,
 };
 pub use self::shared::{CatalogView, Shared};
 pub use self::txn::{

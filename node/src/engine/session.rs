@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use query::explain::FragmentAnalysis;
 use query::plan::{CollectionName, Statement};
 use query::{Datum, PlacedDocument, SqlType};
-use router::{FragmentId, Placement, RoutePlan, ShardRange};
+use router::{FragmentId, NodeId, Placement, RoutePlan, ShardMap, ShardRange};
 
 use super::coordinator::fault;
 use super::core::WRITE_CONFLICT_POLL;
@@ -32,6 +32,8 @@ use super::limits::{TXN_AUTOCOMMIT_ATTEMPTS_MAX, TXN_FRAGMENT_OPS_MAX};
 use super::shared::CatalogView;
 use super::txn::Txn;
 use crate::catalog::CollectionEntry;
+use crate::cluster::forward::{self, Reply, Share};
+use crate::cluster::region::{BufferKey, RegionError};
 use crate::pg::error::Notice;
 use crate::pg::sqlstate::{SqlState, engine_error};
 use crate::pg::{
@@ -44,6 +46,9 @@ use crate::runtime::{ExecutorContext, ExecutorIndex};
 pub struct Prepared {
     statement: Arc<Statement>,
     text: Arc<str>,
+    /// The whole SQL text it was parsed from and its position there (what a region forwards).
+    sql: Arc<str>,
+    index: u32,
     description: Description,
     param_types: Vec<SqlType>,
 }
@@ -68,6 +73,11 @@ pub struct Session {
     last_sql: Arc<str>,
     /// Opcode and fragments of the last statement routed (slow-statement log).
     last_route: std::cell::RefCell<Option<(router::Opcode, Vec<FragmentId>)>>,
+    /// The whole text of the last parsed SQL and how many of its statements were planned.
+    sql: Arc<str>,
+    planned: std::cell::Cell<u32>,
+    /// The running statement as a region forwards it: text, position, bound values.
+    forwardable: std::cell::RefCell<Option<Forwardable>>,
 }
 
 impl Drop for Session {
@@ -85,6 +95,55 @@ type Rows = Vec<Vec<Datum>>;
 
 /// An INSERT's placed documents, by owning executor and fragment.
 type Placed = BTreeMap<ExecutorIndex, Vec<(FragmentId, Vec<PlacedDocument>)>>;
+
+/// A statement as a region forwards it: its SQL text, its position there, its bound values.
+type Forwardable = (Arc<str>, u32, Vec<Datum>);
+
+/// Where an autocommit write's fragments live: other nodes (fragments each), whether this
+/// node has some, the map epoch, and every fragment.
+struct WriteNodes {
+    remote: BTreeMap<NodeId, usize>,
+    here: bool,
+    epoch: u64,
+    fragments: Vec<FragmentId>,
+}
+
+/// Targets on this node, by owning executor.
+type Local = BTreeMap<ExecutorIndex, Vec<Target>>;
+
+/// Targets on other cluster nodes, by owner node (empty on a single node).
+type Remote<T> = BTreeMap<NodeId, Vec<T>>;
+
+/// A routed statement: the plan, this node's share by executor, other nodes' shares, and the
+/// epoch of the map it was routed by.
+struct Routed {
+    plan: RoutePlan,
+    local: BTreeMap<ExecutorIndex, Vec<Target>>,
+    remote: Remote<Target>,
+    epoch: u64,
+}
+
+/// Refuses work that other nodes would have to do in a path that cannot forward it.
+fn local_only<T>(remote: &Remote<T>, what: &'static str) -> Result<(), EngineError> {
+    if remote.is_empty() {
+        return Ok(());
+    }
+    let nodes: Vec<String> = remote.keys().map(|n| n.0.to_string()).collect();
+    Err(crate::cluster::region::RegionError::CrossNode { what, nodes: nodes.join(",") }.into())
+}
+
+/// Whether a statement reads or writes fragments (and so needs the shard map).
+fn needs_map(statement: &Statement) -> bool {
+    match statement {
+        Statement::Select(s) => s.collection.is_some(),
+        Statement::Insert(_)
+        | Statement::Update(_)
+        | Statement::Delete(_)
+        | Statement::VerifySharding { .. } => true,
+        Statement::Explain { inner, .. } => needs_map(inner),
+        _ => false,
+    }
+}
 
 /// Counts a statement as running in the node until dropped, however the statement ends.
 struct Running(Arc<super::shared::Shared>);
@@ -113,6 +172,9 @@ impl Session {
             block: Block::Idle,
             last_sql: Arc::from(""),
             last_route: std::cell::RefCell::new(None),
+            sql: Arc::from(""),
+            planned: std::cell::Cell::new(0),
+            forwardable: std::cell::RefCell::new(None),
         }
     }
 
@@ -130,6 +192,12 @@ impl Session {
         Prepared {
             statement: Arc::new(statement),
             text: Arc::clone(&self.last_sql),
+            sql: Arc::clone(&self.sql),
+            index: {
+                let i = self.planned.get();
+                self.planned.set(i.saturating_add(1));
+                i
+            },
             description: Description { params, columns },
             param_types,
         }
@@ -154,7 +222,30 @@ impl Session {
         if let Statement::Show { name } = statement
             && name == crate::cluster::SHOW_CLUSTER
         {
-            return Some(crate::cluster::show_cluster_columns());
+            let mut columns = crate::cluster::show_cluster_columns();
+            columns.push(Column::new("documents", Oid::INT8));
+            return Some(columns);
+        }
+        if let Statement::Show { name } = statement
+            && name == SHOW_REGION
+        {
+            return Some(vec![
+                Column::new("fragment", Oid::TEXT),
+                Column::new("range", Oid::TEXT),
+                Column::new("owner", Oid::TEXT),
+                Column::new("epoch", Oid::INT8),
+                Column::new("buffered", Oid::INT8),
+            ]);
+        }
+        if matches!(statement, Statement::ShowFragments) && self.core.shared().clustered {
+            return Some(vec![
+                Column::new("fragment", Oid::TEXT),
+                Column::new("range", Oid::TEXT),
+                Column::new("owner", Oid::TEXT),
+                Column::new("documents", Oid::INT8),
+                Column::new("bytes", Oid::INT8),
+                Column::new("state", Oid::TEXT),
+            ]);
         }
         if let Statement::Show { name } = statement
             && name == SHOW_STATS
@@ -181,6 +272,8 @@ impl Session {
 
     fn bind(&self, prepared: &Prepared, params: Params<'_>) -> Result<Arc<Statement>, EngineError> {
         if prepared.param_types.is_empty() {
+            *self.forwardable.borrow_mut() =
+                Some((Arc::clone(&prepared.sql), prepared.index, Vec::new()));
             return Ok(Arc::clone(&prepared.statement));
         }
         let mut values = Vec::with_capacity(params.len());
@@ -188,7 +281,9 @@ impl Session {
             let ty = prepared.param_types.get(i).copied().unwrap_or(SqlType::Text);
             values.push(decode_param(i + 1, param.type_oid, ty, param.format, param.value)?);
         }
-        Ok(Arc::new(query::bind(&prepared.statement, &values)?))
+        let bound = Arc::new(query::bind(&prepared.statement, &values)?);
+        *self.forwardable.borrow_mut() = Some((Arc::clone(&prepared.sql), prepared.index, values));
+        Ok(bound)
     }
 
     async fn run(
@@ -196,6 +291,9 @@ impl Session {
         statement: Arc<Statement>,
         sink: &mut RowSink<'_>,
     ) -> Result<CommandTag, EngineError> {
+        if needs_map(&statement) {
+            self.ready().await?;
+        }
         match &*statement {
             Statement::Select(select) if select.collection.is_none() => {
                 let result = query::execute_constant(select)?;
@@ -262,6 +360,16 @@ impl Session {
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("EXPLAIN"))
             }
+            Statement::ShowFragments if self.core.shared().clustered => {
+                let rows = self.cluster_fragment_rows().await?;
+                write_rows(sink, &rows).await?;
+                Ok(CommandTag::new("SHOW"))
+            }
+            Statement::Show { name } if name == SHOW_REGION => {
+                let rows = self.region_rows();
+                write_rows(sink, &rows).await?;
+                Ok(CommandTag::new("SHOW"))
+            }
             Statement::ShowFragments => {
                 let rows = self
                     .fragment_rows()
@@ -317,8 +425,34 @@ impl Session {
                 Ok(CommandTag::new("SHOW"))
             }
             Statement::Show { name } if name == crate::cluster::SHOW_CLUSTER => {
-                let map = &self.core.shared().map;
-                let rows = crate::cluster::show_cluster_datums(map.epoch().0, map.len());
+                let map = self.core.shared().map();
+                let mut rows = crate::cluster::show_cluster_datums(
+                    map.as_ref().map_or(0, |m| m.epoch().0),
+                    map.as_ref().map_or(0, |m| m.len()),
+                );
+                // Documents per node: the region's counts of the fragments each node owns
+                // (NULL for a node that did not answer).
+                let mut documents: BTreeMap<i64, Option<u64>> = BTreeMap::new();
+                if let Some(map) = &map {
+                    let counts = self.fragment_counts(map).await?;
+                    for f in map.fragments() {
+                        let node = i64::from(f.owner().node.0);
+                        let here = counts.get(&f.id()).map(|(d, _)| *d);
+                        let slot = documents.entry(node).or_insert(Some(0));
+                        *slot = slot.zip(here).map(|(a, b)| a + b);
+                    }
+                }
+                for row in &mut rows {
+                    let node = match row.first() {
+                        Some(Datum::Int8(n)) => *n,
+                        _ => -1,
+                    };
+                    row.push(match documents.get(&node) {
+                        Some(Some(d)) => Datum::Int8(i64::try_from(*d).unwrap_or(i64::MAX)),
+                        Some(None) => Datum::Null,
+                        None => Datum::Int8(0),
+                    });
+                }
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("SHOW"))
             }
@@ -455,28 +589,70 @@ impl Session {
         Some(fixed.to_owned())
     }
 
-    /// Routes a statement: which fragments, grouped by owning executor, with the shard ranges
-    /// to read in each.
-    fn route(
+    /// The shard map, waiting in the region's buffer while a cluster has none allocated yet
+    /// (bounded; 53400 when the buffer is full). A single node always has its map.
+    async fn ready(&self) -> Result<Arc<ShardMap>, EngineError> {
+        let shared = self.core.shared();
+        let key = crate::cluster::region::BufferKey::Unallocated;
+        Ok(shared.buffers.wait_for(key, || shared.map()).await?)
+    }
+
+    /// The current map (`ready` was awaited before any statement that routes).
+    fn map(&self) -> Result<Arc<ShardMap>, EngineError> {
+        self.core
+            .shared()
+            .map()
+            .ok_or_else(|| internal("routing before the shard map is allocated"))
+    }
+
+    /// Routes a statement: which fragments, grouped by owning executor on this node and by
+    /// owner node for other nodes, with the shard ranges to read in each.
+    fn route_all(
         &self,
         statement: &Statement,
         catalog: &CatalogView,
-    ) -> Option<(RoutePlan, BTreeMap<ExecutorIndex, Vec<Target>>)> {
-        let shared = self.core.shared();
+    ) -> Result<Option<Routed>, EngineError> {
+        let map = self.map()?;
+        let me = self.core.shared().me;
         let config = collection_of(statement).and_then(|c| catalog.config(c.as_str()));
-        let plan = query::route_statement(statement, config, &shared.map)?;
+        let Some(plan) = query::route_statement(statement, config, &map) else { return Ok(None) };
         *self.last_route.borrow_mut() = Some((plan.opcode, plan.fragments.clone()));
-        let mut groups: BTreeMap<ExecutorIndex, Vec<Target>> = BTreeMap::new();
+        let mut local: BTreeMap<ExecutorIndex, Vec<Target>> = BTreeMap::new();
+        let mut remote: Remote<Target> = BTreeMap::new();
         for id in &plan.fragments {
-            let Some(fragment) = shared.map.get(*id) else { continue };
+            let Some(fragment) = map.get(*id) else { continue };
             let ranges = clip(&plan.shards, fragment.range());
             if ranges.is_empty() {
                 continue;
             }
-            let executor = ExecutorIndex::new(fragment.owner().executor.0 as usize);
-            groups.entry(executor).or_default().push(Target { fragment: *id, ranges });
+            let target = Target { fragment: *id, ranges };
+            let owner = fragment.owner();
+            if owner.node == me {
+                local
+                    .entry(ExecutorIndex::new(owner.executor.0 as usize))
+                    .or_default()
+                    .push(target);
+            } else {
+                remote.entry(owner.node).or_default().push(target);
+            }
         }
-        Some((plan, groups))
+        Ok(Some(Routed { plan, local, remote, epoch: map.epoch().0 }))
+    }
+
+    /// Routes a statement that must run on this node only (refused with 0A000 otherwise).
+    fn route(
+        &self,
+        statement: &Statement,
+        catalog: &CatalogView,
+    ) -> Result<Option<(RoutePlan, Local)>, EngineError> {
+        let Some(routed) = self.route_all(statement, catalog)? else { return Ok(None) };
+        let what = if matches!(self.block, Block::Idle) {
+            "this statement"
+        } else {
+            "a statement in a transaction block"
+        };
+        local_only(&routed.remote, what)?;
+        Ok(Some((routed.plan, routed.local)))
     }
 
     async fn select(
@@ -486,28 +662,294 @@ impl Session {
         let Statement::Select(select) = &**statement else {
             return Err(internal("select() of a non-SELECT"));
         };
-        let catalog = self.core.shared().catalog();
-        let groups = self.route(statement, &catalog).map(|(_, g)| g).unwrap_or_default();
-        let results = self
-            .fan_out(groups, statement, |core, stmt, targets| async move {
-                match &*stmt {
-                    Statement::Select(s) => core.select(s, &targets),
-                    _ => Err(internal("select share of a non-SELECT")),
+        let mut attempt = 1;
+        loop {
+            let catalog = self.core.shared().catalog();
+            let Some(routed) = self.route_all(statement, &catalog)? else {
+                let merged = query::merge(select, Vec::new())?;
+                return Ok((merged.rows, Vec::new()));
+            };
+            if self.located(&routed.plan.fragments).await? {
+                continue;
+            }
+            // Other nodes' shares first (one forwarded request each), then this node's.
+            let mut forwarded = Vec::with_capacity(routed.remote.len());
+            for (node, targets) in routed.remote {
+                let request =
+                    self.request(routed.epoch, Share::Select { targets: wire_targets(&targets) })?;
+                forwarded.push(glommio::spawn_local(forward::call(node.0, request, true)));
+            }
+            let local = self
+                .fan_out(routed.local, statement, |core, stmt, targets| async move {
+                    match &*stmt {
+                        Statement::Select(s) => core.select(s, &targets),
+                        _ => Err(internal("select share of a non-SELECT")),
+                    }
+                })
+                .await;
+            let mut partials = Vec::new();
+            let mut analysis = Vec::new();
+            let mut retry = None;
+            let mut first_error = None;
+            for task in forwarded {
+                match task.await {
+                    Ok(Reply::Partials(p)) => match forward::partials_from_wire(p) {
+                        Ok(p) => partials.extend(p),
+                        Err(reason) => first_error = first_error.or(Some(bad_reply(reason))),
+                    },
+                    Ok(other) => match reply_error(other) {
+                        Ok(epoch) => retry = Some(epoch),
+                        Err(e) => first_error = first_error.or(Some(e)),
+                    },
+                    Err(e) => first_error = first_error.or(Some(e.into())),
                 }
-            })
-            .await?;
-        let mut partials = Vec::new();
-        let mut analysis = Vec::new();
-        for (p, a) in results {
-            partials.extend(p);
-            analysis.extend(a);
+            }
+            let local = local?;
+            if let Some(e) = first_error {
+                return Err(e);
+            }
+            if let Some(current) = retry {
+                self.refresh(routed.epoch, current, &mut attempt).await?;
+                continue;
+            }
+            for (p, a) in local {
+                partials.extend(p);
+                analysis.extend(a);
+            }
+            analysis.sort_by_key(|a| a.fragment);
+            let merged = query::merge(select, partials)?;
+            return Ok((merged.rows, analysis));
         }
-        analysis.sort_by_key(|a| a.fragment);
-        let merged = query::merge(select, partials)?;
-        Ok((merged.rows, analysis))
+    }
+
+    /// The running statement as a forwarded request with `share`, at `epoch`.
+    fn request(&self, epoch: u64, share: Share) -> Result<forward::Request, EngineError> {
+        let forwardable = self.forwardable.borrow();
+        let (sql, index, params) = forwardable
+            .as_ref()
+            .ok_or_else(|| internal("forwarding a statement without its text"))?;
+        Ok(forward::Request {
+            epoch,
+            sql: sql.to_string(),
+            index: *index,
+            params: forward::datums_to_wire(params),
+            share,
+        })
+    }
+
+    /// After an owner said the map at `used` is stale: waits (in the region buffer, bounded)
+    /// for a map newer than `used` (at least `current` when the owner named it), counting the
+    /// attempt against `REGION_RETRIES_MAX`.
+    async fn refresh(&self, used: u64, current: u64, attempt: &mut u32) -> Result<(), EngineError> {
+        let shared = self.core.shared();
+        let installed = || shared.map_epoch().0;
+        Ok(crate::cluster::region::refresh(&shared.buffers, installed, used, current, attempt)
+            .await?)
+    }
+
+    /// Other nodes a write statement's fragments live on, and whether it touches this one.
+    fn write_nodes(
+        &self,
+        statement: &Arc<Statement>,
+        catalog: &CatalogView,
+    ) -> Result<WriteNodes, EngineError> {
+        let epoch = self.core.shared().map_epoch().0;
+        Ok(match &**statement {
+            Statement::Insert(insert) => {
+                let (placed, remote) =
+                    self.place_all(insert, catalog.config(insert.collection.as_str()))?;
+                let mut fragments: Vec<FragmentId> =
+                    placed.values().flat_map(|l| l.iter().map(|(f, _)| *f)).collect();
+                fragments.extend(remote.values().flatten().copied());
+                WriteNodes {
+                    remote: remote.into_iter().map(|(n, f)| (n, f.len())).collect(),
+                    here: !placed.is_empty(),
+                    epoch,
+                    fragments,
+                }
+            }
+            _ => match self.route_all(statement, catalog)? {
+                Some(r) => WriteNodes {
+                    remote: r.remote.into_iter().map(|(n, f)| (n, f.len())).collect(),
+                    here: !r.local.is_empty(),
+                    epoch: r.epoch,
+                    fragments: r.plan.fragments,
+                },
+                None => {
+                    WriteNodes { remote: BTreeMap::new(), here: true, epoch, fragments: Vec::new() }
+                }
+            },
+        })
+    }
+
+    /// Waits (in the region buffers) while any of `fragments` is being handed off; returns
+    /// whether it waited, and then the statement is routed again.
+    async fn located(&self, fragments: &[FragmentId]) -> Result<bool, EngineError> {
+        let shared = self.core.shared();
+        let moving = |id| shared.is_moving(id);
+        Ok(crate::cluster::region::wait_located(&shared.buffers, fragments, moving).await?)
+    }
+
+    /// An autocommit write on a cluster node: run here when every fragment it touches is
+    /// here, forwarded whole to the owner when they all live on one other node, refused with
+    /// 0A000 when they span nodes (no cross-node atomic commit yet).
+    async fn write_routed(
+        &self,
+        statement: &Arc<Statement>,
+    ) -> Result<Option<WriteOutcome>, EngineError> {
+        let mut attempt = 1;
+        loop {
+            let catalog = self.core.shared().catalog();
+            let WriteNodes { remote, here, epoch, fragments } =
+                self.write_nodes(statement, &catalog)?;
+            if self.located(&fragments).await? {
+                continue;
+            }
+            if remote.is_empty() {
+                return Ok(None);
+            }
+            if here || remote.len() > 1 {
+                let mut nodes: Vec<String> = remote.keys().map(|n| n.0.to_string()).collect();
+                if here {
+                    nodes.insert(0, format!("{} (this node)", self.core.shared().me.0));
+                }
+                return Err(RegionError::CrossNode {
+                    what: "an autocommit write",
+                    nodes: nodes.join(", "),
+                }
+                .into());
+            }
+            let Some(node) = remote.keys().next().copied() else { return Ok(None) };
+            let request = self.request(epoch, Share::Write)?;
+            match forward::call(node.0, request, false).await? {
+                Reply::Written { affected, returning } => {
+                    let returning = returning
+                        .into_iter()
+                        .map(forward::datums_from_wire)
+                        .collect::<Result<Vec<_>, String>>()
+                        .map_err(bad_reply)?;
+                    return Ok(Some(WriteOutcome { affected, returning, analysis: Vec::new() }));
+                }
+                other => {
+                    let current = reply_error(other)?;
+                    self.refresh(epoch, current, &mut attempt).await?;
+                }
+            }
+        }
+    }
+
+    /// Runs a share another node forwarded here (see `cluster::forward`): the same routing
+    /// checks and the same `Core` functions as a local share. Errors travel back as SQLSTATE
+    /// and message.
+    pub async fn serve_forwarded(&mut self, request: forward::Request) -> Reply {
+        match self.forwarded(request).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                let pg = engine_error(&e);
+                Reply::Failed { code: pg.code().to_string(), message: pg.message().to_owned() }
+            }
+        }
+    }
+
+    async fn forwarded(&mut self, request: forward::Request) -> Result<Reply, EngineError> {
+        let shared = Arc::clone(self.core.shared());
+        let want = request.epoch;
+        // This node may not have installed the region's map yet: wait for it (bounded).
+        let limit = shared.buffers.limits().wait;
+        let what = format!("shard map epoch {want}");
+        let ready = || shared.map().filter(|m| m.epoch().0 >= want);
+        let map = crate::cluster::region::poll_until(&what, limit, ready).await?;
+        if map.epoch().0 > want {
+            return Ok(Reply::StaleEpoch { current: map.epoch().0 });
+        }
+        let me = shared.me;
+        if let Share::Fragments = request.share {
+            let rows = self.fragment_rows().await?;
+            return Ok(Reply::Fragments(
+                rows.into_iter()
+                    .map(|r| forward::WireFragment {
+                        fragment: r.fragment.get(),
+                        start: r.range.start(),
+                        end: r.range.end(),
+                        executor: u32::try_from(r.executor.get()).unwrap_or(u32::MAX),
+                        documents: r.documents,
+                        bytes: r.bytes,
+                    })
+                    .collect(),
+            ));
+        }
+        let parsed = query::parse(&request.sql)?;
+        let unbound = parsed
+            .into_iter()
+            .nth(request.index as usize)
+            .ok_or_else(|| internal("forwarded statement index outside its text"))?;
+        let values = forward::datums_from_wire(request.params).map_err(bad_reply)?;
+        let mut statement = query::bind(&unbound, &values)?;
+        if let Statement::Explain { inner, .. } = statement {
+            statement = *inner;
+        }
+        let statement = Arc::new(statement);
+        *self.forwardable.borrow_mut() =
+            Some((Arc::from(request.sql.as_str()), request.index, values));
+        match request.share {
+            Share::Select { targets } => {
+                let mut groups: Local = BTreeMap::new();
+                for t in targets {
+                    let id = FragmentId::new(t.fragment);
+                    let Some(owner) = map.owner_of(id).filter(|o| o.node == me) else {
+                        return Ok(Reply::NotMine { fragment: t.fragment });
+                    };
+                    let ranges =
+                        t.ranges.iter().filter_map(|r| ShardRange::new(r.start, r.end)).collect();
+                    groups
+                        .entry(ExecutorIndex::new(owner.executor.0 as usize))
+                        .or_default()
+                        .push(Target { fragment: id, ranges });
+                }
+                let results = self
+                    .fan_out(groups, &statement, |core, stmt, targets| async move {
+                        match &*stmt {
+                            Statement::Select(s) => core.select(s, &targets),
+                            _ => Err(internal("forwarded select share of a non-SELECT")),
+                        }
+                    })
+                    .await?;
+                let partials: Vec<query::Partial> =
+                    results.into_iter().flat_map(|(p, _)| p).collect();
+                Ok(Reply::Partials(forward::partials_to_wire(&partials)))
+            }
+            Share::Write => {
+                if !matches!(
+                    &*statement,
+                    Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
+                ) {
+                    return Err(internal("forwarded write share of a non-write"));
+                }
+                let catalog = shared.catalog();
+                let WriteNodes { remote, .. } = self.write_nodes(&statement, &catalog)?;
+                if let Some((node, _)) = remote.into_iter().next() {
+                    return Ok(Reply::NotMine { fragment: node.0 });
+                }
+                let outcome = self.write(&statement).await?;
+                Ok(Reply::Written {
+                    affected: outcome.affected,
+                    returning: outcome
+                        .returning
+                        .iter()
+                        .map(|r| forward::datums_to_wire(r))
+                        .collect(),
+                })
+            }
+            Share::Fragments => Err(internal("fragments share handled above")),
+        }
     }
 
     async fn write(&self, statement: &Arc<Statement>) -> Result<WriteOutcome, EngineError> {
+        if self.core.shared().clustered
+            && let Some(outcome) = self.write_routed(statement).await?
+        {
+            return Ok(outcome);
+        }
         let catalog = self.core.shared().catalog();
         if self.fragment_count(statement, &catalog)? > 1 {
             return self.autocommit_txn(statement).await;
@@ -527,7 +969,7 @@ impl Session {
                 .await?
             }
             Statement::Update(_) | Statement::Delete(_) => {
-                let groups = self.route(statement, &catalog).map(|(_, g)| g).unwrap_or_default();
+                let groups = self.route(statement, &catalog)?.map(|(_, g)| g).unwrap_or_default();
                 let with = (Arc::clone(statement), catalog);
                 self.fan_out(groups, &with, |core, (stmt, view), targets| async move {
                     match &*stmt {
@@ -562,7 +1004,7 @@ impl Session {
                 let config = catalog.config(insert.collection.as_str());
                 self.place(insert, config)?.values().map(Vec::len).sum()
             }
-            _ => self.route(statement, catalog).map_or(0, |(_, g)| g.values().map(Vec::len).sum()),
+            _ => self.route(statement, catalog)?.map_or(0, |(_, g)| g.values().map(Vec::len).sum()),
         })
     }
 
@@ -619,7 +1061,7 @@ impl Session {
             return Err(internal("txn_select() of a non-SELECT"));
         };
         let catalog = self.core.shared().catalog();
-        let groups = self.route(statement, &catalog).map(|(_, g)| g).unwrap_or_default();
+        let groups = self.route(statement, &catalog)?.map(|(_, g)| g).unwrap_or_default();
         let txn = self.open_txn()?;
         let groups = with_writes(txn, groups);
         let results = self
@@ -694,7 +1136,7 @@ impl Session {
             Statement::Update(_) | Statement::Delete(_) => {
                 let collection =
                     collection_of(statement).map(|c| c.as_str().to_owned()).unwrap_or_default();
-                let groups = self.route(statement, &catalog).map(|(_, g)| g).unwrap_or_default();
+                let groups = self.route(statement, &catalog)?.map(|(_, g)| g).unwrap_or_default();
                 (collection, with_writes(txn, groups))
             }
             _ => return Err(internal("txn_statement() of a non-write")),
@@ -727,17 +1169,24 @@ impl Session {
     async fn commit_txn(&self, txn: &Txn) -> Result<(), EngineError> {
         let batches = txn.batches();
         let writes = batches.values().any(|b| b.writes() > 0);
-        let map = &self.core.shared().map;
+        let map = self.map()?;
+        let me = self.core.shared().me;
         let mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>> =
             BTreeMap::new();
         let count = batches.len();
+        let mut remote: Remote<FragmentId> = BTreeMap::new();
         for (fragment, batch) in batches {
             let owner = map.owner_of(fragment).ok_or_else(|| internal("fragment without owner"))?;
+            if owner.node != me {
+                remote.entry(owner.node).or_default().push(fragment);
+                continue;
+            }
             groups
                 .entry(ExecutorIndex::new(owner.executor.0 as usize))
                 .or_default()
                 .push((fragment, batch));
         }
+        local_only(&remote, "a transaction")?;
         if count == 0 {
             self.core.count_tx(|c| c.read_only_commits += 1);
             return Ok(());
@@ -980,12 +1429,12 @@ impl Session {
     }
 
     /// Final ids and shards of an INSERT's documents, grouped by executor and fragment.
-    fn place(
+    fn place_all(
         &self,
         insert: &query::plan::Insert,
         config: Option<&router::ShardingConfig>,
-    ) -> Result<Placed, EngineError> {
-        let map = &self.core.shared().map;
+    ) -> Result<(Placed, Remote<FragmentId>), EngineError> {
+        let map = self.map()?;
         let mut by_fragment: BTreeMap<FragmentId, Vec<PlacedDocument>> = BTreeMap::new();
         for new in insert.documents()? {
             let (id, shard) = match router::shard_of(&new.id)? {
@@ -1009,13 +1458,30 @@ impl Session {
             });
         }
         let mut groups = Placed::new();
+        let me = self.core.shared().me;
+        let mut remote: Remote<FragmentId> = BTreeMap::new();
         for (fragment, docs) in by_fragment {
             let owner = map.owner_of(fragment).ok_or_else(|| internal("fragment without owner"))?;
+            if owner.node != me {
+                remote.entry(owner.node).or_default().push(fragment);
+                continue;
+            }
             groups
                 .entry(ExecutorIndex::new(owner.executor.0 as usize))
                 .or_default()
                 .push((fragment, docs));
         }
+        Ok((groups, remote))
+    }
+
+    /// `place_all` for an INSERT that must run on this node only (0A000 otherwise).
+    fn place(
+        &self,
+        insert: &query::plan::Insert,
+        config: Option<&router::ShardingConfig>,
+    ) -> Result<Placed, EngineError> {
+        let (groups, remote) = self.place_all(insert, config)?;
+        local_only(&remote, "an INSERT")?;
         Ok(groups)
     }
 
@@ -1078,7 +1544,7 @@ impl Session {
         if catalog.config(collection.as_str()).is_none() {
             return Err(EngineError::NoConfiguration(collection.as_str().to_owned()));
         }
-        let groups = self.all_fragments();
+        let groups = self.all_fragments()?;
         let with = (catalog, collection.clone());
         let found = self
             .fan_out(groups, &with, |core, (view, name), targets| async move {
@@ -1096,15 +1562,134 @@ impl Session {
             .collect())
     }
 
-    fn all_fragments(&self) -> BTreeMap<ExecutorIndex, Vec<Target>> {
+    fn all_fragments(&self) -> Result<BTreeMap<ExecutorIndex, Vec<Target>>, EngineError> {
         let mut groups: BTreeMap<ExecutorIndex, Vec<Target>> = BTreeMap::new();
-        for f in self.core.shared().map.fragments() {
+        let map = self.map()?;
+        let me = self.core.shared().me;
+        let mut remote: Remote<FragmentId> = BTreeMap::new();
+        for f in map.fragments() {
+            if f.owner().node != me {
+                remote.entry(f.owner().node).or_default().push(f.id());
+                continue;
+            }
             groups
                 .entry(ExecutorIndex::new(f.owner().executor.0 as usize))
                 .or_default()
                 .push(Target { fragment: f.id(), ranges: vec![f.range()] });
         }
-        groups
+        local_only(&remote, "verify_sharding")?;
+        Ok(groups)
+    }
+
+    /// SHOW REGION rows.
+    fn region_rows(&self) -> Rows {
+        let shared = self.core.shared();
+        let held = shared.buffers.held();
+        let buffered = |key: BufferKey| {
+            held.iter()
+                .find(|(k, _)| *k == key)
+                .map_or(0, |(_, n)| i64::try_from(*n).unwrap_or(i64::MAX))
+        };
+        let mut rows = Rows::new();
+        if let Some(map) = shared.map() {
+            let epoch = i64::try_from(map.epoch().0).unwrap_or(i64::MAX);
+            for f in map.fragments() {
+                rows.push(vec![
+                    Datum::Text(f.id().to_string()),
+                    Datum::Text(f.range().to_string()),
+                    Datum::Text(f.owner().to_string()),
+                    Datum::Int8(epoch),
+                    Datum::Int8(buffered(BufferKey::Fragment(f.id()))),
+                ]);
+            }
+        }
+        let epoch = i64::try_from(shared.map_epoch().0).unwrap_or(i64::MAX);
+        for (key, n) in held {
+            if let BufferKey::Fragment(_) = key {
+                continue;
+            }
+            rows.push(vec![
+                Datum::Text(format!("({key})")),
+                Datum::Null,
+                Datum::Null,
+                Datum::Int8(epoch),
+                Datum::Int8(i64::try_from(n).unwrap_or(i64::MAX)),
+            ]);
+        }
+        rows
+    }
+
+    /// Documents and bytes of every fragment of `map`: this node's from its executors, other
+    /// nodes' asked from them (one request per node; absent when an owner does not answer).
+    async fn fragment_counts(
+        &self,
+        map: &ShardMap,
+    ) -> Result<BTreeMap<FragmentId, (u64, u64)>, EngineError> {
+        let shared = self.core.shared();
+        let mut counts: BTreeMap<FragmentId, (u64, u64)> = BTreeMap::new();
+        for r in self.fragment_rows().await? {
+            counts.insert(r.fragment, (r.documents, r.bytes));
+        }
+        let nodes: std::collections::BTreeSet<NodeId> =
+            map.fragments().iter().map(|f| f.owner().node).filter(|n| *n != shared.me).collect();
+        let mut asked = Vec::new();
+        for node in nodes {
+            let request = forward::Request {
+                epoch: map.epoch().0,
+                sql: String::new(),
+                index: 0,
+                params: Vec::new(),
+                share: Share::Fragments,
+            };
+            asked.push(glommio::spawn_local(forward::call(node.0, request, true)));
+        }
+        for task in asked {
+            if let Ok(Reply::Fragments(list)) = task.await {
+                for f in list {
+                    counts.insert(FragmentId::new(f.fragment), (f.documents, f.bytes));
+                }
+            }
+        }
+        Ok(counts)
+    }
+
+    /// SHOW FRAGMENTS on a cluster node: every fragment of the map with its owner; documents
+    /// and bytes of other nodes' fragments asked from them (one forwarded request per node;
+    /// NULL with state `unreachable` when the owner does not answer).
+    async fn cluster_fragment_rows(&self) -> Result<Rows, EngineError> {
+        let shared = Arc::clone(self.core.shared());
+        let Some(map) = shared.map() else { return Ok(Rows::new()) };
+        let counts = self.fragment_counts(&map).await?;
+        let held = shared.buffers.held();
+        let n = |v: u64| Datum::Int8(i64::try_from(v).unwrap_or(i64::MAX));
+        Ok(map
+            .fragments()
+            .iter()
+            .map(|f| {
+                let buffering = held.iter().any(|(k, _)| *k == BufferKey::Fragment(f.id()));
+                let (documents, bytes, state) = match counts.get(&f.id()) {
+                    Some((d, b)) => {
+                        let state = if shared.is_moving(f.id()) {
+                            "handing-off"
+                        } else if buffering {
+                            "buffering"
+                        } else {
+                            "active"
+                        };
+                        (n(*d), n(*b), state)
+                    }
+                    None => (Datum::Null, Datum::Null, "unreachable"),
+                };
+                vec![
+                    Datum::Text(f.id().to_string()),
+                    Datum::Text(f.range().to_string()),
+                    Datum::Text(f.owner().to_string()),
+                    documents,
+                    bytes,
+                    Datum::Text(state.to_owned()),
+                ]
+            })
+            .collect())
     }
 
     async fn fragment_rows(&self) -> Result<Vec<FragmentRow>, EngineError> {
@@ -1122,7 +1707,8 @@ impl Session {
 
     async fn explain(&self, inner: &Statement, analyze: bool) -> Result<Vec<String>, EngineError> {
         let catalog = self.core.shared().catalog();
-        let plan = self.route(inner, &catalog).map(|(p, _)| p);
+        let plan =
+            if needs_map(inner) { self.route_all(inner, &catalog)?.map(|r| r.plan) } else { None };
         let analysis = if analyze {
             let statement = Arc::new(inner.clone());
             match inner {
@@ -1219,6 +1805,10 @@ pub const TRANSACTION_COUNTERS: &str = "transaction_counters";
 /// evidence that routing sent a statement only where it had to.
 pub const FRAGMENT_COUNTERS: &str = "fragment_counters";
 
+/// `SHOW REGION`: what this node's region caches (the map's fragments, owners, epoch) and
+/// buffers (statements waiting, per fragment or for the map itself).
+pub const SHOW_REGION: &str = "region";
+
 /// `SHOW STATS`: every metric of the node as (name, labels, value) rows, the same numbers as
 /// the Prometheus endpoint.
 pub const SHOW_STATS: &str = "stats";
@@ -1275,6 +1865,8 @@ impl Engine for Session {
     async fn parse(&mut self, sql: &str) -> Result<Vec<Statement>, PgError> {
         let limit = crate::metrics::limits::SLOW_STATEMENT_TEXT_CHARS_MAX;
         self.last_sql = Arc::from(sql.chars().take(limit + 1).collect::<String>().as_str());
+        self.sql = Arc::from(sql);
+        self.planned.set(0);
         query::parse(sql).map_err(|e| engine_error(&EngineError::Plan(e)))
     }
 
@@ -1348,6 +1940,38 @@ fn not_client_caused(e: &EngineError) -> bool {
             | EngineError::Backup(_)
             | EngineError::Append(storage::AppendError::Fatal { .. })
     )
+}
+
+/// Targets for the wire.
+fn wire_targets(targets: &[Target]) -> Vec<forward::WireTarget> {
+    targets
+        .iter()
+        .map(|t| forward::WireTarget {
+            fragment: t.fragment.get(),
+            ranges: t
+                .ranges
+                .iter()
+                .map(|r| forward::WireRange { start: r.start(), end: r.end() })
+                .collect(),
+        })
+        .collect()
+}
+
+/// An owner's answer that carries no result: the epoch to refresh to (`StaleEpoch`,
+/// `NotMine`), or the owner's error.
+fn reply_error(reply: Reply) -> Result<u64, EngineError> {
+    match reply {
+        Reply::StaleEpoch { current } => Ok(current),
+        Reply::NotMine { .. } => Ok(0),
+        Reply::Failed { code, message } => Err(RegionError::Remote { code, message }.into()),
+        Reply::Partials(_) | Reply::Written { .. } | Reply::Fragments(_) => {
+            Err(bad_reply("an answer of another kind".to_owned()))
+        }
+    }
+}
+
+fn bad_reply(reason: String) -> EngineError {
+    RegionError::Forward { node: 0, reason: format!("bad answer from the owner: {reason}") }.into()
 }
 
 fn internal(what: &'static str) -> EngineError {

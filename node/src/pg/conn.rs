@@ -73,8 +73,16 @@ pub async fn serve_connection<E: Engine>(
         in_extended: false,
         cancel: CancelFlag::default(),
         starting: true,
+        peer_data: false,
     };
     let result = conn.run(config, registry).await;
+    if conn.peer_data
+        && let Some(hook) = config.peer_data
+    {
+        let Conn { stream, inbuf, .. } = conn;
+        hook(stream, inbuf).await;
+        return Ok(());
+    }
     if let Err(ServeError::Fatal(err)) = &result {
         // Best effort: the client may already be gone.
         conn.send_error(err);
@@ -123,6 +131,8 @@ struct Conn<E: Engine> {
     cancel: CancelFlag,
     /// Before the first ReadyForQuery: a read timeout is the startup timeout, not idleness.
     starting: bool,
+    /// The connection is a cluster data connection, handed to `PgConfig::peer_data`.
+    peer_data: bool,
 }
 
 enum Next {
@@ -232,6 +242,13 @@ impl<E: Engine> Conn<E> {
                 }
                 Ok(StartupRequest::Ssl | StartupRequest::GssEnc) => {
                     return Err(fatal_protocol("too many encryption requests"));
+                }
+                Ok(StartupRequest::PeerData) if negotiations == 0 && config.peer_data.is_some() => {
+                    self.peer_data = true;
+                    return Ok(None);
+                }
+                Ok(StartupRequest::PeerData) => {
+                    return Err(fatal_protocol("this server accepts no cluster data connections"));
                 }
                 Ok(StartupRequest::Cancel { pid, secret }) => {
                     let found = registry.cancel(pid, &secret);

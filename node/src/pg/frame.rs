@@ -25,6 +25,10 @@ use crate::pg::limits::{
 pub const SSL_REQUEST_CODE: u32 = 80_877_103;
 /// Protocol code of a GSSENCRequest.
 pub const GSSENC_REQUEST_CODE: u32 = 80_877_104;
+
+/// Protocol code of a cluster data connection (Tessera-internal, like SSLRequest's: a peer
+/// node forwarding statement shares; see `cluster::forward`). Only cluster nodes accept it.
+pub const PEER_DATA_CODE: u32 = 80_877_120;
 /// Protocol code of a CancelRequest.
 pub const CANCEL_REQUEST_CODE: u32 = 80_877_102;
 
@@ -84,6 +88,8 @@ pub enum StartupRequest {
     Ssl,
     /// GSSENCRequest: we answer 'N'.
     GssEnc,
+    /// A cluster peer's data connection (`PEER_DATA_CODE`).
+    PeerData,
     /// CancelRequest for the session with this key.
     Cancel {
         /// The session's process id from BackendKeyData.
@@ -135,6 +141,10 @@ pub fn decode_startup(body: Bytes) -> Result<StartupRequest, FrameError> {
         GSSENC_REQUEST_CODE => {
             r.finish()?;
             Ok(StartupRequest::GssEnc)
+        }
+        PEER_DATA_CODE => {
+            r.finish()?;
+            Ok(StartupRequest::PeerData)
         }
         CANCEL_REQUEST_CODE => {
             let pid = r.i32()?;

@@ -24,7 +24,7 @@ pub fn frontend_bytes(data: &[u8]) -> usize {
         let Ok(Some(body)) = split_startup(&mut buf) else { return decoded };
         match decode_startup(body) {
             Ok(StartupRequest::Ssl | StartupRequest::GssEnc) => decoded += 1,
-            Ok(StartupRequest::Cancel { .. }) => return decoded + 1,
+            Ok(StartupRequest::Cancel { .. } | StartupRequest::PeerData) => return decoded + 1,
             Ok(StartupRequest::Startup { .. }) => {
                 decoded += 1;
                 break;

@@ -37,5 +37,5 @@ pub use engine::{
 };
 pub use error::{Notice, PgError, ServeError, Severity};
 pub use scram::ScramCredentials;
-pub use server::{PgAuth, PgConfig, PgRegistry, SocketSlot, accept_loop};
+pub use server::{PeerDataHook, PgAuth, PgConfig, PgRegistry, SocketSlot, accept_loop};
 pub use sqlstate::SqlState;

@@ -46,7 +46,15 @@ pub struct PgConfig {
     pub startup_timeout: Duration,
     /// The `server_version` reported to clients (psql and drivers parse it).
     pub server_version: String,
+    /// Who serves a cluster data connection (`PEER_DATA_CODE`); `None`: refused (single node).
+    pub peer_data: Option<PeerDataHook>,
 }
+
+/// Takes over a connection that opened with `PEER_DATA_CODE`, with the bytes read after it.
+pub type PeerDataHook = fn(
+    glommio::net::TcpStream,
+    bytes::BytesMut,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
 
 impl Default for PgConfig {
     fn default() -> PgConfig {
@@ -55,6 +63,7 @@ impl Default for PgConfig {
             idle_timeout: PG_IDLE_TIMEOUT_DEFAULT,
             startup_timeout: PG_STARTUP_TIMEOUT,
             server_version: "15.0".to_owned(),
+            peer_data: None,
         }
     }
 }

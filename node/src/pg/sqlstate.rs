@@ -83,6 +83,8 @@ impl SqlState {
     pub const DUPLICATE_CURSOR: SqlState = SqlState::of(b"42P03");
     /// 53300 too_many_connections.
     pub const TOO_MANY_CONNECTIONS: SqlState = SqlState::of(b"53300");
+    /// 53400 configuration_limit_exceeded (a region buffer is full).
+    pub const CONFIGURATION_LIMIT_EXCEEDED: SqlState = SqlState::of(b"53400");
     /// 54000 program_limit_exceeded: a configured limit was hit.
     pub const PROGRAM_LIMIT_EXCEEDED: SqlState = SqlState::of(b"54000");
     /// 57014 query_canceled.
@@ -187,6 +189,9 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
         E::BackupTarget(_) => SqlState::INVALID_PARAMETER_VALUE,
         E::Backup(_) => SqlState::IO_ERROR,
         E::Move(e) => move_state(e),
+        E::NotHere { .. } | E::Fenced { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        E::FragmentLifecycle(_) => SqlState::IO_ERROR,
+        E::Region(e) => region_state(e),
     };
     let mut pg = super::PgError::new(code, error.to_string());
     if let E::Plan(query::PlanError::Syntax { position, .. }) = error {
@@ -209,6 +214,21 @@ fn move_state(error: &crate::cluster::ops::MoveError) -> SqlState {
             SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
         }
         M::NoCoordinator { .. } => SqlState::CANNOT_CONNECT_NOW,
+    }
+}
+
+fn region_state(error: &crate::cluster::region::RegionError) -> SqlState {
+    use crate::cluster::region::RegionError as R;
+    match error {
+        R::BufferFull { .. } => SqlState::CONFIGURATION_LIMIT_EXCEEDED,
+        R::CrossNode { .. } => SqlState::FEATURE_NOT_SUPPORTED,
+        R::WaitExpired { .. } | R::MapChurn { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        R::Forward { .. } | R::UnknownNode { .. } => SqlState::CONNECTION_FAILURE,
+        R::Remote { code, .. } => code
+            .as_bytes()
+            .first_chunk::<5>()
+            .and_then(SqlState::new)
+            .unwrap_or(SqlState::INTERNAL_ERROR),
     }
 }
 

@@ -1,0 +1,813 @@
+//! Region forwarding: the data connection between cluster nodes and the shares forwarded on it.
+//!
+//! **Transport.** A node forwards a remote node's share of a statement over a *data
+//! connection*: a TCP connection to the owner's PostgreSQL address whose first packet is a
+//! startup packet with the internal code `pg::frame::PEER_DATA_CODE` (like SSLRequest's),
+//! recognized by the owner's PostgreSQL listener on whichever executor accepted it, so the
+//! whole path stays on glommio executors (no hop through the control plane's tokio thread).
+//! Then a handshake (`Hello` each way, checked by `wire::check_hello`: cluster name, protocol
+//! version, node id) and requests answered in order, one in flight per connection. Each
+//! executor keeps a pool of idle connections per remote node (`DATA_POOL_IDLE_MAX`).
+//!
+//! **Frames** are those of `cluster::wire` (`u32 len | u32 crc32 | u16 version | rkyv`), with
+//! their own message type `DataMessage`, decoded with checked rkyv only; a bad frame closes
+//! that connection. Fuzzed by `fuzz/fuzz_targets/data_frame.rs` (`fuzz_data_frames`).
+//!
+//! **Requests** carry the map epoch the region routed by, the statement's SQL text, its index in
+//! that text and its bound parameters (the owner parses and binds again: `query::bind` depends
+//! only on the statement and the values), and what to run: a SELECT share on named fragments
+//! and ranges (answered with partial results, merged where the client is), an autocommit write
+//! whose fragments are all the owner's (answered with the count and RETURNING rows), or the
+//! owner's SHOW FRAGMENTS rows. An owner whose map is newer answers `StaleEpoch`, one that does
+//! not hold a named fragment `NotMine`; the region then refreshes and retries.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use query::Datum;
+use query::exec::{AggState, GroupPartial, PartialBody, PartialRow};
+use rkyv::rancor::Error as RkyvError;
+use rkyv::util::AlignedVec;
+
+use crate::cluster::limits::{
+    DATA_CONN_IDLE_MS, DATA_POOL_IDLE_MAX, FORWARD_TIMEOUT_MS, PEER_CONNECT_TIMEOUT_MS,
+    PEER_FRAME_BYTES_MAX, PEER_FRAME_HEADER_BYTES,
+};
+use crate::cluster::region::RegionError;
+use crate::cluster::wire::{self, Hello, PROTOCOL_VERSION, Peer, WireError};
+use crate::engine::{Core, Session};
+use crate::runtime::ExecutorContext;
+
+/// Bytes of the version prefix of a body.
+const VERSION_BYTES: usize = 2;
+
+/// A value of a parameter, row or aggregate state.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub enum WireDatum {
+    /// NULL.
+    Null,
+    /// bool.
+    Bool(bool),
+    /// int8.
+    Int8(i64),
+    /// float8.
+    Float8(f64),
+    /// text.
+    Text(String),
+    /// json, as its text.
+    Json(String),
+}
+
+/// A half-open shard range.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WireRange {
+    /// First shard.
+    pub start: u32,
+    /// One past the last.
+    pub end: u32,
+}
+
+/// A fragment and the ranges of it to read.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct WireTarget {
+    /// The fragment id.
+    pub fragment: u32,
+    /// Ranges inside it.
+    pub ranges: Vec<WireRange>,
+}
+
+/// One row of a plain SELECT's partial result.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub struct WireRow {
+    /// Document id.
+    pub id: String,
+    /// Output values.
+    pub values: Vec<WireDatum>,
+    /// Sort keys.
+    pub keys: Vec<WireDatum>,
+}
+
+/// A mergeable aggregate state.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub enum WireAgg {
+    /// count
+    Count(i64),
+    /// sum of int8
+    SumInt(Option<i64>),
+    /// sum of other numbers
+    SumFloat(Option<f64>),
+    /// min
+    Min(Option<WireDatum>),
+    /// max
+    Max(Option<WireDatum>),
+    /// avg
+    Avg {
+        /// Sum.
+        sum: f64,
+        /// Count.
+        count: i64,
+    },
+}
+
+/// One group of an aggregate's partial result.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub struct WireGroup {
+    /// GROUP BY values.
+    pub key: Vec<WireDatum>,
+    /// One state per aggregate.
+    pub states: Vec<WireAgg>,
+}
+
+/// One fragment's partial result.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub struct WirePartial {
+    /// Documents read.
+    pub rows_scanned: u64,
+    /// Rows, or groups when `grouped`.
+    pub rows: Vec<WireRow>,
+    /// Aggregate groups.
+    pub groups: Vec<WireGroup>,
+    /// Whether the body is groups.
+    pub grouped: bool,
+}
+
+/// One fragment as SHOW FRAGMENTS shows it.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct WireFragment {
+    /// Fragment id.
+    pub fragment: u32,
+    /// Range start.
+    pub start: u32,
+    /// Range end.
+    pub end: u32,
+    /// Executor on the owner.
+    pub executor: u32,
+    /// Live documents.
+    pub documents: u64,
+    /// Live bytes.
+    pub bytes: u64,
+}
+
+/// What a forwarded request asks the owner to run.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum Share {
+    /// A SELECT on these fragments and ranges; answered with `Partials`.
+    Select {
+        /// The targets.
+        targets: Vec<WireTarget>,
+    },
+    /// An autocommit write whose fragments are all the owner's; answered with `Written`.
+    Write,
+    /// The owner's fragments; answered with `Fragments`.
+    Fragments,
+}
+
+/// A forwarded share.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub struct Request {
+    /// The map epoch the region routed by.
+    pub epoch: u64,
+    /// The SQL text the statement came from.
+    pub sql: String,
+    /// The statement's position in that text.
+    pub index: u32,
+    /// Bound parameter values.
+    pub params: Vec<WireDatum>,
+    /// What to run.
+    pub share: Share,
+}
+
+/// The owner's answer.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub enum Reply {
+    /// A SELECT share's partial results.
+    Partials(Vec<WirePartial>),
+    /// A write's outcome.
+    Written {
+        /// Documents written or deleted.
+        affected: u64,
+        /// RETURNING rows.
+        returning: Vec<Vec<WireDatum>>,
+    },
+    /// The owner's fragments.
+    Fragments(Vec<WireFragment>),
+    /// The owner's map is newer than the request's.
+    StaleEpoch {
+        /// The owner's epoch.
+        current: u64,
+    },
+    /// The owner does not hold this fragment.
+    NotMine {
+        /// The fragment.
+        fragment: u32,
+    },
+    /// The share failed on the owner with this SQLSTATE and message.
+    Failed {
+        /// SQLSTATE.
+        code: String,
+        /// Message.
+        message: String,
+    },
+}
+
+/// Everything on a data connection.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub enum DataMessage {
+    /// Handshake, both ways.
+    Hello(Hello),
+    /// The handshake was refused; the connection closes.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+    /// A forwarded share.
+    Request(Request),
+    /// Its answer.
+    Reply(Reply),
+}
+
+impl DataMessage {
+    fn kind(&self) -> &'static str {
+        match self {
+            DataMessage::Hello(_) => "hello",
+            DataMessage::Refused { .. } => "refused",
+            DataMessage::Request(_) => "request",
+            DataMessage::Reply(_) => "reply",
+        }
+    }
+}
+
+/// Encodes `message` as one frame.
+pub fn encode_data_frame(message: &DataMessage) -> Result<Vec<u8>, WireError> {
+    let archive = rkyv::to_bytes::<RkyvError>(message)
+        .map_err(|_| WireError::Encode { kind: message.kind(), len: 0 })?;
+    let body_len = VERSION_BYTES + archive.len();
+    let len = u32::try_from(body_len)
+        .ok()
+        .filter(|l| *l <= PEER_FRAME_BYTES_MAX)
+        .ok_or(WireError::Encode { kind: message.kind(), len: body_len })?;
+    let mut frame = Vec::with_capacity(PEER_FRAME_HEADER_BYTES + body_len);
+    frame.extend_from_slice(&len.to_le_bytes());
+    let mut body = Vec::with_capacity(body_len);
+    body.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    body.extend_from_slice(&archive);
+    frame.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// Decodes a body whose header said `header`: crc, version, checked archive.
+pub fn decode_data_body(header: wire::Header, body: &[u8]) -> Result<DataMessage, WireError> {
+    let actual = crc32fast::hash(body);
+    if actual != header.crc {
+        return Err(WireError::Checksum { expected: header.crc, actual });
+    }
+    let (Some(&[v0, v1]), Some(archive)) = (body.first_chunk::<2>(), body.get(VERSION_BYTES..))
+    else {
+        return Err(WireError::TooShort { len: body.len() });
+    };
+    let got = u16::from_le_bytes([v0, v1]);
+    if got != PROTOCOL_VERSION {
+        return Err(WireError::Version { got, ours: PROTOCOL_VERSION });
+    }
+    let mut aligned = AlignedVec::<16>::with_capacity(archive.len());
+    aligned.extend_from_slice(archive);
+    rkyv::from_bytes::<DataMessage, RkyvError>(&aligned)
+        .map_err(|_| WireError::Archive { len: archive.len() })
+}
+
+/// Splits one frame off `buf`: `Ok(None)` while incomplete.
+pub fn decode_data_frame(buf: &[u8]) -> Result<Option<(DataMessage, usize)>, WireError> {
+    let Some(head) = buf.first_chunk::<PEER_FRAME_HEADER_BYTES>() else { return Ok(None) };
+    let header = wire::decode_header(*head)?;
+    let end = PEER_FRAME_HEADER_BYTES + header.len as usize;
+    let Some(body) = buf.get(PEER_FRAME_HEADER_BYTES..end) else { return Ok(None) };
+    Ok(Some((decode_data_body(header, body)?, end)))
+}
+
+/// The fuzz target's body: decodes frames until one is bad or the bytes run out, converting
+/// every reply's values back. Returns how many frames decoded.
+pub fn fuzz_data_frames(data: &[u8]) -> usize {
+    let mut rest = data;
+    let mut decoded = 0;
+    while let Ok(Some((message, used))) = decode_data_frame(rest) {
+        decoded += 1;
+        match &message {
+            DataMessage::Hello(hello) => {
+                let _ = wire::check_hello(hello, "fuzz", 0);
+            }
+            DataMessage::Reply(Reply::Partials(p)) => {
+                let _ = partials_from_wire(p.clone());
+            }
+            DataMessage::Request(r) => {
+                let _ = datums_from_wire(r.params.clone());
+            }
+            _ => {}
+        }
+        rest = rest.get(used..).unwrap_or(&[]);
+    }
+    decoded
+}
+
+// ---- conversions ---------------------------------------------------------------------------
+
+/// A datum for the wire.
+pub fn datum_to_wire(d: &Datum) -> WireDatum {
+    match d {
+        Datum::Null => WireDatum::Null,
+        Datum::Bool(b) => WireDatum::Bool(*b),
+        Datum::Int8(i) => WireDatum::Int8(*i),
+        Datum::Float8(f) => WireDatum::Float8(*f),
+        Datum::Text(t) => WireDatum::Text(t.clone()),
+        Datum::Json(v) => WireDatum::Json(v.to_string()),
+    }
+}
+
+/// A datum from the wire; bad JSON is an error naming it.
+pub fn datum_from_wire(d: WireDatum) -> Result<Datum, String> {
+    Ok(match d {
+        WireDatum::Null => Datum::Null,
+        WireDatum::Bool(b) => Datum::Bool(b),
+        WireDatum::Int8(i) => Datum::Int8(i),
+        WireDatum::Float8(f) => Datum::Float8(f),
+        WireDatum::Text(t) => Datum::Text(t),
+        WireDatum::Json(j) => {
+            Datum::Json(serde_json::from_str(&j).map_err(|e| format!("bad json datum: {e}"))?)
+        }
+    })
+}
+
+/// Datums for the wire.
+pub fn datums_to_wire(ds: &[Datum]) -> Vec<WireDatum> {
+    ds.iter().map(datum_to_wire).collect()
+}
+
+/// Datums from the wire.
+pub fn datums_from_wire(ds: Vec<WireDatum>) -> Result<Vec<Datum>, String> {
+    ds.into_iter().map(datum_from_wire).collect()
+}
+
+fn agg_to_wire(a: &AggState) -> WireAgg {
+    match a {
+        AggState::Count(n) => WireAgg::Count(*n),
+        AggState::SumInt(v) => WireAgg::SumInt(*v),
+        AggState::SumFloat(v) => WireAgg::SumFloat(*v),
+        AggState::Min(d) => WireAgg::Min(d.as_ref().map(datum_to_wire)),
+        AggState::Max(d) => WireAgg::Max(d.as_ref().map(datum_to_wire)),
+        AggState::Avg { sum, count } => WireAgg::Avg { sum: *sum, count: *count },
+    }
+}
+
+fn agg_from_wire(a: WireAgg) -> Result<AggState, String> {
+    Ok(match a {
+        WireAgg::Count(n) => AggState::Count(n),
+        WireAgg::SumInt(v) => AggState::SumInt(v),
+        WireAgg::SumFloat(v) => AggState::SumFloat(v),
+        WireAgg::Min(d) => AggState::Min(d.map(datum_from_wire).transpose()?),
+        WireAgg::Max(d) => AggState::Max(d.map(datum_from_wire).transpose()?),
+        WireAgg::Avg { sum, count } => AggState::Avg { sum, count },
+    })
+}
+
+/// Partial results for the wire.
+pub fn partials_to_wire(partials: &[query::Partial]) -> Vec<WirePartial> {
+    partials
+        .iter()
+        .map(|p| match &p.body {
+            PartialBody::Rows(rows) => WirePartial {
+                rows_scanned: p.rows_scanned,
+                rows: rows
+                    .iter()
+                    .map(|r| WireRow {
+                        id: r.id.clone(),
+                        values: datums_to_wire(&r.values),
+                        keys: datums_to_wire(&r.keys),
+                    })
+                    .collect(),
+                groups: Vec::new(),
+                grouped: false,
+            },
+            PartialBody::Groups(groups) => WirePartial {
+                rows_scanned: p.rows_scanned,
+                rows: Vec::new(),
+                groups: groups
+                    .iter()
+                    .map(|g| WireGroup {
+                        key: datums_to_wire(&g.key),
+                        states: g.states.iter().map(agg_to_wire).collect(),
+                    })
+                    .collect(),
+                grouped: true,
+            },
+        })
+        .collect()
+}
+
+/// Partial results from the wire.
+pub fn partials_from_wire(partials: Vec<WirePartial>) -> Result<Vec<query::Partial>, String> {
+    partials
+        .into_iter()
+        .map(|p| {
+            let body = if p.grouped {
+                PartialBody::Groups(
+                    p.groups
+                        .into_iter()
+                        .map(|g| {
+                            Ok(GroupPartial {
+                                key: datums_from_wire(g.key)?,
+                                states: g
+                                    .states
+                                    .into_iter()
+                                    .map(agg_from_wire)
+                                    .collect::<Result<_, String>>()?,
+                            })
+                        })
+                        .collect::<Result<_, String>>()?,
+                )
+            } else {
+                PartialBody::Rows(
+                    p.rows
+                        .into_iter()
+                        .map(|r| {
+                            Ok(PartialRow {
+                                id: r.id,
+                                values: datums_from_wire(r.values)?,
+                                keys: datums_from_wire(r.keys)?,
+                            })
+                        })
+                        .collect::<Result<_, String>>()?,
+                )
+            };
+            Ok(query::Partial { rows_scanned: p.rows_scanned, body })
+        })
+        .collect()
+}
+
+// ---- the connection --------------------------------------------------------------------------
+
+/// A data connection after its handshake.
+struct DataConn {
+    stream: TcpStream,
+    last_used: Instant,
+    /// Bytes received and not decoded yet (a frame's header is checked as soon as it is here).
+    pending: Vec<u8>,
+}
+
+impl DataConn {
+    async fn send(&mut self, message: &DataMessage) -> Result<(), String> {
+        let frame = encode_data_frame(message).map_err(|e| e.to_string())?;
+        self.stream.write_all(&frame).await.map_err(|e| format!("send: {e}"))
+    }
+
+    /// Reads one frame: the header's length is checked before the body is waited for.
+    async fn receive(&mut self) -> Result<DataMessage, String> {
+        let mut chunk = [0u8; DATA_READ_CHUNK_BYTES];
+        loop {
+            match decode_data_frame(&self.pending) {
+                Ok(Some((message, used))) => {
+                    self.pending.drain(..used);
+                    return Ok(message);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+            let n = self.stream.read(&mut chunk).await.map_err(|e| format!("receive: {e}"))?;
+            if n == 0 {
+                return Err("receive: the other side closed the connection".into());
+            }
+            self.pending.extend_from_slice(chunk.get(..n).unwrap_or_default());
+        }
+    }
+}
+
+/// Bytes of one socket read on a data connection.
+const DATA_READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// The startup packet that opens a data connection (length 8, the internal code).
+fn startup_packet() -> [u8; 8] {
+    let mut p = [0u8; 8];
+    p[..4].copy_from_slice(&8i32.to_be_bytes());
+    p[4..].copy_from_slice(&crate::pg::frame::PEER_DATA_CODE.to_be_bytes());
+    p
+}
+
+/// This node's `Hello`, from the published view.
+fn hello() -> Option<Hello> {
+    let view = crate::cluster::view()?;
+    let me = view.members.iter().find(|m| m.this)?;
+    Some(Hello {
+        cluster: view.cluster.clone(),
+        version: PROTOCOL_VERSION,
+        peer: Peer {
+            node: u64::from(view.me),
+            role: me.role,
+            peer_addr: me.peer_addr.clone(),
+            pg_addr: me.pg_addr.clone(),
+            executors: 0,
+        },
+    })
+}
+
+thread_local! {
+    /// Idle data connections of this executor, per remote node.
+    static POOL: RefCell<HashMap<u32, Vec<DataConn>>> = RefCell::new(HashMap::new());
+    /// This executor's core and context, for data connections it accepts.
+    static EXECUTOR: RefCell<Option<(Rc<Core>, ExecutorContext<Core>)>> = const { RefCell::new(None) };
+}
+
+/// Makes this executor serve data connections (called once per executor of a cluster node).
+pub fn install(core: &Rc<Core>, ctx: &ExecutorContext<Core>) {
+    EXECUTOR.with(|e| *e.borrow_mut() = Some((Rc::clone(core), ctx.clone())));
+}
+
+async fn dial(node: u32) -> Result<DataConn, RegionError> {
+    let fail = |reason: String| RegionError::Forward { node, reason };
+    let view = crate::cluster::view().ok_or_else(|| fail("not a cluster node".into()))?;
+    let member =
+        view.members.iter().find(|m| m.node == node).ok_or(RegionError::UnknownNode { node })?;
+    let addr: SocketAddr = member.pg_addr.parse().map_err(|_| RegionError::UnknownNode { node })?;
+    let mut stream =
+        TcpStream::connect_timeout(addr, Duration::from_millis(PEER_CONNECT_TIMEOUT_MS))
+            .await
+            .map_err(|e| fail(format!("connect to {addr}: {e}")))?;
+    stream.set_nodelay(true).map_err(|e| fail(e.to_string()))?;
+    let timeout = Some(Duration::from_millis(FORWARD_TIMEOUT_MS));
+    stream.set_read_timeout(timeout).map_err(|e| fail(e.to_string()))?;
+    stream.set_write_timeout(timeout).map_err(|e| fail(e.to_string()))?;
+    stream.write_all(&startup_packet()).await.map_err(|e| fail(format!("send: {e}")))?;
+    let mut conn = DataConn { stream, last_used: Instant::now(), pending: Vec::new() };
+    let ours = hello().ok_or_else(|| fail("this node is not in its own view yet".into()))?;
+    let cluster = ours.cluster.clone();
+    conn.send(&DataMessage::Hello(ours)).await.map_err(fail)?;
+    match conn.receive().await.map_err(fail)? {
+        DataMessage::Hello(theirs) => {
+            wire::check_hello(&theirs, &cluster, u64::from(view.me))
+                .map_err(|e| fail(e.to_string()))?;
+            if theirs.peer.node != u64::from(node) {
+                return Err(fail(format!("{addr} is node {}", theirs.peer.node)));
+            }
+            Ok(conn)
+        }
+        DataMessage::Refused { reason } => Err(fail(format!("refused: {reason}"))),
+        other => Err(fail(format!("sent {} before the handshake", other.kind()))),
+    }
+}
+
+/// Sends `request` to `node` and returns its answer. A pooled connection that fails before
+/// anything was received is replaced by a new one once for a read (`retry_safe`); a write is
+/// never sent twice.
+pub async fn call(node: u32, request: Request, retry_safe: bool) -> Result<Reply, RegionError> {
+    let message = DataMessage::Request(request);
+    let pooled = POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let list = p.entry(node).or_default();
+        while let Some(c) = list.pop() {
+            if c.last_used.elapsed() < Duration::from_millis(DATA_CONN_IDLE_MS / 2)
+                && quiet(&c.stream)
+            {
+                return Some(c);
+            }
+            cov_mark::hit!(forward_pool_drops_closed_connection);
+        }
+        None
+    });
+    let (mut conn, fresh) = match pooled {
+        Some(c) => (c, false),
+        None => (dial(node).await?, true),
+    };
+    let reply = match exchange(&mut conn, &message).await {
+        Ok(r) => r,
+        Err(_) if !fresh && retry_safe => {
+            conn = dial(node).await?;
+            exchange(&mut conn, &message)
+                .await
+                .map_err(|reason| RegionError::Forward { node, reason })?
+        }
+        Err(reason) => return Err(RegionError::Forward { node, reason }),
+    };
+    conn.last_used = Instant::now();
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let list = p.entry(node).or_default();
+        if list.len() < DATA_POOL_IDLE_MAX {
+            list.push(conn);
+        }
+    });
+    Ok(reply)
+}
+
+/// Whether an idle connection has nothing to read: an owner that closed it (restart, idle
+/// timeout) makes it readable (EOF), and a write sent on it would be lost with an unknown
+/// outcome; such a connection is dropped instead of reused.
+fn quiet(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut fd =
+        libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
+    // SAFETY: `fd` is one valid pollfd for the call; the stream keeps the descriptor open.
+    let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+    ready == 0
+}
+
+async fn exchange(conn: &mut DataConn, message: &DataMessage) -> Result<Reply, String> {
+    conn.send(message).await?;
+    match conn.receive().await? {
+        DataMessage::Reply(r) => Ok(r),
+        other => Err(format!("owner answered {} to a request", other.kind())),
+    }
+}
+
+/// Serves one accepted data connection (the PostgreSQL listener's hook for `PEER_DATA_CODE`):
+/// handshake, then each request runs like a local share on a session of this executor. Any
+/// bad frame or refused handshake closes this connection only.
+pub fn serve_data_connection(
+    stream: TcpStream,
+    buffered: bytes::BytesMut,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    Box::pin(async move {
+        if let Err(e) = serve(stream, buffered).await {
+            tracing::debug!(error = %e, "data connection closed");
+        }
+    })
+}
+
+async fn serve(stream: TcpStream, buffered: bytes::BytesMut) -> Result<(), String> {
+    let idle = Some(Duration::from_millis(DATA_CONN_IDLE_MS));
+    stream.set_read_timeout(idle).map_err(|e| e.to_string())?;
+    stream
+        .set_write_timeout(Some(Duration::from_millis(FORWARD_TIMEOUT_MS)))
+        .map_err(|e| e.to_string())?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let Some((core, ctx)) = EXECUTOR.with(|e| e.borrow().clone()) else {
+        return Err("this executor serves no data connections".into());
+    };
+    let mut conn = DataConn { stream, last_used: Instant::now(), pending: buffered.to_vec() };
+    let first = conn.receive().await?;
+    let ours = hello().ok_or("this node is not in its own view yet")?;
+    let DataMessage::Hello(theirs) = first else {
+        let reason = format!("sent {} before the handshake", first.kind());
+        let _ = conn.send(&DataMessage::Refused { reason: reason.clone() }).await;
+        return Err(reason);
+    };
+    if let Err(e) = wire::check_hello(&theirs, &ours.cluster, ours.peer.node) {
+        let _ = conn.send(&DataMessage::Refused { reason: e.to_string() }).await;
+        return Err(e.to_string());
+    }
+    conn.send(&DataMessage::Hello(ours)).await?;
+    let mut session = Session::new(core, ctx);
+    loop {
+        let request = match conn.receive().await {
+            Ok(DataMessage::Request(r)) => r,
+            Ok(other) => return Err(format!("peer sent {} instead of a request", other.kind())),
+            Err(e) => return Err(e),
+        };
+        let reply = session.serve_forwarded(request).await;
+        conn.send(&DataMessage::Reply(reply)).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<DataMessage> {
+        let datums = vec![
+            WireDatum::Null,
+            WireDatum::Bool(true),
+            WireDatum::Int8(-3),
+            WireDatum::Float8(2.5),
+            WireDatum::Text("é".into()),
+            WireDatum::Json("{\"a\":[1,2]}".into()),
+        ];
+        vec![
+            DataMessage::Request(Request {
+                epoch: 7,
+                sql: "SELECT * FROM c WHERE id() = $1".into(),
+                index: 0,
+                params: datums.clone(),
+                share: Share::Select {
+                    targets: vec![WireTarget {
+                        fragment: 3,
+                        ranges: vec![WireRange { start: 0, end: 9 }],
+                    }],
+                },
+            }),
+            DataMessage::Reply(Reply::Partials(vec![WirePartial {
+                rows_scanned: 4,
+                rows: vec![WireRow { id: "x".into(), values: datums.clone(), keys: vec![] }],
+                groups: vec![WireGroup {
+                    key: vec![WireDatum::Text("k".into())],
+                    states: vec![
+                        WireAgg::Count(2),
+                        WireAgg::Avg { sum: 1.0, count: 2 },
+                        WireAgg::Min(None),
+                    ],
+                }],
+                grouped: false,
+            }])),
+            DataMessage::Reply(Reply::StaleEpoch { current: 9 }),
+            DataMessage::Reply(Reply::Failed { code: "53400".into(), message: "full".into() }),
+            DataMessage::Refused { reason: "no".into() },
+        ]
+    }
+
+    // Checks every message kind round-trips through a frame, and two frames back to back.
+    #[test]
+    fn unit_data_frames_round_trip() {
+        let mut stream = Vec::new();
+        for m in sample() {
+            let frame = encode_data_frame(&m).unwrap();
+            let (back, used) = decode_data_frame(&frame).unwrap().unwrap();
+            assert_eq!(back, m);
+            assert_eq!(used, frame.len());
+            stream.extend_from_slice(&frame);
+        }
+        assert_eq!(fuzz_data_frames(&stream), sample().len());
+    }
+
+    // Checks bad input: every single-bit flip of a frame is an error or an incomplete frame
+    // (never a different message), a truncated frame is incomplete, an oversize header is refused
+    // before any body, garbage is an error, and bad JSON in a datum is an error.
+    #[test]
+    fn unit_data_frames_refuse_bad_input() {
+        let m = sample().remove(0);
+        let frame = encode_data_frame(&m).unwrap();
+        for bit in 0..frame.len() * 8 {
+            let mut bad = frame.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            if let Ok(Some((back, _))) = decode_data_frame(&bad) {
+                assert_eq!(back, m, "bit {bit} changed the message");
+            }
+        }
+        assert!(matches!(decode_data_frame(&frame[..frame.len() - 1]), Ok(None)));
+        let mut huge = frame.clone();
+        huge[..4].copy_from_slice(&(PEER_FRAME_BYTES_MAX + 1).to_le_bytes());
+        assert!(matches!(decode_data_frame(&huge), Err(WireError::TooLong { .. })));
+        let garbage = [8u8, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+        assert!(decode_data_frame(&garbage).is_err());
+        assert!(datum_from_wire(WireDatum::Json("{".into())).is_err());
+    }
+
+    // Checks the pool's liveness test: an idle connection is quiet until its other side closes
+    // it, and then it is not reused.
+    #[test]
+    fn unit_pool_drops_closed_connections() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                let addr = listener.local_addr().unwrap();
+                let stream = TcpStream::connect(addr).await.unwrap();
+                let (other, _) = listener.accept().unwrap();
+                assert!(quiet(&stream));
+                drop(other);
+                // The FIN arrives asynchronously: look until it has (bounded).
+                let mut closed = false;
+                for _ in 0..10_000 {
+                    if !quiet(&stream) {
+                        closed = true;
+                        break;
+                    }
+                    glommio::yield_if_needed().await;
+                    std::thread::yield_now();
+                }
+                assert!(closed, "a closed connection must not look quiet");
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    // Checks partials survive the wire exactly (rows with keys, groups with every state).
+    #[test]
+    fn unit_partials_round_trip() {
+        let partials = vec![
+            query::Partial {
+                rows_scanned: 5,
+                body: PartialBody::Rows(vec![PartialRow {
+                    id: "a".into(),
+                    values: vec![Datum::Int8(1), Datum::Json(serde_json::json!({"x": [1, "y"]}))],
+                    keys: vec![Datum::Float8(0.5)],
+                }]),
+            },
+            query::Partial {
+                rows_scanned: 2,
+                body: PartialBody::Groups(vec![GroupPartial {
+                    key: vec![Datum::Null],
+                    states: vec![
+                        AggState::Count(3),
+                        AggState::SumInt(Some(7)),
+                        AggState::SumFloat(None),
+                        AggState::Min(Some(Datum::Text("m".into()))),
+                        AggState::Max(None),
+                        AggState::Avg { sum: 3.5, count: 2 },
+                    ],
+                }]),
+            },
+        ];
+        assert_eq!(partials_from_wire(partials_to_wire(&partials)).unwrap(), partials);
+    }
+}

@@ -1,0 +1,412 @@
+//! The cluster's data path (issue #7, regions): nodes serve the fragments of the replicated
+//! shard map, statements for fragments without a location wait in bounded buffers, and every
+//! node serves every document by forwarding each remote node's share to its owner. Every
+//! wait polls until a deadline (polling, not synchronisation).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use support::{Node, NodeOptions, free_loopback_port, simple_rows};
+
+/// How long a cluster change may take before the test fails with the logs.
+const CLUSTER_DEADLINE: Duration = Duration::from_secs(60);
+/// Pause between two polls (polling, not synchronisation).
+const POLL_EVERY: Duration = Duration::from_millis(100);
+const FRAGMENTS: u32 = 6;
+
+fn options(id: u32, peer: u16, join: Option<u16>, executors: u32, more: &[&str]) -> NodeOptions {
+    let mut extra_args = vec![
+        "--cluster-name".to_owned(),
+        "region".to_owned(),
+        "--node-id".to_owned(),
+        id.to_string(),
+        "--peer-listen".to_owned(),
+        format!("127.0.0.1:{peer}"),
+    ];
+    extra_args.extend(more.iter().map(|m| (*m).to_owned()));
+    if let Some(j) = join {
+        extra_args.push("--join".to_owned());
+        extra_args.push(format!("127.0.0.1:{j}"));
+    }
+    NodeOptions { executors, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
+}
+
+/// Starts a cluster node; members that stop before it may be reported unreachable (WARN).
+fn start(options: NodeOptions) -> Node {
+    let mut node = Node::start_with(options);
+    node.expect_log("is unreachable");
+    node
+}
+
+async fn simple(node: &Node, sql: &str) -> Option<Vec<Vec<Option<String>>>> {
+    let (client, conn) =
+        tokio_postgres::connect(&node.conn_str(), tokio_postgres::NoTls).await.ok()?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let messages = client.simple_query(sql).await.ok()?;
+    Some(simple_rows(&messages))
+}
+
+/// (epoch, fragments per node) as `node` shows it in SHOW CLUSTER.
+async fn cluster_map(node: &Node) -> Option<(u64, BTreeMap<u32, u64>)> {
+    let rows = simple(node, "SHOW CLUSTER").await?;
+    let epoch = rows.first()?[7].as_deref()?.parse().ok()?;
+    let per_node = rows
+        .iter()
+        .map(|r| {
+            (r[0].as_deref().unwrap().parse().unwrap(), r[8].as_deref().unwrap().parse().unwrap())
+        })
+        .collect();
+    Some((epoch, per_node))
+}
+
+/// The fragments node `id` serves itself, from `node`'s cluster-wide SHOW FRAGMENTS
+/// (fragment, range, owner `node N executor E`, documents, bytes, state).
+async fn fragments_of(node: &Node, id: u32) -> Option<BTreeSet<String>> {
+    let rows = simple(node, "SHOW FRAGMENTS").await?;
+    let prefix = format!("node {id} ");
+    Some(
+        rows.iter()
+            .filter(|r| r[2].as_deref().unwrap().starts_with(&prefix))
+            .map(|r| r[0].clone().unwrap())
+            .collect(),
+    )
+}
+
+/// Statements buffered on `node` (SHOW REGION's `buffered`, summed).
+async fn buffered(node: &Node) -> Option<i64> {
+    let rows = simple(node, "SHOW REGION").await?;
+    Some(rows.iter().map(|r| r[4].as_deref().unwrap().parse::<i64>().unwrap()).sum())
+}
+
+/// One document id per fragment of an even map of `FRAGMENTS` (how the coordinator cuts it).
+fn one_id_per_fragment() -> Vec<String> {
+    let map = router::ShardMap::even(FRAGMENTS, &[router::Owner::new(0, 0)]).unwrap();
+    map.fragments()
+        .iter()
+        .map(|f| {
+            (0..100_000)
+                .map(|i| format!("docs/f{i}"))
+                .find(|id| {
+                    let shard = router::shard_of(id).unwrap().shard().unwrap();
+                    f.range().contains(shard)
+                })
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Polls `check` until it gives a value; fails with every log after the deadline.
+async fn wait_for<T, F, Fut>(nodes: &[&Node], what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + CLUSTER_DEADLINE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = nodes.iter().map(|n| n.log_text()).collect();
+            panic!(
+                "{what}: not reached in {CLUSTER_DEADLINE:?}\nlogs:\n{}",
+                logs.join("\n-----\n")
+            );
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+// Checks step 1 of the data path: once the coordinator allocates the map, each data node opens
+// exactly the fragments the map gives it (created empty), on as many executors as it runs, the
+// fragments of all data nodes are every fragment once, and a proxy opens none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_nodes_open_the_fragments_the_map_gives_them() {
+    let seed_port = free_loopback_port();
+    let mut first = start(options(1, seed_port, None, 2, &["--min-members", "2"]));
+    let mut proxy =
+        start(options(3, free_loopback_port(), Some(seed_port), 1, &["--role", "proxy"]));
+    // Before min-members, nothing is allocated and nothing is open.
+    assert_eq!(simple(&first, "SHOW FRAGMENTS").await.unwrap(), Vec::<Vec<Option<String>>>::new());
+    let mut second = start(options(2, free_loopback_port(), Some(seed_port), 1, &[]));
+    let nodes = [&first, &second, &proxy];
+    let (epoch, per_node) = wait_for(&nodes, "an allocated map", || async {
+        let m = cluster_map(&first).await?;
+        (m.0 > 0 && m.1.len() == 3).then_some(m)
+    })
+    .await;
+    assert!(epoch >= 1);
+    let mut all = BTreeSet::new();
+    for (id, node) in [(1u32, &first), (2, &second), (3, &proxy)] {
+        let want = per_node[&id];
+        let open = wait_for(&nodes, "a node's fragments open", || async {
+            let open = fragments_of(node, id).await?;
+            (open.len() as u64 == want).then_some(open)
+        })
+        .await;
+        if id == 3 {
+            assert!(open.is_empty(), "a proxy opens no fragment");
+        }
+        for f in &open {
+            assert!(all.insert(f.clone()), "fragment {f} open on two nodes");
+        }
+    }
+    assert_eq!(all.len(), FRAGMENTS as usize, "every fragment open exactly once: {all:?}");
+    // The first node spreads its fragments over its two executors, as the map says.
+    let rows = simple(&first, "SHOW FRAGMENTS").await.unwrap();
+    let executors: BTreeSet<String> =
+        rows.iter().filter_map(|r| r[2].clone().filter(|o| o.starts_with("node 1 "))).collect();
+    if per_node[&1] >= 2 {
+        assert_eq!(executors.len(), 2, "{rows:?}");
+    }
+    for n in [&mut first, &mut second, &mut proxy] {
+        n.stop();
+    }
+}
+
+async fn connect(node: &Node) -> tokio_postgres::Client {
+    node.connect().await
+}
+
+// Checks the region end to end on two data nodes and a proxy: the two Akka scenarios (first
+// requests, made before min-members is reached, for fragments that end up local and remote to
+// the node asked, and a read on the proxy: buffered, then served once the second node joins),
+// every document written through any node readable through every node exactly once, exact
+// aggregates over all nodes, the proxy writing and updating, parameters forwarded, writes
+// spanning nodes and transaction blocks touching another node refused with 0A000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_buffered_then_served_through_every_node() {
+    let seed_port = free_loopback_port();
+    let mut first = start(options(1, seed_port, None, 2, &["--min-members", "2"]));
+    let mut proxy =
+        start(options(3, free_loopback_port(), Some(seed_port), 1, &["--role", "proxy"]));
+    // First requests before any fragment is allocated: one per future fragment on the first
+    // node, a count on the proxy. They wait in the region buffers.
+    let ids = one_id_per_fragment();
+    let mut early = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let client = connect(&first).await;
+        let sql = format!("INSERT INTO docs VALUES ('{id}', '{{\"n\": {i}, \"g\": \"early\"}}')");
+        early.push(tokio::spawn(async move { client.simple_query(&sql).await.map(|_| ()) }));
+    }
+    let proxy_client = connect(&proxy).await;
+    let proxy_count = tokio::spawn(async move {
+        proxy_client
+            .query_one("SELECT count(*) FROM docs WHERE g::text = 'early'", &[])
+            .await
+            .map(|r| r.get::<_, i64>(0))
+    });
+    let want = ids.len() as i64;
+    wait_for(&[&first, &proxy], "the first node buffers its first requests", || async {
+        (buffered(&first).await? == want).then_some(())
+    })
+    .await;
+    wait_for(&[&first, &proxy], "the proxy buffers its first request", || async {
+        (buffered(&proxy).await? == 1).then_some(())
+    })
+    .await;
+    let mut second = start(options(2, free_loopback_port(), Some(seed_port), 1, &[]));
+    for task in early {
+        task.await.unwrap().unwrap();
+    }
+    let counted = proxy_count.await.unwrap().unwrap();
+    assert!((0..=want).contains(&counted), "a count between none and all: {counted}");
+    // Both scenarios happened: the first node owns some of those fragments and not others.
+    let mine = fragments_of(&first, 1).await.unwrap();
+    assert!(!mine.is_empty() && mine.len() < FRAGMENTS as usize, "{mine:?}");
+    assert_eq!(buffered(&first).await.unwrap(), 0);
+
+    // Writes through every node, reads through every node.
+    let clients = [connect(&first).await, connect(&second).await, connect(&proxy).await];
+    let mut expected_sum = (0..ids.len() as i64).sum::<i64>();
+    for i in 0..60_i64 {
+        let c = &clients[usize::try_from(i).unwrap() % 3];
+        let g = if i % 2 == 0 { "even" } else { "odd" };
+        let insert = format!("INSERT INTO docs VALUES ($1, '{{\"n\": {i}, \"g\": \"{g}\"}}')");
+        c.execute(insert.as_str(), &[&format!("docs/{i}")]).await.unwrap();
+        expected_sum += i;
+    }
+    let total = 60 + ids.len() as i64;
+    for (k, c) in clients.iter().enumerate() {
+        let row = c.query_one("SELECT count(*), sum(n::int8) FROM docs", &[]).await.unwrap();
+        assert_eq!(
+            (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+            (total, expected_sum),
+            "via client {k}"
+        );
+        let ids_seen: Vec<String> = c
+            .query("SELECT id() FROM docs ORDER BY id()", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let distinct: BTreeSet<&String> = ids_seen.iter().collect();
+        assert_eq!(distinct.len(), ids_seen.len(), "no document twice via client {k}");
+        assert_eq!(ids_seen.len() as i64, total);
+        let groups = simple_rows(
+            &c.simple_query("SELECT g::text, count(*), min(n::int8), max(n::int8) FROM docs GROUP BY 1 ORDER BY 1")
+                .await
+                .unwrap(),
+        );
+        assert_eq!(groups.len(), 3, "{groups:?}");
+        let limited =
+            c.query("SELECT id() FROM docs ORDER BY n::int8 DESC LIMIT 3", &[]).await.unwrap();
+        let top: Vec<String> = limited.iter().map(|r| r.get(0)).collect();
+        assert_eq!(top, ["docs/59", "docs/58", "docs/57"], "via client {k}");
+        for i in [0_i64, 17, 59] {
+            let n: i64 = c
+                .query_one("SELECT n::int8 FROM docs WHERE id() = $1", &[&format!("docs/{i}")])
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(n, i);
+        }
+    }
+    // The proxy updates and deletes documents wherever they live.
+    for i in 0..10_i64 {
+        let n = clients[2]
+            .execute("UPDATE docs SET n = 1000 WHERE id() = $1", &[&format!("docs/{i}")])
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+    let deleted = clients[2].execute("DELETE FROM docs WHERE id() = 'docs/10'", &[]).await.unwrap();
+    assert_eq!(deleted, 1);
+    let row =
+        clients[1].query_one("SELECT count(*) FROM docs WHERE n::int8 = 1000", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 10);
+    let row = clients[0].query_one("SELECT count(*) FROM docs", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), total - 1);
+    // Inspection agrees from every node: documents per fragment (SHOW FRAGMENTS, remote ones
+    // asked from their owners) and per node (SHOW CLUSTER) add up to every document.
+    for c in &clients {
+        let fragments = simple_rows(&c.simple_query("SHOW FRAGMENTS").await.unwrap());
+        let docs: i64 =
+            fragments.iter().map(|r| r[3].as_deref().unwrap().parse::<i64>().unwrap()).sum();
+        assert_eq!(docs, total - 1, "{fragments:?}");
+        assert!(fragments.iter().all(|r| r[5].as_deref() == Some("active")), "{fragments:?}");
+        let members = simple_rows(&c.simple_query("SHOW CLUSTER").await.unwrap());
+        let docs: i64 =
+            members.iter().map(|r| r[10].as_deref().unwrap().parse::<i64>().unwrap()).sum();
+        assert_eq!(docs, total - 1, "{members:?}");
+    }
+
+    // A write over fragments of several nodes, and a transaction block touching another node,
+    // are refused clearly (no cross-node atomic commit yet).
+    let err = clients[0].batch_execute("DELETE FROM docs WHERE n::int8 = 1000").await.unwrap_err();
+    assert_eq!(support::sqlstate(&err), "0A000", "{err}");
+    let err = clients[2].batch_execute("BEGIN; SELECT count(*) FROM docs").await.unwrap_err();
+    assert_eq!(support::sqlstate(&err), "0A000", "{err}");
+    clients[2].batch_execute("ROLLBACK").await.unwrap();
+    drop(clients);
+    for n in [&mut first, &mut second, &mut proxy] {
+        n.stop();
+    }
+}
+
+/// A document id that lands in a fragment owned by node `owner`, from `client`'s SHOW FRAGMENTS.
+async fn id_owned_by(client: &tokio_postgres::Client, owner: u32, salt: &str) -> String {
+    let rows = simple_rows(&client.simple_query("SHOW FRAGMENTS").await.unwrap());
+    let prefix = format!("node {owner} ");
+    let ranges: Vec<(u32, u32)> = rows
+        .iter()
+        .filter(|r| r[2].as_deref().unwrap().starts_with(&prefix))
+        .map(|r| {
+            let range = r[1].as_deref().unwrap().trim_matches(|c| c == '[' || c == ')');
+            let (a, b) = range.split_once(", ").unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect();
+    (0..100_000)
+        .map(|i| format!("{salt}/{i}"))
+        .find(|id| {
+            let shard = router::shard_of(id).unwrap().shard().unwrap().get();
+            ranges.iter().any(|(a, b)| (*a..*b).contains(&shard))
+        })
+        .unwrap()
+}
+
+// Checks what a crash and restarts do to the data path: with the owner of some fragments
+// killed, the other node still serves its own documents and a statement needing the dead
+// node's fragments fails with a clear 08006 naming it; once it is back, everything is served
+// again; after a restart of every node, each reopens the fragments the recovered map gives it
+// with every acknowledged document, readable through both nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_crashed_owner_is_unavailable_then_served_after_restart() {
+    let seed_port = free_loopback_port();
+    let mut first = start(options(1, seed_port, None, 1, &["--min-members", "2"]));
+    let mut second = start(options(2, free_loopback_port(), Some(seed_port), 1, &[]));
+    let c1 = connect(&first).await;
+    let c2 = connect(&second).await;
+    for i in 0..40 {
+        let c = if i % 2 == 0 { &c1 } else { &c2 };
+        c.execute(&format!("INSERT INTO notes VALUES ('n/{i}', '{{\"i\": {i}}}')"), &[])
+            .await
+            .unwrap();
+    }
+    let local = id_owned_by(&c1, 1, "local").await;
+    c1.batch_execute(&format!("INSERT INTO notes VALUES ('{local}', '{{}}')")).await.unwrap();
+    drop(c2);
+    second.kill9();
+    let row = c1.query_one("SELECT count(*) FROM notes WHERE id() = $1", &[&local]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 1, "this node's own documents are served");
+    let err = c1.query_one("SELECT count(*) FROM notes", &[]).await.unwrap_err();
+    assert_eq!(support::sqlstate(&err), "08006", "{err}");
+    let message = err.as_db_error().unwrap().message().to_owned();
+    assert!(message.contains("node 2"), "{message}");
+    second.start_again();
+    let total = wait_for(&[&first, &second], "the owner back", || async {
+        let rows = simple(&first, "SELECT count(*) FROM notes").await?;
+        rows[0][0].as_deref()?.parse::<i64>().ok().filter(|n| *n == 41)
+    })
+    .await;
+    assert_eq!(total, 41);
+    drop(c1);
+    first.stop();
+    second.stop();
+    first.start_again();
+    second.start_again();
+    for node in [&first, &second] {
+        let n = wait_for(&[&first, &second], "every document after a full restart", || async {
+            let rows = simple(node, "SELECT count(*), sum(i::int8) FROM notes").await?;
+            let n = rows[0][0].as_deref()?.parse::<i64>().ok()?;
+            let sum = rows[0][1].as_deref()?.parse::<i64>().ok()?;
+            (n == 41).then_some(sum)
+        })
+        .await;
+        assert_eq!(n, (0..40).sum::<i64>());
+    }
+    // Writes forwarded to an owner that restarted meanwhile (its old data connections in the
+    // pool are closed: the region drops them, `forward::tests::unit_pool_drops_closed_connections`).
+    let c1 = connect(&first).await;
+    let remote = id_owned_by(&c1, 2, "pooled").await;
+    c1.execute(&format!("INSERT INTO notes VALUES ('{remote}', '{{}}')"), &[]).await.unwrap();
+    second.restart();
+    wait_for(&[&first, &second], "node 2 serving again", || async {
+        let rows = simple(&second, "SELECT count(*) FROM notes").await?;
+        rows[0][0].as_deref()?.parse::<i64>().ok().filter(|n| *n == 42)
+    })
+    .await;
+    // The harness gives a restarted node a new client port: wait until node 1 knows it.
+    let addr = second.addr().to_string();
+    wait_for(&[&first, &second], "node 1 knows node 2's new address", || async {
+        let rows = simple(&first, "SHOW CLUSTER").await?;
+        rows.iter()
+            .any(|r| r[0].as_deref() == Some("2") && r[3].as_deref() == Some(addr.as_str()))
+            .then_some(())
+    })
+    .await;
+    let again = id_owned_by(&c1, 2, "again").await;
+    c1.execute(&format!("INSERT INTO notes VALUES ('{again}', '{{}}')"), &[]).await.unwrap();
+    let row = c1.query_one("SELECT count(*) FROM notes", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 43);
+    drop(c1);
+    first.stop();
+    second.stop();
+}
