@@ -6,10 +6,16 @@
 //! synchronisation).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
+#[path = "support/bank.rs"]
+mod bank;
 mod support;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use bank::checker::{self, Ledger, Outcome};
+use bank::{Bank, Flavor, Load, PHASE_TIMEOUT, Phase, Rng, Shared};
 
 use support::{Node, NodeOptions, free_loopback_port, simple_rows};
 
@@ -347,6 +353,161 @@ async fn e2e_xnode_coordinator_killed_after_decision_commits() {
         );
     }
     for n in [&mut first, &mut second, &mut third] {
+        n.stop();
+    }
+}
+
+/// Bank accounts: 4 on each of the 6 fragments (so on every node).
+const BANK_ACCOUNTS: usize = 24;
+/// Bank clients, all connected through node 1.
+const BANK_LOAD: Load = Load { transfer_clients: 4, read_clients: 1, amount_max: 20 };
+/// Node kills of the bank run, and acknowledged transfers between two kills:
+/// `KILL_AFTER_MIN + rng.below(KILL_AFTER_SPREAD)`.
+const BANK_KILLS: u64 = 3;
+const KILL_AFTER_MIN: u64 = 10;
+const KILL_AFTER_SPREAD: u64 = 40;
+/// Acknowledged transfers of the last phase.
+const TRANSFERS_AFTER_KILLS: u64 = 30;
+const BANK_SEED_DEFAULT: u64 = 0x5EED_C105;
+
+fn bank_seed() -> u64 {
+    match std::env::var("TESSERA_BANK_SEED") {
+        Ok(s) => s.parse().unwrap_or_else(|_| panic!("TESSERA_BANK_SEED={s} is not a number")),
+        Err(_) => BANK_SEED_DEFAULT,
+    }
+}
+
+/// Opens a bank through `node` with accounts on every fragment of the cluster (account `i`
+/// at an explicit shard of fragment `i mod F`, its transfer records on the same shard), and
+/// asserts every node holds some.
+async fn open_cluster_bank(node: &Node) -> Arc<Bank> {
+    let rows = simple(node, "SHOW FRAGMENTS").await.unwrap();
+    assert_eq!(BANK_ACCOUNTS % rows.len(), 0);
+    let mut accounts = Vec::new();
+    let mut record_suffix = Vec::new();
+    let mut owners = std::collections::BTreeSet::new();
+    for i in 0..BANK_ACCOUNTS {
+        let r = &rows[i % rows.len()];
+        let range = r[1].as_deref().unwrap().trim_matches(|c| c == '[' || c == ')');
+        let (start, end) = range.split_once(", ").unwrap();
+        let (start, end): (u32, u32) = (start.parse().unwrap(), end.parse().unwrap());
+        let shard = start + u32::try_from(i).unwrap();
+        assert!(shard < end, "fragment too small");
+        owners.insert(r[2].as_deref().unwrap().split(' ').nth(1).unwrap().to_owned());
+        accounts.push(format!("a/{i}$@{shard}"));
+        record_suffix.push(format!("$@{shard}"));
+    }
+    assert_eq!(owners.len(), 3, "accounts on every node");
+    let bank =
+        Bank { flavor: Flavor::Tessera, ledger: Ledger { accounts, initial: 100 }, record_suffix };
+    bank.open(&node.connect().await).await;
+    Arc::new(bank)
+}
+
+/// Waits until every node reads every account (a restarted node's new address is known to
+/// the others).
+async fn wait_readable(nodes: &[&Node]) {
+    for node in nodes {
+        wait_for(nodes, "every account readable", || async {
+            let rows = simple(node, "SELECT count(*) FROM accounts").await?;
+            (rows[0][0].as_deref() == Some(&BANK_ACCOUNTS.to_string())).then_some(())
+        })
+        .await;
+    }
+}
+
+/// Waits until no node holds a transaction prepared (in-doubt ones resolved by asking their
+/// coordinator), so a plain read of every balance sees whole transactions.
+async fn wait_no_prepared(nodes: &[&Node]) {
+    for node in nodes {
+        wait_for(nodes, "no prepared transaction left", || async {
+            let rows = simple(node, "SHOW TRANSACTIONS").await?;
+            rows.iter()
+                .all(|r| !matches!(r[1].as_deref(), Some("prepared" | "finishing")))
+                .then_some(())
+        })
+        .await;
+    }
+}
+
+/// Reads the state through `node`, checks everything the clients saw, fails with the seed.
+async fn check_bank(node: &Node, bank: &Bank, shared: &Shared, seed: u64, when: &str) {
+    let state = bank.state(&node.connect().await).await;
+    let history = shared.history();
+    eprintln!("bank {when}: {}", shared.summary());
+    let violations = checker::check(&bank.ledger, &history, &state);
+    assert!(
+        violations.is_empty(),
+        "bank violated {when} (TESSERA_BANK_SEED={seed}):\n{}",
+        bank::report(&violations)
+    );
+    let unexpected = shared.unexpected();
+    assert!(unexpected.is_empty(), "unexpected errors {when} (seed {seed}):\n{unexpected:?}");
+    shared.settle(&state);
+}
+
+/// Runs bank clients through `node` until `acked` transfers are acknowledged in total.
+async fn bank_phase(
+    node: &Node,
+    bank: &Arc<Bank>,
+    shared: &Arc<Shared>,
+    seed: u64,
+    phase_no: u64,
+    acked: u64,
+) -> Phase {
+    let phase = Phase::start(&node.conn_str(), bank, BANK_LOAD, shared, seed, phase_no).await;
+    let waited = tokio::time::timeout(PHASE_TIMEOUT, bank::run_until(shared, &phase, acked)).await;
+    assert!(waited.is_ok(), "phase {phase_no} timed out (seed {seed}): {}", shared.summary());
+    assert!(
+        shared.acked() >= acked,
+        "phase {phase_no}: clients ended early (seed {seed}): {:?}",
+        shared.unexpected()
+    );
+    phase
+}
+
+// Checks the bank over three nodes with accounts on every fragment, every client connected
+// through node 1 (the coordinator of every cross-node transfer): at seeded points a seeded
+// node (participant or coordinator) is SIGKILLed with transfers in flight and restarted;
+// once the in-doubt transactions are resolved, every acknowledged transfer is applied exactly
+// once, those in flight entirely or not at all, the total holds. A last phase ends cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_xnode_bank_survives_sigkills_of_nodes() {
+    let seed = bank_seed();
+    let (first, second, third) = cluster_with((0, "")).await;
+    let mut nodes = [first, second, third];
+    let bank = open_cluster_bank(&nodes[0]).await;
+    let shared = Arc::new(Shared::default());
+    let mut rng = Rng::new(seed, u64::MAX);
+    let mut victims = Vec::new();
+    for kill in 0..BANK_KILLS {
+        let target = shared.acked() + KILL_AFTER_MIN + rng.below(KILL_AFTER_SPREAD);
+        let phase = bank_phase(&nodes[0], &bank, &shared, seed, kill, target).await;
+        let victim = usize::try_from(rng.below(3)).unwrap();
+        victims.push(victim + 1);
+        nodes[victim].kill9();
+        shared.stop();
+        let joined = tokio::time::timeout(PHASE_TIMEOUT, phase.join()).await;
+        assert!(joined.is_ok(), "clients did not finish (seed {seed})");
+        nodes[victim].start_again();
+        let all: Vec<&Node> = nodes.iter().collect();
+        wait_allocated(&all).await;
+        wait_no_prepared(&all).await;
+        wait_readable(&all).await;
+        check_bank(&nodes[0], &bank, &shared, seed, &format!("after killing node {}", victim + 1))
+            .await;
+    }
+    eprintln!("bank: killed nodes {victims:?} (seed {seed})");
+    let target = shared.acked() + TRANSFERS_AFTER_KILLS;
+    let phase = bank_phase(&nodes[0], &bank, &shared, seed, BANK_KILLS, target).await;
+    shared.stop();
+    let joined = tokio::time::timeout(PHASE_TIMEOUT, phase.join()).await;
+    assert!(joined.is_ok(), "clients did not finish (seed {seed})");
+    check_bank(&nodes[0], &bank, &shared, seed, "after the last phase").await;
+    let cross =
+        shared.history().transfers.iter().filter(|t| t.outcome == Outcome::Committed).count();
+    assert!(cross > 0);
+    for n in &mut nodes {
         n.stop();
     }
 }
