@@ -862,9 +862,8 @@ impl Core {
 
     /// Asks the coordinator for the fate of `txid`, recording ABORT when it has none.
     async fn resolve_by_timeout(&self, txid: TxId) -> Result<bool, EngineError> {
-        let coordinator = coordinator_of(txid);
-        if self.shared.clustered && coordinator != self.shared.me {
-            return ask_coordinator_node(coordinator, txid).await;
+        if coordinated_elsewhere(&self.shared, txid) {
+            return ask_coordinator_node(coordinator_of(txid), txid).await;
         }
         let gate_shared = Arc::clone(&self.shared);
         if let Some(c) = &self.coordinator {
@@ -989,6 +988,13 @@ impl Drop for RunningGuard<'_> {
     }
 }
 
+/// Whether another cluster node coordinates `txid` (its id in the txid's top bits; 0, which
+/// no cluster node has, marks an id made before cross-node transactions: this node's own).
+fn coordinated_elsewhere(shared: &Shared, txid: TxId) -> bool {
+    let coordinator = coordinator_of(txid);
+    shared.clustered && coordinator != shared.me && coordinator.0 != 0
+}
+
 /// A transaction left prepared by a crash whose coordinator is another cluster node: held
 /// (its documents stay locked) until the first sweep asks that node for the decision.
 fn asking_prepared(fragments: Vec<FragmentId>) -> PreparedTxn {
@@ -1004,7 +1010,7 @@ fn asking_prepared(fragments: Vec<FragmentId>) -> PreparedTxn {
 async fn resolve_in_doubt(shared: &Shared, fragment: &Fragment) -> Result<Vec<TxId>, String> {
     let mut asking = Vec::new();
     for txid in fragment.in_doubt() {
-        if shared.clustered && coordinator_of(txid) != shared.me {
+        if coordinated_elsewhere(shared, txid) {
             tracing::info!(fragment = %fragment.id(), %txid, coordinator = coordinator_of(txid).0, "in-doubt transaction of another node; asking it");
             asking.push(txid);
             continue;

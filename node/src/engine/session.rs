@@ -1214,14 +1214,14 @@ impl Session {
             let outcome = self.txn_statement(&mut txn, statement, false).await?;
             match self.commit_txn(&txn).await {
                 Ok(()) => return Ok(outcome),
-                Err(EngineError::TxnConflict { .. }) if attempt < TXN_AUTOCOMMIT_ATTEMPTS_MAX => {
+                Err(e) if is_conflict(&e) && attempt < TXN_AUTOCOMMIT_ATTEMPTS_MAX => {
                     // The other transaction is usually one fdatasync from done: give it that
                     // long (growing with each attempt) before running again.
                     glommio::timer::sleep(WRITE_CONFLICT_POLL * attempt).await;
                     attempt += 1;
                     tracing::debug!(attempt, "autocommit transaction conflicted; re-running");
                 }
-                Err(EngineError::TxnConflict { .. }) => {
+                Err(e) if is_conflict(&e) => {
                     return Err(EngineError::Contention { attempts: attempt });
                 }
                 Err(e) => return Err(e),
@@ -2448,6 +2448,18 @@ async fn expect_applied(tasks: Vec<ForwardTask>) -> Result<(), EngineError> {
         first_error = first_error.or(Some(failure));
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Whether `e` is a write conflict, here or on another node (whose conflict travels as its
+/// SQLSTATE): nothing of the transaction was applied, it may run again.
+fn is_conflict(e: &EngineError) -> bool {
+    match e {
+        EngineError::TxnConflict { .. } => true,
+        EngineError::Region(RegionError::Remote { code, .. }) => {
+            code == SqlState::SERIALIZATION_FAILURE.code()
+        }
+        _ => false,
+    }
 }
 
 /// A forwarded request running.
