@@ -91,6 +91,16 @@ pub struct ServeArgs {
     /// unavailable until the node returns; for stopping a whole cluster).
     #[arg(long, env = "TESSERA_HANDOFF_ON_SHUTDOWN")]
     pub handoff_on_shutdown: Option<bool>,
+    /// What the coordinator counts a node's load in: `fragments` (default) or `bytes` (the
+    /// live bytes nodes report for the fragments they own). With `bytes`,
+    /// `--rebalance-threshold` counts bytes (default 64 MiB).
+    #[arg(long, env = "TESSERA_REBALANCE_LOAD")]
+    pub rebalance_load: Option<String>,
+    /// A file holding the cluster secret (16 to 4096 bytes, not readable by other users):
+    /// peers prove they know it (HMAC-SHA-256 challenge-response) or are refused. Unset: peer
+    /// connections are not authenticated.
+    #[arg(long, env = "TESSERA_CLUSTER_SECRET_FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
     // Operability (issue #8).
     /// Address of the Prometheus metrics endpoint (`GET /metrics`), `host:port`; empty turns
     /// it off. Default 127.0.0.1:9187.
@@ -124,6 +134,8 @@ struct FileConfig {
     max_simultaneous_rebalance: Option<u32>,
     allocation: Option<String>,
     handoff_on_shutdown: Option<bool>,
+    rebalance_load: Option<String>,
+    cluster_secret_file: Option<PathBuf>,
     metrics_listen: Option<String>,
     slow_statement_ms: Option<i64>,
 }
@@ -178,6 +190,10 @@ pub struct ClusterConfig {
     pub allocation: Allocation,
     /// Hand fragments off before a graceful shutdown.
     pub handoff_on_shutdown: bool,
+    /// What load is counted in (`--rebalance-load`).
+    pub rebalance_load: crate::cluster::allocation::LoadUnit,
+    /// The cluster secret (`--cluster-secret-file`), or `None`: peers are not authenticated.
+    pub secret: Option<crate::cluster::auth::ClusterSecret>,
 }
 
 /// Which allocation strategy the coordinator uses (`cluster::allocation`).
@@ -341,6 +357,8 @@ fn resolve_cluster(
     let max_moves = args.max_simultaneous_rebalance.or(file.max_simultaneous_rebalance);
     let allocation = args.allocation.clone().or_else(|| file.allocation.clone());
     let handoff_on_shutdown = args.handoff_on_shutdown.or(file.handoff_on_shutdown);
+    let rebalance_load = args.rebalance_load.clone().or_else(|| file.rebalance_load.clone());
+    let secret_file = args.cluster_secret_file.clone().or_else(|| file.cluster_secret_file.clone());
     let Some(name) = name else {
         let given = [
             ("node-id", node_id.is_some()),
@@ -352,6 +370,8 @@ fn resolve_cluster(
             ("max-simultaneous-rebalance", max_moves.is_some()),
             ("allocation", allocation.is_some()),
             ("handoff-on-shutdown", handoff_on_shutdown.is_some()),
+            ("rebalance-load", rebalance_load.is_some()),
+            ("cluster-secret-file", secret_file.is_some()),
         ];
         if let Some((setting, _)) = given.iter().find(|(_, g)| *g) {
             return Err(invalid(setting, String::new(), "needs --cluster-name".to_owned()));
@@ -441,6 +461,31 @@ fn resolve_cluster(
             ));
         }
     };
+    let rebalance_load = match rebalance_load.as_deref().unwrap_or("fragments") {
+        "fragments" => crate::cluster::allocation::LoadUnit::Fragments,
+        "bytes" => crate::cluster::allocation::LoadUnit::Bytes,
+        other => {
+            return Err(invalid(
+                "rebalance-load",
+                other.to_owned(),
+                "fragments or bytes".to_owned(),
+            ));
+        }
+    };
+    let secret = match &secret_file {
+        None => None,
+        Some(path) => Some(crate::cluster::auth::ClusterSecret::read(path).map_err(|e| {
+            invalid("cluster-secret-file", path.display().to_string(), e.to_string())
+        })?),
+    };
+    let threshold_default = match rebalance_load {
+        crate::cluster::allocation::LoadUnit::Fragments => {
+            crate::cluster::allocation::REBALANCE_THRESHOLD_DEFAULT
+        }
+        crate::cluster::allocation::LoadUnit::Bytes => {
+            crate::cluster::allocation::REBALANCE_THRESHOLD_BYTES_DEFAULT
+        }
+    };
     Ok(Some(ClusterConfig {
         name,
         node_id,
@@ -448,11 +493,12 @@ fn resolve_cluster(
         join,
         role,
         min_members,
-        rebalance_threshold: threshold
-            .unwrap_or(crate::cluster::allocation::REBALANCE_THRESHOLD_DEFAULT),
+        rebalance_threshold: threshold.unwrap_or(threshold_default),
         max_simultaneous_rebalance: max_moves,
         allocation,
         handoff_on_shutdown: handoff_on_shutdown.unwrap_or(true),
+        rebalance_load,
+        secret,
     }))
 }
 
@@ -539,6 +585,17 @@ mod tests {
         assert_eq!(c.rebalance_threshold, 1);
         assert_eq!(c.max_simultaneous_rebalance, 3);
         assert_eq!(c.allocation, Allocation::LeastShard);
+        assert_eq!(c.rebalance_load, crate::cluster::allocation::LoadUnit::Fragments);
+        let bytes = ServeArgs { rebalance_load: Some("bytes".into()), ..base.clone() };
+        let c = NodeConfig::resolve(&bytes, 2).expect("valid").cluster.expect("cluster");
+        assert_eq!(c.rebalance_load, crate::cluster::allocation::LoadUnit::Bytes);
+        assert_eq!(
+            c.rebalance_threshold,
+            crate::cluster::allocation::REBALANCE_THRESHOLD_BYTES_DEFAULT
+        );
+        let bytes = ServeArgs { rebalance_threshold: Some(4096), ..bytes };
+        let c = NodeConfig::resolve(&bytes, 2).expect("valid").cluster.expect("cluster");
+        assert_eq!(c.rebalance_threshold, 4096, "a given threshold counts bytes");
         let cases: Vec<(ServeArgs, &str)> = vec![
             (ServeArgs { node_id: Some(1), ..ServeArgs::default() }, "node-id"),
             (ServeArgs { cluster_name: Some("bad name".into()), ..base.clone() }, "cluster-name"),
@@ -550,6 +607,18 @@ mod tests {
             (ServeArgs { role: Some("proxy".into()), join: None, ..base.clone() }, "role"),
             (ServeArgs { min_members: Some(0), ..base.clone() }, "min-members"),
             (ServeArgs { allocation: Some("random".into()), ..base.clone() }, "allocation"),
+            (ServeArgs { rebalance_load: Some("docs".into()), ..base.clone() }, "rebalance-load"),
+            (
+                ServeArgs {
+                    cluster_secret_file: Some("/nonexistent/secret".into()),
+                    ..base.clone()
+                },
+                "cluster-secret-file",
+            ),
+            (
+                ServeArgs { rebalance_load: Some("bytes".into()), ..ServeArgs::default() },
+                "rebalance-load",
+            ),
         ];
         for (args, setting) in cases {
             let e = NodeConfig::resolve(&args, 2).expect_err(setting);

@@ -27,6 +27,8 @@ enum Command {
     Verify(node::cli::verify::Args),
     /// Print the documents of a stopped node's data directory (or a backup) as JSON lines.
     Dump(node::cli::dump::Args),
+    /// Operator actions on a stopped cluster (wipe-coordinator).
+    Admin(node::cli::admin::Args),
 }
 
 fn main() -> ExitCode {
@@ -38,5 +40,6 @@ fn main() -> ExitCode {
         Command::Restore(args) => node::cli::restore::main(&args),
         Command::Verify(args) => node::cli::verify::main(&args),
         Command::Dump(args) => node::cli::dump::main(&args),
+        Command::Admin(args) => node::cli::admin::main(&args),
     }
 }

@@ -211,7 +211,7 @@ fn spawn_writer(
                         Err(e) if e.starts_with("23505") => {
                             panic!("{id} exists before it was written")
                         }
-                        Err(e) if e.starts_with("55000") || e.starts_with("0A000") => {}
+                        Err(e) if ["55000", "0A000", "40001"].iter().any(|c| e.starts_with(c)) => {}
                         Err(_) => {
                             written.maybe.insert(id.clone());
                         }

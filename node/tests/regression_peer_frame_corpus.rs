@@ -42,3 +42,14 @@ fn regression_peer_frame_handoff_seed() {
     let data = std::fs::read(dir.join("seed-handoff")).unwrap();
     assert_eq!(node::cluster::wire::fuzz_frames(&data), 9);
 }
+
+// Checks the session-3 seeds decode every frame: authentication (challenge, proof, refused)
+// and operations (plan-move, its two answers, load, load-answer).
+#[test]
+fn regression_peer_frame_auth_and_ops_seeds() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/peer_frame");
+    let auth = std::fs::read(dir.join("seed-auth")).unwrap();
+    assert_eq!(node::cluster::wire::fuzz_frames(&auth), 3);
+    let ops = std::fs::read(dir.join("seed-ops")).unwrap();
+    assert_eq!(node::cluster::wire::fuzz_frames(&ops), 5);
+}

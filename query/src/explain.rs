@@ -172,6 +172,9 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
         Statement::ShowSharding { .. } => lines.push("Show sharding".to_owned()),
         Statement::Show { name } => lines.push(format!("Show {name}")),
         Statement::Set { name, .. } => lines.push(format!("Set {name}")),
+        Statement::MoveFragment { fragment, node } => {
+            lines.push(format!("Move fragment ${fragment} to node {node}"))
+        }
         Statement::Begin => lines.push("Begin".to_owned()),
         Statement::Commit => lines.push("Commit".to_owned()),
         Statement::Rollback => lines.push("Rollback".to_owned()),

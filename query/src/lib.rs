@@ -41,6 +41,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)
 )]
 
+mod alter_fragment;
 pub mod bind;
 pub mod error;
 pub mod exec;
@@ -69,5 +70,8 @@ pub use types::{Datum, Format, SqlType};
 /// Parses and plans SQL text: one plan per statement (the text may hold several, separated by
 /// `;`). Parameters `$1..$n` stay placeholders until [`bind()`].
 pub fn parse(sql: &str) -> Result<Vec<Statement>, PlanError> {
+    if let Some(statement) = alter_fragment::parse(sql)? {
+        return Ok(vec![statement]);
+    }
     plan::plan_statements(parse::parse_ast(sql)?)
 }

@@ -98,6 +98,14 @@ pub enum Statement {
         /// The value as text.
         value: String,
     },
+    /// `ALTER FRAGMENT $n MOVE TO NODE m`: ask the cluster's coordinator to plan the move
+    /// (recognised before sqlparser, see `alter_fragment`).
+    MoveFragment {
+        /// The fragment's id.
+        fragment: u32,
+        /// The destination node's id.
+        node: u32,
+    },
     /// `BEGIN` / `START TRANSACTION`
     Begin,
     /// `COMMIT` / `END`
@@ -122,6 +130,7 @@ impl Statement {
             Statement::Explain { inner, .. } => inner.collection(),
             Statement::ShowFragments
             | Statement::Show { .. }
+            | Statement::MoveFragment { .. }
             | Statement::Set { .. }
             | Statement::Begin
             | Statement::Commit
@@ -164,6 +173,7 @@ impl Statement {
             Statement::Show { name } => Some(vec![col(name, SqlType::Text)]),
             Statement::CreateCollection { .. }
             | Statement::AlterSharding { .. }
+            | Statement::MoveFragment { .. }
             | Statement::Set { .. }
             | Statement::Begin
             | Statement::Commit

@@ -1,6 +1,7 @@
 //! Operator subcommands of the `tessera` binary, one module per subcommand. `main.rs` holds
 //! only the `Command` enum and dispatch.
 
+pub mod admin;
 pub mod backup;
 pub mod dump;
 pub mod pg_client;

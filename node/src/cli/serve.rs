@@ -99,14 +99,42 @@ fn shard_map(layout: &Layout, executors: u32) -> Result<ShardMap, String> {
         .map_err(|e| format!("layout is not a valid shard map: {e}"))
 }
 
+/// Whether `addr` can be listened on by glommio's SO_REUSEPORT listener without sharing it with
+/// another process: a probe bound with SO_REUSEADDR and SO_REUSEPORT (as glommio's own
+/// listener; a plain bind would fail for a minute after a restart, on the TIME_WAIT of a
+/// connection the last run closed first, since those sockets inherit only SO_REUSEPORT), then
+/// a connect, which a listener already there (another node, same user) answers.
+fn probe_listen(addr: std::net::SocketAddr) -> std::io::Result<()> {
+    use socket2::{Domain, Socket, Type};
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    probe.set_reuse_address(true)?;
+    probe.set_reuse_port(true)?;
+    probe.bind(&addr.into())?;
+    drop(probe);
+    let connect_to = match addr.ip() {
+        ip if ip.is_unspecified() && addr.is_ipv4() => {
+            std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, addr.port()))
+        }
+        ip if ip.is_unspecified() => {
+            std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, addr.port()))
+        }
+        _ => addr,
+    };
+    match std::net::TcpStream::connect_timeout(&connect_to, std::time::Duration::from_secs(1)) {
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "Address already in use (another process accepts connections there)",
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
 fn serve(config: &NodeConfig) -> Result<(), String> {
     // glommio listens with SO_REUSEPORT, which would let a second node share the port
-    // silently; a plain bind first makes "address in use" an error.
-    std::net::TcpListener::bind(config.listen)
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    // silently; a probe first makes "address in use" an error.
+    probe_listen(config.listen).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     if let Some(addr) = config.metrics_listen {
-        std::net::TcpListener::bind(addr)
-            .map_err(|e| format!("metrics endpoint cannot listen on {addr}: {e}"))?;
+        probe_listen(addr).map_err(|e| format!("metrics endpoint cannot listen on {addr}: {e}"))?;
     }
     let data = DataDir::open(&config.data_dir, || new_layout(config.fragments))
         .map_err(|e| e.to_string())?;
@@ -242,6 +270,14 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
                     tracing::info!("{summary}");
                 }
                 core.start(&ctx);
+                if clustered {
+                    // The coordinator's `--rebalance-load bytes` reads these reports.
+                    glommio::spawn_local(crate::cluster::load::publish_loop(
+                        Rc::clone(&core),
+                        ctx.shutdown.clone(),
+                    ))
+                    .detach();
+                }
                 if clustered {
                     crate::cluster::region::start(&core, &ctx);
                     crate::cluster::forward::install(&core, &ctx);

@@ -19,6 +19,10 @@ use router::{FragmentId, NodeId};
 /// more than one fragment (Akka's default).
 pub const REBALANCE_THRESHOLD_DEFAULT: u64 = 1;
 
+/// Default `rebalance_threshold` when load is counted in bytes: a gap smaller than this is
+/// not worth moving data for.
+pub const REBALANCE_THRESHOLD_BYTES_DEFAULT: u64 = 64 << 20;
+
 /// Default `max_simultaneous_rebalance`: moves in flight at once (Akka's default is 3).
 pub const MAX_SIMULTANEOUS_REBALANCE_DEFAULT: usize = 3;
 
@@ -91,14 +95,18 @@ impl Loads {
         self.hold(m.to, m.fragment, bytes);
     }
 
-    /// The least loaded node (lowest id among equals).
+    /// The least loaded node; among equals the one with fewest fragments (so counting bytes,
+    /// empty new fragments still spread), then the lowest id.
     pub fn least_loaded(&self, unit: LoadUnit) -> Option<NodeId> {
-        self.nodes().min_by_key(|n| (self.load(*n, unit), *n))
+        self.nodes().min_by_key(|n| (self.load(*n, unit), self.load(*n, LoadUnit::Fragments), *n))
     }
 
-    /// The most loaded node (lowest id among equals).
+    /// The most loaded node; among equals the one with most fragments, then the lowest id.
     pub fn most_loaded(&self, unit: LoadUnit) -> Option<NodeId> {
-        self.nodes().min_by_key(|n| (std::cmp::Reverse(self.load(*n, unit)), *n))
+        use std::cmp::Reverse;
+        self.nodes().min_by_key(|n| {
+            (Reverse(self.load(*n, unit)), Reverse(self.load(*n, LoadUnit::Fragments)), *n)
+        })
     }
 
     /// Most minus least load.

@@ -22,11 +22,15 @@ use crate::cluster::limits::{
     PEER_CONNECTIONS_MAX, PEER_IDLE_TIMEOUT_MS, PEER_REACHABLE_WITHIN_MS, PEER_REQUEST_TIMEOUT_MS,
     RAFT_APPEND_ENTRIES_MAX, RAFT_SNAPSHOT_CHUNK_BYTES, REFUSALS_LOGGED_MAX,
 };
+use crate::cluster::ops::{MoveError, MoveRequest, MoveResult};
 use crate::cluster::peer::{PeerConn, PeerError, read_message, write_message};
+use crate::cluster::prior::{PriorDecision, PriorMap};
 use crate::cluster::raft_net::{RaftNet, serve_rpc};
 use crate::cluster::state::{ClusterState, Command, Handoff, Member};
 use crate::cluster::store::{AppliedState, LogStore, OpenError, StateMachine, TypeConfig};
-use crate::cluster::wire::{self, HandoffStart, Hello, Message, PROTOCOL_VERSION, Peer, Role};
+use crate::cluster::wire::{
+    self, FragmentBytes, HandoffStart, Hello, Message, PROTOCOL_VERSION, Peer, Role,
+};
 use crate::cluster::{ClusterView, MemberView, publish};
 use crate::config::{Allocation, ClusterConfig};
 
@@ -44,6 +48,12 @@ pub enum StartError {
         addr: std::net::SocketAddr,
         /// Why.
         source: std::io::Error,
+    },
+    /// The map kept by a coordinator wipe (`prior-map.json`) cannot be read.
+    #[error("cannot start the cluster control plane: {reason}")]
+    Prior {
+        /// Why.
+        reason: String,
     },
     /// The thread, runtime or raft could not be started.
     #[error("cannot start the cluster control plane: {reason}")]
@@ -83,8 +93,14 @@ struct Ctx {
     state: watch::Receiver<AppliedState>,
     fragments: u32,
     strategy: Box<dyn AllocationStrategy>,
+    /// Each member's last load report (`--rebalance-load bytes`).
+    reports: Mutex<HashMap<u32, Vec<FragmentBytes>>>,
     /// Last successful ping per member.
     pongs: Mutex<HashMap<u32, Instant>>,
+    /// The map before a coordinator wipe, adopted by the first allocation (`cluster::prior`).
+    prior: Option<PriorMap>,
+    /// The holders the coordinator last said it waits for (logged when it changes).
+    prior_missing_logged: Mutex<Vec<u32>>,
     /// Refusal messages already logged at WARN (a refused peer retries every tick; the
     /// operator needs the reason once). Bounded by `REFUSALS_LOGGED_MAX`.
     refusals_logged: Mutex<BTreeSet<String>>,
@@ -158,6 +174,7 @@ pub fn start(
 ) -> Result<ClusterHandle, StartError> {
     let log = LogStore::open(dir)?;
     let sm = StateMachine::open(dir)?;
+    let prior = crate::cluster::prior::read(dir).map_err(|reason| StartError::Prior { reason })?;
     let listener = std::net::TcpListener::bind(config.peer_listen)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|source| StartError::Listen { addr: config.peer_listen, source })?;
@@ -168,6 +185,7 @@ pub fn start(
         pg_addr: pg_addr.to_string(),
         executors,
     };
+    crate::cluster::auth::install(config.secret.clone());
     let config = config.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), String>>(1);
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -181,7 +199,8 @@ pub fn start(
                     return;
                 }
             };
-            runtime.block_on(run(config, me, log, sm, listener, fragments, ready_tx, stop_rx));
+            runtime
+                .block_on(run(config, me, log, sm, listener, fragments, prior, ready_tx, stop_rx));
         })
         .map_err(|e| StartError::Runtime { reason: format!("thread: {e}") })?;
     match ready_rx.recv() {
@@ -220,6 +239,7 @@ async fn run(
     sm: StateMachine,
     listener: std::net::TcpListener,
     fragments: u32,
+    prior: Option<PriorMap>,
     ready: std::sync::mpsc::SyncSender<Result<(), String>>,
     stop: oneshot::Receiver<()>,
 ) {
@@ -245,8 +265,7 @@ async fn run(
             Allocation::LeastShard => Box::new(LeastShardAllocation {
                 rebalance_threshold: config.rebalance_threshold,
                 max_simultaneous_rebalance: config.max_simultaneous_rebalance as usize,
-                // Nodes do not report bytes yet (the data path does not follow the map).
-                unit: LoadUnit::Fragments,
+                unit: config.rebalance_load,
             }),
             Allocation::Manual => Box::new(ManualAllocation),
         };
@@ -259,6 +278,9 @@ async fn run(
             fragments,
             strategy,
             pongs: Mutex::new(HashMap::new()),
+            reports: Mutex::new(HashMap::new()),
+            prior,
+            prior_missing_logged: Mutex::new(Vec::new()),
             refusals_logged: Mutex::new(BTreeSet::new()),
             fenced: Mutex::new(BTreeSet::new()),
             receiver: Receiver::default(),
@@ -283,6 +305,20 @@ async fn run(
         peer_listen = %config.peer_listen,
         "cluster control plane started"
     );
+    match (&config.secret, config.peer_listen.ip().is_loopback()) {
+        (Some(_), _) => {
+            tracing::info!("peer connections are authenticated with the cluster secret")
+        }
+        // On loopback only this machine's processes can connect: said, not warned.
+        (None, true) => tracing::info!(
+            "peer connections are not authenticated (no --cluster-secret-file; loopback only)"
+        ),
+        (None, false) => tracing::warn!(
+            peer_listen = %config.peer_listen,
+            "peer connections are not authenticated: any host that reaches the peer address \
+             and knows the cluster name can join; give --cluster-secret-file"
+        ),
+    }
     publish_view(&ctx, &mut BTreeMap::new());
     let _ = ready.send(Ok(()));
 
@@ -292,7 +328,11 @@ async fn run(
     let (drain_tx, drain_rx) = tokio::sync::mpsc::channel(1);
     let _ = DRAIN.set(drain_tx);
     let drains = tokio::spawn(drain_loop(Arc::clone(&ctx), drain_rx));
+    let ops = crate::cluster::ops::install().map(|rx| tokio::spawn(ops_loop(Arc::clone(&ctx), rx)));
     let _ = stop.await;
+    if let Some(ops) = ops {
+        ops.abort();
+    }
     accept.abort();
     tick.abort();
     join.abort();
@@ -349,6 +389,22 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
         let _ = write_message(&mut stream, addr, &Message::Refused { reason: e.to_string() }).await;
         return Ok(());
     }
+    if let Some(secret) = &ctx.config.secret {
+        let dialer = hello.peer.node;
+        let proved = crate::cluster::peer::authenticate_dialer(
+            &mut stream,
+            addr,
+            secret,
+            &ctx.config.name,
+            dialer,
+        )
+        .await;
+        if let Err(reason) = proved {
+            ctx.log_refusal(addr, &reason);
+            let _ = write_message(&mut stream, addr, &Message::Refused { reason }).await;
+            return Ok(());
+        }
+    }
     write_message(&mut stream, addr, &Message::Hello(ctx.hello.clone())).await?;
     let idle = Duration::from_millis(PEER_IDLE_TIMEOUT_MS);
     loop {
@@ -380,6 +436,19 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
             | Message::ImportChunk { .. }
             | Message::ImportEnd { .. }) => destination_side(ctx, m).await,
             Message::Leave { node } => handle_leave(ctx, node).await,
+            Message::Load => Message::LoadAnswer(crate::cluster::load::local()),
+            Message::PlanMove { fragment, to } => {
+                // Only the coordinator plans; a node that lost the lead answers so, and the
+                // asking node reports it (no forwarding chains).
+                let answer = if ctx.raft.metrics().borrow().current_leader == Some(ctx.me.node) {
+                    plan_move_here(ctx, fragment, to).await
+                } else {
+                    Err(MoveError::NoCoordinator {
+                        reason: format!("node {} is no longer the coordinator", ctx.me.node),
+                    })
+                };
+                Message::MoveAnswer(answer)
+            }
             Message::RaftRpc(body) => match serve_rpc(&ctx.raft, &body).await {
                 Ok(reply) => Message::RaftReply(reply),
                 Err(e) => {
@@ -590,6 +659,27 @@ async fn ping_loop(ctx: Arc<Ctx>, node: u32) {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .insert(node, Instant::now());
+                // The coordinator counting bytes asks for the member's sizes on the same
+                // connection (a leader learns them within a tick of taking over).
+                let leads = ctx.raft.metrics().borrow().state == ServerState::Leader;
+                if leads && ctx.config.rebalance_load == LoadUnit::Bytes {
+                    match c.request(&Message::Load).await {
+                        Ok(Message::LoadAnswer(sizes)) => {
+                            ctx.reports
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .insert(node, sizes);
+                        }
+                        Ok(other) => {
+                            tracing::debug!(node, "load answered {}", other.kind());
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::debug!(node, "load: {e}");
+                            continue;
+                        }
+                    }
+                }
                 conn = Some(c);
             }
             Ok(other) => tracing::debug!(node, "ping answered {}", other.kind()),
@@ -613,17 +703,18 @@ async fn coordinate(ctx: &Arc<Ctx>, state: &ClusterState) {
         propose(ctx, Command::SetLeaving { node: me, leaving: false }).await;
         return;
     }
-    // Leaving nodes are no allocation or rebalance target; their fragments move below.
-    let mut loads = Loads::new();
-    for node in state.data_members().filter(|n| !state.leaving.contains(n)) {
-        loads.add_node(NodeId(node));
-    }
-    for f in state.fragments.iter().filter(|f| !state.leaving.contains(&f.node)) {
-        loads.hold(NodeId(f.node), router::FragmentId::new(f.id), 0);
-    }
+    // Leaving nodes are no allocation or rebalance target (`load::loads_of` leaves them
+    // out); their fragments move below.
+    let mut reports = ctx.reports.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    reports.insert(me, crate::cluster::load::local());
+    let loads = crate::cluster::load::loads_of(state, &reports);
     if !state.allocated() {
         let have = u32::try_from(state.data_members().count()).unwrap_or(u32::MAX);
         if have < ctx.config.min_members {
+            return;
+        }
+        if let Some(prior) = &ctx.prior {
+            adopt_prior(ctx, prior, state).await;
             return;
         }
         let owners: Vec<u32> = allocate_all(ctx.strategy.as_ref(), &loads, ctx.fragments, 0)
@@ -1183,6 +1274,110 @@ async fn ask_leave(ctx: &Ctx) -> Result<bool, String> {
         Err(e) => {
             tracing::debug!("leave: {e}");
             Ok(false)
+        }
+    }
+}
+
+/// Answers the executors' operator requests, each in its own task (bounded inside).
+async fn ops_loop(ctx: Arc<Ctx>, requests: flume::Receiver<MoveRequest>) {
+    while let Ok(request) = requests.recv_async().await {
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            let answer = plan_move(&ctx, request.fragment, request.to).await;
+            let _ = request.reply.send(answer);
+        });
+    }
+}
+
+/// Plans a move on the coordinator: here if this node leads, else by asking the leader.
+async fn plan_move(ctx: &Ctx, fragment: u32, to: u32) -> MoveResult {
+    let metrics = ctx.raft.metrics().borrow().clone();
+    let Some(leader) = metrics.current_leader else {
+        return Err(MoveError::NoCoordinator {
+            reason: "no coordinator is known (an election may be under way); try again".to_owned(),
+        });
+    };
+    if leader == ctx.me.node {
+        return plan_move_here(ctx, fragment, to).await;
+    }
+    let Some(addr) =
+        metrics.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
+    else {
+        return Err(MoveError::NoCoordinator {
+            reason: format!("the coordinator, node {leader}, has no known address"),
+        });
+    };
+    let unreachable = |e: PeerError| MoveError::NoCoordinator {
+        reason: format!("coordinator node {leader}: {e}"),
+    };
+    let mut conn = PeerConn::dial(&addr, &ctx.hello).await.map_err(unreachable)?;
+    match conn.request(&Message::PlanMove { fragment, to }).await.map_err(unreachable)? {
+        Message::MoveAnswer(answer) => answer,
+        other => Err(MoveError::NoCoordinator {
+            reason: format!("coordinator node {leader} answered {}", other.kind()),
+        }),
+    }
+}
+
+/// Plans a move on this node, the coordinator: checks the destination, then proposes
+/// `PlanMove` (bounded) and maps the state machine's refusal.
+async fn plan_move_here(ctx: &Ctx, fragment: u32, to: u32) -> MoveResult {
+    use crate::cluster::state::CommandError as C;
+    match ctx.state().members.get(&to) {
+        None => return Err(MoveError::UnknownNode { node: to }),
+        Some(m) if m.role == Role::Proxy => return Err(MoveError::ProxyNode { node: to }),
+        Some(_) => {}
+    }
+    let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
+    let written =
+        tokio::time::timeout(bound, ctx.raft.client_write(Command::PlanMove { fragment, to }))
+            .await
+            .map_err(|_| MoveError::NoCoordinator {
+                reason: format!("the move was not committed within {bound:?} (no quorum?)"),
+            })?
+            .map_err(|e| MoveError::NoCoordinator { reason: e.to_string() })?;
+    match written.data {
+        Ok(epoch) => {
+            tracing::info!(fragment, to, "coordinator planned an operator's move");
+            Ok(epoch)
+        }
+        Err(C::NoMap) => Err(MoveError::NoMap),
+        Err(C::UnknownFragment { fragment }) => Err(MoveError::UnknownFragment { fragment }),
+        Err(C::AlreadyOwner { fragment, node }) => Err(MoveError::AlreadyOwner { fragment, node }),
+        Err(C::AlreadyMoving { fragment }) => Err(MoveError::AlreadyMoving { fragment }),
+        Err(C::NotDataMember { node }) => Err(MoveError::ProxyNode { node }),
+        Err(other) => Err(MoveError::NoCoordinator { reason: other.to_string() }),
+    }
+}
+
+/// After a coordinator wipe: allocates the map the nodes held before (`cluster::prior`), once
+/// every node that held fragments is a data member again.
+async fn adopt_prior(ctx: &Ctx, prior: &PriorMap, state: &ClusterState) {
+    match crate::cluster::prior::decide(prior, state) {
+        PriorDecision::Wait { missing } => {
+            let mut logged =
+                ctx.prior_missing_logged.lock().unwrap_or_else(PoisonError::into_inner);
+            if *logged != missing {
+                tracing::info!(
+                    ?missing,
+                    "coordinator waits for the nodes that held fragments before the coordinator \
+                     state was wiped (to allocate afresh instead, stop the cluster and remove \
+                     cluster/prior-map.json from every data directory)"
+                );
+                logged.clone_from(&missing);
+            }
+        }
+        PriorDecision::Allocate(owners) => {
+            let count = owners.len();
+            let command = Command::Allocate { owners, min_members: ctx.config.min_members };
+            if propose(ctx, command).await {
+                tracing::info!(
+                    fragments = count,
+                    prior_epoch = prior.epoch,
+                    "coordinator adopted the fragments where the nodes held them before the \
+                     coordinator state was wiped"
+                );
+            }
         }
     }
 }

@@ -20,6 +20,11 @@
 //! whose fragments are all the owner's (answered with the count and RETURNING rows), or the
 //! owner's SHOW FRAGMENTS rows. An owner whose map is newer answers `StaleEpoch`, one that does
 //! not hold a named fragment `NotMine`; the region then refreshes and retries.
+//!
+//! **Cross-node transactions** use the same connections: a block's statements (`TxnSelect`,
+//! `TxnWrite`, with the block's buffered writes of each fragment), its commit on one fragment
+//! (`TxnApply`), the two phases of a two-phase commit (`TxnPrepare`, `TxnFinish`) and a
+//! participant's question to the coordinating node (`TxnDecide`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -29,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
-use query::Datum;
 use query::exec::{AggState, GroupPartial, PartialBody, PartialRow};
+use query::{Datum, DocVersion, WriteIntent};
 use rkyv::rancor::Error as RkyvError;
 use rkyv::util::AlignedVec;
 
@@ -40,7 +45,7 @@ use crate::cluster::limits::{
 };
 use crate::cluster::region::RegionError;
 use crate::cluster::wire::{self, Hello, PROTOCOL_VERSION, Peer, WireError};
-use crate::engine::{Core, Session};
+use crate::engine::{Buffered, Core, FragmentWrites, ReadRecord, Session};
 use crate::runtime::ExecutorContext;
 
 /// Bytes of the version prefix of a body.
@@ -153,6 +158,92 @@ pub struct WireFragment {
     pub bytes: u64,
 }
 
+/// A storage version a statement read in a transaction (`engine::txn::ReadRecord`).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct WireRead {
+    /// Collection.
+    pub collection: String,
+    /// Lower-cased id.
+    pub key: String,
+    /// Id as read.
+    pub id: String,
+    /// Shard.
+    pub shard: u32,
+    /// Version seen (0: absent).
+    pub version: u64,
+}
+
+/// One buffered write of a transaction (`engine::txn::Buffered`).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct WireBuffered {
+    /// Collection.
+    pub collection: String,
+    /// Lower-cased id.
+    pub key: String,
+    /// Id as written.
+    pub id: String,
+    /// Shard.
+    pub shard: u32,
+    /// Storage version when first touched (0: absent).
+    pub base: u64,
+    /// The new document as JSON text, or `None` for a delete.
+    pub doc: Option<String>,
+}
+
+/// A transaction's state on one fragment, as it travels to the fragment's owner: the
+/// buffered writes (the overlay a statement reads through) and, at commit, the reads to check.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct WireTxnTarget {
+    /// The fragment.
+    pub fragment: u32,
+    /// Ranges to read (SELECT, UPDATE, DELETE; empty for an INSERT, placed by the owner).
+    pub ranges: Vec<WireRange>,
+    /// The transaction's buffered writes there.
+    pub writes: Vec<WireBuffered>,
+    /// Versions read there (commit only).
+    pub reads: Vec<WireRead>,
+}
+
+/// A write a statement of a transaction would make (`query::WriteIntent`).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum WireIntent {
+    /// Store a document.
+    Put {
+        /// Id.
+        id: String,
+        /// Shard.
+        shard: u32,
+        /// Version replaced, `None` for a new document.
+        version_read: Option<u64>,
+        /// The document as JSON text.
+        doc: String,
+    },
+    /// Delete a document.
+    Delete {
+        /// Id.
+        id: String,
+        /// Shard.
+        shard: u32,
+        /// Version deleted.
+        version_read: u64,
+    },
+}
+
+/// What one statement of a transaction read and would write on one remote fragment.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub struct WireTxnShare {
+    /// The fragment.
+    pub fragment: u32,
+    /// Writes to buffer (empty for a SELECT).
+    pub intents: Vec<WireIntent>,
+    /// Versions read.
+    pub reads: Vec<WireRead>,
+    /// RETURNING rows.
+    pub returning: Vec<Vec<WireDatum>>,
+    /// Documents read.
+    pub rows_scanned: u64,
+}
+
 /// What a forwarded request asks the owner to run.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub enum Share {
@@ -165,6 +256,48 @@ pub enum Share {
     Write,
     /// The owner's fragments; answered with `Fragments`.
     Fragments,
+    /// A SELECT inside a transaction block, through the block's buffered writes; answered
+    /// with `TxnRead`.
+    TxnSelect {
+        /// The targets with their overlays.
+        targets: Vec<WireTxnTarget>,
+    },
+    /// A write inside a transaction (block or autocommit), evaluated through the buffered
+    /// writes, writing nothing; answered with `TxnShares`.
+    TxnWrite {
+        /// The targets with their overlays.
+        targets: Vec<WireTxnTarget>,
+    },
+    /// Commit of a transaction whose only writes are on this one fragment, or checks of
+    /// reads only (storage batch applied at once, one fdatasync); answered with `Applied`.
+    TxnApply {
+        /// The fragment's writes and reads.
+        target: WireTxnTarget,
+    },
+    /// Phase one of a cross-node two-phase commit coordinated by the sending node (whose id
+    /// is in `txid`): durable PREPARE of these fragments' batches; answered with `Applied`.
+    TxnPrepare {
+        /// The transaction id.
+        txid: u64,
+        /// The fragments' writes and reads.
+        targets: Vec<WireTxnTarget>,
+    },
+    /// Phase two: commit or abort `txid` on these fragments; answered with `Applied` once
+    /// the records are durable.
+    TxnFinish {
+        /// The transaction id.
+        txid: u64,
+        /// The fragments.
+        fragments: Vec<u32>,
+        /// The decision.
+        commit: bool,
+    },
+    /// A participant holding `txid` prepared asks its coordinator node for the decision
+    /// (ABORT is recorded first when there is none); answered with `Decided`.
+    TxnDecide {
+        /// The transaction id.
+        txid: u64,
+    },
 }
 
 /// A forwarded share.
@@ -212,6 +345,22 @@ pub enum Reply {
         code: String,
         /// Message.
         message: String,
+    },
+    /// A transactional SELECT share: partial results and versions read per fragment.
+    TxnRead {
+        /// Partial results.
+        partials: Vec<WirePartial>,
+        /// Versions read (one share per fragment, no intents).
+        reads: Vec<WireTxnShare>,
+    },
+    /// A transactional write share.
+    TxnShares(Vec<WireTxnShare>),
+    /// A transaction's batch is applied, prepared or finished (durable).
+    Applied,
+    /// The coordinator's decision on a transaction.
+    Decided {
+        /// COMMIT (else ABORT).
+        commit: bool,
     },
 }
 
@@ -350,6 +499,122 @@ pub fn datums_to_wire(ds: &[Datum]) -> Vec<WireDatum> {
 /// Datums from the wire.
 pub fn datums_from_wire(ds: Vec<WireDatum>) -> Result<Vec<Datum>, String> {
     ds.into_iter().map(datum_from_wire).collect()
+}
+
+fn shard_from_wire(shard: u32) -> Result<router::ShardId, String> {
+    router::ShardId::new(shard).ok_or_else(|| format!("shard {shard} out of range"))
+}
+
+/// Versions read, for the wire.
+pub fn reads_to_wire(reads: &[ReadRecord]) -> Vec<WireRead> {
+    reads
+        .iter()
+        .map(|r| WireRead {
+            collection: r.collection.clone(),
+            key: r.key.clone(),
+            id: r.id.clone(),
+            shard: r.shard.get(),
+            version: r.version.get(),
+        })
+        .collect()
+}
+
+/// Versions read, from the wire.
+pub fn reads_from_wire(reads: Vec<WireRead>) -> Result<Vec<ReadRecord>, String> {
+    reads
+        .into_iter()
+        .map(|r| {
+            Ok(ReadRecord {
+                collection: r.collection,
+                key: r.key,
+                id: r.id,
+                shard: shard_from_wire(r.shard)?,
+                version: storage::Version::new(r.version),
+            })
+        })
+        .collect()
+}
+
+/// A fragment's buffered writes, for the wire.
+pub fn writes_to_wire(writes: Option<&FragmentWrites>) -> Vec<WireBuffered> {
+    let Some(writes) = writes else { return Vec::new() };
+    writes
+        .docs
+        .iter()
+        .map(|((collection, key), b)| WireBuffered {
+            collection: collection.clone(),
+            key: key.clone(),
+            id: b.id.clone(),
+            shard: b.shard.get(),
+            base: b.base.get(),
+            doc: b.doc.as_ref().map(|d| d.to_string()),
+        })
+        .collect()
+}
+
+/// A fragment's buffered writes, from the wire.
+pub fn writes_from_wire(writes: Vec<WireBuffered>) -> Result<FragmentWrites, String> {
+    let mut out = FragmentWrites::default();
+    for w in writes {
+        let doc = match w.doc {
+            Some(text) => Some(
+                serde_json::from_str(&text).map_err(|e| format!("bad buffered document: {e}"))?,
+            ),
+            None => None,
+        };
+        out.docs.insert(
+            (w.collection, w.key),
+            Buffered {
+                id: w.id,
+                shard: shard_from_wire(w.shard)?,
+                base: storage::Version::new(w.base),
+                doc,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// Write intents, for the wire.
+pub fn intents_to_wire(intents: &[WriteIntent]) -> Vec<WireIntent> {
+    intents
+        .iter()
+        .map(|i| match i {
+            WriteIntent::Put { id, shard, version_read, doc } => WireIntent::Put {
+                id: id.clone(),
+                shard: shard.get(),
+                version_read: version_read.map(|v| v.get()),
+                doc: doc.to_string(),
+            },
+            WriteIntent::Delete { id, shard, version_read } => WireIntent::Delete {
+                id: id.clone(),
+                shard: shard.get(),
+                version_read: version_read.get(),
+            },
+        })
+        .collect()
+}
+
+/// Write intents, from the wire.
+pub fn intents_from_wire(intents: Vec<WireIntent>) -> Result<Vec<WriteIntent>, String> {
+    intents
+        .into_iter()
+        .map(|i| {
+            Ok(match i {
+                WireIntent::Put { id, shard, version_read, doc } => WriteIntent::Put {
+                    id,
+                    shard: shard_from_wire(shard)?,
+                    version_read: version_read.map(DocVersion::new),
+                    doc: serde_json::from_str(&doc).map_err(|e| format!("bad intent: {e}"))?,
+                },
+                WireIntent::Delete { id, shard, version_read } => WriteIntent::Delete {
+                    id,
+                    shard: shard_from_wire(shard)?,
+                    version_read: DocVersion::new(version_read),
+                },
+            })
+        })
+        .collect()
 }
 
 fn agg_to_wire(a: &AggState) -> WireAgg {
@@ -809,6 +1074,57 @@ mod tests {
             .unwrap()
             .join()
             .unwrap();
+    }
+
+    // Checks a transaction's state survives the wire exactly: buffered writes (a put, a
+    // delete), read versions and write intents; a shard out of range is an error.
+    #[test]
+    fn unit_txn_state_round_trips() {
+        let shard = router::ShardId::new(7).unwrap();
+        let mut writes = FragmentWrites::default();
+        writes.docs.insert(
+            ("c".into(), "a".into()),
+            Buffered {
+                id: "A".into(),
+                shard,
+                base: storage::Version::new(3),
+                doc: Some(serde_json::json!({"b": 1})),
+            },
+        );
+        writes.docs.insert(
+            ("c".into(), "d".into()),
+            Buffered { id: "d".into(), shard, base: storage::Version::ABSENT, doc: None },
+        );
+        let back = writes_from_wire(writes_to_wire(Some(&writes))).unwrap();
+        assert_eq!(back.docs, writes.docs);
+        let reads = vec![ReadRecord {
+            collection: "c".into(),
+            key: "x".into(),
+            id: "X".into(),
+            shard,
+            version: storage::Version::new(9),
+        }];
+        let back = reads_from_wire(reads_to_wire(&reads)).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{reads:?}"));
+        let intents = vec![
+            WriteIntent::Put {
+                id: "a".into(),
+                shard,
+                version_read: Some(DocVersion::new(2)),
+                doc: serde_json::json!({"z": [1]}),
+            },
+            WriteIntent::Put {
+                id: "n".into(),
+                shard,
+                version_read: None,
+                doc: serde_json::json!({}),
+            },
+            WriteIntent::Delete { id: "d".into(), shard, version_read: DocVersion::new(4) },
+        ];
+        assert_eq!(intents_from_wire(intents_to_wire(&intents)).unwrap(), intents);
+        let mut bad = reads_to_wire(&reads);
+        bad[0].shard = u32::MAX;
+        assert!(reads_from_wire(bad).is_err());
     }
 
     // Checks partials survive the wire exactly (rows with keys, groups with every state).

@@ -58,6 +58,14 @@ pub const PEER_IDLE_TIMEOUT_MS: u64 = 30_000;
 /// Peer connections a node serves at once; each costs a task and a buffer.
 pub const PEER_CONNECTIONS_MAX: usize = 4 * CLUSTER_MEMBERS_MAX;
 
+/// Period at which each executor publishes its fragments' live bytes for the coordinator's
+/// `--rebalance-load bytes`, in milliseconds.
+pub const LOAD_REPORT_MS: u64 = 1_000;
+
+/// Operator requests (`ALTER FRAGMENT`) queued from the executors to the control plane; more
+/// are refused at once (the operator retries) instead of waiting.
+pub const OPS_QUEUE_MAX: usize = 16;
+
 /// Bytes of one raft log record on disk (an entry is one command, small); a larger length
 /// read back is corruption.
 pub const RAFT_RECORD_BYTES_MAX: u32 = PEER_FRAME_BYTES_MAX;

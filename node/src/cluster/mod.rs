@@ -7,12 +7,16 @@
 //! executors read what it publishes through `view()` and never await its futures.
 
 pub mod allocation;
+pub mod auth;
 pub mod control;
 pub mod forward;
 pub mod handoff;
 pub mod handoff_host;
 pub mod limits;
+pub mod load;
+pub mod ops;
 pub mod peer;
+pub mod prior;
 pub mod raft_net;
 pub mod region;
 pub mod state;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::cluster::auth::{self, ClusterSecret, Side};
 use crate::cluster::limits::{
     PEER_CONNECT_TIMEOUT_MS, PEER_FRAME_HEADER_BYTES, PEER_REQUEST_TIMEOUT_MS,
 };
@@ -107,6 +108,40 @@ pub async fn write_message(
     stream.write_all(&frame).await.map_err(|source| PeerError::Io { addr: addr.to_owned(), source })
 }
 
+/// The listener's side of authentication, after the dialer's `Hello` passed its checks:
+/// challenge, check the dialer's proof, prove back. `Err` carries the reason to log and send
+/// in `Refused`; the caller then closes the connection.
+pub async fn authenticate_dialer(
+    stream: &mut TcpStream,
+    addr: &str,
+    secret: &ClusterSecret,
+    cluster: &str,
+    dialer: u64,
+) -> Result<(), String> {
+    let listener_nonce = auth::nonce()?;
+    let exchange = async {
+        write_message(stream, addr, &Message::Challenge { nonce: listener_nonce.clone() }).await?;
+        read_message(stream, addr).await
+    };
+    let answer =
+        bounded(addr, PEER_REQUEST_TIMEOUT_MS, exchange).await.map_err(|e| e.to_string())?;
+    let Some(Message::Proof { nonce: dialer_nonce, proof }) = answer else {
+        return Err(format!(
+            "peer node {dialer} did not answer the authentication challenge (no \
+             --cluster-secret-file?)"
+        ));
+    };
+    if !auth::verify(secret, Side::Dialer, cluster, &listener_nonce, &dialer_nonce, &proof) {
+        return Err(format!(
+            "peer node {dialer} failed authentication: it does not know the cluster secret"
+        ));
+    }
+    let ours = auth::prove(secret, Side::Listener, cluster, &listener_nonce, &dialer_nonce);
+    write_message(stream, addr, &Message::Proof { nonce: listener_nonce, proof: ours })
+        .await
+        .map_err(|e| e.to_string())
+}
+
 async fn bounded<T>(
     addr: &str,
     ms: u64,
@@ -127,8 +162,19 @@ pub struct PeerConn {
 }
 
 impl PeerConn {
-    /// Connects to `addr`, sends `ours` and checks the peer's `Hello` (`cluster`, `me`).
+    /// Connects to `addr`, sends `ours` and checks the peer's `Hello` (`cluster`, `me`),
+    /// authenticating both ways with the process's cluster secret if one is installed
+    /// (`auth::install`).
     pub async fn dial(addr: &str, ours: &Hello) -> Result<PeerConn, PeerError> {
+        PeerConn::dial_with(addr, ours, auth::installed()).await
+    }
+
+    /// `dial` with an explicit secret (`None`: no authentication).
+    pub async fn dial_with(
+        addr: &str,
+        ours: &Hello,
+        secret: Option<&ClusterSecret>,
+    ) -> Result<PeerConn, PeerError> {
         let mut stream = bounded(addr, PEER_CONNECT_TIMEOUT_MS, async {
             TcpStream::connect(addr)
                 .await
@@ -139,7 +185,56 @@ impl PeerConn {
         bounded(addr, PEER_REQUEST_TIMEOUT_MS, async {
             write_message(&mut stream, addr, &Message::Hello(ours.clone())).await?;
             let handshake = |source| PeerError::Handshake { addr: addr.to_owned(), source };
-            match read_message(&mut stream, addr).await? {
+            let auth_failed =
+                |reason: &str| handshake(HandshakeError::Auth { reason: reason.to_owned() });
+            let mut first = read_message(&mut stream, addr).await?;
+            match (secret, &first) {
+                (Some(secret), Some(Message::Challenge { nonce: listener_nonce })) => {
+                    let listener_nonce = listener_nonce.clone();
+                    let ours_nonce = auth::nonce().map_err(|r| auth_failed(&r))?;
+                    let proof =
+                        auth::prove(secret, Side::Dialer, &ours.cluster, &listener_nonce, &ours_nonce);
+                    write_message(&mut stream, addr, &Message::Proof { nonce: ours_nonce.clone(), proof })
+                        .await?;
+                    match read_message(&mut stream, addr).await? {
+                        Some(Message::Proof { nonce, proof })
+                            if nonce == listener_nonce
+                                && auth::verify(
+                                    secret,
+                                    Side::Listener,
+                                    &ours.cluster,
+                                    &listener_nonce,
+                                    &ours_nonce,
+                                    &proof,
+                                ) => {}
+                        Some(Message::Refused { reason }) => {
+                            return Err(handshake(HandshakeError::Refused { reason }));
+                        }
+                        Some(Message::Proof { .. }) => {
+                            return Err(auth_failed(
+                                "the peer could not prove it knows the cluster secret",
+                            ));
+                        }
+                        Some(other) => {
+                            return Err(handshake(HandshakeError::NotHello { kind: other.kind() }));
+                        }
+                        None => return Err(PeerError::Closed { addr: addr.to_owned() }),
+                    }
+                    first = read_message(&mut stream, addr).await?;
+                }
+                (Some(_), Some(Message::Hello(_))) => {
+                    return Err(auth_failed(
+                        "the peer did not authenticate (it runs without --cluster-secret-file)",
+                    ));
+                }
+                (None, Some(Message::Challenge { .. })) => {
+                    return Err(auth_failed(
+                        "the peer requires a cluster secret; this node has no --cluster-secret-file",
+                    ));
+                }
+                _ => {}
+            }
+            match first {
                 Some(Message::Hello(hello)) => {
                     check_hello(&hello, &ours.cluster, ours.peer.node).map_err(handshake)?;
                     Ok(PeerConn { addr: addr.to_owned(), stream, hello })
@@ -260,6 +355,113 @@ mod tests {
             drop(closed);
             let e = PeerConn::dial(&addr, &hello("c", 1)).await.expect_err("nobody there");
             assert!(e.is_unreachable(), "{e}");
+        });
+    }
+
+    /// A one-connection listener that authenticates with `secret` (if any) like the control
+    /// plane, then answers its `Hello` and every request with `Pong`; returns its address and
+    /// what it concluded (`Ok` or the refusal reason).
+    async fn auth_listener(
+        secret: Option<ClusterSecret>,
+    ) -> (String, tokio::sync::oneshot::Receiver<Result<(), String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let shown = addr.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let _ = read_message(&mut s, &addr).await;
+            if let Some(secret) = &secret
+                && let Err(reason) = authenticate_dialer(&mut s, &addr, secret, "c", 1).await
+            {
+                let _ = write_message(&mut s, &addr, &Message::Refused { reason: reason.clone() })
+                    .await;
+                let _ = tx.send(Err(reason));
+                return;
+            }
+            let _ = tx.send(Ok(()));
+            write_message(&mut s, &addr, &Message::Hello(hello("c", 2))).await.expect("hello");
+            while let Ok(Some(_)) = read_message(&mut s, &addr).await {
+                let pong = Message::Pong { leader: Some(1), epoch: 5 };
+                write_message(&mut s, &addr, &pong).await.expect("pong");
+            }
+        });
+        (shown, rx)
+    }
+
+    fn secret(s: &str) -> ClusterSecret {
+        ClusterSecret::from_bytes(s.as_bytes()).expect("valid secret")
+    }
+
+    // Checks peer authentication over real sockets: the right secret connects and serves
+    // requests; a wrong one is refused by the listener with its reason; a secret on one side
+    // only is refused by the dialer, whichever side has it.
+    #[test]
+    fn auth_right_secret_joins_wrong_or_missing_refused() {
+        rt().block_on(async {
+            let good = secret("the-cluster-secret-0123");
+            let (addr, seen) = auth_listener(Some(good.clone())).await;
+            let mut conn =
+                PeerConn::dial_with(&addr, &hello("c", 1), Some(&good)).await.expect("dial");
+            assert_eq!(conn.request(&Message::Ping).await.expect("pong").kind(), "pong");
+            assert_eq!(seen.await.expect("listener"), Ok(()));
+
+            let (addr, seen) = auth_listener(Some(good.clone())).await;
+            let wrong = secret("another-secret-456789");
+            let e =
+                PeerConn::dial_with(&addr, &hello("c", 1), Some(&wrong)).await.expect_err("wrong");
+            assert!(e.to_string().contains("does not know the cluster secret"), "{e}");
+            assert!(seen.await.expect("listener").is_err());
+
+            let (addr, _) = auth_listener(None).await;
+            let e =
+                PeerConn::dial_with(&addr, &hello("c", 1), Some(&good)).await.expect_err("no auth");
+            assert!(
+                matches!(e, PeerError::Handshake { source: HandshakeError::Auth { .. }, .. }),
+                "{e}"
+            );
+            assert!(e.to_string().contains("did not authenticate"), "{e}");
+
+            let (addr, _) = auth_listener(Some(good)).await;
+            let e = PeerConn::dial_with(&addr, &hello("c", 1), None).await.expect_err("no secret");
+            assert!(e.to_string().contains("requires a cluster secret"), "{e}");
+        });
+    }
+
+    // Checks bad input in the exchange: a listener whose proof is wrong, or that repeats
+    // another nonce, is refused by the dialer; a dialer that answers the challenge with
+    // anything but a proof is refused by the listener.
+    #[test]
+    fn auth_bad_input() {
+        rt().block_on(async {
+            let good = secret("the-cluster-secret-0123");
+            for bad in [
+                Message::Proof { nonce: vec![9; 32], proof: vec![0; 32] },
+                Message::Proof { nonce: vec![], proof: vec![] },
+            ] {
+                let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+                let addr = listener.local_addr().expect("addr").to_string();
+                let a = addr.clone();
+                tokio::spawn(async move {
+                    let (mut s, _) = listener.accept().await.expect("accept");
+                    let _ = read_message(&mut s, &a).await;
+                    let challenge = Message::Challenge { nonce: vec![9; 32] };
+                    write_message(&mut s, &a, &challenge).await.expect("challenge");
+                    let _ = read_message(&mut s, &a).await;
+                    write_message(&mut s, &a, &bad).await.expect("bad proof");
+                });
+                let e =
+                    PeerConn::dial_with(&addr, &hello("c", 1), Some(&good)).await.expect_err("bad");
+                assert!(e.to_string().contains("could not prove"), "{e}");
+            }
+            let (addr, seen) = auth_listener(Some(good)).await;
+            let mut s = TcpStream::connect(&addr).await.expect("connect");
+            write_message(&mut s, &addr, &Message::Hello(hello("c", 1))).await.expect("hello");
+            let challenge = read_message(&mut s, &addr).await.expect("read").expect("challenge");
+            assert_eq!(challenge.kind(), "challenge");
+            write_message(&mut s, &addr, &Message::Ping).await.expect("ping");
+            let reason = seen.await.expect("listener").expect_err("refused");
+            assert!(reason.contains("did not answer the authentication challenge"), "{reason}");
         });
     }
 

@@ -62,6 +62,10 @@ const COMMITTED_FILE: &str = "committed.json";
 const STATE_FILE: &str = "state.json";
 const FRAME_HEADER_BYTES: usize = 8;
 
+/// Every file of the raft state under the cluster directory: what `tessera admin
+/// wipe-coordinator` removes.
+pub const RAFT_FILES: [&str; 4] = [LOG_FILE, VOTE_FILE, COMMITTED_FILE, STATE_FILE];
+
 /// Why the raft state could not be opened.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

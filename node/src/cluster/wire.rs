@@ -91,6 +91,15 @@ pub struct Peer {
     pub executors: u32,
 }
 
+/// The live bytes of one fragment a node holds (`Message::LoadAnswer`).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragmentBytes {
+    /// The fragment.
+    pub fragment: u32,
+    /// Its live bytes on the answering node.
+    pub bytes: u64,
+}
+
 /// The first message on a connection, both ways.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
@@ -224,6 +233,32 @@ pub enum Message {
     },
     /// The coordinator recorded the node as leaving.
     Leaving,
+    /// Plan moving a fragment (an operator's `ALTER FRAGMENT`), sent to the coordinator.
+    PlanMove {
+        /// The fragment.
+        fragment: u32,
+        /// The destination node.
+        to: u32,
+    },
+    /// The coordinator's answer to `PlanMove`: the epoch it was planned at, or why not.
+    MoveAnswer(Result<u64, crate::cluster::ops::MoveError>),
+    /// The listener's authentication challenge (instead of its `Hello`, when it has a cluster
+    /// secret): its nonce. See `cluster::auth`.
+    Challenge {
+        /// `auth::NONCE_BYTES` random bytes.
+        nonce: Vec<u8>,
+    },
+    /// A side's proof that it knows the cluster secret, with its own nonce.
+    Proof {
+        /// The sender's nonce (the dialer's fresh one; the listener repeats its challenge).
+        nonce: Vec<u8>,
+        /// `auth::prove` over both nonces.
+        proof: Vec<u8>,
+    },
+    /// What are your fragments' sizes? (the coordinator, for `--rebalance-load bytes`)
+    Load,
+    /// The fragments this node holds and their live bytes.
+    LoadAnswer(Vec<FragmentBytes>),
 }
 
 /// The coordinator's order to a fragment's owner to hand it off.
@@ -271,6 +306,12 @@ impl Message {
             Message::ImportRefused { .. } => "import-refused",
             Message::Leave { .. } => "leave",
             Message::Leaving => "leaving",
+            Message::PlanMove { .. } => "plan-move",
+            Message::MoveAnswer(_) => "move-answer",
+            Message::Challenge { .. } => "challenge",
+            Message::Proof { .. } => "proof",
+            Message::Load => "load",
+            Message::LoadAnswer(_) => "load-answer",
         }
     }
 }
@@ -372,6 +413,12 @@ pub enum HandshakeError {
     NotHello {
         /// What it sent.
         kind: &'static str,
+    },
+    /// Peer authentication failed (wrong or missing cluster secret on one side).
+    #[error("peer authentication failed: {reason}")]
+    Auth {
+        /// Why.
+        reason: String,
     },
     /// The peer refused us.
     #[error("peer refused the handshake: {reason}")]
@@ -573,6 +620,16 @@ mod tests {
             Message::ImportRefused { handoff: 3, reason: "damaged at offset 8".into() },
             Message::Leave { node: 2 },
             Message::Leaving,
+            Message::PlanMove { fragment: 3, to: 2 },
+            Message::Challenge { nonce: vec![7; 32] },
+            Message::Proof { nonce: vec![1; 32], proof: vec![2; 32] },
+            Message::Load,
+            Message::LoadAnswer(vec![FragmentBytes { fragment: 1, bytes: u64::MAX }]),
+            Message::MoveAnswer(Ok(4)),
+            Message::MoveAnswer(Err(crate::cluster::ops::MoveError::AlreadyMoving { fragment: 3 })),
+            Message::MoveAnswer(Err(crate::cluster::ops::MoveError::NoCoordinator {
+                reason: "later".into(),
+            })),
         ]
     }
 

@@ -81,10 +81,40 @@ impl TxnShared {
         self.recovered.read().unwrap_or_else(PoisonError::into_inner).get(&txid) == Some(&true)
     }
 
+    /// The recovered COMMIT decisions.
+    pub fn recovered_commits(&self) -> Vec<TxId> {
+        self.recovered
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(_, commit)| **commit)
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
     /// The gate a backup holds to pause new two-phase-commit decisions.
     pub fn two_phase_gate(&self) -> &TwoPhaseGate {
         &self.gate
     }
+}
+
+/// Bits of a cluster transaction id below the id of the node that coordinates it.
+const TXID_NODE_SHIFT: u32 = 52;
+
+/// `txid` tagged with its coordinating node (cluster nodes): the node's id in the top bits,
+/// so a participant on another node knows whom to ask for the decision after a restart or
+/// a timeout, from the PREPARE record alone. `None` for a node id that does not fit.
+pub fn txid_for_node(txid: TxId, node: router::NodeId) -> Option<TxId> {
+    if u64::from(node.0) >= 1 << (64 - TXID_NODE_SHIFT) {
+        return None;
+    }
+    let low = txid.get() & ((1u64 << TXID_NODE_SHIFT) - 1);
+    Some(TxId::new(low | (u64::from(node.0) << TXID_NODE_SHIFT)))
+}
+
+/// The node that coordinates `txid` (see [`txid_for_node`]; 0 on a single node).
+pub fn coordinator_of(txid: TxId) -> router::NodeId {
+    router::NodeId(u32::try_from(txid.get() >> TXID_NODE_SHIFT).unwrap_or(u32::MAX))
 }
 
 fn clock_micros() -> u64 {
@@ -251,6 +281,25 @@ impl Coordinator {
         let (journal, records) = Journal::open(&data_dir.join(COORDINATOR_DIR)).await?;
         tracing::debug!(records = records.len(), "coordinator journal open");
         Ok(Coordinator { journal, kept: RefCell::new(BTreeMap::new()) })
+    }
+
+    /// Keeps the recovered COMMIT decisions `txids` in the journal from now on (a cluster
+    /// node: a participant on another node may still hold one prepared and ask for it after
+    /// this node restarted; nothing reports those participants finished, so a journal rewrite
+    /// keeps these records for good).
+    pub fn keep_recovered(&self, txids: &[TxId]) {
+        let mut kept = self.kept.borrow_mut();
+        for txid in txids {
+            let record =
+                DecisionRecord { tx: txid.get(), commit: true, fragments: Vec::new() }.encode();
+            kept.entry(*txid).or_insert(Kept {
+                commit: true,
+                record,
+                outstanding: 1,
+                fragments: Vec::new(),
+                at: Instant::now(),
+            });
+        }
     }
 
     /// Records `commit` for `txid` unless a decision is already known (then that one stands)

@@ -23,6 +23,7 @@ use query::{Partial, PlacedDocument, WriteIntent, WritePartial};
 use router::{FragmentId, ShardRange, ShardingConfig};
 use storage::{AppendError, Fragment, FragmentOptions, TxId, Version, WriteBatch};
 
+use super::coordinator::coordinator_of;
 use super::coordinator::{Coordinator, DecisionRow, fault};
 use super::error::EngineError;
 use super::limits::{TXN_PREPARED_TIMEOUT, TXN_SWEEP_INTERVAL};
@@ -206,6 +207,7 @@ impl Core {
         segment_bytes: u64,
     ) -> Result<Core, String> {
         let mut fragments = BTreeMap::new();
+        let mut pending: BTreeMap<TxId, PreparedTxn> = BTreeMap::new();
         for (id, range, dir) in owned {
             let started = Instant::now();
             let options = FragmentOptions { segment_bytes, ..FragmentOptions::default() };
@@ -218,15 +220,20 @@ impl Core {
                 elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 "fragment ready"
             );
-            resolve_in_doubt(&shared, &fragment).await?;
+            for txid in resolve_in_doubt(&shared, &fragment).await? {
+                let p = pending.entry(txid).or_insert_with(|| asking_prepared(Vec::new()));
+                p.fragments.push(id);
+            }
             fragments.insert(id, Rc::new(fragment));
         }
         let coordinator = if index.get() == 0 {
-            Some(
-                Coordinator::open(&shared.data_dir)
-                    .await
-                    .map_err(|e| format!("cannot open the coordinator journal: {e}"))?,
-            )
+            let c = Coordinator::open(&shared.data_dir)
+                .await
+                .map_err(|e| format!("cannot open the coordinator journal: {e}"))?;
+            if shared.clustered {
+                c.keep_recovered(&shared.txn.recovered_commits());
+            }
+            Some(c)
         } else {
             None
         };
@@ -240,7 +247,7 @@ impl Core {
             counters: RefCell::default(),
             catalog_gate: glommio::sync::Semaphore::new(1),
             tx_counters: Cell::new(TxCounters::default()),
-            prepared: RefCell::default(),
+            prepared: RefCell::new(pending),
             sessions: RefCell::default(),
             next_session_txn: Cell::new(1),
             coordinator,
@@ -376,7 +383,14 @@ impl Core {
                 dir.display()
             ))
         })?;
-        resolve_in_doubt(&self.shared, &fragment).await.map_err(EngineError::FragmentLifecycle)?;
+        let asking = resolve_in_doubt(&self.shared, &fragment)
+            .await
+            .map_err(EngineError::FragmentLifecycle)?;
+        for txid in asking {
+            let mut prepared = self.prepared.borrow_mut();
+            let p = prepared.entry(txid).or_insert_with(|| asking_prepared(Vec::new()));
+            p.fragments.push(id);
+        }
         tracing::info!(fragment = %id, %range, executor = %self.index, "fragment opened");
         self.fragments.borrow_mut().insert(id, Rc::new(fragment));
         Ok(())
@@ -905,6 +919,9 @@ impl Core {
 
     /// Asks the coordinator for the fate of `txid`, recording ABORT when it has none.
     async fn resolve_by_timeout(&self, txid: TxId) -> Result<bool, EngineError> {
+        if coordinated_elsewhere(&self.shared, txid) {
+            return ask_coordinator_node(coordinator_of(txid), txid).await;
+        }
         let gate_shared = Arc::clone(&self.shared);
         if let Some(c) = &self.coordinator {
             return c.decide(gate_shared.txn.two_phase_gate(), txid, false, &[], 0).await;
@@ -1028,11 +1045,33 @@ impl Drop for RunningGuard<'_> {
     }
 }
 
+/// Whether another cluster node coordinates `txid` (its id in the txid's top bits; 0, which
+/// no cluster node has, marks an id made before cross-node transactions: this node's own).
+fn coordinated_elsewhere(shared: &Shared, txid: TxId) -> bool {
+    let coordinator = coordinator_of(txid);
+    shared.clustered && coordinator != shared.me && coordinator.0 != 0
+}
+
+/// A transaction left prepared by a crash whose coordinator is another cluster node: held
+/// (its documents stay locked) until the first sweep asks that node for the decision.
+fn asking_prepared(fragments: Vec<FragmentId>) -> PreparedTxn {
+    let since = Instant::now().checked_sub(TXN_PREPARED_TIMEOUT).unwrap_or_else(Instant::now);
+    PreparedTxn { fragments, since, finishing: false }
+}
+
 /// Resolves every transaction left prepared in `fragment` by a crash from the coordinator's
 /// decisions (read before any executor started): a recorded COMMIT commits, anything else
 /// aborts. Runs before the fragment serves traffic; waits for the records to be durable.
-async fn resolve_in_doubt(shared: &Shared, fragment: &Fragment) -> Result<(), String> {
+/// A transaction another cluster node coordinates (its id says which) stays prepared: the
+/// returned ids are resolved by asking that node (`sweep_prepared`), which may be down now.
+async fn resolve_in_doubt(shared: &Shared, fragment: &Fragment) -> Result<Vec<TxId>, String> {
+    let mut asking = Vec::new();
     for txid in fragment.in_doubt() {
+        if coordinated_elsewhere(shared, txid) {
+            tracing::info!(fragment = %fragment.id(), %txid, coordinator = coordinator_of(txid).0, "in-doubt transaction of another node; asking it");
+            asking.push(txid);
+            continue;
+        }
         let commit = shared.txn.recovered_commit(txid);
         let result = if commit {
             fragment.commit_prepared(txid).await
@@ -1044,7 +1083,30 @@ async fn resolve_in_doubt(shared: &Shared, fragment: &Fragment) -> Result<(), St
         })?;
         tracing::info!(fragment = %fragment.id(), %txid, commit, "in-doubt transaction resolved");
     }
-    Ok(())
+    Ok(asking)
+}
+
+/// Asks `node`, which coordinates `txid`, for its decision over a data connection.
+async fn ask_coordinator_node(node: router::NodeId, txid: TxId) -> Result<bool, EngineError> {
+    use crate::cluster::forward::{self, Reply, Share};
+    let request = forward::Request {
+        epoch: 0,
+        sql: String::new(),
+        index: 0,
+        params: Vec::new(),
+        share: Share::TxnDecide { txid: txid.get() },
+    };
+    match forward::call(node.0, request, true).await? {
+        Reply::Decided { commit } => Ok(commit),
+        Reply::Failed { code, message } => {
+            Err(crate::cluster::region::RegionError::Remote { code, message }.into())
+        }
+        other => Err(crate::cluster::region::RegionError::Forward {
+            node: node.0,
+            reason: format!("answered {other:?} when asked for a decision"),
+        }
+        .into()),
+    }
 }
 
 /// Waits until `fragment`'s readable version of a document is no longer `read`, the version

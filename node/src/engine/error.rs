@@ -137,4 +137,7 @@ pub enum EngineError {
     /// A backup failed while taking the cut or copying.
     #[error("backup failed: {0}")]
     Backup(String),
+    /// A cluster operation (`ALTER FRAGMENT`) was refused or could not reach the coordinator.
+    #[error(transparent)]
+    Move(#[from] crate::cluster::ops::MoveError),
 }

@@ -14,7 +14,7 @@ mod txn;
 
 pub use self::coordinator::{
     COORDINATOR_DIR, Coordinator, DecisionPass, DecisionRecord, GatePause, TwoPhaseGate, TxnShared,
-    fault, read_decisions,
+    coordinator_of, fault, read_decisions, txid_for_node,
 };
 pub use self::core::{
     Core, FragmentCounters, FragmentRow, PreparedTxn, SessionTxnRow, Target, TxCounters, TxnShare,

@@ -13,6 +13,11 @@
 //! autocommit write statement that touches one fragment runs there directly (evaluate and
 //! apply without an `.await` in between); one that touches several is a transaction of one
 //! through the same commit path, so it is atomic across fragments and executors.
+//!
+//! On a cluster, shares of other nodes' fragments are forwarded (`cluster::forward`), inside a
+//! block too (with the block's buffered writes of each fragment); COMMIT over several nodes is
+//! a two-phase commit coordinated by this node (see ARCHITECTURE.md, "cross-node
+//! transactions").
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -24,9 +29,11 @@ use query::plan::{CollectionName, Statement};
 use query::{Datum, PlacedDocument, SqlType};
 use router::{FragmentId, NodeId, Placement, RoutePlan, ShardMap, ShardRange};
 
-use super::coordinator::fault;
+use super::coordinator::{coordinator_of, fault, txid_for_node};
 use super::core::WRITE_CONFLICT_POLL;
-use super::core::{Core, FragmentRow, SessionTxnRow, Target, TxCounters, TxnTarget, WriteOutcome};
+use super::core::{
+    Core, FragmentRow, SessionTxnRow, Target, TxCounters, TxnShare, TxnTarget, WriteOutcome,
+};
 use super::error::EngineError;
 use super::limits::{TXN_AUTOCOMMIT_ATTEMPTS_MAX, TXN_FRAGMENT_OPS_MAX};
 use super::shared::CatalogView;
@@ -503,6 +510,16 @@ impl Session {
                 self.settings.insert(name.clone(), value.clone());
                 Ok(CommandTag::new("SET"))
             }
+            Statement::MoveFragment { fragment, node } => {
+                let epoch = crate::cluster::ops::plan_move(*fragment, *node).await?;
+                tracing::info!(
+                    fragment,
+                    node,
+                    epoch,
+                    "ALTER FRAGMENT: the coordinator planned the move"
+                );
+                Ok(CommandTag::new("ALTER FRAGMENT"))
+            }
             Statement::Begin => {
                 match &self.block {
                     Block::Idle => {
@@ -798,15 +815,8 @@ impl Session {
                 return Ok(None);
             }
             if here || remote.len() > 1 {
-                let mut nodes: Vec<String> = remote.keys().map(|n| n.0.to_string()).collect();
-                if here {
-                    nodes.insert(0, format!("{} (this node)", self.core.shared().me.0));
-                }
-                return Err(RegionError::CrossNode {
-                    what: "an autocommit write",
-                    nodes: nodes.join(", "),
-                }
-                .into());
+                // Spans nodes: a transaction of one statement, committed by this node.
+                return Ok(Some(self.autocommit_txn(statement).await?));
             }
             let Some(node) = remote.keys().next().copied() else { return Ok(None) };
             let request = self.request(epoch, Share::Write)?;
@@ -850,6 +860,18 @@ impl Session {
 
     async fn forwarded(&mut self, request: forward::Request) -> Result<Reply, EngineError> {
         let shared = Arc::clone(self.core.shared());
+        // Phase two and decision requests do not depend on the map the region routed by.
+        match request.share {
+            Share::TxnDecide { txid } => {
+                let commit = self.decide_for_participant(storage::TxId::new(txid)).await?;
+                return Ok(Reply::Decided { commit });
+            }
+            Share::TxnFinish { txid, fragments, commit } => {
+                self.finish_forwarded(storage::TxId::new(txid), fragments, commit).await?;
+                return Ok(Reply::Applied);
+            }
+            _ => {}
+        }
         let want = request.epoch;
         // This node may not have installed the region's map yet: wait for it (bounded).
         let limit = shared.buffers.limits().wait;
@@ -874,6 +896,12 @@ impl Session {
                     })
                     .collect(),
             ));
+        }
+        if let Share::TxnApply { target } = request.share {
+            return self.apply_forwarded(&map, target).await;
+        }
+        if let Share::TxnPrepare { txid, targets } = request.share {
+            return self.prepare_forwarded(&map, storage::TxId::new(txid), targets).await;
         }
         let parsed = query::parse(&request.sql)?;
         let unbound = parsed
@@ -939,8 +967,183 @@ impl Session {
                         .collect(),
                 })
             }
+            Share::TxnSelect { targets } => {
+                let groups = match txn_targets_here(&map, me, targets)? {
+                    Ok(g) => g,
+                    Err(fragment) => return Ok(Reply::NotMine { fragment }),
+                };
+                let results = self
+                    .fan_out(groups, &statement, |core, stmt, targets| async move {
+                        match &*stmt {
+                            Statement::Select(s) => core.txn_select(s, &targets),
+                            _ => Err(internal("forwarded select share of a non-SELECT")),
+                        }
+                    })
+                    .await?;
+                let mut partials = Vec::new();
+                let mut reads = Vec::new();
+                for (p, r) in results {
+                    partials.extend(p);
+                    for (fragment, list) in r {
+                        reads.push(forward::WireTxnShare {
+                            fragment: fragment.get(),
+                            intents: Vec::new(),
+                            reads: forward::reads_to_wire(&list),
+                            returning: Vec::new(),
+                            rows_scanned: 0,
+                        });
+                    }
+                }
+                Ok(Reply::TxnRead { partials: forward::partials_to_wire(&partials), reads })
+            }
+            Share::TxnWrite { targets } => {
+                let catalog = shared.catalog();
+                let mut groups = match txn_targets_here(&map, me, targets)? {
+                    Ok(g) => g,
+                    Err(fragment) => return Ok(Reply::NotMine { fragment }),
+                };
+                if let Statement::Insert(insert) = &*statement {
+                    // The owner places the documents again (same map epoch, same result) and
+                    // keeps those of the fragments the region sent here.
+                    let (placed, _) =
+                        self.place_all(insert, catalog.config(insert.collection.as_str()))?;
+                    let mut docs: BTreeMap<FragmentId, Vec<PlacedDocument>> =
+                        placed.into_values().flatten().collect();
+                    for targets in groups.values_mut() {
+                        for t in targets.iter_mut() {
+                            t.docs = docs.remove(&t.fragment).unwrap_or_default();
+                        }
+                    }
+                }
+                let with = (Arc::clone(&statement), catalog);
+                let shares = self
+                    .fan_out(groups, &with, |core, (stmt, view), targets| async move {
+                        let config = collection_of(&stmt).and_then(|c| view.config(c.as_str()));
+                        core.txn_write(&stmt, &targets, config)
+                    })
+                    .await?;
+                Ok(Reply::TxnShares(shares.iter().flatten().map(share_to_wire).collect()))
+            }
+            Share::TxnApply { .. }
+            | Share::TxnPrepare { .. }
+            | Share::TxnFinish { .. }
+            | Share::TxnDecide { .. } => Err(internal("commit share handled above")),
             Share::Fragments => Err(internal("fragments share handled above")),
         }
+    }
+
+    /// Applies a transaction's batch of one fragment of this node that another node's
+    /// session committed (its only write, or checks of reads).
+    async fn apply_forwarded(
+        &self,
+        map: &ShardMap,
+        target: forward::WireTxnTarget,
+    ) -> Result<Reply, EngineError> {
+        let fragment = FragmentId::new(target.fragment);
+        let Some(owner) = map.owner_of(fragment).filter(|o| o.node == self.core.shared().me) else {
+            return Ok(Reply::NotMine { fragment: target.fragment });
+        };
+        let batch = batch_from_wire(target)?;
+        let executor = ExecutorIndex::new(owner.executor.0 as usize);
+        let mut groups = BTreeMap::new();
+        groups.insert(executor, vec![(fragment, batch)]);
+        self.apply_batches(groups).await?;
+        Ok(Reply::Applied)
+    }
+
+    /// Phase one for a transaction another node coordinates: prepares its batches of this
+    /// node's fragments (durable; all or nothing on this node).
+    async fn prepare_forwarded(
+        &self,
+        map: &ShardMap,
+        txid: storage::TxId,
+        targets: Vec<forward::WireTxnTarget>,
+    ) -> Result<Reply, EngineError> {
+        let me = self.core.shared().me;
+        if coordinator_of(txid) == me {
+            return Err(internal("a prepare coordinated by this node came from another"));
+        }
+        let mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>> =
+            BTreeMap::new();
+        for target in targets {
+            let fragment = FragmentId::new(target.fragment);
+            let Some(owner) = map.owner_of(fragment).filter(|o| o.node == me) else {
+                return Ok(Reply::NotMine { fragment: target.fragment });
+            };
+            groups
+                .entry(ExecutorIndex::new(owner.executor.0 as usize))
+                .or_default()
+                .push((fragment, batch_from_wire(target)?));
+        }
+        let participants: Vec<(ExecutorIndex, Vec<FragmentId>)> =
+            groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
+        let prepared =
+            self.fan_out(groups, &txid, |core, txid, list| async move {
+                core.prepare_txn(txid, list).await
+            })
+            .await;
+        if let Err(e) = prepared {
+            // Executors that prepared abort at once (the coordinator aborts too).
+            self.phase_two(txid, &participants, false).await;
+            return Err(e);
+        }
+        Ok(Reply::Applied)
+    }
+
+    /// Phase two for a transaction another node coordinates, on this node's fragments of
+    /// `fragments`; returns once the records are durable.
+    async fn finish_forwarded(
+        &self,
+        txid: storage::TxId,
+        fragments: Vec<u32>,
+        commit: bool,
+    ) -> Result<(), EngineError> {
+        let me = self.core.shared().me;
+        let map = self.map()?;
+        let mut groups: BTreeMap<ExecutorIndex, Vec<FragmentId>> = BTreeMap::new();
+        for f in fragments {
+            let id = FragmentId::new(f);
+            if let Some(owner) = map.owner_of(id).filter(|o| o.node == me) {
+                groups.entry(ExecutorIndex::new(owner.executor.0 as usize)).or_default().push(id);
+            }
+        }
+        let with = (txid, commit);
+        self.fan_out(groups, &with, |core, (txid, commit), list| async move {
+            core.finish_txn(txid, list, commit, None).await;
+            Ok(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The decision on `txid` for a participant on another node that holds it prepared: a
+    /// COMMIT recovered from this node's journal, else the coordinator's (ABORT recorded
+    /// first when it has none).
+    async fn decide_for_participant(&self, txid: storage::TxId) -> Result<bool, EngineError> {
+        let shared = Arc::clone(self.core.shared());
+        if coordinator_of(txid) != shared.me {
+            return Err(internal(
+                "asked for the decision of a transaction another node coordinates",
+            ));
+        }
+        if shared.txn.recovered_commit(txid) {
+            return Ok(true);
+        }
+        let gate_shared = Arc::clone(&shared);
+        if let Some(c) = self.core.coordinator() {
+            return c.decide(gate_shared.txn.two_phase_gate(), txid, false, &[], 0).await;
+        }
+        self.ctx
+            .mesh
+            .call(ExecutorIndex::new(0), move |core| async move {
+                match core.coordinator() {
+                    Some(c) => {
+                        c.decide(gate_shared.txn.two_phase_gate(), txid, false, &[], 0).await
+                    }
+                    None => Err(internal("executor 0 has no coordinator")),
+                }
+            })
+            .await?
     }
 
     async fn write(&self, statement: &Arc<Statement>) -> Result<WriteOutcome, EngineError> {
@@ -1009,14 +1212,14 @@ impl Session {
             let outcome = self.txn_statement(&mut txn, statement, false).await?;
             match self.commit_txn(&txn).await {
                 Ok(()) => return Ok(outcome),
-                Err(EngineError::TxnConflict { .. }) if attempt < TXN_AUTOCOMMIT_ATTEMPTS_MAX => {
+                Err(e) if is_conflict(&e) && attempt < TXN_AUTOCOMMIT_ATTEMPTS_MAX => {
                     // The other transaction is usually one fdatasync from done: give it that
                     // long (growing with each attempt) before running again.
                     glommio::timer::sleep(WRITE_CONFLICT_POLL * attempt).await;
                     attempt += 1;
                     tracing::debug!(attempt, "autocommit transaction conflicted; re-running");
                 }
-                Err(EngineError::TxnConflict { .. }) => {
+                Err(e) if is_conflict(&e) => {
                     return Err(EngineError::Contention { attempts: attempt });
                 }
                 Err(e) => return Err(e),
@@ -1048,22 +1251,45 @@ impl Session {
         let Statement::Select(select) = &**statement else {
             return Err(internal("txn_select() of a non-SELECT"));
         };
-        let catalog = self.core.shared().catalog();
-        let groups = self.route(statement, &catalog)?.map(|(_, g)| g).unwrap_or_default();
-        let txn = self.open_txn()?;
-        let groups = with_writes(txn, groups);
-        let results = self
-            .fan_out(groups, statement, |core, stmt, targets| async move {
-                match &*stmt {
-                    Statement::Select(s) => core.txn_select(s, &targets),
-                    _ => Err(internal("select share of a non-SELECT")),
-                }
-            })
-            .await?;
+        let mut attempt = 1;
+        let (results, remote_partials, remote_reads) = loop {
+            let catalog = self.core.shared().catalog();
+            let Some(routed) = self.route_all(statement, &catalog)? else {
+                break (Vec::new(), Vec::new(), Vec::new());
+            };
+            if self.located(&routed.plan.fragments).await? {
+                continue;
+            }
+            let txn = self.open_txn()?;
+            let remote: Vec<(NodeId, Vec<forward::WireTxnTarget>)> = routed
+                .remote
+                .iter()
+                .map(|(node, targets)| (*node, wire_txn_targets(txn, targets)))
+                .collect();
+            let groups = with_writes(txn, routed.local);
+            let forwarded = self.forward_txn(routed.epoch, remote, true)?;
+            let local = self
+                .fan_out(groups, statement, |core, stmt, targets| async move {
+                    match &*stmt {
+                        Statement::Select(s) => core.txn_select(s, &targets),
+                        _ => Err(internal("select share of a non-SELECT")),
+                    }
+                })
+                .await;
+            let answers = collect_txn(forwarded).await;
+            let local = local?;
+            match answers? {
+                Ok((partials, shares)) => break (local, partials, shares),
+                Err(current) => self.refresh(routed.epoch, current, &mut attempt).await?,
+            }
+        };
         let collection =
             select.collection.as_ref().map(|c| c.as_str().to_owned()).unwrap_or_default();
         let txn = self.open_txn()?;
-        let mut partials = Vec::new();
+        let mut partials = remote_partials;
+        for share in remote_reads {
+            txn.absorb(share.fragment, &collection, share.reads, Vec::new())?;
+        }
         for (p, reads) in results {
             partials.extend(p);
             for (fragment, r) in reads {
@@ -1099,11 +1325,39 @@ impl Session {
         statement: &Arc<Statement>,
         keep_reads: bool,
     ) -> Result<WriteOutcome, EngineError> {
+        let mut attempt = 1;
+        loop {
+            match self.txn_statement_once(txn, statement, keep_reads).await? {
+                Ok(outcome) => return Ok(outcome),
+                Err((used, current)) => self.refresh(used, current, &mut attempt).await?,
+            }
+        }
+    }
+
+    /// One attempt of `txn_statement`: `Ok(Err((epoch used, owner's epoch)))` when an owner
+    /// said the map is stale (nothing was absorbed).
+    async fn txn_statement_once(
+        &self,
+        txn: &mut Txn,
+        statement: &Arc<Statement>,
+        keep_reads: bool,
+    ) -> Result<Result<WriteOutcome, (u64, u64)>, EngineError> {
         let catalog = self.core.shared().catalog();
-        let (collection, groups) = match &**statement {
+        let epoch = self.core.shared().map_epoch().0;
+        let (collection, groups, remote) = match &**statement {
             Statement::Insert(insert) => {
                 let config = catalog.config(insert.collection.as_str());
-                let placed = self.place(insert, config)?;
+                let (placed, remote) = self.place_all(insert, config)?;
+                let remote: Vec<(NodeId, Vec<forward::WireTxnTarget>)> = remote
+                    .into_iter()
+                    .map(|(node, fragments)| {
+                        let targets: Vec<Target> = fragments
+                            .into_iter()
+                            .map(|fragment| Target { fragment, ranges: Vec::new() })
+                            .collect();
+                        (node, wire_txn_targets(txn, &targets))
+                    })
+                    .collect();
                 let groups: BTreeMap<ExecutorIndex, Vec<TxnTarget>> = placed
                     .into_iter()
                     .map(|(e, list)| {
@@ -1119,25 +1373,44 @@ impl Session {
                         (e, targets)
                     })
                     .collect();
-                (insert.collection.as_str().to_owned(), groups)
+                (insert.collection.as_str().to_owned(), groups, remote)
             }
             Statement::Update(_) | Statement::Delete(_) => {
                 let collection =
                     collection_of(statement).map(|c| c.as_str().to_owned()).unwrap_or_default();
-                let groups = self.route(statement, &catalog)?.map(|(_, g)| g).unwrap_or_default();
-                (collection, with_writes(txn, groups))
+                match self.route_all(statement, &catalog)? {
+                    Some(routed) => {
+                        if self.located(&routed.plan.fragments).await? {
+                            return Ok(Err((routed.epoch, 0)));
+                        }
+                        let remote = routed
+                            .remote
+                            .iter()
+                            .map(|(node, targets)| (*node, wire_txn_targets(txn, targets)))
+                            .collect();
+                        (collection, with_writes(txn, routed.local), remote)
+                    }
+                    None => (collection, BTreeMap::new(), Vec::new()),
+                }
             }
             _ => return Err(internal("txn_statement() of a non-write")),
         };
+        let forwarded = self.forward_txn(epoch, remote, false)?;
         let with = (Arc::clone(statement), catalog);
-        let shares = self
+        let local = self
             .fan_out(groups, &with, |core, (stmt, view), targets| async move {
                 let config = collection_of(&stmt).and_then(|c| view.config(c.as_str()));
                 core.txn_write(&stmt, &targets, config)
             })
-            .await?;
+            .await;
+        let answers = collect_txn(forwarded).await;
+        let local = local?;
+        let remote_shares = match answers? {
+            Ok((_, shares)) => shares,
+            Err(current) => return Ok(Err((epoch, current))),
+        };
         let mut outcome = WriteOutcome::default();
-        for share in shares.into_iter().flatten() {
+        for share in local.into_iter().flatten().chain(remote_shares) {
             outcome.analysis.push(FragmentAnalysis {
                 fragment: share.fragment,
                 rows_scanned: share.rows_scanned,
@@ -1149,24 +1422,46 @@ impl Session {
             let reads = if keep_reads { share.reads } else { Vec::new() };
             txn.absorb(share.fragment, &collection, reads, share.intents)?;
         }
-        Ok(outcome)
+        Ok(Ok(outcome))
+    }
+
+    /// Sends each remote node its transactional share of the running statement (a SELECT
+    /// when `select`, else a write), one request per node, running meanwhile.
+    fn forward_txn(
+        &self,
+        epoch: u64,
+        remote: Vec<(NodeId, Vec<forward::WireTxnTarget>)>,
+        select: bool,
+    ) -> Result<Vec<ForwardTask>, EngineError> {
+        let mut tasks = Vec::with_capacity(remote.len());
+        for (node, targets) in remote {
+            let share =
+                if select { Share::TxnSelect { targets } } else { Share::TxnWrite { targets } };
+            let request = self.request(epoch, share)?;
+            tasks.push(glommio::spawn_local(forward::call(node.0, request, select)));
+        }
+        Ok(tasks)
     }
 
     /// Commits a transaction: validates reads (nothing written), applies one fragment's batch
-    /// (fast path) or runs two-phase commit. `TxnConflict` means nothing was applied.
+    /// (fast path) or runs two-phase commit. `TxnConflict` means nothing was applied. A
+    /// fragment of another cluster node gets its batch over a data connection (the block's
+    /// buffer stays here): applied at once on the fast path, prepared and finished by this
+    /// node as the coordinator otherwise.
     async fn commit_txn(&self, txn: &Txn) -> Result<(), EngineError> {
         let batches = txn.batches();
         let writes = batches.values().any(|b| b.writes() > 0);
         let map = self.map()?;
+        let epoch = map.epoch().0;
         let me = self.core.shared().me;
         let mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>> =
             BTreeMap::new();
         let count = batches.len();
-        let mut remote: Remote<FragmentId> = BTreeMap::new();
+        let mut remote: Remote<forward::WireTxnTarget> = BTreeMap::new();
         for (fragment, batch) in batches {
             let owner = map.owner_of(fragment).ok_or_else(|| internal("fragment without owner"))?;
             if owner.node != me {
-                remote.entry(owner.node).or_default().push(fragment);
+                remote.entry(owner.node).or_default().push(wire_commit_target(txn, fragment));
                 continue;
             }
             groups
@@ -1174,7 +1469,6 @@ impl Session {
                 .or_default()
                 .push((fragment, batch));
         }
-        local_only(&remote, "a transaction")?;
         if count == 0 {
             self.core.count_tx(|c| c.read_only_commits += 1);
             return Ok(());
@@ -1182,23 +1476,17 @@ impl Session {
         if !writes || count == 1 {
             // Checks only (validated in slices: each check stands on its own once every read
             // is done), or the fast path: one fragment, one batch, one fdatasync.
-            self.fan_out(groups, &(), |core, (), list| async move {
-                for (fragment, batch) in list {
-                    if batch.writes() > 0 {
-                        core.apply_txn(fragment, batch).await?;
-                        continue;
-                    }
-                    for slice in batch.ops().chunks(TXN_FRAGMENT_OPS_MAX) {
-                        let mut part = storage::WriteBatch::new();
-                        for op in slice {
-                            part.push(op.clone());
-                        }
-                        core.apply_txn(fragment, part).await?;
-                    }
+            let mut tasks = Vec::new();
+            for (node, targets) in remote {
+                for target in targets {
+                    let request = self.request(epoch, Share::TxnApply { target })?;
+                    tasks.push(glommio::spawn_local(forward::call(node.0, request, false)));
                 }
-                Ok(())
-            })
-            .await?;
+            }
+            let local = self.apply_batches(groups).await;
+            let answers = expect_applied(tasks).await;
+            local?;
+            answers?;
             if writes {
                 self.core.count_tx(|c| c.fast_path_commits += 1);
             } else {
@@ -1206,48 +1494,151 @@ impl Session {
             }
             return Ok(());
         }
-        self.two_phase(groups).await
+        self.two_phase(groups, remote, epoch).await
     }
 
-    /// Two-phase commit over the participants in `groups` (one mesh call per executor per
-    /// phase). The COMMIT decision's fdatasync is the commit point; the writes are visible on
-    /// every participant before this returns, their Commit records become durable after.
-    async fn two_phase(
+    /// Applies batches on this node's executors (the fast path, or checks in slices).
+    async fn apply_batches(
         &self,
         groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>>,
     ) -> Result<(), EngineError> {
+        self.fan_out(groups, &(), |core, (), list| async move {
+            for (fragment, batch) in list {
+                if batch.writes() > 0 {
+                    core.apply_txn(fragment, batch).await?;
+                    continue;
+                }
+                for slice in batch.ops().chunks(TXN_FRAGMENT_OPS_MAX) {
+                    let mut part = storage::WriteBatch::new();
+                    for op in slice {
+                        part.push(op.clone());
+                    }
+                    core.apply_txn(fragment, part).await?;
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Two-phase commit over the participants in `groups` (one mesh call per executor per
+    /// phase) and the fragments of other nodes in `remote` (one request per node per phase).
+    /// The COMMIT decision's fdatasync in this node's coordinator journal is the commit
+    /// point; the writes are visible on every participant before this returns, their Commit
+    /// records become durable after. A remote participant that misses phase two asks this
+    /// node for the decision (the node is in the transaction id, `coordinator_of`).
+    async fn two_phase(
+        &self,
+        groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>>,
+        remote: Remote<forward::WireTxnTarget>,
+        epoch: u64,
+    ) -> Result<(), EngineError> {
         let shared = Arc::clone(self.core.shared());
-        let txid = shared.txn.next_txid();
+        let mut txid = shared.txn.next_txid();
+        if shared.clustered {
+            txid = txid_for_node(txid, shared.me).ok_or_else(|| {
+                EngineError::from(RegionError::CrossNode {
+                    what: "a two-phase commit on a node whose id is 4096 or more",
+                    nodes: shared.me.0.to_string(),
+                })
+            })?;
+        }
         let participants: Vec<(ExecutorIndex, Vec<FragmentId>)> =
             groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
-        let fragments: Vec<FragmentId> =
+        let remote_fragments: Vec<(NodeId, Vec<u32>)> = remote
+            .iter()
+            .map(|(n, targets)| (*n, targets.iter().map(|t| t.fragment).collect()))
+            .collect();
+        let mut fragments: Vec<FragmentId> =
             participants.iter().flat_map(|(_, f)| f.iter().copied()).collect();
+        fragments.extend(
+            remote_fragments.iter().flat_map(|(_, f)| f.iter().map(|f| FragmentId::new(*f))),
+        );
+        let mut asked = Vec::with_capacity(remote.len());
+        for (node, targets) in remote {
+            let request = self.request(epoch, Share::TxnPrepare { txid: txid.get(), targets })?;
+            asked.push(glommio::spawn_local(forward::call(node.0, request, false)));
+        }
         let prepared =
             self.fan_out(groups, &txid, |core, txid, list| async move {
                 core.prepare_txn(txid, list).await
             })
             .await;
-        if let Err(e) = prepared {
+        let remote_prepared = expect_applied(asked).await;
+        if let Err(e) = prepared.map(|_| ()).and(remote_prepared) {
             self.phase_two(txid, &participants, false).await;
+            self.remote_phase_two(txid, &remote_fragments, false).await;
             return Err(e);
         }
         fault::before_decision().await;
         // The coordinator's executor does its own share of phase two inside the decision's
-        // call when the session runs elsewhere: one cross-executor round trip less.
+        // call when the session runs elsewhere: one cross-executor round trip less. Every
+        // local executor and every remote node reports its share finished.
         let coordinator = ExecutorIndex::new(0);
-        let executors = participants.len();
+        let reporting = participants.len() + remote_fragments.len();
         let (there, rest): (Vec<_>, Vec<_>) = participants
             .into_iter()
             .partition(|(e, _)| *e == coordinator && self.core.index() != coordinator);
         let there = there.into_iter().next().map(|(_, f)| f);
-        let commit = self.decide(txid, fragments, executors, there).await?;
-        self.phase_two(txid, &rest, commit).await;
+        let commit = self.decide(txid, fragments, reporting, there).await?;
+        let local = self.phase_two(txid, &rest, commit);
+        let other = self.remote_phase_two(txid, &remote_fragments, commit);
+        futures_lite::future::zip(local, other).await;
         if commit {
             self.core.count_tx(|c| c.two_phase_commits += 1);
             Ok(())
         } else {
             Err(EngineError::TxnAborted)
         }
+    }
+
+    /// Phase two on other nodes: each commits (or aborts) its fragments of `txid` and answers
+    /// once they are durable; each commit answered counts as a finished participant in the
+    /// coordinator. A node that does not answer keeps `txid` prepared and asks this node for
+    /// the decision later.
+    async fn remote_phase_two(
+        &self,
+        txid: storage::TxId,
+        remote: &[(NodeId, Vec<u32>)],
+        commit: bool,
+    ) {
+        let mut tasks = Vec::with_capacity(remote.len());
+        for (node, fragments) in remote {
+            let share = Share::TxnFinish { txid: txid.get(), fragments: fragments.clone(), commit };
+            let Ok(request) = self.request(0, share) else { continue };
+            tasks.push((*node, glommio::spawn_local(forward::call(node.0, request, false))));
+        }
+        for (node, task) in tasks {
+            match task.await {
+                Ok(Reply::Applied) if commit => self.report_remote_finished(txid).await,
+                Ok(Reply::Applied) => {}
+                Ok(other) => {
+                    tracing::warn!(%txid, node = node.0, answer = ?other, "phase two not confirmed; the participant will ask");
+                }
+                Err(e) => {
+                    tracing::warn!(%txid, node = node.0, error = %e, "phase two not delivered; the participant will ask");
+                }
+            }
+        }
+    }
+
+    /// Tells this node's coordinator that one remote participant's Commit records are durable.
+    async fn report_remote_finished(&self, txid: storage::TxId) {
+        let shared = Arc::clone(self.core.shared());
+        if let Some(c) = self.core.coordinator() {
+            c.finished(shared.txn.two_phase_gate(), txid).await;
+            return;
+        }
+        let _ = self
+            .ctx
+            .mesh
+            .call(ExecutorIndex::new(0), move |core| async move {
+                if let Some(c) = core.coordinator() {
+                    c.finished(core.shared().two_phase_gate(), txid).await;
+                }
+            })
+            .await;
     }
 
     /// Sends the outcome to every participant executor and waits until the writes are
@@ -1981,9 +2372,13 @@ fn reply_error(reply: Reply) -> Result<u64, EngineError> {
         Reply::StaleEpoch { current } => Ok(current),
         Reply::NotMine { .. } => Ok(0),
         Reply::Failed { code, message } => Err(RegionError::Remote { code, message }.into()),
-        Reply::Partials(_) | Reply::Written { .. } | Reply::Fragments(_) => {
-            Err(bad_reply("an answer of another kind".to_owned()))
-        }
+        Reply::Partials(_)
+        | Reply::Written { .. }
+        | Reply::Fragments(_)
+        | Reply::TxnRead { .. }
+        | Reply::TxnShares(_)
+        | Reply::Decided { .. }
+        | Reply::Applied => Err(bad_reply("an answer of another kind".to_owned())),
     }
 }
 
@@ -2031,6 +2426,189 @@ fn with_writes(
             (e, targets)
         })
         .collect()
+}
+
+/// A fragment's part of `txn` for the owner to commit: its writes and the reads to check.
+fn wire_commit_target(txn: &Txn, fragment: FragmentId) -> forward::WireTxnTarget {
+    let (writes, reads) = match txn.fragments.get(&fragment) {
+        Some(f) => {
+            let reads: Vec<_> = f.reads.values().cloned().collect();
+            (forward::writes_to_wire(Some(&f.writes)), forward::reads_to_wire(&reads))
+        }
+        None => (Vec::new(), Vec::new()),
+    };
+    forward::WireTxnTarget { fragment: fragment.get(), ranges: Vec::new(), writes, reads }
+}
+
+/// The storage batch of one fragment's part of a transaction committed by another node
+/// (`Txn::batches` of that part: writes expect their base, reads not written are checks).
+fn batch_from_wire(target: forward::WireTxnTarget) -> Result<storage::WriteBatch, EngineError> {
+    let fragment = FragmentId::new(target.fragment);
+    let writes = forward::writes_from_wire(target.writes).map_err(bad_reply)?;
+    let reads = forward::reads_from_wire(target.reads).map_err(bad_reply)?;
+    let mut txn = Txn::new(0);
+    let part = txn.fragments.entry(fragment).or_default();
+    part.writes = Arc::new(writes);
+    for r in reads {
+        part.reads.insert((r.collection.clone(), r.key.clone()), r);
+    }
+    Ok(txn.batches().remove(&fragment).unwrap_or_default())
+}
+
+/// Awaits forwarded commit work (apply, prepare): every answer must be `Applied`; a stale
+/// map at that point fails the transaction with 40001 (nothing of it was applied there).
+async fn expect_applied(tasks: Vec<ForwardTask>) -> Result<(), EngineError> {
+    let mut first_error = None;
+    for task in tasks {
+        let failure = match task.await {
+            Ok(Reply::Applied) => continue,
+            Ok(other) => match reply_error(other) {
+                Ok(_) => RegionError::Remote {
+                    code: SqlState::SERIALIZATION_FAILURE.to_string(),
+                    message: "the shard map changed during COMMIT; retry the transaction".into(),
+                }
+                .into(),
+                Err(e) => e,
+            },
+            Err(e) => e.into(),
+        };
+        first_error = first_error.or(Some(failure));
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Whether `e` is a write conflict, here or on another node (whose conflict travels as its
+/// SQLSTATE): nothing of the transaction was applied, it may run again.
+fn is_conflict(e: &EngineError) -> bool {
+    match e {
+        EngineError::TxnConflict { .. } => true,
+        EngineError::Region(RegionError::Remote { code, .. }) => {
+            code == SqlState::SERIALIZATION_FAILURE.code()
+        }
+        _ => false,
+    }
+}
+
+/// A forwarded request running.
+type ForwardTask = glommio::Task<Result<Reply, RegionError>>;
+
+/// Awaits every forwarded transactional share: their partial results and shares, or
+/// `Ok(Err(epoch))` when an owner said the map is stale (retry after a refresh).
+async fn collect_txn(
+    tasks: Vec<ForwardTask>,
+) -> Result<Result<(Vec<query::Partial>, Vec<TxnShare>), u64>, EngineError> {
+    let mut partials = Vec::new();
+    let mut shares = Vec::new();
+    let mut retry = None;
+    let mut first_error = None;
+    for task in tasks {
+        let reply = match task.await {
+            Ok(r) => r,
+            Err(e) => {
+                first_error = first_error.or(Some(e.into()));
+                continue;
+            }
+        };
+        let result = match reply {
+            Reply::TxnRead { partials: p, reads } => {
+                forward::partials_from_wire(p).map_err(bad_reply).and_then(|p| {
+                    partials.extend(p);
+                    reads.into_iter().map(share_from_wire).collect::<Result<Vec<_>, _>>()
+                })
+            }
+            Reply::TxnShares(list) => {
+                list.into_iter().map(share_from_wire).collect::<Result<Vec<_>, _>>()
+            }
+            other => match reply_error(other) {
+                Ok(epoch) => {
+                    retry = Some(epoch);
+                    Ok(Vec::new())
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match result {
+            Ok(list) => shares.extend(list),
+            Err(e) => first_error = first_error.or(Some(e)),
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    Ok(match retry {
+        Some(epoch) => Err(epoch),
+        None => Ok((partials, shares)),
+    })
+}
+
+/// Remote targets of a transaction's statement for the wire, each with the block's
+/// buffered writes on its fragment (the overlay the owner reads through).
+fn wire_txn_targets(txn: &Txn, targets: &[Target]) -> Vec<forward::WireTxnTarget> {
+    targets
+        .iter()
+        .map(|t| forward::WireTxnTarget {
+            fragment: t.fragment.get(),
+            ranges: t
+                .ranges
+                .iter()
+                .map(|r| forward::WireRange { start: r.start(), end: r.end() })
+                .collect(),
+            writes: forward::writes_to_wire(txn.writes_of(t.fragment).as_deref()),
+            reads: Vec::new(),
+        })
+        .collect()
+}
+
+/// A remote transactional share from the wire.
+fn share_from_wire(s: forward::WireTxnShare) -> Result<TxnShare, EngineError> {
+    Ok(TxnShare {
+        fragment: FragmentId::new(s.fragment),
+        intents: forward::intents_from_wire(s.intents).map_err(bad_reply)?,
+        reads: forward::reads_from_wire(s.reads).map_err(bad_reply)?,
+        returning: s
+            .returning
+            .into_iter()
+            .map(forward::datums_from_wire)
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(bad_reply)?,
+        rows_scanned: s.rows_scanned,
+        elapsed: std::time::Duration::ZERO,
+    })
+}
+
+/// A local transactional share for the wire.
+fn share_to_wire(s: &TxnShare) -> forward::WireTxnShare {
+    forward::WireTxnShare {
+        fragment: s.fragment.get(),
+        intents: forward::intents_to_wire(&s.intents),
+        reads: forward::reads_to_wire(&s.reads),
+        returning: s.returning.iter().map(|r| forward::datums_to_wire(r)).collect(),
+        rows_scanned: s.rows_scanned,
+    }
+}
+
+/// Wire targets of a forwarded transactional share as local ones, grouped by executor;
+/// `Err(fragment)` when this node does not own one of them.
+fn txn_targets_here(
+    map: &ShardMap,
+    me: NodeId,
+    targets: Vec<forward::WireTxnTarget>,
+) -> Result<Result<BTreeMap<ExecutorIndex, Vec<TxnTarget>>, u32>, EngineError> {
+    let mut groups: BTreeMap<ExecutorIndex, Vec<TxnTarget>> = BTreeMap::new();
+    for t in targets {
+        let id = FragmentId::new(t.fragment);
+        let Some(owner) = map.owner_of(id).filter(|o| o.node == me) else {
+            return Ok(Err(t.fragment));
+        };
+        let writes = forward::writes_from_wire(t.writes).map_err(bad_reply)?;
+        groups.entry(ExecutorIndex::new(owner.executor.0 as usize)).or_default().push(TxnTarget {
+            fragment: id,
+            ranges: t.ranges.iter().filter_map(|r| ShardRange::new(r.start, r.end)).collect(),
+            docs: Vec::new(),
+            writes: (!writes.docs.is_empty()).then(|| Arc::new(writes)),
+        });
+    }
+    Ok(Ok(groups))
 }
 
 /// The parts of `ranges` inside `within`.

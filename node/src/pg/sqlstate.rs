@@ -117,6 +117,10 @@ impl SqlState {
     pub const DUPLICATE_TABLE: SqlState = SqlState::of(b"42P07");
     /// 42704 undefined_object: an unknown setting.
     pub const UNDEFINED_OBJECT: SqlState = SqlState::of(b"42704");
+    /// 42809 wrong_object_type: `ALTER FRAGMENT` to a proxy node.
+    pub const WRONG_OBJECT_TYPE: SqlState = SqlState::of(b"42809");
+    /// 57P03 cannot_connect_now: no cluster coordinator reachable right now.
+    pub const CANNOT_CONNECT_NOW: SqlState = SqlState::of(b"57P03");
     /// 42P01 undefined_table.
     pub const UNDEFINED_TABLE: SqlState = SqlState::of(b"42P01");
     /// 55000 object_not_in_prerequisite_state: a refused configuration change.
@@ -184,7 +188,11 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
         E::Journal(_) => SqlState::IO_ERROR,
         E::BackupTarget(_) => SqlState::INVALID_PARAMETER_VALUE,
         E::Backup(_) => SqlState::IO_ERROR,
-        E::NotHere { .. } | E::Fenced { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        E::Move(e) => move_state(e),
+        E::NotHere { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        // Refused before anything was written, by a fragment a handoff fenced: a conflict
+        // with the move, which the client retries like any other (40001).
+        E::Fenced { .. } => SqlState::SERIALIZATION_FAILURE,
         E::FragmentLifecycle(_) => SqlState::IO_ERROR,
         E::Region(e) => region_state(e),
     };
@@ -197,6 +205,19 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
         pg = pg.with_hint(hint);
     }
     pg
+}
+
+fn move_state(error: &crate::cluster::ops::MoveError) -> SqlState {
+    use crate::cluster::ops::MoveError as M;
+    match error {
+        M::NotCluster => SqlState::FEATURE_NOT_SUPPORTED,
+        M::UnknownFragment { .. } | M::UnknownNode { .. } => SqlState::UNDEFINED_OBJECT,
+        M::ProxyNode { .. } => SqlState::WRONG_OBJECT_TYPE,
+        M::AlreadyOwner { .. } | M::AlreadyMoving { .. } | M::NoMap => {
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
+        }
+        M::NoCoordinator { .. } => SqlState::CANNOT_CONNECT_NOW,
+    }
 }
 
 fn region_state(error: &crate::cluster::region::RegionError) -> SqlState {

@@ -592,6 +592,8 @@ fn classify(flavor: Flavor, e: &tokio_postgres::Error) -> Failure {
         // Operator intervention (a server shutting down or crashing: PostgreSQL's immediate
         // shutdown says so before it closes the connection): the answer is lost.
         Some(code) if code.code().starts_with("57P0") => Failure::Lost,
+        // A cluster node the statement needed went away (killed): the answer is lost too.
+        Some(code) if code.code() == "08006" => Failure::Lost,
         Some(code) => Failure::Unexpected(match e.as_db_error() {
             Some(db) => format!("{}: {}", code.code(), db.message()),
             None => format!("{}: {e}", code.code()),

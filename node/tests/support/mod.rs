@@ -500,6 +500,11 @@ impl Node {
         );
     }
 
+    /// The extra `serve` arguments of the next start (`NodeOptions::extra_args`).
+    pub fn set_extra_args(&mut self, extra_args: Vec<String>) {
+        self.options.extra_args = extra_args;
+    }
+
     /// The `--fragments` of the next start (an existing data directory keeps its own).
     pub fn set_fragments(&mut self, fragments: u32) {
         self.options.fragments = fragments;

@@ -1,0 +1,132 @@
+//! `ALTER FRAGMENT $n MOVE TO NODE m` on a cluster of two data nodes and a proxy (manual
+//! allocation, so the coordinator plans nothing itself): a move asked through any node is
+//! planned by the coordinator (asking again is refused: it is recorded), and each refusal has
+//! its SQLSTATE: unknown fragment or node 42704, proxy target 42809, already owner or moving
+//! 55000, syntax 42601, not a cluster 0A000, no coordinator reachable 57P03.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{Node, NodeOptions, free_loopback_port, simple_rows, sqlstate};
+
+/// How long a cluster change may take before the test fails with the logs.
+const CLUSTER_DEADLINE: Duration = Duration::from_secs(60);
+/// Pause between two polls (polling, not synchronisation).
+const POLL_EVERY: Duration = Duration::from_millis(100);
+const FRAGMENTS: u32 = 4;
+
+fn options(id: u32, role: &str, peer: u16, join: Option<u16>) -> NodeOptions {
+    let mut extra_args: Vec<String> = [
+        "--cluster-name",
+        "move",
+        "--node-id",
+        &id.to_string(),
+        "--peer-listen",
+        &format!("127.0.0.1:{peer}"),
+        "--min-members",
+        "2",
+        "--allocation",
+        "manual",
+        "--role",
+        role,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    if let Some(j) = join {
+        extra_args.extend(["--join".to_owned(), format!("127.0.0.1:{j}")]);
+    }
+    NodeOptions { executors: 1, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
+}
+
+/// Runs `sql` on `node`: `Ok` or the SQLSTATE and message.
+async fn run(node: &Node, sql: &str) -> Result<(), (String, String)> {
+    match node.connect().await.simple_query(sql).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            Err((sqlstate(&e), e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default()))
+        }
+    }
+}
+
+/// Runs `sql` on `node`, expecting a refusal with SQLSTATE `want`; returns its message.
+async fn refused(node: &Node, sql: &str, want: &str) -> String {
+    let (state, message) = run(node, sql).await.expect_err(sql);
+    assert_eq!(state, want, "{sql}: {message}");
+    message
+}
+
+/// Polls until every node shows three members and an allocated map.
+async fn wait_formed(nodes: &[Node]) {
+    let deadline = Instant::now() + CLUSTER_DEADLINE;
+    loop {
+        let mut ok = true;
+        for n in nodes {
+            let rows = match n.connect().await.simple_query("SHOW CLUSTER").await {
+                Ok(m) => simple_rows(&m),
+                Err(_) => Vec::new(),
+            };
+            ok &= rows.len() == 3
+                && rows
+                    .iter()
+                    .all(|r| r[4].as_deref() == Some("t") && r[7].as_deref() == Some("1"));
+        }
+        if ok {
+            return;
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = nodes.iter().map(Node::log_text).collect();
+            panic!("cluster never formed:\n{}", logs.join("\n-----\n"));
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+// Checks ALTER FRAGMENT on a single node is 0A000.
+#[tokio::test]
+async fn alter_fragment_needs_a_cluster() {
+    let node = Node::start();
+    let (state, message) = run(&node, "ALTER FRAGMENT $1 MOVE TO NODE 2").await.unwrap_err();
+    assert_eq!(state, "0A000", "{message}");
+    assert!(message.contains("needs a cluster"), "{message}");
+}
+
+// Checks a move planned through a follower and through the proxy, each refusal's SQLSTATE,
+// and 57P03 once no coordinator is reachable.
+#[tokio::test]
+async fn alter_fragment_plans_moves_and_refuses_with_sqlstates() {
+    let ports: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
+    let mut nodes = vec![
+        Node::start_with(options(1, "data", ports[0], None)),
+        Node::start_with(options(2, "data", ports[1], Some(ports[0]))),
+        Node::start_with(options(3, "proxy", ports[2], Some(ports[0]))),
+    ];
+    for n in &mut nodes {
+        n.expect_log("is unreachable");
+    }
+    wait_formed(&nodes).await;
+    // Manual allocation deals fragments 0..4 to nodes 1, 2, 1, 2.
+    assert_eq!(run(&nodes[1], "ALTER FRAGMENT $0 MOVE TO NODE n2").await, Ok(()));
+    let m = refused(&nodes[0], "ALTER FRAGMENT $0 MOVE TO NODE 2", "55000").await;
+    assert!(m.contains("already planned"), "the plan is recorded: {m}");
+    assert_eq!(run(&nodes[2], "alter fragment 2 move to node 2;").await, Ok(()), "via the proxy");
+    let m = refused(&nodes[2], "ALTER FRAGMENT $1 MOVE TO NODE 2", "55000").await;
+    assert!(m.contains("already owned by node 2"), "{m}");
+    refused(&nodes[1], "ALTER FRAGMENT $99 MOVE TO NODE 2", "42704").await;
+    refused(&nodes[0], "ALTER FRAGMENT $1 MOVE TO NODE 9", "42704").await;
+    refused(&nodes[1], "ALTER FRAGMENT $1 MOVE TO NODE 3", "42809").await;
+    refused(&nodes[0], "ALTER FRAGMENT $1 MOVE NODE 1", "42601").await;
+    // The extended protocol (parse, bind, execute): `$3` names a fragment, not a parameter.
+    let extended = &nodes[1].connect().await;
+    assert_eq!(extended.execute("ALTER FRAGMENT $3 MOVE TO NODE 1", &[]).await.unwrap(), 0);
+    let e = extended.execute("ALTER FRAGMENT $3 MOVE TO NODE 1", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "55000", "{e}");
+
+    // Without the data nodes no coordinator answers the proxy.
+    nodes[1].stop();
+    nodes[0].stop();
+    let m = refused(&nodes[2], "ALTER FRAGMENT $1 MOVE TO NODE 1", "57P03").await;
+    assert!(m.contains("no coordinator reachable"), "{m}");
+}

@@ -1,0 +1,513 @@
+//! Cross-node transactions (issue #7 item 7): statements of a block run on every node's
+//! fragments (the block's buffered writes travel with each forwarded share), COMMIT over
+//! fragments of several nodes is a two-phase commit coordinated by the session's node, and a
+//! participant or coordinator killed in the middle leaves all or nothing. Three data nodes on
+//! loopback, one executor each. Every wait polls until a deadline (polling, not
+//! synchronisation).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+#[path = "support/bank.rs"]
+mod bank;
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bank::checker::{self, Ledger, Outcome};
+use bank::{Bank, Flavor, Load, PHASE_TIMEOUT, Phase, Rng, Shared};
+
+use support::{Node, NodeOptions, free_loopback_port, simple_rows};
+
+/// How long a cluster change may take before the test fails with the logs.
+const CLUSTER_DEADLINE: Duration = Duration::from_secs(90);
+/// Pause between two polls (polling, not synchronisation).
+const POLL_EVERY: Duration = Duration::from_millis(100);
+const FRAGMENTS: u32 = 6;
+
+fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
+    let mut extra_args = vec![
+        "--cluster-name".to_owned(),
+        "xnode".to_owned(),
+        "--node-id".to_owned(),
+        id.to_string(),
+        "--peer-listen".to_owned(),
+        format!("127.0.0.1:{peer}"),
+        "--min-members".to_owned(),
+        "3".to_owned(),
+    ];
+    if let Some(j) = join {
+        extra_args.push("--join".to_owned());
+        extra_args.push(format!("127.0.0.1:{j}"));
+    }
+    NodeOptions { executors: 1, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
+}
+
+/// Starts a cluster node; members that stop before it may be reported unreachable (WARN),
+/// and forwarding to a killed node fails (WARN on phase two, ERROR nowhere).
+fn start(options: NodeOptions) -> Node {
+    let mut node = Node::start_with(options);
+    node.expect_log("is unreachable");
+    node.expect_log("phase two not");
+    node.expect_log("cannot resolve a transaction prepared too long");
+    node.expect_log("transaction prepared too long");
+    node
+}
+
+async fn simple(node: &Node, sql: &str) -> Option<Vec<Vec<Option<String>>>> {
+    let (client, conn) =
+        tokio_postgres::connect(&node.conn_str(), tokio_postgres::NoTls).await.ok()?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let messages = client.simple_query(sql).await.ok()?;
+    Some(simple_rows(&messages))
+}
+
+/// Polls `check` until it gives a value; fails with every log after the deadline.
+async fn wait_for<T, F, Fut>(nodes: &[&Node], what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + CLUSTER_DEADLINE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = nodes.iter().map(|n| n.log_text()).collect();
+            panic!(
+                "{what}: not reached in {CLUSTER_DEADLINE:?}\nlogs:\n{}",
+                logs.join("\n-----\n")
+            );
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Three data nodes, every fragment allocated and open on its owner; node `fault.0` runs
+/// with `TESSERA_FAULT=fault.1` (none when 0).
+async fn cluster_with(fault: (u32, &str)) -> (Node, Node, Node) {
+    let seed = free_loopback_port();
+    let with = |id: u32, mut o: NodeOptions| {
+        if fault.0 == id {
+            o.env = vec![("TESSERA_FAULT".to_owned(), fault.1.to_owned())];
+        }
+        let mut node = start(o);
+        node.expect_log("TESSERA_FAULT");
+        node
+    };
+    let first = with(1, options(1, seed, None));
+    let second = with(2, options(2, free_loopback_port(), Some(seed)));
+    let third = with(3, options(3, free_loopback_port(), Some(seed)));
+    wait_allocated(&[&first, &second, &third]).await;
+    (first, second, third)
+}
+
+/// Waits until every node sees all fragments open on some node (SHOW FRAGMENTS from each).
+async fn wait_allocated(nodes: &[&Node]) {
+    for node in nodes {
+        wait_for(nodes, "every fragment served", || async {
+            let rows = simple(node, "SHOW FRAGMENTS").await?;
+            let owners: std::collections::BTreeSet<String> = rows
+                .iter()
+                .filter_map(|r| {
+                    r[2].as_deref().and_then(|o| o.split(' ').nth(1)).map(str::to_owned)
+                })
+                .collect();
+            (rows.len() == FRAGMENTS as usize && owners.len() == 3).then_some(())
+        })
+        .await;
+    }
+}
+
+/// A document id in a fragment owned by node `owner` (from `node`'s SHOW FRAGMENTS).
+async fn id_owned_by(node: &Node, owner: u32, salt: &str) -> String {
+    let rows = simple(node, "SHOW FRAGMENTS").await.unwrap();
+    let prefix = format!("node {owner} ");
+    let ranges: Vec<(u32, u32)> = rows
+        .iter()
+        .filter(|r| r[2].as_deref().unwrap().starts_with(&prefix))
+        .map(|r| {
+            let range = r[1].as_deref().unwrap().trim_matches(|c| c == '[' || c == ')');
+            let (a, b) = range.split_once(", ").unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect();
+    assert!(!ranges.is_empty(), "node {owner} owns no fragment: {rows:?}");
+    (0..100_000)
+        .map(|i| format!("{salt}/{i}"))
+        .find(|id| {
+            let shard = router::shard_of(id).unwrap().shard().unwrap().get();
+            ranges.iter().any(|(a, b)| (*a..*b).contains(&shard))
+        })
+        .unwrap()
+}
+
+/// Every balance, read through `node` in one transaction block.
+async fn balances(node: &Node) -> Option<BTreeMap<String, i64>> {
+    let (client, conn) =
+        tokio_postgres::connect(&node.conn_str(), tokio_postgres::NoTls).await.ok()?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client.batch_execute("BEGIN").await.ok()?;
+    let rows = client.query("SELECT id(), balance::int8 FROM accounts", &[]).await.ok()?;
+    client.batch_execute("COMMIT").await.ok()?;
+    Some(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1))).collect())
+}
+
+async fn connect(node: &Node) -> tokio_postgres::Client {
+    node.connect().await
+}
+
+/// Opens accounts `ids` with 100 each through `node`.
+async fn open_accounts(node: &Node, ids: &[&str]) {
+    let client = connect(node).await;
+    for id in ids {
+        client
+            .batch_execute(&format!(r#"INSERT INTO accounts VALUES ('{id}', '{{"balance":100}}')"#))
+            .await
+            .unwrap();
+    }
+}
+
+fn transfer_sql(from: &str, to: &str, amount: i64, from_balance: i64, to_balance: i64) -> String {
+    format!(
+        "UPDATE accounts SET balance = {} WHERE id() = '{from}'; \
+         UPDATE accounts SET balance = {} WHERE id() = '{to}'",
+        from_balance - amount,
+        to_balance + amount
+    )
+}
+
+// Checks a transfer between accounts on two other nodes, made through a third, commits
+// atomically (reads inside the block see the block's writes on remote fragments, the result
+// is visible through every node), a cross-node autocommit write is one transaction, a
+// block that only reads remote fragments commits, and two blocks writing the same remote
+// document conflict: the second COMMIT is 40001 and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_xnode_transfer_commits_atomically_and_conflicts() {
+    let (mut first, mut second, mut third) = cluster_with((0, "")).await;
+    let a = id_owned_by(&first, 2, "acct-a").await;
+    let b = id_owned_by(&first, 3, "acct-b").await;
+    let c = id_owned_by(&first, 1, "acct-c").await;
+    open_accounts(&second, &[&a, &b, &c]).await;
+
+    // A transfer b -> a through node 1 (which owns neither).
+    let client = connect(&first).await;
+    client.batch_execute("BEGIN").await.unwrap();
+    client.batch_execute(&transfer_sql(&b, &a, 30, 100, 100)).await.unwrap();
+    // The block reads its own writes on both remote fragments.
+    let row = client
+        .query_one(
+            &format!("SELECT sum(balance::int8) FROM accounts WHERE id() IN ('{a}', '{b}')"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 200);
+    let row = client
+        .query_one(&format!("SELECT balance::int8 FROM accounts WHERE id() = '{a}'"), &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 130);
+    // Not visible elsewhere before COMMIT.
+    assert_eq!(balances(&third).await.unwrap()[&a], 100);
+    client.batch_execute("COMMIT").await.unwrap();
+    for node in [&first, &second, &third] {
+        let all = balances(node).await.unwrap();
+        assert_eq!((all[&a], all[&b], all[&c]), (130, 70, 100), "{all:?}");
+    }
+
+    // An autocommit write over every node: one transaction.
+    let n = client.execute("UPDATE accounts SET touched = true", &[]).await.unwrap();
+    assert_eq!(n, 3);
+    let row = client
+        .query_one("SELECT count(*) FROM accounts WHERE touched::bool = true", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 3);
+
+    // Two blocks write account a (node 2); the first to commit wins.
+    let other = connect(&third).await;
+    client.batch_execute("BEGIN").await.unwrap();
+    other.batch_execute("BEGIN").await.unwrap();
+    client.batch_execute(&transfer_sql(&a, &c, 10, 130, 100)).await.unwrap();
+    other.batch_execute(&transfer_sql(&a, &b, 20, 130, 70)).await.unwrap();
+    client.batch_execute("COMMIT").await.unwrap();
+    let err = other.batch_execute("COMMIT").await.unwrap_err();
+    assert_eq!(support::sqlstate(&err), "40001", "{err}");
+    let all = balances(&second).await.unwrap();
+    assert_eq!((all[&a], all[&b], all[&c]), (120, 70, 110), "{all:?}");
+    assert_eq!(all.values().sum::<i64>(), 300);
+
+    // A block that reads remote fragments only commits (checks only); a read made stale by
+    // another commit fails the COMMIT with 40001.
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .query_one(&format!("SELECT balance::int8 FROM accounts WHERE id() = '{b}'"), &[])
+        .await
+        .unwrap();
+    client
+        .batch_execute(&format!("UPDATE accounts SET balance = 999 WHERE id() = '{c}'"))
+        .await
+        .unwrap();
+    other
+        .batch_execute(&format!("UPDATE accounts SET balance = 71 WHERE id() = '{b}'"))
+        .await
+        .unwrap();
+    let err = client.batch_execute("COMMIT").await.unwrap_err();
+    assert_eq!(support::sqlstate(&err), "40001", "{err}");
+    let all = balances(&first).await.unwrap();
+    assert_eq!((all[&a], all[&b], all[&c]), (120, 71, 110), "{all:?}");
+
+    drop((client, other));
+    for n in [&mut first, &mut second, &mut third] {
+        n.stop();
+    }
+}
+
+/// Runs one transfer `from -> to` of `amount` through `node` from the balances given;
+/// returns whether COMMIT was answered with success (an error: the connection died).
+async fn try_transfer(node: &Node, from: &str, to: &str, balances: (i64, i64)) -> bool {
+    let client = connect(node).await;
+    client.batch_execute("BEGIN").await.unwrap();
+    client.batch_execute(&transfer_sql(from, to, 25, balances.0, balances.1)).await.unwrap();
+    client.batch_execute("COMMIT").await.is_ok()
+}
+
+// Checks a participant killed right after its PREPARE is durable: the COMMIT fails (it was
+// not acknowledged), and after the participant restarts it asks the coordinator node, which
+// recorded no decision: ABORT, so nothing of the transfer is visible and the documents are
+// writable again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_xnode_participant_killed_after_prepare_aborts() {
+    // Node 3 crashes on its first durable PREPARE.
+    let (mut first, mut second, mut third) = cluster_with((3, "2pc-after-prepare:1")).await;
+    let a = id_owned_by(&first, 2, "acct-a").await;
+    let b = id_owned_by(&first, 3, "acct-b").await;
+    open_accounts(&first, &[&a, &b]).await;
+    let committed = try_transfer(&first, &a, &b, (100, 100)).await;
+    assert!(!committed, "a COMMIT whose participant died before the decision is not acknowledged");
+    third.wait_crashed();
+    third.set_env(Vec::new());
+    third.start_again();
+    wait_allocated(&[&first, &second, &third]).await;
+    // All or nothing: the resolution is ABORT (no decision was recorded), on both nodes, once
+    // the participant asked (its documents are held until then).
+    let all = wait_for(&[&first, &second, &third], "the in-doubt transfer resolved", || async {
+        let all = balances(&second).await?;
+        (all.len() == 2).then_some(all)
+    })
+    .await;
+    assert_eq!((all[&a], all[&b]), (100, 100), "{all:?}");
+    assert!(third.log_text().contains("in-doubt transaction of another node; asking it"));
+    // The documents are writable again (the prepared hold is gone).
+    wait_for(&[&first, &second, &third], "a transfer after the resolution", || async {
+        try_transfer(&second, &a, &b, (100, 100)).await.then_some(())
+    })
+    .await;
+    let all = balances(&third).await.unwrap();
+    assert_eq!((all[&a], all[&b]), (75, 125), "{all:?}");
+    for n in [&mut first, &mut second, &mut third] {
+        n.stop();
+    }
+}
+
+// Checks the coordinator node killed right after its COMMIT decision is durable: the
+// participants on other nodes hold the transaction prepared and, once the coordinator node
+// is back, ask it and commit: the transfer is there entirely (the client did not get an
+// answer, so either outcome is allowed, but never a half).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_xnode_coordinator_killed_after_decision_commits() {
+    // Node 1 crashes once its first COMMIT decision is durable.
+    let (mut first, mut second, mut third) = cluster_with((1, "2pc-after-decision")).await;
+    let a = id_owned_by(&first, 2, "acct-a").await;
+    let b = id_owned_by(&first, 3, "acct-b").await;
+    open_accounts(&second, &[&a, &b]).await;
+    let committed = try_transfer(&first, &a, &b, (100, 100)).await;
+    assert!(!committed, "the coordinator died before answering");
+    first.wait_crashed();
+    first.set_env(Vec::new());
+    first.start_again();
+    wait_allocated(&[&first, &second, &third]).await;
+    let all = wait_for(&[&first, &second, &third], "the in-doubt transfer resolved", || async {
+        let all = balances(&third).await?;
+        (all.len() == 2).then_some(all)
+    })
+    .await;
+    // The decision was durable: COMMIT on both participants.
+    assert_eq!((all[&a], all[&b]), (75, 125), "{all:?}");
+    let all = balances(&second).await.unwrap();
+    assert_eq!((all[&a], all[&b]), (75, 125), "{all:?}");
+    // The participants learnt the decision by asking the coordinator node.
+    for node in [&second, &third] {
+        let log = node.log_text();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("resolved from the coordinator log")
+                    && l.contains("commit=true")),
+            "{log}"
+        );
+    }
+    for n in [&mut first, &mut second, &mut third] {
+        n.stop();
+    }
+}
+
+/// Bank accounts: 4 on each of the 6 fragments (so on every node).
+const BANK_ACCOUNTS: usize = 24;
+/// Bank clients, all connected through node 1.
+const BANK_LOAD: Load = Load { transfer_clients: 4, read_clients: 1, amount_max: 20 };
+/// Node kills of the bank run, and acknowledged transfers between two kills:
+/// `KILL_AFTER_MIN + rng.below(KILL_AFTER_SPREAD)`.
+const BANK_KILLS: u64 = 3;
+const KILL_AFTER_MIN: u64 = 10;
+const KILL_AFTER_SPREAD: u64 = 40;
+/// Acknowledged transfers of the last phase.
+const TRANSFERS_AFTER_KILLS: u64 = 30;
+const BANK_SEED_DEFAULT: u64 = 0x5EED_C105;
+
+fn bank_seed() -> u64 {
+    match std::env::var("TESSERA_BANK_SEED") {
+        Ok(s) => s.parse().unwrap_or_else(|_| panic!("TESSERA_BANK_SEED={s} is not a number")),
+        Err(_) => BANK_SEED_DEFAULT,
+    }
+}
+
+/// Opens a bank through `node` with accounts on every fragment of the cluster (account `i`
+/// at an explicit shard of fragment `i mod F`, its transfer records on the same shard), and
+/// asserts every node holds some.
+async fn open_cluster_bank(node: &Node) -> Arc<Bank> {
+    let rows = simple(node, "SHOW FRAGMENTS").await.unwrap();
+    assert_eq!(BANK_ACCOUNTS % rows.len(), 0);
+    let mut accounts = Vec::new();
+    let mut record_suffix = Vec::new();
+    let mut owners = std::collections::BTreeSet::new();
+    for i in 0..BANK_ACCOUNTS {
+        let r = &rows[i % rows.len()];
+        let range = r[1].as_deref().unwrap().trim_matches(|c| c == '[' || c == ')');
+        let (start, end) = range.split_once(", ").unwrap();
+        let (start, end): (u32, u32) = (start.parse().unwrap(), end.parse().unwrap());
+        let shard = start + u32::try_from(i).unwrap();
+        assert!(shard < end, "fragment too small");
+        owners.insert(r[2].as_deref().unwrap().split(' ').nth(1).unwrap().to_owned());
+        accounts.push(format!("a/{i}$@{shard}"));
+        record_suffix.push(format!("$@{shard}"));
+    }
+    assert_eq!(owners.len(), 3, "accounts on every node");
+    let bank =
+        Bank { flavor: Flavor::Tessera, ledger: Ledger { accounts, initial: 100 }, record_suffix };
+    bank.open(&node.connect().await).await;
+    Arc::new(bank)
+}
+
+/// Waits until every node reads every account (a restarted node's new address is known to
+/// the others).
+async fn wait_readable(nodes: &[&Node]) {
+    for node in nodes {
+        wait_for(nodes, "every account readable", || async {
+            let rows = simple(node, "SELECT count(*) FROM accounts").await?;
+            (rows[0][0].as_deref() == Some(&BANK_ACCOUNTS.to_string())).then_some(())
+        })
+        .await;
+    }
+}
+
+/// Waits until no node holds a transaction prepared (in-doubt ones resolved by asking their
+/// coordinator), so a plain read of every balance sees whole transactions.
+async fn wait_no_prepared(nodes: &[&Node]) {
+    for node in nodes {
+        wait_for(nodes, "no prepared transaction left", || async {
+            let rows = simple(node, "SHOW TRANSACTIONS").await?;
+            rows.iter()
+                .all(|r| !matches!(r[1].as_deref(), Some("prepared" | "finishing")))
+                .then_some(())
+        })
+        .await;
+    }
+}
+
+/// Reads the state through `node`, checks everything the clients saw, fails with the seed.
+async fn check_bank(node: &Node, bank: &Bank, shared: &Shared, seed: u64, when: &str) {
+    let state = bank.state(&node.connect().await).await;
+    let history = shared.history();
+    eprintln!("bank {when}: {}", shared.summary());
+    let violations = checker::check(&bank.ledger, &history, &state);
+    assert!(
+        violations.is_empty(),
+        "bank violated {when} (TESSERA_BANK_SEED={seed}):\n{}",
+        bank::report(&violations)
+    );
+    let unexpected = shared.unexpected();
+    assert!(unexpected.is_empty(), "unexpected errors {when} (seed {seed}):\n{unexpected:?}");
+    shared.settle(&state);
+}
+
+/// Runs bank clients through `node` until `acked` transfers are acknowledged in total.
+async fn bank_phase(
+    node: &Node,
+    bank: &Arc<Bank>,
+    shared: &Arc<Shared>,
+    seed: u64,
+    phase_no: u64,
+    acked: u64,
+) -> Phase {
+    let phase = Phase::start(&node.conn_str(), bank, BANK_LOAD, shared, seed, phase_no).await;
+    let waited = tokio::time::timeout(PHASE_TIMEOUT, bank::run_until(shared, &phase, acked)).await;
+    assert!(waited.is_ok(), "phase {phase_no} timed out (seed {seed}): {}", shared.summary());
+    assert!(
+        shared.acked() >= acked,
+        "phase {phase_no}: clients ended early (seed {seed}): {:?}",
+        shared.unexpected()
+    );
+    phase
+}
+
+// Checks the bank over three nodes with accounts on every fragment, every client connected
+// through node 1 (the coordinator of every cross-node transfer): at seeded points a seeded
+// node (participant or coordinator) is SIGKILLed with transfers in flight and restarted;
+// once the in-doubt transactions are resolved, every acknowledged transfer is applied exactly
+// once, those in flight entirely or not at all, the total holds. A last phase ends cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_xnode_bank_survives_sigkills_of_nodes() {
+    let seed = bank_seed();
+    let (first, second, third) = cluster_with((0, "")).await;
+    let mut nodes = [first, second, third];
+    let bank = open_cluster_bank(&nodes[0]).await;
+    let shared = Arc::new(Shared::default());
+    let mut rng = Rng::new(seed, u64::MAX);
+    let mut victims = Vec::new();
+    for kill in 0..BANK_KILLS {
+        let target = shared.acked() + KILL_AFTER_MIN + rng.below(KILL_AFTER_SPREAD);
+        let phase = bank_phase(&nodes[0], &bank, &shared, seed, kill, target).await;
+        let victim = usize::try_from(rng.below(3)).unwrap();
+        victims.push(victim + 1);
+        nodes[victim].kill9();
+        shared.stop();
+        let joined = tokio::time::timeout(PHASE_TIMEOUT, phase.join()).await;
+        assert!(joined.is_ok(), "clients did not finish (seed {seed})");
+        nodes[victim].start_again();
+        let all: Vec<&Node> = nodes.iter().collect();
+        wait_allocated(&all).await;
+        wait_no_prepared(&all).await;
+        wait_readable(&all).await;
+        check_bank(&nodes[0], &bank, &shared, seed, &format!("after killing node {}", victim + 1))
+            .await;
+    }
+    eprintln!("bank: killed nodes {victims:?} (seed {seed})");
+    let target = shared.acked() + TRANSFERS_AFTER_KILLS;
+    let phase = bank_phase(&nodes[0], &bank, &shared, seed, BANK_KILLS, target).await;
+    shared.stop();
+    let joined = tokio::time::timeout(PHASE_TIMEOUT, phase.join()).await;
+    assert!(joined.is_ok(), "clients did not finish (seed {seed})");
+    check_bank(&nodes[0], &bank, &shared, seed, "after the last phase").await;
+    let cross =
+        shared.history().transfers.iter().filter(|t| t.outcome == Outcome::Committed).count();
+    assert!(cross > 0);
+    for n in &mut nodes {
+        n.stop();
+    }
+}

@@ -1,0 +1,166 @@
+//! `ALTER FRAGMENT <fragment> MOVE TO NODE <node>`: sqlparser has no such statement, so this
+//! one form is recognised by a small hand-written parser before sqlparser sees the text.
+//!
+//! ```text
+//! ALTER FRAGMENT { $n | n } MOVE TO NODE { n | nN } [;]
+//! ```
+//!
+//! Keywords are case-insensitive and separated by whitespace; the fragment is written as
+//! `SHOW FRAGMENTS` shows it (`$3`) or as a bare number, the node as a number or as `n2`. Text
+//! whose first two words are `ALTER FRAGMENT` is this statement or a syntax error (with its
+//! 1-based character position); anything else is left to sqlparser. The statement must be sent
+//! alone (not in a multi-statement string).
+
+use crate::error::PlanError;
+use crate::plan::Statement;
+
+/// One word of the statement and where it starts (1-based character offset).
+struct Word<'a> {
+    text: &'a str,
+    position: usize,
+}
+
+/// Splits `sql` at whitespace, with each word's 1-based character position.
+fn words(sql: &str) -> Vec<Word<'_>> {
+    let mut out = Vec::new();
+    let mut start: Option<(usize, usize)> = None;
+    for (chars, (byte, c)) in sql.char_indices().enumerate() {
+        match (c.is_whitespace(), start) {
+            (true, Some((b, p))) => {
+                out.push(Word { text: sql.get(b..byte).unwrap_or(""), position: p });
+                start = None;
+            }
+            (false, None) => start = Some((byte, chars + 1)),
+            _ => {}
+        }
+    }
+    if let Some((b, p)) = start {
+        out.push(Word { text: sql.get(b..).unwrap_or(""), position: p });
+    }
+    out
+}
+
+/// `Ok(None)` when `sql` is not an `ALTER FRAGMENT` statement; the statement, or a syntax
+/// error, when it is.
+pub(crate) fn parse(sql: &str) -> Result<Option<Statement>, PlanError> {
+    let mut words = words(sql);
+    let is_ours = matches!(
+        words.as_slice(),
+        [a, f, ..] if a.text.eq_ignore_ascii_case("alter")
+            && f.text.trim_end_matches(';').eq_ignore_ascii_case("fragment")
+    );
+    if !is_ours {
+        return Ok(None);
+    }
+    let end = sql.chars().count() + 1;
+    // A final `;`, alone or stuck to the last word.
+    if let Some(last) = words.last_mut() {
+        if last.text == ";" {
+            words.pop();
+        } else if let Some(stripped) = last.text.strip_suffix(';') {
+            last.text = stripped;
+        }
+    }
+    let error = |message: String, position: usize| PlanError::Syntax { message, position };
+    let expected = ["alter", "fragment", "", "move", "to", "node", ""];
+    for (i, keyword) in expected.iter().enumerate() {
+        let Some(word) = words.get(i) else {
+            let what = if keyword.is_empty() {
+                if i == 2 { "a fragment ($n)" } else { "a node id" }
+            } else {
+                keyword
+            };
+            return Err(error(format!("ALTER FRAGMENT: expected {what} at the end"), end));
+        };
+        if !keyword.is_empty() && !word.text.eq_ignore_ascii_case(keyword) {
+            return Err(error(
+                format!("ALTER FRAGMENT: expected {} at {:?}", keyword.to_uppercase(), word.text),
+                word.position,
+            ));
+        }
+    }
+    if let Some(extra) = words.get(expected.len()) {
+        return Err(error(
+            format!("ALTER FRAGMENT: unexpected {:?} after the node", extra.text),
+            extra.position,
+        ));
+    }
+    let number = |word: &Word<'_>, prefix: char, what: &str| {
+        let digits = word.text.strip_prefix(prefix).unwrap_or(word.text);
+        let ok =
+            !digits.is_empty() && digits.len() <= 10 && digits.bytes().all(|b| b.is_ascii_digit());
+        ok.then(|| digits.parse::<u32>().ok()).flatten().ok_or_else(|| {
+            error(format!("ALTER FRAGMENT: {:?} is not {what}", word.text), word.position)
+        })
+    };
+    let (Some(fragment), Some(node)) = (words.get(2), words.get(6)) else {
+        return Err(error("ALTER FRAGMENT: incomplete".to_owned(), end));
+    };
+    let fragment = number(fragment, '$', "a fragment ($n)")?;
+    let node = {
+        let w = node;
+        let prefixed =
+            w.text.strip_prefix(['n', 'N']).map(|rest| Word { text: rest, position: w.position });
+        match prefixed {
+            Some(rest) => number(&rest, 'n', "a node id (n or nN)")?,
+            None => number(w, 'n', "a node id (n or nN)")?,
+        }
+    };
+    Ok(Some(Statement::MoveFragment { fragment, node }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn moved(sql: &str) -> (u32, u32) {
+        match parse(sql) {
+            Ok(Some(Statement::MoveFragment { fragment, node })) => (fragment, node),
+            other => panic!("{sql:?}: {other:?}"),
+        }
+    }
+
+    fn syntax(sql: &str) -> (String, usize) {
+        match parse(sql) {
+            Err(PlanError::Syntax { message, position }) => (message, position),
+            other => panic!("{sql:?}: expected a syntax error, got {other:?}"),
+        }
+    }
+
+    // Checks every accepted spelling: `$n` or `n`, node `n` or `nN`, any case, any
+    // whitespace, an optional final `;`.
+    #[test]
+    fn alter_fragment_accepted_forms() {
+        assert_eq!(moved("ALTER FRAGMENT $3 MOVE TO NODE n2"), (3, 2));
+        assert_eq!(moved("alter fragment 3 move to node 2"), (3, 2));
+        assert_eq!(moved("  Alter\tFragment\n$0  MOVE TO NODE N17 ;"), (0, 17));
+        assert_eq!(moved("ALTER FRAGMENT $4294967295 MOVE TO NODE 1;"), (u32::MAX, 1));
+    }
+
+    // Checks other text is left to sqlparser.
+    #[test]
+    fn alter_fragment_other_statements_pass_through() {
+        for sql in ["ALTER TABLE c SET (sharding = '{}')", "SELECT 1", "", "alter", "fragment $1"] {
+            assert!(matches!(parse(sql), Ok(None)), "{sql}");
+        }
+    }
+
+    // Checks bad input: each error names what was expected and points at the offending word
+    // (1-based characters) or at the end.
+    #[test]
+    fn alter_fragment_bad_input() {
+        assert_eq!(syntax("ALTER FRAGMENT").1, 15);
+        assert_eq!(syntax("ALTER FRAGMENT $1 MOVE TO").1, 26);
+        assert_eq!(syntax("ALTER FRAGMENT $1 GO TO NODE 2").1, 19);
+        assert_eq!(syntax("ALTER FRAGMENT $x MOVE TO NODE 2").1, 16);
+        assert_eq!(syntax("ALTER FRAGMENT $-1 MOVE TO NODE 2").1, 16);
+        assert_eq!(syntax("ALTER FRAGMENT $4294967296 MOVE TO NODE 2").1, 16);
+        assert_eq!(syntax("ALTER FRAGMENT $1 MOVE TO NODE n").1, 32);
+        assert_eq!(syntax("ALTER FRAGMENT $1 MOVE TO NODE 2 NOW").1, 34);
+        assert_eq!(syntax("ALTER FRAGMENT $1 MOVE TO NODE 2; SELECT 1").1, 35);
+        assert_eq!(syntax("ALTER FRAGMENT; $1").1, 7);
+        let (message, position) = syntax("ALTER FRAGMENT $1 MOVE TO NODE é");
+        assert_eq!(position, 32, "characters, not bytes");
+        assert!(message.contains("node id"), "{message}");
+    }
+}
