@@ -1470,5 +1470,6 @@ fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
         moves_planned: state.moves.len(),
         strategy: ctx.strategy.name(),
         handoffs: state.handoffs.clone(),
+        reshapes: state.reshapes.clone(),
     });
 }

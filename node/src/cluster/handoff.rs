@@ -118,12 +118,20 @@ pub fn host() -> Option<Arc<dyn FragmentHost>> {
 static FENCED_AT_OPEN: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
 
 /// Whether the data path must fence `fragment` as it opens it on node `me`: the published map
-/// shows a handoff of it from this node in flight (a source restarted mid-handoff must not
+/// shows a handoff of it from this node, or a split or merge of it on this node, in flight (a source restarted mid-handoff must not
 /// take writes before the handoff's commit or abort is applied). Records it for `reconcile`,
 /// which unfences it after an abort. Called by `cluster::region` on the executors.
 pub fn fence_at_open(fragment: u32, me: u32) -> bool {
     let Some(view) = crate::cluster::view() else { return false };
+    let reshaping = view
+        .reshapes
+        .iter()
+        .any(|r| r.sources.contains(&fragment) && r.targets.first().is_some_and(|t| t.node == me));
     match view.fragment_state(fragment) {
+        _ if reshaping => {
+            FENCED_AT_OPEN.lock().unwrap_or_else(PoisonError::into_inner).insert(fragment);
+            true
+        }
         crate::cluster::state::FragmentState::HandingOff { from, .. } if from == me => {
             FENCED_AT_OPEN.lock().unwrap_or_else(PoisonError::into_inner).insert(fragment);
             true
@@ -586,6 +594,11 @@ pub enum Action {
 
 /// The pure decision of what to do with local copies: `local` is every fragment this node
 /// has a copy of, `fenced` those it fenced for a handoff. Deterministic, in fragment order.
+///
+/// Splits and merges (`ClusterState::reshapes`) follow the same rules: a source of a reshape
+/// in flight is fenced; a target being built on this node is kept; after the commit the
+/// sources are no longer in the map (deleted) and the targets are this node's; after an abort
+/// the targets are in no map and no reshape (deleted) and the sources are unfenced.
 pub fn reconcile(
     state: &ClusterState,
     me: u32,
@@ -599,7 +612,12 @@ pub fn reconcile(
     for &fragment in local {
         let owner = state.fragments.iter().find(|f| f.id == fragment).map(|f| f.node);
         let handoff = state.handoff_of(fragment);
-        let incoming = handoff.is_some_and(|h| h.to == me);
+        // A target of a split or merge in flight on this node: being built, not in the map yet.
+        let building = state
+            .reshapes
+            .iter()
+            .any(|r| r.targets.iter().any(|t| t.id == fragment && t.node == me));
+        let incoming = handoff.is_some_and(|h| h.to == me) || building;
         if owner != Some(me) {
             if !incoming {
                 actions.push(Action::Delete(fragment));
@@ -607,6 +625,11 @@ pub fn reconcile(
             continue;
         }
         match handoff {
+            _ if state.reshape_of(fragment).is_some() => {
+                if !fenced.contains(&fragment) {
+                    actions.push(Action::Fence(fragment));
+                }
+            }
             Some(h) if h.from == me => {
                 if !fenced.contains(&fragment) {
                     actions.push(Action::Fence(fragment));
@@ -682,6 +705,62 @@ mod tests {
         assert!(check_in_flight(&s, 1, 0, 2, false).is_ok());
         assert!(check_in_flight(&s, 1, 0, 2, true).is_err(), "2 is not the source");
         assert!(check_in_flight(&s, 2, 0, 1, true).is_err(), "another id");
+    }
+
+    // Checks what the owner does with its copies through a split's begin, commit and abort,
+    // and after a restart at each step: the source is fenced while the split is in flight and
+    // partial targets are kept; after the commit the source is deleted and the targets stay
+    // (unfenced); after an abort the targets are deleted and the source is unfenced. Another
+    // node deletes nothing it does not have and keeps its own.
+    #[test]
+    fn reconcile_follows_split_commit_and_abort() {
+        let none = BTreeSet::new();
+        let mut s = state();
+        s.apply(&Command::BeginSplit { fragment: 1, at: None }).expect("begun");
+        let r = s.reshape_of(1).expect("in flight").clone();
+        let (low, high) = (r.targets[0].id, r.targets[1].id);
+        // Begun, nothing built yet, or restarted mid-build with a partial target.
+        assert_eq!(reconcile(&s, 1, &BTreeSet::from([0, 1]), &none), [Action::Fence(1)]);
+        let building = BTreeSet::from([0, 1, low]);
+        assert_eq!(reconcile(&s, 1, &building, &none), [Action::Fence(1)]);
+        let fenced = BTreeSet::from([1]);
+        assert_eq!(reconcile(&s, 1, &building, &fenced), []);
+        assert_eq!(reconcile(&s, 2, &BTreeSet::from([2]), &none), []);
+        // Committed: the source goes, both targets are this node's.
+        let mut committed = s.clone();
+        committed.apply(&Command::CommitReshape { reshape: r.id }).expect("committed");
+        let built = BTreeSet::from([0, 1, low, high]);
+        assert_eq!(reconcile(&committed, 1, &built, &fenced), [Action::Delete(1)]);
+        assert_eq!(reconcile(&committed, 1, &BTreeSet::from([0, low, high]), &none), []);
+        // Aborted: partial targets go, the source is writable again.
+        let mut aborted = s.clone();
+        aborted.apply(&Command::AbortReshape { reshape: r.id }).expect("aborted");
+        assert_eq!(
+            reconcile(&aborted, 1, &built, &fenced),
+            [Action::Unfence(1), Action::Delete(low), Action::Delete(high)]
+        );
+        assert_eq!(
+            reconcile(&aborted, 1, &built, &none),
+            [Action::Delete(low), Action::Delete(high)]
+        );
+    }
+
+    // Checks a merge: both sources fenced in flight, both deleted after the commit, the
+    // target kept; a merge on another node changes nothing here.
+    #[test]
+    fn reconcile_follows_merge_commit() {
+        let none = BTreeSet::new();
+        let mut s = state();
+        s.apply(&Command::BeginMerge { left: 0, right: 1 }).expect("begun");
+        let r = s.reshape_of(0).expect("in flight").clone();
+        let target = r.targets[0].id;
+        let local = BTreeSet::from([0, 1, target]);
+        assert_eq!(reconcile(&s, 1, &local, &none), [Action::Fence(0), Action::Fence(1)]);
+        assert_eq!(reconcile(&s, 2, &BTreeSet::from([2]), &none), []);
+        s.apply(&Command::CommitReshape { reshape: r.id }).expect("committed");
+        let fenced = BTreeSet::from([0, 1]);
+        assert_eq!(reconcile(&s, 1, &local, &fenced), [Action::Delete(0), Action::Delete(1)]);
+        assert_eq!(s.fragments.iter().map(|f| f.id).collect::<Vec<_>>(), [target, 2]);
     }
 
     // Checks what each side does as the map moves through begin, commit and abort, and after
