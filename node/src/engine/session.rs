@@ -520,6 +520,26 @@ impl Session {
                 );
                 Ok(CommandTag::new("ALTER FRAGMENT"))
             }
+            Statement::SplitFragment { fragment, at } => {
+                let epoch = crate::cluster::ops::split(*fragment, *at).await?;
+                tracing::info!(
+                    fragment,
+                    ?at,
+                    epoch,
+                    "ALTER FRAGMENT: the coordinator began the split"
+                );
+                Ok(CommandTag::new("ALTER FRAGMENT"))
+            }
+            Statement::MergeFragments { left, right } => {
+                let epoch = crate::cluster::ops::merge(*left, *right).await?;
+                tracing::info!(
+                    left,
+                    right,
+                    epoch,
+                    "ALTER FRAGMENT: the coordinator began the merge"
+                );
+                Ok(CommandTag::new("ALTER FRAGMENT"))
+            }
             Statement::Begin => {
                 match &self.block {
                     Block::Idle => {
