@@ -9,8 +9,8 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use support::{Node, NodeOptions, free_loopback_port, simple_rows};
@@ -293,8 +293,23 @@ async fn e2e_split_and_merge_under_a_writer() {
 // two new fragments, which take writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_split_crash_owner_after_build() {
+    crash_during_split("reshape-after-build").await;
+}
+
+// Checks a crash of the owner after the split's commit was applied and before it deleted the
+// source: at restart it serves only the new fragments, deletes the leftover source, and every
+// document is stored exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_split_crash_owner_before_delete() {
+    crash_during_split("source-before-delete").await;
+}
+
+/// A crash of a one-node cluster's owner at `fault` during `ALTER FRAGMENT $1 SPLIT`, then a
+/// restart: the split completes, every document loaded before is stored once, the new
+/// fragments take writes.
+async fn crash_during_split(fault: &str) {
     let mut opts = options(1, free_loopback_port(), None, &[]);
-    opts.env = vec![("TESSERA_HANDOFF_FAULT".to_owned(), "reshape-after-build".to_owned())];
+    opts.env = vec![("TESSERA_HANDOFF_FAULT".to_owned(), fault.to_owned())];
     let mut node = start(opts);
     wait_settled(&[&node], &[set(&["$0", "$1", "$2", "$3"])]).await;
     let loaded = load(&node, "c", 2_000).await;
