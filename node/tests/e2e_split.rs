@@ -328,3 +328,43 @@ async fn crash_during_split(fault: &str) {
     assert!(per_node[0]["$4"] > 0 && per_node[0]["$5"] > 0, "{per_node:?}");
     node.stop();
 }
+
+// Checks automatic splitting (`--split-fragment-bytes`): a one-node cluster loaded with
+// about 2 MiB over four fragments splits every fragment over the threshold until none is
+// (one split at a time, each at the middle), and every document is stored exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_split_oversized_fragments_automatically() {
+    const THRESHOLD: u64 = 400_000;
+    let threshold = THRESHOLD.to_string();
+    let mut node =
+        start(options(1, free_loopback_port(), None, &["--split-fragment-bytes", &threshold]));
+    wait_settled(&[&node], &[set(&["$0", "$1", "$2", "$3"])]).await;
+    let client = node.connect().await;
+    let filler = "x".repeat(1_000);
+    let mut loaded = BTreeSet::new();
+    for batch in (0..2_000).collect::<Vec<_>>().chunks(50) {
+        let values: Vec<String> =
+            batch.iter().map(|i| format!("('a{i}', '{{\"pad\": \"{filler}\"}}')")).collect();
+        client
+            .simple_query(&format!("INSERT INTO notes VALUES {}", values.join(", ")))
+            .await
+            .unwrap();
+        loaded.extend(batch.iter().map(|i| format!("a{i}")));
+    }
+    let per_node = wait_for(&[&node], "every fragment under the threshold", || async {
+        let rows = query(&node.conn_str(), "SHOW local_fragments").await.ok()?;
+        let small =
+            rows.iter().all(|r| r[4].as_deref().unwrap().parse::<u64>().unwrap() <= THRESHOLD);
+        let docs: BTreeMap<String, u64> = rows
+            .iter()
+            .map(|r| (r[0].clone().unwrap(), r[3].as_deref().unwrap().parse().unwrap()))
+            .collect();
+        (small && docs.len() >= 8 && docs.values().sum::<u64>() == loaded.len() as u64)
+            .then_some(vec![docs])
+    })
+    .await;
+    assert!(!per_node[0].contains_key("$0"), "the oversized $0 was split: {per_node:?}");
+    check_documents(&[&node], &per_node, &loaded, &BTreeSet::new()).await;
+    assert!(node.log_text().contains("splitting an oversized fragment"), "{}", node.log_text());
+    node.stop();
+}

@@ -677,7 +677,9 @@ async fn ping_loop(ctx: Arc<Ctx>, node: u32) {
                 // The coordinator counting bytes asks for the member's sizes on the same
                 // connection (a leader learns them within a tick of taking over).
                 let leads = ctx.raft.metrics().borrow().state == ServerState::Leader;
-                if leads && ctx.config.rebalance_load == LoadUnit::Bytes {
+                let sizes_needed = ctx.config.rebalance_load == LoadUnit::Bytes
+                    || ctx.config.split_fragment_bytes > 0;
+                if leads && sizes_needed {
                     match c.request(&Message::Load).await {
                         Ok(Message::LoadAnswer(sizes)) => {
                             ctx.reports
@@ -771,6 +773,16 @@ async fn coordinate(ctx: &Arc<Ctx>, state: &ClusterState) {
     }
     plan_leaving_moves(ctx, state, loads).await;
     drive_handoffs(ctx, state).await;
+    if let Some(fragment) = state.oversized(&reports, ctx.config.split_fragment_bytes) {
+        if propose(ctx, Command::BeginSplit { fragment, at: None }).await {
+            tracing::info!(
+                fragment,
+                threshold = ctx.config.split_fragment_bytes,
+                "coordinator began splitting an oversized fragment"
+            );
+        }
+        return;
+    }
     drive_reshapes(ctx, state);
 }
 

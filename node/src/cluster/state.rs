@@ -439,6 +439,31 @@ impl ClusterState {
         (!fenced).then_some(entry.node)
     }
 
+    /// The fragment to split automatically, if any: with `reports` (node -> its fragments'
+    /// live bytes), the largest fragment over `threshold` bytes as reported by its owner,
+    /// more than one shard wide, not moving, handed off or reshaped; none while any split or
+    /// merge is in flight (one at a time) or when `threshold` is 0 (off).
+    pub fn oversized(
+        &self,
+        reports: &std::collections::HashMap<u32, Vec<crate::cluster::wire::FragmentBytes>>,
+        threshold: u64,
+    ) -> Option<u32> {
+        if threshold == 0 || !self.reshapes.is_empty() {
+            return None;
+        }
+        let busy =
+            |id: u32| self.handoff_of(id).is_some() || self.moves.iter().any(|m| m.fragment == id);
+        self.fragments
+            .iter()
+            .filter(|f| f.end - f.start > 1 && !busy(f.id))
+            .filter_map(|f| {
+                let bytes = reports.get(&f.node)?.iter().find(|b| b.fragment == f.id)?.bytes;
+                (bytes > threshold).then_some((bytes, std::cmp::Reverse(f.id)))
+            })
+            .max()
+            .map(|(_, std::cmp::Reverse(id))| id)
+    }
+
     /// The split or merge in flight that `fragment` is a source of, if any.
     pub fn reshape_of(&self, fragment: u32) -> Option<&Reshape> {
         self.reshapes.iter().find(|r| r.sources.contains(&fragment))
@@ -1247,6 +1272,36 @@ mod reshape_tests {
         assert_eq!(back, s);
         assert_eq!(back.apply(&Command::BeginMerge { left: 0, right: 1 }), Ok(2));
         assert_eq!(back.reshapes[0].targets[0].id, 4);
+    }
+
+    // Checks the automatic split's choice: off at 0; the largest fragment over the threshold
+    // by its owner's report (another node's report of it does not count); none while a split
+    // is in flight or for a fragment being handed off; a one-shard fragment never.
+    #[test]
+    fn oversized_picks_the_largest_over_threshold() {
+        use crate::cluster::wire::FragmentBytes;
+        let mut s = allocated();
+        let bytes = |pairs: &[(u32, u64)]| {
+            pairs.iter().map(|&(fragment, bytes)| FragmentBytes { fragment, bytes }).collect()
+        };
+        let mut reports = std::collections::HashMap::new();
+        reports.insert(1, bytes(&[(0, 500), (1, 900), (2, 5000)]));
+        reports.insert(2, bytes(&[(2, 700), (3, 100)]));
+        assert_eq!(s.oversized(&reports, 0), None, "off");
+        assert_eq!(s.oversized(&reports, 400), Some(1), "node 1's report of $2 does not count");
+        assert_eq!(s.oversized(&reports, 600), Some(1));
+        assert_eq!(s.oversized(&reports, 900), None);
+        s.apply(&Command::BeginHandoff { fragment: 1, to: 2, max_in_flight: 1 }).expect("begun");
+        assert_eq!(s.oversized(&reports, 400), Some(2));
+        s.apply(&Command::BeginSplit { fragment: 0, at: None }).expect("begun");
+        assert_eq!(s.oversized(&reports, 400), None, "one split at a time");
+        let mut one = allocated();
+        let f = one.fragments[3];
+        one.apply(&Command::BeginSplit { fragment: 3, at: Some(f.end - 1) }).expect("begun");
+        one.apply(&Command::CommitReshape { reshape: 1 }).expect("committed");
+        let tiny = one.fragments.last().expect("upper part").id;
+        reports.insert(2, bytes(&[(tiny, 10_000)]));
+        assert_eq!(one.oversized(&reports, 400), Some(1), "the one-shard fragment is skipped");
     }
 
     fn command_strategy() -> impl proptest::strategy::Strategy<Value = Command> {
