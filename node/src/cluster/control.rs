@@ -114,6 +114,9 @@ struct Ctx {
     /// On the coordinator: splits and merges a task of this node drives (any other one in
     /// flight, a previous coordinator's, is driven again: the owner's build starts over).
     reshaping: Mutex<BTreeSet<u64>>,
+    /// On an owner: held while it builds a split or merge, so two builds never overlap (a new
+    /// coordinator may ask again while a previous one's request still runs).
+    building: tokio::sync::Mutex<()>,
     /// Set while this node drains for a graceful shutdown (its `leaving` mark is not stale).
     draining: std::sync::atomic::AtomicBool,
     /// On the coordinator: when each fragment's last handoff was aborted (a new one waits
@@ -289,6 +292,7 @@ async fn run(
             receiver: Receiver::default(),
             driving: Mutex::new(BTreeSet::new()),
             reshaping: Mutex::new(BTreeSet::new()),
+            building: tokio::sync::Mutex::new(()),
             draining: std::sync::atomic::AtomicBool::new(false),
             aborted_at: Mutex::new(HashMap::new()),
         });
@@ -1550,11 +1554,19 @@ async fn owner_side(ctx: &Ctx, reshape: u64) -> Message {
         return failed(format!("a source of split or merge {reshape} left the map"));
     };
     let bound = Duration::from_millis(HANDOFF_TIMEOUT_MS);
-    match tokio::time::timeout(bound, handoff::run_reshape(host.as_ref(), r, &sources, &ctx.fenced))
-        .await
-    {
+    let build = async {
+        let _one_at_a_time = ctx.building.lock().await;
+        // Still in flight once the previous build ended (not committed or aborted meanwhile).
+        if !ctx.state().reshapes.iter().any(|q| q.id == reshape) {
+            return Err(format!("split or merge {reshape} ended while waiting to build"));
+        }
+        handoff::run_reshape(host.as_ref(), r, &sources, &ctx.fenced)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(bound, build).await {
         Ok(Ok(docs)) => Message::ReshapeDone { reshape, docs },
-        Ok(Err(e)) => failed(e.to_string()),
+        Ok(Err(e)) => failed(e),
         Err(_) => failed(format!("the build did not finish within {bound:?}")),
     }
 }
