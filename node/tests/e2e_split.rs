@@ -293,7 +293,25 @@ async fn e2e_split_and_merge_under_a_writer() {
 // two new fragments, which take writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_split_crash_owner_after_build() {
-    crash_during_split("reshape-after-build").await;
+    crash_during_split(
+        "reshape-after-build",
+        "ALTER FRAGMENT $1 SPLIT",
+        &["$0", "$2", "$3", "$4", "$5"],
+    )
+    .await;
+}
+
+// Checks a crash of the owner once a merge's new fragment is durable: after the restart the
+// merge completes and every document is stored exactly once, in the merged fragment and the
+// others, which take writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_merge_crash_owner_after_build() {
+    crash_during_split(
+        "reshape-after-build",
+        "ALTER FRAGMENT $1 MERGE WITH $2",
+        &["$0", "$3", "$4"],
+    )
+    .await;
 }
 
 // Checks a crash of the owner after the split's commit was applied and before it deleted the
@@ -301,31 +319,36 @@ async fn e2e_split_crash_owner_after_build() {
 // document is stored exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_split_crash_owner_before_delete() {
-    crash_during_split("source-before-delete").await;
+    crash_during_split(
+        "source-before-delete",
+        "ALTER FRAGMENT $1 SPLIT",
+        &["$0", "$2", "$3", "$4", "$5"],
+    )
+    .await;
 }
 
-/// A crash of a one-node cluster's owner at `fault` during `ALTER FRAGMENT $1 SPLIT`, then a
-/// restart: the split completes, every document loaded before is stored once, the new
-/// fragments take writes.
-async fn crash_during_split(fault: &str) {
+/// A crash of a one-node cluster's owner at `fault` during `alter` (a split or merge), then a
+/// restart: it completes (the node serves `after`), every document loaded before is stored
+/// once, every fragment takes writes.
+async fn crash_during_split(fault: &str, alter: &str, after: &[&str]) {
     let mut opts = options(1, free_loopback_port(), None, &[]);
     opts.env = vec![("TESSERA_HANDOFF_FAULT".to_owned(), fault.to_owned())];
     let mut node = start(opts);
     wait_settled(&[&node], &[set(&["$0", "$1", "$2", "$3"])]).await;
     let loaded = load(&node, "c", 2_000).await;
-    query(&node.conn_str(), "ALTER FRAGMENT $1 SPLIT").await.unwrap();
+    query(&node.conn_str(), alter).await.unwrap();
     node.wait_crash();
     assert!(node.log_text().contains("TESSERA_HANDOFF_FAULT: aborting"), "{}", node.log_text());
     node.set_env(Vec::new());
     node.start_again();
-    let after = [set(&["$0", "$2", "$3", "$4", "$5"])];
+    let after = [set(after)];
     let per_node = wait_settled(&[&node], &after).await;
     check_documents(&[&node], &per_node, &loaded, &BTreeSet::new()).await;
     assert_eq!(total(&per_node), loaded.len() as u64);
     let more = load(&node, "after", 200).await;
     let per_node = wait_settled(&[&node], &after).await;
     assert_eq!(total(&per_node), (loaded.len() + more.len()) as u64);
-    assert!(per_node[0]["$4"] > 0 && per_node[0]["$5"] > 0, "{per_node:?}");
+    assert!(per_node[0].values().all(|n| *n > 0), "{per_node:?}");
     node.stop();
 }
 
