@@ -576,6 +576,26 @@ mod tests {
         assert!(e.to_string().contains("handoff-on-shutdown"), "{e}");
     }
 
+    // Checks --split-fragment-bytes: off (0) by default, taken when given, refused without a
+    // cluster name.
+    #[test]
+    fn cluster_split_fragment_bytes() {
+        let base = ServeArgs {
+            cluster_name: Some("c1".into()),
+            node_id: Some(2),
+            peer_listen: Some("127.0.0.1:7002".into()),
+            ..ServeArgs::default()
+        };
+        let c = NodeConfig::resolve(&base, 2).expect("valid").cluster.expect("cluster");
+        assert_eq!(c.split_fragment_bytes, 0, "off by default");
+        let on = ServeArgs { split_fragment_bytes: Some(1 << 30), ..base };
+        let c = NodeConfig::resolve(&on, 2).expect("valid").cluster.expect("cluster");
+        assert_eq!(c.split_fragment_bytes, 1 << 30);
+        let alone = ServeArgs { split_fragment_bytes: Some(1), ..ServeArgs::default() };
+        let e = NodeConfig::resolve(&alone, 2).expect_err("needs a cluster");
+        assert!(e.to_string().contains("split-fragment-bytes"), "{e}");
+    }
+
     // Checks cluster settings resolve with their defaults, and that each bad one (or one given
     // without a cluster name) is refused with the setting named.
     #[test]
