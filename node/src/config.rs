@@ -96,6 +96,11 @@ pub struct ServeArgs {
     /// `--rebalance-threshold` counts bytes (default 64 MiB).
     #[arg(long, env = "TESSERA_REBALANCE_LOAD")]
     pub rebalance_load: Option<String>,
+    /// Split a fragment whose live bytes (as its node reports them) exceed this many, at the
+    /// middle of its range, one split at a time (the "obese shard" problem). 0, the default,
+    /// turns automatic splitting off.
+    #[arg(long, env = "TESSERA_SPLIT_FRAGMENT_BYTES")]
+    pub split_fragment_bytes: Option<u64>,
     /// A file holding the cluster secret (16 to 4096 bytes, not readable by other users):
     /// peers prove they know it (HMAC-SHA-256 challenge-response) or are refused. Unset: peer
     /// connections are not authenticated.
@@ -135,6 +140,7 @@ struct FileConfig {
     allocation: Option<String>,
     handoff_on_shutdown: Option<bool>,
     rebalance_load: Option<String>,
+    split_fragment_bytes: Option<u64>,
     cluster_secret_file: Option<PathBuf>,
     metrics_listen: Option<String>,
     slow_statement_ms: Option<i64>,
@@ -192,6 +198,8 @@ pub struct ClusterConfig {
     pub handoff_on_shutdown: bool,
     /// What load is counted in (`--rebalance-load`).
     pub rebalance_load: crate::cluster::allocation::LoadUnit,
+    /// Split fragments over this many live bytes (`--split-fragment-bytes`; 0: never).
+    pub split_fragment_bytes: u64,
     /// The cluster secret (`--cluster-secret-file`), or `None`: peers are not authenticated.
     pub secret: Option<crate::cluster::auth::ClusterSecret>,
 }
@@ -358,6 +366,7 @@ fn resolve_cluster(
     let allocation = args.allocation.clone().or_else(|| file.allocation.clone());
     let handoff_on_shutdown = args.handoff_on_shutdown.or(file.handoff_on_shutdown);
     let rebalance_load = args.rebalance_load.clone().or_else(|| file.rebalance_load.clone());
+    let split_fragment_bytes = args.split_fragment_bytes.or(file.split_fragment_bytes);
     let secret_file = args.cluster_secret_file.clone().or_else(|| file.cluster_secret_file.clone());
     let Some(name) = name else {
         let given = [
@@ -371,6 +380,7 @@ fn resolve_cluster(
             ("allocation", allocation.is_some()),
             ("handoff-on-shutdown", handoff_on_shutdown.is_some()),
             ("rebalance-load", rebalance_load.is_some()),
+            ("split-fragment-bytes", split_fragment_bytes.is_some()),
             ("cluster-secret-file", secret_file.is_some()),
         ];
         if let Some((setting, _)) = given.iter().find(|(_, g)| *g) {
@@ -498,6 +508,7 @@ fn resolve_cluster(
         allocation,
         handoff_on_shutdown: handoff_on_shutdown.unwrap_or(true),
         rebalance_load,
+        split_fragment_bytes: split_fragment_bytes.unwrap_or(0),
         secret,
     }))
 }
@@ -563,6 +574,26 @@ mod tests {
         let alone = ServeArgs { handoff_on_shutdown: Some(false), ..ServeArgs::default() };
         let e = NodeConfig::resolve(&alone, 2).expect_err("needs a cluster");
         assert!(e.to_string().contains("handoff-on-shutdown"), "{e}");
+    }
+
+    // Checks --split-fragment-bytes: off (0) by default, taken when given, refused without a
+    // cluster name.
+    #[test]
+    fn cluster_split_fragment_bytes() {
+        let base = ServeArgs {
+            cluster_name: Some("c1".into()),
+            node_id: Some(2),
+            peer_listen: Some("127.0.0.1:7002".into()),
+            ..ServeArgs::default()
+        };
+        let c = NodeConfig::resolve(&base, 2).expect("valid").cluster.expect("cluster");
+        assert_eq!(c.split_fragment_bytes, 0, "off by default");
+        let on = ServeArgs { split_fragment_bytes: Some(1 << 30), ..base };
+        let c = NodeConfig::resolve(&on, 2).expect("valid").cluster.expect("cluster");
+        assert_eq!(c.split_fragment_bytes, 1 << 30);
+        let alone = ServeArgs { split_fragment_bytes: Some(1), ..ServeArgs::default() };
+        let e = NodeConfig::resolve(&alone, 2).expect_err("needs a cluster");
+        assert!(e.to_string().contains("split-fragment-bytes"), "{e}");
     }
 
     // Checks cluster settings resolve with their defaults, and that each bad one (or one given

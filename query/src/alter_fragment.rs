@@ -1,12 +1,16 @@
-//! `ALTER FRAGMENT <fragment> MOVE TO NODE <node>`: sqlparser has no such statement, so this
-//! one form is recognised by a small hand-written parser before sqlparser sees the text.
+//! `ALTER FRAGMENT`: sqlparser has no such statement, so its forms are recognised by a small
+//! hand-written parser before sqlparser sees the text.
 //!
 //! ```text
 //! ALTER FRAGMENT { $n | n } MOVE TO NODE { n | nN } [;]
+//! ALTER FRAGMENT { $n | n } SPLIT [ AT shard ] [;]
+//! ALTER FRAGMENT { $n | n } MERGE WITH { $m | m } [;]
 //! ```
 //!
-//! Keywords are case-insensitive and separated by whitespace; the fragment is written as
-//! `SHOW FRAGMENTS` shows it (`$3`) or as a bare number, the node as a number or as `n2`. Text
+//! Keywords are case-insensitive and separated by whitespace; a fragment is written as
+//! `SHOW FRAGMENTS` shows it (`$3`) or as a bare number, the node as a number or as `n2`, the
+//! split point as a shard number (the first shard of the upper part; default: the middle of
+//! the fragment's range; whether it lies inside the range is the coordinator's check). Text
 //! whose first two words are `ALTER FRAGMENT` is this statement or a syntax error (with its
 //! 1-based character position); anything else is left to sqlparser. The statement must be sent
 //! alone (not in a multi-statement string).
@@ -62,11 +66,18 @@ pub(crate) fn parse(sql: &str) -> Result<Option<Statement>, PlanError> {
         }
     }
     let error = |message: String, position: usize| PlanError::Syntax { message, position };
-    let expected = ["alter", "fragment", "", "move", "to", "node", ""];
+    let action = words.get(3).map(|w| w.text.to_ascii_lowercase());
+    let (expected, last): (&[&str], &str) = match action.as_deref() {
+        Some("split") if words.len() <= 4 => (&["alter", "fragment", "", "split"], ""),
+        Some("split") => (&["alter", "fragment", "", "split", "at", ""], "a shard number"),
+        Some("merge") => (&["alter", "fragment", "", "merge", "with", ""], "a fragment ($n)"),
+        Some("move") => (&["alter", "fragment", "", "move", "to", "node", ""], "a node id"),
+        Some(_) | None => (&["alter", "fragment", ""], ""),
+    };
     for (i, keyword) in expected.iter().enumerate() {
         let Some(word) = words.get(i) else {
             let what = if keyword.is_empty() {
-                if i == 2 { "a fragment ($n)" } else { "a node id" }
+                if i == 2 { "a fragment ($n)" } else { last }
             } else {
                 keyword
             };
@@ -79,11 +90,16 @@ pub(crate) fn parse(sql: &str) -> Result<Option<Statement>, PlanError> {
             ));
         }
     }
+    if action.is_none() {
+        return Err(error("ALTER FRAGMENT: expected MOVE, SPLIT or MERGE at the end".into(), end));
+    }
     if let Some(extra) = words.get(expected.len()) {
-        return Err(error(
-            format!("ALTER FRAGMENT: unexpected {:?} after the node", extra.text),
-            extra.position,
-        ));
+        let message = if expected.len() == 3 {
+            format!("ALTER FRAGMENT: expected MOVE, SPLIT or MERGE at {:?}", extra.text)
+        } else {
+            format!("ALTER FRAGMENT: unexpected {:?} after the statement", extra.text)
+        };
+        return Err(error(message, extra.position));
     }
     let number = |word: &Word<'_>, prefix: char, what: &str| {
         let digits = word.text.strip_prefix(prefix).unwrap_or(word.text);
@@ -93,10 +109,27 @@ pub(crate) fn parse(sql: &str) -> Result<Option<Statement>, PlanError> {
             error(format!("ALTER FRAGMENT: {:?} is not {what}", word.text), word.position)
         })
     };
-    let (Some(fragment), Some(node)) = (words.get(2), words.get(6)) else {
+    let Some(fragment) = words.get(2) else {
         return Err(error("ALTER FRAGMENT: incomplete".to_owned(), end));
     };
     let fragment = number(fragment, '$', "a fragment ($n)")?;
+    match action.as_deref() {
+        Some("split") => {
+            let at = words.get(5).map(|w| number(w, ' ', "a shard number")).transpose()?;
+            return Ok(Some(Statement::SplitFragment { fragment, at }));
+        }
+        Some("merge") => {
+            let Some(with) = words.get(5) else {
+                return Err(error("ALTER FRAGMENT: incomplete".to_owned(), end));
+            };
+            let with = number(with, '$', "a fragment ($n)")?;
+            return Ok(Some(Statement::MergeFragments { left: fragment, right: with }));
+        }
+        _ => {}
+    }
+    let Some(node) = words.get(6) else {
+        return Err(error("ALTER FRAGMENT: incomplete".to_owned(), end));
+    };
     let node = {
         let w = node;
         let prefixed =
@@ -135,6 +168,46 @@ mod tests {
         assert_eq!(moved("alter fragment 3 move to node 2"), (3, 2));
         assert_eq!(moved("  Alter\tFragment\n$0  MOVE TO NODE N17 ;"), (0, 17));
         assert_eq!(moved("ALTER FRAGMENT $4294967295 MOVE TO NODE 1;"), (u32::MAX, 1));
+    }
+
+    // Checks the SPLIT and MERGE forms: an optional split point, `$m` or `m`, any case, a
+    // final `;`.
+    #[test]
+    fn alter_fragment_split_and_merge_forms() {
+        let parsed = |sql: &str| parse(sql).unwrap_or_else(|e| panic!("{sql:?}: {e:?}"));
+        assert_eq!(
+            parsed("ALTER FRAGMENT $3 SPLIT"),
+            Some(Statement::SplitFragment { fragment: 3, at: None })
+        );
+        assert_eq!(
+            parsed("alter fragment 3 split at 1000;"),
+            Some(Statement::SplitFragment { fragment: 3, at: Some(1000) })
+        );
+        assert_eq!(
+            parsed(" Alter Fragment $1  MERGE\tWITH $2 ;"),
+            Some(Statement::MergeFragments { left: 1, right: 2 })
+        );
+        assert_eq!(
+            parsed("ALTER FRAGMENT 1 merge with 2"),
+            Some(Statement::MergeFragments { left: 1, right: 2 })
+        );
+    }
+
+    // Checks bad SPLIT and MERGE input points at the offending word or the end.
+    #[test]
+    fn alter_fragment_split_merge_bad_input() {
+        assert_eq!(syntax("ALTER FRAGMENT $1").1, 18);
+        assert!(syntax("ALTER FRAGMENT $1").0.contains("MOVE, SPLIT or MERGE"));
+        assert_eq!(syntax("ALTER FRAGMENT $1 CUT").1, 19);
+        assert_eq!(syntax("ALTER FRAGMENT $1 SPLIT AT").1, 27);
+        assert_eq!(syntax("ALTER FRAGMENT $1 SPLIT IN 5").1, 25);
+        assert_eq!(syntax("ALTER FRAGMENT $1 SPLIT AT $5").1, 28);
+        assert_eq!(syntax("ALTER FRAGMENT $1 SPLIT AT 5 NOW").1, 30);
+        assert_eq!(syntax("ALTER FRAGMENT $1 SPLIT AT 99999999999").1, 28);
+        assert_eq!(syntax("ALTER FRAGMENT $1 MERGE $2").1, 25);
+        assert_eq!(syntax("ALTER FRAGMENT $1 MERGE WITH").1, 29);
+        assert_eq!(syntax("ALTER FRAGMENT $1 MERGE WITH n2").1, 30);
+        assert_eq!(syntax("ALTER FRAGMENT $x SPLIT").1, 16);
     }
 
     // Checks other text is left to sqlparser.

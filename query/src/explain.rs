@@ -175,6 +175,15 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
         Statement::MoveFragment { fragment, node } => {
             lines.push(format!("Move fragment ${fragment} to node {node}"))
         }
+        Statement::SplitFragment { fragment, at: Some(at) } => {
+            lines.push(format!("Split fragment ${fragment} at shard {at}"))
+        }
+        Statement::SplitFragment { fragment, at: None } => {
+            lines.push(format!("Split fragment ${fragment} at the middle of its range"))
+        }
+        Statement::MergeFragments { left, right } => {
+            lines.push(format!("Merge fragment ${left} with ${right}"))
+        }
         Statement::Begin => lines.push("Begin".to_owned()),
         Statement::Commit => lines.push("Commit".to_owned()),
         Statement::Rollback => lines.push("Rollback".to_owned()),

@@ -106,6 +106,22 @@ pub enum Statement {
         /// The destination node's id.
         node: u32,
     },
+    /// `ALTER FRAGMENT $n SPLIT [AT s]`: ask the coordinator to split the fragment at shard
+    /// `at` (`None`: the middle of its range) into two new fragments on the same node.
+    SplitFragment {
+        /// The fragment's id.
+        fragment: u32,
+        /// The first shard of the upper part.
+        at: Option<u32>,
+    },
+    /// `ALTER FRAGMENT $l MERGE WITH $r`: ask the coordinator to merge two adjacent fragments
+    /// of one node into one new fragment.
+    MergeFragments {
+        /// The lower fragment.
+        left: u32,
+        /// The upper fragment (starting where `left` ends).
+        right: u32,
+    },
     /// `BEGIN` / `START TRANSACTION`
     Begin,
     /// `COMMIT` / `END`
@@ -131,6 +147,8 @@ impl Statement {
             Statement::ShowFragments
             | Statement::Show { .. }
             | Statement::MoveFragment { .. }
+            | Statement::SplitFragment { .. }
+            | Statement::MergeFragments { .. }
             | Statement::Set { .. }
             | Statement::Begin
             | Statement::Commit
@@ -174,6 +192,8 @@ impl Statement {
             Statement::CreateCollection { .. }
             | Statement::AlterSharding { .. }
             | Statement::MoveFragment { .. }
+            | Statement::SplitFragment { .. }
+            | Statement::MergeFragments { .. }
             | Statement::Set { .. }
             | Statement::Begin
             | Statement::Commit

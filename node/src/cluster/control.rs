@@ -22,7 +22,7 @@ use crate::cluster::limits::{
     PEER_CONNECTIONS_MAX, PEER_IDLE_TIMEOUT_MS, PEER_REACHABLE_WITHIN_MS, PEER_REQUEST_TIMEOUT_MS,
     RAFT_APPEND_ENTRIES_MAX, RAFT_SNAPSHOT_CHUNK_BYTES, REFUSALS_LOGGED_MAX,
 };
-use crate::cluster::ops::{MoveError, MoveRequest, MoveResult};
+use crate::cluster::ops::{MoveError, MoveRequest, MoveResult, Op};
 use crate::cluster::peer::{PeerConn, PeerError, read_message, write_message};
 use crate::cluster::prior::{PriorDecision, PriorMap};
 use crate::cluster::raft_net::{RaftNet, serve_rpc};
@@ -111,6 +111,12 @@ struct Ctx {
     /// On the coordinator: fragments whose handoff a task of this node drives (any other
     /// handoff in flight is an orphan of a previous coordinator and is aborted).
     driving: Mutex<BTreeSet<u32>>,
+    /// On the coordinator: splits and merges a task of this node drives (any other one in
+    /// flight, a previous coordinator's, is driven again: the owner's build starts over).
+    reshaping: Mutex<BTreeSet<u64>>,
+    /// On an owner: held while it builds a split or merge, so two builds never overlap (a new
+    /// coordinator may ask again while a previous one's request still runs).
+    building: tokio::sync::Mutex<()>,
     /// Set while this node drains for a graceful shutdown (its `leaving` mark is not stale).
     draining: std::sync::atomic::AtomicBool,
     /// On the coordinator: when each fragment's last handoff was aborted (a new one waits
@@ -285,6 +291,8 @@ async fn run(
             fenced: Mutex::new(BTreeSet::new()),
             receiver: Receiver::default(),
             driving: Mutex::new(BTreeSet::new()),
+            reshaping: Mutex::new(BTreeSet::new()),
+            building: tokio::sync::Mutex::new(()),
             draining: std::sync::atomic::AtomicBool::new(false),
             aborted_at: Mutex::new(HashMap::new()),
         });
@@ -432,6 +440,17 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
                 }
             }
             Message::HandoffStart(start) => source_side(ctx, &start).await,
+            Message::ReshapeStart { reshape } => owner_side(ctx, reshape).await,
+            Message::PlanReshape { fragment, at, merge_with } => {
+                let answer = if ctx.raft.metrics().borrow().current_leader == Some(ctx.me.node) {
+                    plan_reshape_here(ctx, fragment, at, merge_with).await
+                } else {
+                    Err(MoveError::NoCoordinator {
+                        reason: format!("node {} is no longer the coordinator", ctx.me.node),
+                    })
+                };
+                Message::MoveAnswer(answer)
+            }
             m @ (Message::ImportBegin { .. }
             | Message::ImportChunk { .. }
             | Message::ImportEnd { .. }) => destination_side(ctx, m).await,
@@ -662,7 +681,9 @@ async fn ping_loop(ctx: Arc<Ctx>, node: u32) {
                 // The coordinator counting bytes asks for the member's sizes on the same
                 // connection (a leader learns them within a tick of taking over).
                 let leads = ctx.raft.metrics().borrow().state == ServerState::Leader;
-                if leads && ctx.config.rebalance_load == LoadUnit::Bytes {
+                let sizes_needed = ctx.config.rebalance_load == LoadUnit::Bytes
+                    || ctx.config.split_fragment_bytes > 0;
+                if leads && sizes_needed {
                     match c.request(&Message::Load).await {
                         Ok(Message::LoadAnswer(sizes)) => {
                             ctx.reports
@@ -756,6 +777,17 @@ async fn coordinate(ctx: &Arc<Ctx>, state: &ClusterState) {
     }
     plan_leaving_moves(ctx, state, loads).await;
     drive_handoffs(ctx, state).await;
+    if let Some(fragment) = state.oversized(&reports, ctx.config.split_fragment_bytes) {
+        if propose(ctx, Command::BeginSplit { fragment, at: None }).await {
+            tracing::info!(
+                fragment,
+                threshold = ctx.config.split_fragment_bytes,
+                "coordinator began splitting an oversized fragment"
+            );
+        }
+        return;
+    }
+    drive_reshapes(ctx, state);
 }
 
 /// Plans a move for every fragment of a leaving node that has none, each to the node the
@@ -1283,7 +1315,11 @@ async fn ops_loop(ctx: Arc<Ctx>, requests: flume::Receiver<MoveRequest>) {
     while let Ok(request) = requests.recv_async().await {
         let ctx = Arc::clone(&ctx);
         tokio::spawn(async move {
-            let answer = plan_move(&ctx, request.fragment, request.to).await;
+            let answer = match request.op {
+                Op::Move { to } => plan_move(&ctx, request.fragment, to).await,
+                Op::Split { at } => plan_reshape(&ctx, request.fragment, at, None).await,
+                Op::Merge { with } => plan_reshape(&ctx, request.fragment, None, Some(with)).await,
+            };
             let _ = request.reply.send(answer);
         });
     }
@@ -1347,6 +1383,191 @@ async fn plan_move_here(ctx: &Ctx, fragment: u32, to: u32) -> MoveResult {
         Err(C::AlreadyMoving { fragment }) => Err(MoveError::AlreadyMoving { fragment }),
         Err(C::NotDataMember { node }) => Err(MoveError::ProxyNode { node }),
         Err(other) => Err(MoveError::NoCoordinator { reason: other.to_string() }),
+    }
+}
+
+/// Begins a split (`merge_with` `None`) or merge on the coordinator: here if this node leads,
+/// else by asking the leader.
+async fn plan_reshape(
+    ctx: &Ctx,
+    fragment: u32,
+    at: Option<u32>,
+    merge_with: Option<u32>,
+) -> MoveResult {
+    let metrics = ctx.raft.metrics().borrow().clone();
+    let Some(leader) = metrics.current_leader else {
+        return Err(MoveError::NoCoordinator {
+            reason: "no coordinator is known (an election may be under way); try again".to_owned(),
+        });
+    };
+    if leader == ctx.me.node {
+        return plan_reshape_here(ctx, fragment, at, merge_with).await;
+    }
+    let Some(addr) =
+        metrics.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
+    else {
+        return Err(MoveError::NoCoordinator {
+            reason: format!("the coordinator, node {leader}, has no known address"),
+        });
+    };
+    let unreachable = |e: PeerError| MoveError::NoCoordinator {
+        reason: format!("coordinator node {leader}: {e}"),
+    };
+    let mut conn = PeerConn::dial(&addr, &ctx.hello).await.map_err(unreachable)?;
+    let request = Message::PlanReshape { fragment, at, merge_with };
+    match conn.request(&request).await.map_err(unreachable)? {
+        Message::MoveAnswer(answer) => answer,
+        other => Err(MoveError::NoCoordinator {
+            reason: format!("coordinator node {leader} answered {}", other.kind()),
+        }),
+    }
+}
+
+/// Begins a split or merge on this node, the coordinator: proposes `BeginSplit` /
+/// `BeginMerge` (bounded) and maps the state machine's refusal. The next tick drives it.
+async fn plan_reshape_here(
+    ctx: &Ctx,
+    fragment: u32,
+    at: Option<u32>,
+    merge_with: Option<u32>,
+) -> MoveResult {
+    use crate::cluster::state::CommandError as C;
+    let command = match merge_with {
+        Some(right) => Command::BeginMerge { left: fragment, right },
+        None => Command::BeginSplit { fragment, at },
+    };
+    let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
+    let written = tokio::time::timeout(bound, ctx.raft.client_write(command))
+        .await
+        .map_err(|_| MoveError::NoCoordinator {
+            reason: format!("the split or merge was not committed within {bound:?} (no quorum?)"),
+        })?
+        .map_err(|e| MoveError::NoCoordinator { reason: e.to_string() })?;
+    match written.data {
+        Ok(epoch) => {
+            tracing::info!(
+                fragment,
+                ?at,
+                ?merge_with,
+                epoch,
+                "coordinator began an operator's split or merge"
+            );
+            Ok(epoch)
+        }
+        Err(C::NoMap) => Err(MoveError::NoMap),
+        Err(C::UnknownFragment { fragment }) => Err(MoveError::UnknownFragment { fragment }),
+        Err(other) => Err(MoveError::Refused { reason: other.to_string() }),
+    }
+}
+
+/// Drives every split or merge in flight that no task of this coordinator drives yet (an
+/// operator's, just begun, or a previous coordinator's), while its owner answers: a node that
+/// does not may hold the only copy, so its sources wait for it.
+fn drive_reshapes(ctx: &Arc<Ctx>, state: &ClusterState) {
+    if handoff::host().is_none() {
+        return;
+    }
+    for r in &state.reshapes {
+        let Some(owner) = r.targets.first().map(|t| t.node) else { continue };
+        if !ctx.reachable(owner) {
+            continue;
+        }
+        if ctx.reshaping.lock().unwrap_or_else(PoisonError::into_inner).insert(r.id) {
+            tokio::spawn(drive_reshape(Arc::clone(ctx), r.clone()));
+        }
+    }
+}
+
+/// Drives one split or merge: the owner builds the new fragments, then the coordinator
+/// commits them on `ReshapeDone` or aborts on anything else.
+async fn drive_reshape(ctx: Arc<Ctx>, r: crate::cluster::state::Reshape) {
+    let began = Instant::now();
+    let owner = r.targets.first().map_or(0, |t| t.node);
+    tracing::info!(reshape = r.id, sources = ?r.sources, owner, "split or merge begun");
+    let outcome = if owner == ctx.config.node_id {
+        owner_side(&ctx, r.id).await
+    } else {
+        let failed = |reason: String| Message::ReshapeFailed { reshape: r.id, reason };
+        match ctx.state().members.get(&owner).map(|m| m.peer_addr.clone()) {
+            None => failed(format!("owner node {owner} is not a member")),
+            Some(addr) => match PeerConn::dial(&addr, &ctx.hello).await {
+                Err(e) => failed(e.to_string()),
+                Ok(mut conn) => {
+                    let bound = HANDOFF_TIMEOUT_MS + PEER_REQUEST_TIMEOUT_MS;
+                    let start = Message::ReshapeStart { reshape: r.id };
+                    conn.request_within(&start, bound)
+                        .await
+                        .unwrap_or_else(|e| failed(e.to_string()))
+                }
+            },
+        }
+    };
+    let (command, docs) = match outcome {
+        Message::ReshapeDone { reshape, docs } if reshape == r.id => {
+            (Command::CommitReshape { reshape: r.id }, Some(docs))
+        }
+        other => {
+            let why = match other {
+                Message::ReshapeFailed { reason, .. } => reason,
+                other => format!("the owner answered {}", other.kind()),
+            };
+            tracing::warn!(reshape = r.id, "split or merge failed, aborting it: {why}");
+            (Command::AbortReshape { reshape: r.id }, None)
+        }
+    };
+    let decided = propose(&ctx, command).await;
+    match (docs, decided) {
+        (Some(docs), true) => tracing::info!(
+            reshape = r.id,
+            sources = ?r.sources,
+            targets = ?r.targets.iter().map(|t| t.id).collect::<Vec<_>>(),
+            docs,
+            ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "split or merge committed"
+        ),
+        (None, true) => tracing::info!(reshape = r.id, "split or merge aborted: the sources stay"),
+        (_, false) => tracing::warn!(
+            reshape = r.id,
+            "split or merge decision not committed; the next coordinator tick drives it again"
+        ),
+    }
+    ctx.reshaping.lock().unwrap_or_else(PoisonError::into_inner).remove(&r.id);
+}
+
+/// The owner's side of `ReshapeStart`: checks its applied state has the reshape in flight on
+/// this node, then builds the new fragments (bounded by `HANDOFF_TIMEOUT_MS`).
+async fn owner_side(ctx: &Ctx, reshape: u64) -> Message {
+    let failed = |reason: String| Message::ReshapeFailed { reshape, reason };
+    let Some(host) = handoff::host() else {
+        return failed("the owner's data path cannot split or merge (no fragment host)".to_owned());
+    };
+    let state = ctx.state_when(|s| s.last_reshape >= reshape).await;
+    let Some(r) = state.reshapes.iter().find(|r| r.id == reshape) else {
+        return failed(format!("no split or merge {reshape} is in flight here"));
+    };
+    if r.targets.iter().any(|t| t.node != ctx.config.node_id) {
+        return failed(format!("split or merge {reshape} is not on node {}", ctx.config.node_id));
+    }
+    let sources: Option<Vec<_>> =
+        r.sources.iter().map(|id| state.fragments.iter().find(|f| f.id == *id).copied()).collect();
+    let Some(sources) = sources else {
+        return failed(format!("a source of split or merge {reshape} left the map"));
+    };
+    let bound = Duration::from_millis(HANDOFF_TIMEOUT_MS);
+    let build = async {
+        let _one_at_a_time = ctx.building.lock().await;
+        // Still in flight once the previous build ended (not committed or aborted meanwhile).
+        if !ctx.state().reshapes.iter().any(|q| q.id == reshape) {
+            return Err(format!("split or merge {reshape} ended while waiting to build"));
+        }
+        handoff::run_reshape(host.as_ref(), r, &sources, &ctx.fenced)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(bound, build).await {
+        Ok(Ok(docs)) => Message::ReshapeDone { reshape, docs },
+        Ok(Err(e)) => failed(e),
+        Err(_) => failed(format!("the build did not finish within {bound:?}")),
     }
 }
 
@@ -1470,5 +1691,6 @@ fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
         moves_planned: state.moves.len(),
         strategy: ctx.strategy.name(),
         handoffs: state.handoffs.clone(),
+        reshapes: state.reshapes.clone(),
     });
 }

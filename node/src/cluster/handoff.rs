@@ -87,6 +87,10 @@ pub trait FragmentHost: Send + Sync {
     /// The next chunk of `fragment`'s export stream (`storage::Export::next_chunk` over its
     /// whole range; the first call starts it), `None` at the end.
     fn export_next(&self, fragment: u32) -> HostFuture<Option<Vec<u8>>>;
+    /// The next chunk of the export stream of `fragment`'s documents in shards `[start, end)`
+    /// (a split or merge copies sub-ranges; the first call starts it), `None` at the end.
+    fn export_range_next(&self, fragment: u32, start: u32, end: u32)
+    -> HostFuture<Option<Vec<u8>>>;
     /// Creates an empty copy of `fragment` for `[start, end)` on `executor`, deleting any
     /// partial copy first. It serves nothing until the map gives it to this node.
     fn create_empty(&self, fragment: u32, start: u32, end: u32, executor: u32) -> HostFuture<()>;
@@ -118,12 +122,20 @@ pub fn host() -> Option<Arc<dyn FragmentHost>> {
 static FENCED_AT_OPEN: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
 
 /// Whether the data path must fence `fragment` as it opens it on node `me`: the published map
-/// shows a handoff of it from this node in flight (a source restarted mid-handoff must not
+/// shows a handoff of it from this node, or a split or merge of it on this node, in flight (a source restarted mid-handoff must not
 /// take writes before the handoff's commit or abort is applied). Records it for `reconcile`,
 /// which unfences it after an abort. Called by `cluster::region` on the executors.
 pub fn fence_at_open(fragment: u32, me: u32) -> bool {
     let Some(view) = crate::cluster::view() else { return false };
+    let reshaping = view
+        .reshapes
+        .iter()
+        .any(|r| r.sources.contains(&fragment) && r.targets.first().is_some_and(|t| t.node == me));
     match view.fragment_state(fragment) {
+        _ if reshaping => {
+            FENCED_AT_OPEN.lock().unwrap_or_else(PoisonError::into_inner).insert(fragment);
+            true
+        }
         crate::cluster::state::FragmentState::HandingOff { from, .. } if from == me => {
             FENCED_AT_OPEN.lock().unwrap_or_else(PoisonError::into_inner).insert(fragment);
             true
@@ -194,6 +206,9 @@ pub mod fault {
         /// The source, after applying the commit, before deleting its copy
         /// (`source-before-delete`).
         SourceBeforeDelete,
+        /// The owner of a split or merge, once every new fragment is durable, before telling
+        /// the coordinator (`reshape-after-build`).
+        ReshapeAfterBuild,
     }
 
     static ARMED: OnceLock<Option<Fault>> = OnceLock::new();
@@ -206,6 +221,7 @@ pub mod fault {
             let fault = match v.as_str() {
                 "coordinator-after-done" => Some(Fault::CoordinatorAfterDone),
                 "source-before-delete" => Some(Fault::SourceBeforeDelete),
+                "reshape-after-build" => Some(Fault::ReshapeAfterBuild),
                 _ => chunk("source-after-chunk:").map(Fault::SourceAfterChunk).or_else(|| {
                     chunk("destination-after-chunk:").map(Fault::DestinationAfterChunk)
                 }),
@@ -302,6 +318,41 @@ pub async fn run_source(
     sent.docs =
         expect_ack(conn.request_within(&end, HANDOFF_CHUNK_ACK_MS).await?, handoff, sent.chunks)?;
     Ok(sent)
+}
+
+/// The owner's side of a split or merge (all on this node): fences the sources (in-flight
+/// writes durable), creates each target empty (discarding a partial copy of an earlier
+/// attempt) and imports into it the export of every source's documents in the target's
+/// shards; returns the documents copied, every one durable. On failure the sources stay
+/// fenced: the coordinator's abort, once applied, unfences them and `reconcile` deletes the
+/// partial targets. `fenced` records what this node fenced (sources and targets, for
+/// `reconcile`, which unfences the targets once the commit gives them to this node).
+pub async fn run_reshape(
+    host: &dyn FragmentHost,
+    reshape: &crate::cluster::state::Reshape,
+    sources: &[crate::cluster::state::FragmentEntry],
+    fenced: &Mutex<BTreeSet<u32>>,
+) -> Result<u64, HostError> {
+    for source in sources {
+        fenced.lock().unwrap_or_else(PoisonError::into_inner).insert(source.id);
+        host.fence(source.id).await?;
+    }
+    let mut docs = 0;
+    for target in &reshape.targets {
+        fenced.lock().unwrap_or_else(PoisonError::into_inner).insert(target.id);
+        host.create_empty(target.id, target.start, target.end, target.executor).await?;
+        for source in sources {
+            let (start, end) = (source.start.max(target.start), source.end.min(target.end));
+            if start >= end {
+                continue;
+            }
+            while let Some(chunk) = host.export_range_next(source.id, start, end).await? {
+                docs += host.import(target.id, chunk).await?;
+            }
+        }
+    }
+    fault::hit(fault::Fault::ReshapeAfterBuild);
+    Ok(docs)
 }
 
 fn expect_ack(answer: Message, handoff: u64, seq: u64) -> Result<u64, HandoffError> {
@@ -586,6 +637,11 @@ pub enum Action {
 
 /// The pure decision of what to do with local copies: `local` is every fragment this node
 /// has a copy of, `fenced` those it fenced for a handoff. Deterministic, in fragment order.
+///
+/// Splits and merges (`ClusterState::reshapes`) follow the same rules: a source of a reshape
+/// in flight is fenced; a target being built on this node is kept; after the commit the
+/// sources are no longer in the map (deleted) and the targets are this node's; after an abort
+/// the targets are in no map and no reshape (deleted) and the sources are unfenced.
 pub fn reconcile(
     state: &ClusterState,
     me: u32,
@@ -599,7 +655,12 @@ pub fn reconcile(
     for &fragment in local {
         let owner = state.fragments.iter().find(|f| f.id == fragment).map(|f| f.node);
         let handoff = state.handoff_of(fragment);
-        let incoming = handoff.is_some_and(|h| h.to == me);
+        // A target of a split or merge in flight on this node: being built, not in the map yet.
+        let building = state
+            .reshapes
+            .iter()
+            .any(|r| r.targets.iter().any(|t| t.id == fragment && t.node == me));
+        let incoming = handoff.is_some_and(|h| h.to == me) || building;
         if owner != Some(me) {
             if !incoming {
                 actions.push(Action::Delete(fragment));
@@ -607,6 +668,11 @@ pub fn reconcile(
             continue;
         }
         match handoff {
+            _ if state.reshape_of(fragment).is_some() => {
+                if !fenced.contains(&fragment) {
+                    actions.push(Action::Fence(fragment));
+                }
+            }
             Some(h) if h.from == me => {
                 if !fenced.contains(&fragment) {
                     actions.push(Action::Fence(fragment));
@@ -684,6 +750,62 @@ mod tests {
         assert!(check_in_flight(&s, 2, 0, 1, true).is_err(), "another id");
     }
 
+    // Checks what the owner does with its copies through a split's begin, commit and abort,
+    // and after a restart at each step: the source is fenced while the split is in flight and
+    // partial targets are kept; after the commit the source is deleted and the targets stay
+    // (unfenced); after an abort the targets are deleted and the source is unfenced. Another
+    // node deletes nothing it does not have and keeps its own.
+    #[test]
+    fn reconcile_follows_split_commit_and_abort() {
+        let none = BTreeSet::new();
+        let mut s = state();
+        s.apply(&Command::BeginSplit { fragment: 1, at: None }).expect("begun");
+        let r = s.reshape_of(1).expect("in flight").clone();
+        let (low, high) = (r.targets[0].id, r.targets[1].id);
+        // Begun, nothing built yet, or restarted mid-build with a partial target.
+        assert_eq!(reconcile(&s, 1, &BTreeSet::from([0, 1]), &none), [Action::Fence(1)]);
+        let building = BTreeSet::from([0, 1, low]);
+        assert_eq!(reconcile(&s, 1, &building, &none), [Action::Fence(1)]);
+        let fenced = BTreeSet::from([1]);
+        assert_eq!(reconcile(&s, 1, &building, &fenced), []);
+        assert_eq!(reconcile(&s, 2, &BTreeSet::from([2]), &none), []);
+        // Committed: the source goes, both targets are this node's.
+        let mut committed = s.clone();
+        committed.apply(&Command::CommitReshape { reshape: r.id }).expect("committed");
+        let built = BTreeSet::from([0, 1, low, high]);
+        assert_eq!(reconcile(&committed, 1, &built, &fenced), [Action::Delete(1)]);
+        assert_eq!(reconcile(&committed, 1, &BTreeSet::from([0, low, high]), &none), []);
+        // Aborted: partial targets go, the source is writable again.
+        let mut aborted = s.clone();
+        aborted.apply(&Command::AbortReshape { reshape: r.id }).expect("aborted");
+        assert_eq!(
+            reconcile(&aborted, 1, &built, &fenced),
+            [Action::Unfence(1), Action::Delete(low), Action::Delete(high)]
+        );
+        assert_eq!(
+            reconcile(&aborted, 1, &built, &none),
+            [Action::Delete(low), Action::Delete(high)]
+        );
+    }
+
+    // Checks a merge: both sources fenced in flight, both deleted after the commit, the
+    // target kept; a merge on another node changes nothing here.
+    #[test]
+    fn reconcile_follows_merge_commit() {
+        let none = BTreeSet::new();
+        let mut s = state();
+        s.apply(&Command::BeginMerge { left: 0, right: 1 }).expect("begun");
+        let r = s.reshape_of(0).expect("in flight").clone();
+        let target = r.targets[0].id;
+        let local = BTreeSet::from([0, 1, target]);
+        assert_eq!(reconcile(&s, 1, &local, &none), [Action::Fence(0), Action::Fence(1)]);
+        assert_eq!(reconcile(&s, 2, &BTreeSet::from([2]), &none), []);
+        s.apply(&Command::CommitReshape { reshape: r.id }).expect("committed");
+        let fenced = BTreeSet::from([0, 1]);
+        assert_eq!(reconcile(&s, 1, &local, &fenced), [Action::Delete(0), Action::Delete(1)]);
+        assert_eq!(s.fragments.iter().map(|f| f.id).collect::<Vec<_>>(), [target, 2]);
+    }
+
     // Checks what each side does as the map moves through begin, commit and abort, and after
     // a restart (fenced set empty, a leftover partial copy).
     #[test]
@@ -712,6 +834,9 @@ mod tests {
         assert_eq!(reconcile(&ClusterState::default(), 1, &a_local, &fenced), []);
     }
 
+    /// A range export stream: fragment, first shard, one past the last.
+    type RangeKey = (u32, u32, u32);
+
     /// An in-memory host: each fragment is a list of documents (one per chunk byte string);
     /// an export yields them in chunks, an import appends. `damage_at` makes an import of a
     /// chunk starting with that byte fail as damaged at chunk byte 8.
@@ -719,6 +844,7 @@ mod tests {
     struct MemHost {
         docs: Mutex<BTreeMap<u32, Vec<Vec<u8>>>>,
         exporting: Mutex<BTreeMap<u32, Vec<Vec<u8>>>>,
+        ranges: Mutex<BTreeMap<RangeKey, Vec<Vec<u8>>>>,
         fenced: Mutex<BTreeSet<u32>>,
         damage_at: Option<u8>,
     }
@@ -757,6 +883,31 @@ mod tests {
             }
             ready(Ok(exporting.get_mut(&fragment).and_then(Vec::pop)))
         }
+        fn export_range_next(
+            &self,
+            fragment: u32,
+            start: u32,
+            end: u32,
+        ) -> HostFuture<Option<Vec<u8>>> {
+            // A document's shard is its first byte; one stream per (fragment, range).
+            let key = (fragment, start, end);
+            let mut exporting = self.ranges.lock().expect("lock");
+            if let std::collections::btree_map::Entry::Vacant(slot) = exporting.entry(key) {
+                let Some(docs) = self.copy(fragment) else {
+                    return ready(Err(HostError::NotHere { fragment }));
+                };
+                let inside =
+                    |d: &Vec<u8>| d.first().is_some_and(|b| (start..end).contains(&u32::from(*b)));
+                let mut docs: Vec<Vec<u8>> = docs.into_iter().filter(inside).collect();
+                docs.reverse();
+                slot.insert(docs);
+            }
+            let next = exporting.get_mut(&key).and_then(Vec::pop);
+            if next.is_none() {
+                exporting.remove(&key);
+            }
+            ready(Ok(next))
+        }
         fn create_empty(&self, fragment: u32, _: u32, _: u32, _: u32) -> HostFuture<()> {
             self.docs.lock().expect("lock").insert(fragment, Vec::new());
             ready(Ok(()))
@@ -781,6 +932,38 @@ mod tests {
         fn local(&self) -> HostFuture<Vec<u32>> {
             ready(Ok(self.docs.lock().expect("lock").keys().copied().collect()))
         }
+    }
+
+    // Checks a split's build on the owner: the source is fenced, each target receives exactly
+    // the source's documents in its shards (none lost, none twice), a second attempt starts the
+    // targets over; a merge's target receives both sources' documents in shard order.
+    #[test]
+    fn run_reshape_copies_sub_ranges() {
+        use crate::cluster::state::{FragmentEntry, Reshape};
+        let host = MemHost::with(1, 6);
+        let entry = |id, start, end| FragmentEntry { id, start, end, node: 1, executor: 0 };
+        let split = Reshape {
+            id: 1,
+            sources: vec![1],
+            targets: vec![entry(4, 0, 2), entry(5, 2, 6)],
+            begun_at: 2,
+        };
+        let fenced = Mutex::new(BTreeSet::new());
+        let source = [entry(1, 0, 6)];
+        let run = || run_reshape(&host, &split, &source, &fenced);
+        assert_eq!(futures_lite::future::block_on(run()), Ok(6));
+        assert!(host.fenced.lock().expect("lock").contains(&1), "the source is fenced");
+        let first = |f| host.copy(f).expect("copy").iter().map(|d| d[0]).collect::<Vec<_>>();
+        assert_eq!((first(4), first(5)), (vec![0, 1], vec![2, 3, 4, 5]));
+        assert_eq!(futures_lite::future::block_on(run()), Ok(6), "a retry starts over");
+        assert_eq!((first(4), first(5)), (vec![0, 1], vec![2, 3, 4, 5]));
+        assert_eq!(*fenced.lock().expect("lock"), BTreeSet::from([1, 4, 5]));
+        let merge =
+            Reshape { id: 2, sources: vec![4, 5], targets: vec![entry(6, 0, 6)], begun_at: 4 };
+        let sources = [entry(4, 0, 2), entry(5, 2, 6)];
+        let merged = futures_lite::future::block_on(run_reshape(&host, &merge, &sources, &fenced));
+        assert_eq!(merged, Ok(6));
+        assert_eq!(first(6), [0, 1, 2, 3, 4, 5]);
     }
 
     fn hello(node: u64) -> Hello {

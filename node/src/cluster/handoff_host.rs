@@ -39,6 +39,8 @@ pub enum HostRequest {
     Unfence(u32, Reply<()>),
     /// `FragmentHost::export_next`.
     ExportNext(u32, Reply<Option<Vec<u8>>>),
+    /// `FragmentHost::export_range_next`: the fragment, first shard, one past the last.
+    ExportRange(u32, u32, u32, Reply<Option<Vec<u8>>>),
     /// `FragmentHost::create_empty`.
     CreateEmpty {
         /// The fragment.
@@ -89,6 +91,14 @@ impl FragmentHost for BridgeHost {
     fn export_next(&self, fragment: u32) -> HostFuture<Option<Vec<u8>>> {
         self.ask(|r| HostRequest::ExportNext(fragment, r))
     }
+    fn export_range_next(
+        &self,
+        fragment: u32,
+        start: u32,
+        end: u32,
+    ) -> HostFuture<Option<Vec<u8>>> {
+        self.ask(|r| HostRequest::ExportRange(fragment, start, end, r))
+    }
     fn create_empty(&self, fragment: u32, start: u32, end: u32, executor: u32) -> HostFuture<()> {
         self.ask(|reply| HostRequest::CreateEmpty { fragment, start, end, executor, reply })
     }
@@ -103,9 +113,12 @@ impl FragmentHost for BridgeHost {
     }
 }
 
+/// An export stream's fragment and sub-range (`None`: its whole range).
+type ExportKey = (FragmentId, Option<(u32, u32)>);
+
 thread_local! {
-    /// Export streams of this executor's fragments, by fragment.
-    static EXPORTS: RefCell<BTreeMap<FragmentId, storage::Export>> =
+    /// Export streams of this executor's fragments, by fragment and range (`None`: whole).
+    static EXPORTS: RefCell<BTreeMap<ExportKey, storage::Export>> =
         const { RefCell::new(BTreeMap::new()) };
 }
 
@@ -214,7 +227,10 @@ async fn serve(core: &Rc<Core>, mesh: &Mesh<Core>, request: HostRequest) {
             let _ = reply.send(r);
         }
         HostRequest::ExportNext(f, reply) => {
-            let _ = reply.send(export_next(core, mesh, f).await);
+            let _ = reply.send(export_next(core, mesh, f, None).await);
+        }
+        HostRequest::ExportRange(f, start, end, reply) => {
+            let _ = reply.send(export_next(core, mesh, f, Some((start, end))).await);
         }
         HostRequest::CreateEmpty { fragment, start, end, executor, reply } => {
             let _ = reply.send(create_empty(core, mesh, fragment, start, end, executor).await);
@@ -235,7 +251,7 @@ async fn fence(core: &Rc<Core>, mesh: &Mesh<Core>, f: u32) -> Result<(), HostErr
     let at = located(core, mesh, f).await?;
     let id = FragmentId::new(f);
     on(core, mesh, at, f, move |c| async move {
-        EXPORTS.with(|e| e.borrow_mut().remove(&id));
+        EXPORTS.with(|e| e.borrow_mut().retain(|(f, _), _| *f != id));
         c.fence_fragment(id).await.map_err(|e| e.to_string())?;
         // A transaction prepared before the fence still commits (or aborts) into the fragment:
         // wait until none is in doubt, then until what they wrote is durable, so the export
@@ -265,6 +281,7 @@ async fn export_next(
     core: &Rc<Core>,
     mesh: &Mesh<Core>,
     f: u32,
+    sub: Option<(u32, u32)>,
 ) -> Result<Option<Vec<u8>>, HostError> {
     let at = located(core, mesh, f).await?;
     let id = FragmentId::new(f);
@@ -272,12 +289,21 @@ async fn export_next(
         let Some(handle) = c.fragment_handle(id) else {
             return Err(HostError::NotHere { fragment: f });
         };
+        let range = match sub {
+            None => handle.range(),
+            Some((start, end)) => ShardRange::new(start, end)
+                .filter(|r| handle.range().start() <= r.start() && r.end() <= handle.range().end())
+                .ok_or_else(|| {
+                    failed(f, format!("[{start}, {end}) is not inside {}", handle.range()))
+                })?,
+        };
         Ok(EXPORTS.with(|e| {
             let mut exports = e.borrow_mut();
-            let export = exports.entry(id).or_insert_with(|| handle.export(handle.range()));
+            let key = (id, sub);
+            let export = exports.entry(key).or_insert_with(|| handle.export(range));
             let chunk = export.next_chunk();
             if chunk.is_none() {
-                exports.remove(&id);
+                exports.remove(&key);
             }
             chunk
         }))
@@ -366,7 +392,7 @@ async fn delete(
     if let Some(at) = locate(core, mesh, f).await? {
         let id = FragmentId::new(f);
         on(core, mesh, at, f, move |c| async move {
-            EXPORTS.with(|e| e.borrow_mut().remove(&id));
+            EXPORTS.with(|e| e.borrow_mut().retain(|(f, _), _| *f != id));
             c.close_fragment(id, true).await.map_err(|e| e.to_string())
         })
         .await?

@@ -75,6 +75,9 @@ pub struct ClusterView {
     /// Handoffs in flight (at most one per fragment): regions buffer requests for these
     /// fragments until the map's owner changes (commit) or the handoff ends (abort).
     pub handoffs: Vec<state::Handoff>,
+    /// Splits and merges in flight: regions buffer requests for their source fragments until
+    /// the map replaces them (commit) or the reshape ends (abort).
+    pub reshapes: Vec<state::Reshape>,
 }
 
 impl ClusterView {

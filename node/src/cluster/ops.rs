@@ -58,18 +58,45 @@ pub enum MoveError {
         /// Why.
         reason: String,
     },
+    /// The coordinator refused the split or merge (its reason: not adjacent, different
+    /// owners, a split point outside the range, the fragment busy).
+    #[error("{reason}")]
+    Refused {
+        /// The state machine's reason.
+        reason: String,
+    },
 }
 
 /// What the coordinator answered: the epoch the plan was recorded at, or why not.
 pub type MoveResult = Result<u64, MoveError>;
+
+/// What an operator asks of a fragment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Move it to this node.
+    Move {
+        /// The destination node.
+        to: u32,
+    },
+    /// Split it at this shard (`None`: the middle of its range).
+    Split {
+        /// The first shard of the upper part.
+        at: Option<u32>,
+    },
+    /// Merge it with its upper neighbour.
+    Merge {
+        /// The neighbour starting where it ends.
+        with: u32,
+    },
+}
 
 /// One request to the control plane.
 #[derive(Debug)]
 pub struct MoveRequest {
     /// The fragment.
     pub fragment: u32,
-    /// The destination node.
-    pub to: u32,
+    /// What to do with it.
+    pub op: Op,
     /// Where the answer goes (capacity 1).
     pub reply: flume::Sender<MoveResult>,
 }
@@ -87,9 +114,26 @@ pub fn install() -> Option<flume::Receiver<MoveRequest>> {
 /// Asks the coordinator to plan moving `fragment` to node `to` (what `ALTER FRAGMENT` runs).
 /// Callable from any executor: it awaits only flume's channel.
 pub async fn plan_move(fragment: u32, to: u32) -> MoveResult {
+    request(fragment, Op::Move { to }).await
+}
+
+/// Asks the coordinator to split `fragment` at shard `at` (`None`: the middle), what
+/// `ALTER FRAGMENT $n SPLIT [AT s]` runs: the epoch the split was begun at, or why not. The
+/// owner then builds the two new fragments and the coordinator commits them.
+pub async fn split(fragment: u32, at: Option<u32>) -> MoveResult {
+    request(fragment, Op::Split { at }).await
+}
+
+/// Asks the coordinator to merge `left` with its upper neighbour `right` (same owner node),
+/// what `ALTER FRAGMENT $l MERGE WITH $r` runs.
+pub async fn merge(left: u32, right: u32) -> MoveResult {
+    request(left, Op::Merge { with: right }).await
+}
+
+async fn request(fragment: u32, op: Op) -> MoveResult {
     let Some(ops) = OPS.get() else { return Err(MoveError::NotCluster) };
     let (reply, answer) = flume::bounded(1);
-    ops.try_send(MoveRequest { fragment, to, reply }).map_err(|e| MoveError::NoCoordinator {
+    ops.try_send(MoveRequest { fragment, op, reply }).map_err(|e| MoveError::NoCoordinator {
         reason: match e {
             flume::TrySendError::Full(_) => {
                 format!("{OPS_QUEUE_MAX} operator requests are waiting; try again")

@@ -280,11 +280,13 @@ pub async fn refresh(
 }
 
 /// The map the control plane publishes, if newer than `installed`, with the fragments being
-/// handed off at that map's epoch.
+/// handed off, split or merged at that map's epoch.
 fn newer_map(installed: router::Epoch) -> Option<(Arc<ShardMap>, BTreeSet<FragmentId>)> {
     let view = crate::cluster::view()?;
     let map = view.map.as_ref()?;
-    let moving = view.handoffs.iter().map(|h| FragmentId::new(h.fragment)).collect();
+    let handing_off = view.handoffs.iter().map(|h| h.fragment);
+    let reshaping = view.reshapes.iter().flat_map(|r| r.sources.iter().copied());
+    let moving = handing_off.chain(reshaping).map(FragmentId::new).collect();
     (map.epoch() > installed).then(|| (Arc::new(map.clone()), moving))
 }
 

@@ -10,6 +10,13 @@
 //! applied state every fragment has exactly one owner, at most one handoff, and the owner only
 //! changes in `CommitHandoff` naming the handoff in flight (a stale or duplicate commit or
 //! abort is a typed no-op).
+//!
+//! Splits and merges (`BeginSplit` / `BeginMerge`, then `CommitReshape` or `AbortReshape`)
+//! follow the same shape: the begin fences the source fragment(s) and reserves fresh ids for
+//! the new ones (never reused, even after an abort); only the commit replaces the sources with
+//! the targets in the map. **Invariant:** the map is always a partition of every shard into
+//! fragments with one owner each; a fragment is in at most one handoff or reshape, and nobody
+//! writes it meanwhile.
 
 use std::collections::BTreeMap;
 
@@ -129,6 +136,35 @@ pub enum Command {
         /// The handoff id `BeginHandoff` gave (an abort of another one is refused).
         handoff: u64,
     },
+    /// Start splitting `fragment` at shard `at` (default: the middle of its range) into two
+    /// new fragments with new ids on the same owner: the source is fenced (no writer) under a
+    /// new reshape id and epoch until `CommitReshape` or `AbortReshape`.
+    BeginSplit {
+        /// The fragment.
+        fragment: u32,
+        /// The first shard of the upper part; `None`: the middle of the range.
+        at: Option<u32>,
+    },
+    /// Start merging two adjacent fragments of one owner node into one new fragment (new id,
+    /// on `left`'s executor); both sources are fenced until the commit or abort.
+    BeginMerge {
+        /// The lower fragment.
+        left: u32,
+        /// The upper fragment, starting where `left` ends.
+        right: u32,
+    },
+    /// The owner holds the new fragments durably: the map replaces the sources with them
+    /// (new epoch); the owner deletes the sources after this is applied.
+    CommitReshape {
+        /// The reshape id `BeginSplit` / `BeginMerge` gave.
+        reshape: u64,
+    },
+    /// The split or merge failed before its commit: the sources stay (new epoch, writable
+    /// again), the owner discards any partial new fragment. Its new ids are never reused.
+    AbortReshape {
+        /// The reshape id.
+        reshape: u64,
+    },
 }
 
 /// Why a command was not applied. The state is unchanged.
@@ -219,6 +255,62 @@ pub enum CommandError {
         /// The node.
         node: u32,
     },
+    /// The split point is not strictly inside the fragment's range.
+    #[error("fragment ${fragment} covers shards {start}..{end}: cannot split at {at}")]
+    SplitOutside {
+        /// The fragment.
+        fragment: u32,
+        /// Its first shard.
+        start: u32,
+        /// One past its last shard.
+        end: u32,
+        /// The split point asked for.
+        at: u32,
+    },
+    /// The two fragments of a merge are not neighbours in shard order (`left` then `right`).
+    #[error(
+        "fragments ${left} and ${right} are not adjacent (${left} must end where ${right} starts)"
+    )]
+    NotAdjacent {
+        /// The lower fragment.
+        left: u32,
+        /// The upper fragment.
+        right: u32,
+    },
+    /// The two fragments of a merge live on different nodes.
+    #[error(
+        "fragments ${left} (node {left_node}) and ${right} (node {right_node}) have different owners"
+    )]
+    OwnersDiffer {
+        /// The lower fragment.
+        left: u32,
+        /// Its owner.
+        left_node: u32,
+        /// The upper fragment.
+        right: u32,
+        /// Its owner.
+        right_node: u32,
+    },
+    /// The fragment is being split or merged already.
+    #[error("fragment ${fragment} is being split or merged already (reshape {reshape})")]
+    AlreadyReshaping {
+        /// The fragment.
+        fragment: u32,
+        /// The reshape in flight.
+        reshape: u64,
+    },
+    /// A commit or abort names no reshape in flight (a duplicate, or a stale coordinator's).
+    #[error("no split or merge {reshape} is in flight")]
+    NoSuchReshape {
+        /// The reshape named.
+        reshape: u64,
+    },
+    /// The map would hold more fragments than the router allows, or fragment ids ran out.
+    #[error("the shard map cannot hold more fragments (at most {max})")]
+    TooManyFragments {
+        /// `router::limits::FRAGMENTS_MAX`.
+        max: u32,
+    },
     /// The cluster is full.
     #[error("the cluster has {max} members, the most it accepts")]
     TooManyMembers {
@@ -244,6 +336,21 @@ pub struct Handoff {
     /// The executor on `to` that will own it (the one with the fewest fragments there).
     pub to_executor: u32,
     /// The epoch `BeginHandoff` produced.
+    pub begun_at: u64,
+}
+
+/// A split or merge in flight: `sources` (fenced, still in the map) become `targets` at its
+/// commit. Every target has a fresh id, so a source and a target never share files on disk.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Reshape {
+    /// Its id, unique in the cluster's history.
+    pub id: u64,
+    /// The fragments replaced, in shard order (one for a split, two for a merge).
+    pub sources: Vec<u32>,
+    /// The fragments replacing them, in shard order, covering exactly the sources' shards,
+    /// all on the sources' node.
+    pub targets: Vec<FragmentEntry>,
+    /// The epoch the begin produced.
     pub begun_at: u64,
 }
 
@@ -283,6 +390,16 @@ pub struct ClusterState {
     /// Data members shutting down gracefully: their fragments move away, none move to them.
     #[serde(default)]
     pub leaving: std::collections::BTreeSet<u32>,
+    /// Splits and merges in flight (a fragment is in at most one, and then in no handoff).
+    #[serde(default)]
+    pub reshapes: Vec<Reshape>,
+    /// The last reshape id given (ids start at 1).
+    #[serde(default)]
+    pub last_reshape: u64,
+    /// The lowest fragment id never given (ids of retired or aborted fragments are not
+    /// reused; 0 in a state written before splits: then one past the highest id in use).
+    #[serde(default)]
+    pub next_fragment: u32,
 }
 
 impl ClusterState {
@@ -318,7 +435,38 @@ impl ClusterState {
     /// while it is handed off (the owner is fenced), `None` for an unknown fragment.
     pub fn writer_of(&self, fragment: u32) -> Option<u32> {
         let entry = self.fragments.iter().find(|f| f.id == fragment)?;
-        self.handoff_of(fragment).is_none().then_some(entry.node)
+        let fenced = self.handoff_of(fragment).is_some() || self.reshape_of(fragment).is_some();
+        (!fenced).then_some(entry.node)
+    }
+
+    /// The fragment to split automatically, if any: with `reports` (node -> its fragments'
+    /// live bytes), the largest fragment over `threshold` bytes as reported by its owner,
+    /// more than one shard wide, not moving, handed off or reshaped; none while any split or
+    /// merge is in flight (one at a time) or when `threshold` is 0 (off).
+    pub fn oversized(
+        &self,
+        reports: &std::collections::HashMap<u32, Vec<crate::cluster::wire::FragmentBytes>>,
+        threshold: u64,
+    ) -> Option<u32> {
+        if threshold == 0 || !self.reshapes.is_empty() {
+            return None;
+        }
+        let busy =
+            |id: u32| self.handoff_of(id).is_some() || self.moves.iter().any(|m| m.fragment == id);
+        self.fragments
+            .iter()
+            .filter(|f| f.end - f.start > 1 && !busy(f.id))
+            .filter_map(|f| {
+                let bytes = reports.get(&f.node)?.iter().find(|b| b.fragment == f.id)?.bytes;
+                (bytes > threshold).then_some((bytes, std::cmp::Reverse(f.id)))
+            })
+            .max()
+            .map(|(_, std::cmp::Reverse(id))| id)
+    }
+
+    /// The split or merge in flight that `fragment` is a source of, if any.
+    pub fn reshape_of(&self, fragment: u32) -> Option<&Reshape> {
+        self.reshapes.iter().find(|r| r.sources.contains(&fragment))
     }
 
     /// The map as router's `ShardMap`, if allocated.
@@ -360,7 +508,116 @@ impl ClusterState {
                 self.end_handoff(*fragment, *handoff, false)
             }
             Command::SetLeaving { node, leaving } => self.set_leaving(*node, *leaving),
+            Command::BeginSplit { fragment, at } => self.begin_split(*fragment, *at),
+            Command::BeginMerge { left, right } => self.begin_merge(*left, *right),
+            Command::CommitReshape { reshape } => self.end_reshape(*reshape, true),
+            Command::AbortReshape { reshape } => self.end_reshape(*reshape, false),
         }
+    }
+
+    /// The fragment as a source of a new reshape: it exists, is not handed off, split or
+    /// merged already, and no move of it is planned.
+    fn reshapable(&self, fragment: u32) -> Result<FragmentEntry, CommandError> {
+        if !self.allocated() {
+            return Err(CommandError::NoMap);
+        }
+        let Some(entry) = self.fragments.iter().find(|f| f.id == fragment).copied() else {
+            return Err(CommandError::UnknownFragment { fragment });
+        };
+        if let Some(h) = self.handoff_of(fragment) {
+            return Err(CommandError::AlreadyHandingOff { fragment, handoff: h.id });
+        }
+        if let Some(r) = self.reshape_of(fragment) {
+            return Err(CommandError::AlreadyReshaping { fragment, reshape: r.id });
+        }
+        if self.moves.iter().any(|m| m.fragment == fragment) {
+            return Err(CommandError::AlreadyMoving { fragment });
+        }
+        Ok(entry)
+    }
+
+    /// `count` fresh fragment ids, or `TooManyFragments` when ids run out.
+    fn fresh_ids(&self, count: u32) -> Result<Vec<u32>, CommandError> {
+        let too_many = CommandError::TooManyFragments { max: router::limits::FRAGMENTS_MAX };
+        let in_use = self.fragments.iter().map(|f| f.id);
+        let reserved = self.reshapes.iter().flat_map(|r| r.targets.iter().map(|t| t.id));
+        let mut first = self.next_fragment;
+        for id in in_use.chain(reserved) {
+            first = first.max(id.checked_add(1).ok_or(too_many.clone())?);
+        }
+        (0..count).map(|i| first.checked_add(i).ok_or(too_many.clone())).collect()
+    }
+
+    /// Records a reshape in flight (new id, new epoch).
+    fn begin_reshape(&mut self, sources: Vec<u32>, targets: Vec<FragmentEntry>) -> Applied {
+        let next = targets.iter().map(|t| t.id).max().and_then(|id| id.checked_add(1));
+        let too_many = CommandError::TooManyFragments { max: router::limits::FRAGMENTS_MAX };
+        self.next_fragment = next.ok_or(too_many)?;
+        self.last_reshape += 1;
+        self.epoch += 1;
+        self.reshapes.push(Reshape {
+            id: self.last_reshape,
+            sources,
+            targets,
+            begun_at: self.epoch,
+        });
+        Ok(self.epoch)
+    }
+
+    fn begin_split(&mut self, fragment: u32, at: Option<u32>) -> Applied {
+        let entry = self.reshapable(fragment)?;
+        let at = at.unwrap_or(entry.start + (entry.end - entry.start) / 2);
+        if at <= entry.start || at >= entry.end {
+            let (start, end) = (entry.start, entry.end);
+            return Err(CommandError::SplitOutside { fragment, start, end, at });
+        }
+        // A split grows the map by one; reshapes in flight may grow it too.
+        let growing = self.reshapes.iter().filter(|r| r.targets.len() > r.sources.len()).count();
+        if self.fragments.len() + growing + 1 > router::limits::FRAGMENTS_MAX as usize {
+            return Err(CommandError::TooManyFragments { max: router::limits::FRAGMENTS_MAX });
+        }
+        let ids = self.fresh_ids(2)?;
+        let (Some(&low), Some(&high)) = (ids.first(), ids.get(1)) else {
+            return Err(CommandError::TooManyFragments { max: router::limits::FRAGMENTS_MAX });
+        };
+        let targets = vec![
+            FragmentEntry { id: low, end: at, ..entry },
+            FragmentEntry { id: high, start: at, ..entry },
+        ];
+        self.begin_reshape(vec![fragment], targets)
+    }
+
+    fn begin_merge(&mut self, left: u32, right: u32) -> Applied {
+        let l = self.reshapable(left)?;
+        let r = self.reshapable(right)?;
+        if left == right || l.end != r.start {
+            return Err(CommandError::NotAdjacent { left, right });
+        }
+        if l.node != r.node {
+            let (left_node, right_node) = (l.node, r.node);
+            return Err(CommandError::OwnersDiffer { left, left_node, right, right_node });
+        }
+        let ids = self.fresh_ids(1)?;
+        let Some(&id) = ids.first() else {
+            return Err(CommandError::TooManyFragments { max: router::limits::FRAGMENTS_MAX });
+        };
+        self.begin_reshape(vec![left, right], vec![FragmentEntry { id, end: r.end, ..l }])
+    }
+
+    fn end_reshape(&mut self, reshape: u64, commit: bool) -> Applied {
+        let Some(at) = self.reshapes.iter().position(|r| r.id == reshape) else {
+            return Err(CommandError::NoSuchReshape { reshape });
+        };
+        let r = self.reshapes.remove(at);
+        if commit {
+            // The sources are contiguous in shard order: the targets take their place.
+            let first = self.fragments.iter().position(|f| r.sources.contains(&f.id));
+            self.fragments.retain(|f| !r.sources.contains(&f.id));
+            let index = first.unwrap_or(self.fragments.len()).min(self.fragments.len());
+            self.fragments.splice(index..index, r.targets.iter().copied());
+        }
+        self.epoch += 1;
+        Ok(self.epoch)
     }
 
     fn set_leaving(&mut self, node: u32, leaving: bool) -> Applied {
@@ -399,6 +656,9 @@ impl ClusterState {
         }
         if let Some(h) = self.handoff_of(fragment) {
             return Err(CommandError::AlreadyHandingOff { fragment, handoff: h.id });
+        }
+        if let Some(r) = self.reshape_of(fragment) {
+            return Err(CommandError::AlreadyReshaping { fragment, reshape: r.id });
         }
         if self.moves.iter().any(|m| m.fragment == fragment && m.to != to) {
             return Err(CommandError::AlreadyMoving { fragment });
@@ -503,6 +763,9 @@ impl ClusterState {
         }
         if self.moves.iter().any(|m| m.fragment == fragment) {
             return Err(CommandError::AlreadyMoving { fragment });
+        }
+        if let Some(r) = self.reshape_of(fragment) {
+            return Err(CommandError::AlreadyReshaping { fragment, reshape: r.id });
         }
         self.moves.push(PlannedMove { fragment, from: entry.node, to });
         Ok(self.epoch)
@@ -832,6 +1095,292 @@ mod handoff_tests {
                         proptest::prop_assert_eq!(s.writer_of(f.id), Some(f.node));
                     }
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod reshape_tests {
+    use super::*;
+
+    fn member(role: Role) -> Member {
+        Member {
+            role,
+            peer_addr: "127.0.0.1:1".into(),
+            pg_addr: "127.0.0.1:2".into(),
+            executors: 2,
+        }
+    }
+
+    /// Nodes 1 and 2 (data); four fragments: $0, $1 on node 1, $2, $3 on node 2.
+    fn allocated() -> ClusterState {
+        let mut s = ClusterState::default();
+        for node in [1, 2] {
+            let add = Command::AddMember { node, member: member(Role::Data) };
+            assert_eq!(s.apply(&add), Ok(0));
+        }
+        assert_eq!(s.apply(&Command::Allocate { owners: vec![1, 1, 2, 2], min_members: 1 }), Ok(1));
+        s
+    }
+
+    fn ranges(s: &ClusterState) -> Vec<(u32, u32, u32, u32)> {
+        s.fragments.iter().map(|f| (f.id, f.start, f.end, f.node)).collect()
+    }
+
+    // Checks a split's whole life: begin fences the source under reshape 1 with a new epoch
+    // (the map is unchanged, nobody writes it), commit replaces it with two new ids cut at the
+    // middle on the same owner and executor, and a duplicate commit or a late abort is a typed
+    // no-op.
+    #[test]
+    fn split_begin_commit_and_duplicates() {
+        let mut s = allocated();
+        let (start, end) = (s.fragments[1].start, s.fragments[1].end);
+        assert_eq!(s.apply(&Command::BeginSplit { fragment: 1, at: None }), Ok(2));
+        assert_eq!(s.writer_of(1), None, "the source is fenced while it is split");
+        assert_eq!(s.writer_of(0), Some(1));
+        assert_eq!(s.fragments.len(), 4, "the map changes only at the commit");
+        let r = s.reshape_of(1).expect("in flight").clone();
+        assert_eq!((r.id, r.sources.as_slice(), r.begun_at), (1, &[1][..], 2));
+        let mid = start + (end - start) / 2;
+        let targets: Vec<_> = r.targets.iter().map(|t| (t.id, t.start, t.end, t.node)).collect();
+        assert_eq!(targets, [(4, start, mid, 1), (5, mid, end, 1)]);
+        assert_eq!(
+            s.apply(&Command::BeginSplit { fragment: 1, at: None }),
+            Err(CommandError::AlreadyReshaping { fragment: 1, reshape: 1 })
+        );
+        assert_eq!(s.apply(&Command::CommitReshape { reshape: 1 }), Ok(3));
+        assert_eq!(ranges(&s)[1..3], [(4, start, mid, 1), (5, mid, end, 1)]);
+        assert_eq!(s.fragments[1].executor, s.fragments[2].executor);
+        assert_eq!(s.writer_of(4), Some(1));
+        assert_eq!(s.writer_of(1), None, "the source is gone");
+        let map = s.shard_map().expect("valid map");
+        assert_eq!((map.len(), map.epoch()), (5, Epoch(3)));
+        let before = s.clone();
+        assert_eq!(
+            s.apply(&Command::CommitReshape { reshape: 1 }),
+            Err(CommandError::NoSuchReshape { reshape: 1 })
+        );
+        assert_eq!(
+            s.apply(&Command::AbortReshape { reshape: 1 }),
+            Err(CommandError::NoSuchReshape { reshape: 1 })
+        );
+        assert_eq!(s, before);
+    }
+
+    // Checks a merge of two neighbours on one node gets one new id on the left's executor,
+    // and the refusals: not adjacent (either order, itself), different owners, unknown.
+    #[test]
+    fn merge_begin_commit_and_refusals() {
+        let mut s = allocated();
+        let merge = |left, right| Command::BeginMerge { left, right };
+        assert_eq!(s.apply(&merge(1, 0)), Err(CommandError::NotAdjacent { left: 1, right: 0 }));
+        assert_eq!(s.apply(&merge(0, 0)), Err(CommandError::NotAdjacent { left: 0, right: 0 }));
+        assert_eq!(s.apply(&merge(0, 2)), Err(CommandError::NotAdjacent { left: 0, right: 2 }));
+        assert_eq!(
+            s.apply(&merge(1, 2)),
+            Err(CommandError::OwnersDiffer { left: 1, left_node: 1, right: 2, right_node: 2 })
+        );
+        assert_eq!(s.apply(&merge(0, 9)), Err(CommandError::UnknownFragment { fragment: 9 }));
+        assert_eq!(s, allocated(), "refusals change nothing");
+        let (start, end, executor) =
+            (s.fragments[2].start, s.fragments[3].end, s.fragments[2].executor);
+        assert_eq!(s.apply(&merge(2, 3)), Ok(2));
+        assert_eq!((s.writer_of(2), s.writer_of(3)), (None, None));
+        assert_eq!(
+            s.apply(&Command::BeginSplit { fragment: 3, at: None }),
+            Err(CommandError::AlreadyReshaping { fragment: 3, reshape: 1 })
+        );
+        assert_eq!(
+            s.apply(&Command::PlanMove { fragment: 2, to: 1 }),
+            Err(CommandError::AlreadyReshaping { fragment: 2, reshape: 1 })
+        );
+        assert_eq!(s.apply(&Command::CommitReshape { reshape: 1 }), Ok(3));
+        assert_eq!(ranges(&s)[2..], [(4, start, end, 2)]);
+        assert_eq!(s.fragments[2].executor, executor);
+        assert_eq!(s.shard_map().expect("valid").len(), 3);
+    }
+
+    // Checks the split point: strictly inside the range, else refused; an abort keeps the
+    // source writable and its reserved ids are never given again.
+    #[test]
+    fn split_outside_and_abort_burns_ids() {
+        let mut s = allocated();
+        let f = s.fragments[0];
+        for at in [f.start, f.end, f.end + 5] {
+            assert_eq!(
+                s.apply(&Command::BeginSplit { fragment: 0, at: Some(at) }),
+                Err(CommandError::SplitOutside { fragment: 0, start: f.start, end: f.end, at })
+            );
+        }
+        assert_eq!(s.apply(&Command::BeginSplit { fragment: 0, at: Some(f.start + 1) }), Ok(2));
+        assert_eq!(
+            s.apply(&Command::BeginHandoff { fragment: 0, to: 2, max_in_flight: 1 }),
+            Err(CommandError::AlreadyReshaping { fragment: 0, reshape: 1 })
+        );
+        assert_eq!(s.apply(&Command::AbortReshape { reshape: 1 }), Ok(3));
+        assert_eq!(s.writer_of(0), Some(1));
+        assert_eq!(s.fragments.len(), 4);
+        assert_eq!(s.apply(&Command::BeginSplit { fragment: 0, at: None }), Ok(4));
+        let ids: Vec<u32> = s.reshapes[0].targets.iter().map(|t| t.id).collect();
+        assert_eq!(ids, [6, 7], "ids 4 and 5 of the aborted split are not reused");
+    }
+
+    // Checks a fragment being handed off or with a planned move cannot be split, and that a
+    // one-shard fragment cannot be split at all.
+    #[test]
+    fn split_refused_while_moving() {
+        let mut s = allocated();
+        s.apply(&Command::PlanMove { fragment: 0, to: 2 }).expect("planned");
+        assert_eq!(
+            s.apply(&Command::BeginSplit { fragment: 0, at: None }),
+            Err(CommandError::AlreadyMoving { fragment: 0 })
+        );
+        s.apply(&Command::BeginHandoff { fragment: 0, to: 2, max_in_flight: 1 }).expect("begun");
+        assert_eq!(
+            s.apply(&Command::BeginSplit { fragment: 0, at: None }),
+            Err(CommandError::AlreadyHandingOff { fragment: 0, handoff: 1 })
+        );
+        let mut one = allocated();
+        let f = one.fragments[1];
+        one.apply(&Command::BeginSplit { fragment: 1, at: Some(f.end - 1) }).expect("begun");
+        one.apply(&Command::CommitReshape { reshape: 1 }).expect("committed");
+        let last = *one.fragments.iter().find(|g| g.end == f.end).expect("upper part");
+        assert_eq!(last.end - last.start, 1);
+        assert_eq!(
+            one.apply(&Command::BeginSplit { fragment: last.id, at: None }),
+            Err(CommandError::SplitOutside {
+                fragment: last.id,
+                start: last.start,
+                end: last.end,
+                at: last.start
+            })
+        );
+    }
+
+    // Checks a state written before splits (no reshape fields) loads, and gives ids after the
+    // highest one in use.
+    #[test]
+    fn compat_state_without_reshapes_loads() {
+        let s = allocated();
+        let mut json: serde_json::Value = serde_json::to_value(&s).expect("serializes");
+        let obj = json.as_object_mut().expect("object");
+        for field in ["reshapes", "last_reshape", "next_fragment"] {
+            obj.remove(field);
+        }
+        let mut back: ClusterState = serde_json::from_value(json).expect("parses");
+        assert_eq!(back, s);
+        assert_eq!(back.apply(&Command::BeginMerge { left: 0, right: 1 }), Ok(2));
+        assert_eq!(back.reshapes[0].targets[0].id, 4);
+    }
+
+    // Checks the automatic split's choice: off at 0; the largest fragment over the threshold
+    // by its owner's report (another node's report of it does not count); none while a split
+    // is in flight or for a fragment being handed off; a one-shard fragment never.
+    #[test]
+    fn oversized_picks_the_largest_over_threshold() {
+        use crate::cluster::wire::FragmentBytes;
+        let mut s = allocated();
+        let bytes = |pairs: &[(u32, u64)]| {
+            pairs.iter().map(|&(fragment, bytes)| FragmentBytes { fragment, bytes }).collect()
+        };
+        let mut reports = std::collections::HashMap::new();
+        reports.insert(1, bytes(&[(0, 500), (1, 900), (2, 5000)]));
+        reports.insert(2, bytes(&[(2, 700), (3, 100)]));
+        assert_eq!(s.oversized(&reports, 0), None, "off");
+        assert_eq!(s.oversized(&reports, 400), Some(1), "node 1's report of $2 does not count");
+        assert_eq!(s.oversized(&reports, 600), Some(1));
+        assert_eq!(s.oversized(&reports, 900), None);
+        s.apply(&Command::BeginHandoff { fragment: 1, to: 2, max_in_flight: 1 }).expect("begun");
+        assert_eq!(s.oversized(&reports, 400), Some(2));
+        s.apply(&Command::BeginSplit { fragment: 0, at: None }).expect("begun");
+        assert_eq!(s.oversized(&reports, 400), None, "one split at a time");
+        let mut one = allocated();
+        let f = one.fragments[3];
+        one.apply(&Command::BeginSplit { fragment: 3, at: Some(f.end - 1) }).expect("begun");
+        one.apply(&Command::CommitReshape { reshape: 1 }).expect("committed");
+        let tiny = one.fragments.last().expect("upper part").id;
+        reports.insert(2, bytes(&[(tiny, 10_000)]));
+        assert_eq!(one.oversized(&reports, 400), Some(1), "the one-shard fragment is skipped");
+    }
+
+    fn command_strategy() -> impl proptest::strategy::Strategy<Value = Command> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u32..12, proptest::option::of(0u32..(1 << 20)))
+                .prop_map(|(fragment, at)| Command::BeginSplit { fragment, at }),
+            (0u32..12, 0u32..12).prop_map(|(left, right)| Command::BeginMerge { left, right }),
+            (0u64..10).prop_map(|reshape| Command::CommitReshape { reshape }),
+            (0u64..10).prop_map(|reshape| Command::AbortReshape { reshape }),
+            (0u32..12, 1u32..3).prop_map(|(fragment, to)| Command::BeginHandoff {
+                fragment,
+                to,
+                max_in_flight: 2
+            }),
+            (0u32..12, 0u64..6)
+                .prop_map(|(fragment, handoff)| Command::CommitHandoff { fragment, handoff }),
+        ]
+    }
+
+    proptest::proptest! {
+        // Checks, for random sequences of splits, merges, commits, aborts and handoffs (many
+        // stale, duplicate or invalid), that after every command: the map is a valid partition
+        // of the 1,048,576 shards with exactly one owner (a data member) per fragment; ids are
+        // unique and never reused; a fragment is in at most one reshape or handoff, and then
+        // nobody writes it; reshape targets cover exactly their sources' shards on the sources'
+        // node; the epoch grows exactly when routing changed; a refused command changes nothing.
+        #[test]
+        fn prop_reshape_keeps_a_partition(commands in proptest::collection::vec(command_strategy(), 0..80)) {
+            let mut s = allocated();
+            let mut ever: std::collections::BTreeSet<u32> = s.fragments.iter().map(|f| f.id).collect();
+            for command in &commands {
+                let before = s.clone();
+                match s.apply(command) {
+                    Ok(epoch) => {
+                        proptest::prop_assert_eq!(epoch, s.epoch);
+                        let routing_changed = s.handoffs != before.handoffs
+                            || s.fragments != before.fragments
+                            || s.reshapes != before.reshapes;
+                        proptest::prop_assert_eq!(routing_changed, s.epoch > before.epoch);
+                    }
+                    Err(_) => proptest::prop_assert_eq!(&s, &before),
+                }
+                let map = s.shard_map().expect("a valid partition at every state");
+                proptest::prop_assert_eq!(map.len(), s.fragments.len());
+                let covered: u64 = s.fragments.iter().map(|f| u64::from(f.end - f.start)).sum();
+                proptest::prop_assert_eq!(covered, 1 << 20);
+                for f in &s.fragments {
+                    proptest::prop_assert!(s.members.get(&f.node).is_some_and(|m| m.role == Role::Data));
+                    let busy = usize::from(s.handoff_of(f.id).is_some())
+                        + s.reshapes.iter().filter(|r| r.sources.contains(&f.id)).count();
+                    proptest::prop_assert!(busy <= 1);
+                    proptest::prop_assert_eq!(s.writer_of(f.id).is_some(), busy == 0);
+                }
+                for r in &s.reshapes {
+                    let sources: Vec<&FragmentEntry> = r.sources.iter()
+                        .map(|id| s.fragments.iter().find(|f| f.id == *id).expect("source in map"))
+                        .collect();
+                    let first = sources.first().expect("a source");
+                    let last = sources.last().expect("a source");
+                    proptest::prop_assert_eq!(r.targets.first().map(|t| t.start), Some(first.start));
+                    proptest::prop_assert_eq!(r.targets.last().map(|t| t.end), Some(last.end));
+                    for pair in r.targets.windows(2) {
+                        proptest::prop_assert_eq!(pair[0].end, pair[1].start);
+                    }
+                    for t in &r.targets {
+                        proptest::prop_assert_eq!(t.node, first.node);
+                        proptest::prop_assert!(t.start < t.end);
+                    }
+                }
+                let begun = matches!(command, Command::BeginSplit { .. } | Command::BeginMerge { .. });
+                if begun && s.reshapes.len() > before.reshapes.len() {
+                    for t in &s.reshapes.last().expect("the new reshape").targets {
+                        proptest::prop_assert!(ever.insert(t.id), "id {} given twice", t.id);
+                    }
+                }
+                let ids: std::collections::BTreeSet<u32> = s.fragments.iter().map(|f| f.id).collect();
+                proptest::prop_assert_eq!(ids.len(), s.fragments.len());
+                proptest::prop_assert!(ids.is_subset(&ever));
             }
         }
     }

@@ -259,6 +259,38 @@ pub enum Message {
     Load,
     /// The fragments this node holds and their live bytes.
     LoadAnswer(Vec<FragmentBytes>),
+    /// Begin splitting `fragment` (`at`: the first shard of its upper part, `None`: the
+    /// middle) or, with `merge_with`, merging it with that upper neighbour (an operator's
+    /// `ALTER FRAGMENT`), sent to the coordinator; answered with `MoveAnswer`.
+    PlanReshape {
+        /// The fragment (the lower one of a merge).
+        fragment: u32,
+        /// The split point.
+        at: Option<u32>,
+        /// The upper neighbour to merge with (then `at` is ignored).
+        merge_with: Option<u32>,
+    },
+    /// Coordinator -> owner: build the new fragments of split or merge `reshape` (in the
+    /// owner's applied state). Answered with `ReshapeDone` once they are durable, or
+    /// `ReshapeFailed`.
+    ReshapeStart {
+        /// The reshape id.
+        reshape: u64,
+    },
+    /// Owner -> coordinator: every new fragment of `reshape` is durable.
+    ReshapeDone {
+        /// The reshape id.
+        reshape: u64,
+        /// Documents copied.
+        docs: u64,
+    },
+    /// Owner -> coordinator: the build failed (the coordinator aborts the reshape).
+    ReshapeFailed {
+        /// The reshape id.
+        reshape: u64,
+        /// Why, for the operator.
+        reason: String,
+    },
 }
 
 /// The coordinator's order to a fragment's owner to hand it off.
@@ -312,6 +344,10 @@ impl Message {
             Message::Proof { .. } => "proof",
             Message::Load => "load",
             Message::LoadAnswer(_) => "load-answer",
+            Message::PlanReshape { .. } => "plan-reshape",
+            Message::ReshapeStart { .. } => "reshape-start",
+            Message::ReshapeDone { .. } => "reshape-done",
+            Message::ReshapeFailed { .. } => "reshape-failed",
         }
     }
 }
@@ -626,6 +662,14 @@ mod tests {
             Message::Load,
             Message::LoadAnswer(vec![FragmentBytes { fragment: 1, bytes: u64::MAX }]),
             Message::MoveAnswer(Ok(4)),
+            Message::PlanReshape { fragment: 3, at: Some(7), merge_with: None },
+            Message::PlanReshape { fragment: 3, at: None, merge_with: Some(4) },
+            Message::ReshapeStart { reshape: 2 },
+            Message::ReshapeDone { reshape: 2, docs: 9 },
+            Message::ReshapeFailed { reshape: 2, reason: "disk full".into() },
+            Message::MoveAnswer(Err(crate::cluster::ops::MoveError::Refused {
+                reason: "not adjacent".into(),
+            })),
             Message::MoveAnswer(Err(crate::cluster::ops::MoveError::AlreadyMoving { fragment: 3 })),
             Message::MoveAnswer(Err(crate::cluster::ops::MoveError::NoCoordinator {
                 reason: "later".into(),

@@ -520,6 +520,26 @@ impl Session {
                 );
                 Ok(CommandTag::new("ALTER FRAGMENT"))
             }
+            Statement::SplitFragment { fragment, at } => {
+                let epoch = crate::cluster::ops::split(*fragment, *at).await?;
+                tracing::info!(
+                    fragment,
+                    ?at,
+                    epoch,
+                    "ALTER FRAGMENT: the coordinator began the split"
+                );
+                Ok(CommandTag::new("ALTER FRAGMENT"))
+            }
+            Statement::MergeFragments { left, right } => {
+                let epoch = crate::cluster::ops::merge(*left, *right).await?;
+                tracing::info!(
+                    left,
+                    right,
+                    epoch,
+                    "ALTER FRAGMENT: the coordinator began the merge"
+                );
+                Ok(CommandTag::new("ALTER FRAGMENT"))
+            }
             Statement::Begin => {
                 match &self.block {
                     Block::Idle => {
@@ -2048,6 +2068,15 @@ impl Session {
         let counts = self.fragment_counts(&map).await?;
         let held = shared.buffers.held();
         let n = |v: u64| Datum::Int8(i64::try_from(v).unwrap_or(i64::MAX));
+        // Sources of a split (one) or merge (two) in flight, by fragment.
+        let reshaping: BTreeMap<u32, usize> = crate::cluster::view()
+            .map(|v| {
+                v.reshapes
+                    .iter()
+                    .flat_map(|r| r.sources.iter().map(|s| (*s, r.sources.len())))
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(map
             .fragments()
             .iter()
@@ -2055,7 +2084,9 @@ impl Session {
                 let buffering = held.iter().any(|(k, _)| *k == BufferKey::Fragment(f.id()));
                 let (documents, bytes, state) = match counts.get(&f.id()) {
                     Some((d, b)) => {
-                        let state = if shared.is_moving(f.id()) {
+                        let state = if let Some(sources) = reshaping.get(&f.id().get()) {
+                            if *sources == 1 { "splitting" } else { "merging" }
+                        } else if shared.is_moving(f.id()) {
                             "handing-off"
                         } else if buffering {
                             "buffering"

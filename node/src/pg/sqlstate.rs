@@ -213,7 +213,7 @@ fn move_state(error: &crate::cluster::ops::MoveError) -> SqlState {
         M::NotCluster => SqlState::FEATURE_NOT_SUPPORTED,
         M::UnknownFragment { .. } | M::UnknownNode { .. } => SqlState::UNDEFINED_OBJECT,
         M::ProxyNode { .. } => SqlState::WRONG_OBJECT_TYPE,
-        M::AlreadyOwner { .. } | M::AlreadyMoving { .. } | M::NoMap => {
+        M::AlreadyOwner { .. } | M::AlreadyMoving { .. } | M::NoMap | M::Refused { .. } => {
             SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
         }
         M::NoCoordinator { .. } => SqlState::CANNOT_CONNECT_NOW,
