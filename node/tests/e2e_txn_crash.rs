@@ -35,7 +35,7 @@ async fn crash_at(fault: &str) -> usize {
     if fault != "2pc-during-apply" {
         assert!(result.is_err(), "the node dies before acknowledging the commit");
     }
-    node.wait_crashed();
+    node.wait_crash();
     node.set_env(Vec::new());
     node.start_again();
     assert!(

@@ -454,8 +454,9 @@ impl Node {
         );
     }
 
-    /// Waits (bounded) for a node that crashes on its own (a test-only fault hook aborts it),
-    /// asserting it did not exit cleanly and logged nothing unexpected.
+    /// Waits (bounded) for a node that crashes on its own (an armed `TESSERA_FAULT` or
+    /// `TESSERA_HANDOFF_FAULT` aborts it), asserting it did not exit cleanly and logged
+    /// nothing unexpected.
     pub fn wait_crash(&mut self) {
         let status = self.reap().expect("the node crashed within the stop timeout");
         assert!(!status.success(), "a crash must not look like a clean exit");
@@ -484,20 +485,6 @@ impl Node {
     /// The extra environment of the next start (see [`NodeOptions::env`]).
     pub fn set_env(&mut self, env: Vec<(String, String)>) {
         self.options.env = env;
-    }
-
-    /// Waits for a node that is expected to crash on its own (an armed `TESSERA_FAULT`),
-    /// asserting it did not exit cleanly and logged nothing unexpected.
-    pub fn wait_crashed(&mut self) {
-        let status = self.reap().expect("the node crashes within the stop bound");
-        assert!(!status.success(), "a crash must not look like a clean exit");
-        let bad = self.unexpected_lines();
-        assert!(
-            bad.is_empty(),
-            "unexpected log lines:\n{}\nfull log:\n{}",
-            bad.join("\n"),
-            self.log_text()
-        );
     }
 
     /// The extra `serve` arguments of the next start (`NodeOptions::extra_args`).
