@@ -7,14 +7,11 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use support::cluster::{CLUSTER_DEADLINE, POLL_EVERY, cluster_args};
 use support::{Node, NodeOptions, free_loopback_port, simple_rows};
 
-/// How long a cluster change may take before the test fails with the logs.
-const CLUSTER_DEADLINE: Duration = Duration::from_secs(60);
-/// Pause between two polls of `SHOW CLUSTER` (polling, not synchronisation).
-const POLL_EVERY: Duration = Duration::from_millis(100);
 const FRAGMENTS: u32 = 6;
 
 /// One row of `SHOW CLUSTER`.
@@ -101,19 +98,7 @@ fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
 }
 
 fn options_with(id: u32, peer: u16, join: Option<u16>, more: &[&str]) -> NodeOptions {
-    let mut extra_args = vec![
-        "--cluster-name".to_owned(),
-        "e2e".to_owned(),
-        "--node-id".to_owned(),
-        id.to_string(),
-        "--peer-listen".to_owned(),
-        format!("127.0.0.1:{peer}"),
-    ];
-    extra_args.extend(more.iter().map(|m| (*m).to_owned()));
-    if let Some(j) = join {
-        extra_args.push("--join".to_owned());
-        extra_args.push(format!("127.0.0.1:{j}"));
-    }
+    let extra_args = cluster_args("e2e", id, peer, join, more);
     NodeOptions { executors: 1, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
 }
 

@@ -8,14 +8,10 @@ mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use support::cluster::{CLUSTER_DEADLINE, POLL_EVERY, cluster_args};
 use support::{Node, NodeOptions, free_loopback_port, simple_rows};
-
-/// How long a cluster change may take before the test fails with the logs.
-const CLUSTER_DEADLINE: Duration = Duration::from_secs(60);
-/// Pause between two polls (polling, not synchronisation).
-const POLL_EVERY: Duration = Duration::from_millis(100);
 
 fn secret_file(name: &str, text: &str, mode: u32) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("auth-{}", std::process::id()));
@@ -27,20 +23,7 @@ fn secret_file(name: &str, text: &str, mode: u32) -> PathBuf {
 }
 
 fn options(id: u32, peer: u16, join: Option<u16>, secret: Option<&Path>) -> NodeOptions {
-    let mut extra_args: Vec<String> = [
-        "--cluster-name",
-        "auth",
-        "--node-id",
-        &id.to_string(),
-        "--peer-listen",
-        &format!("127.0.0.1:{peer}"),
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    if let Some(j) = join {
-        extra_args.extend(["--join".to_owned(), format!("127.0.0.1:{j}")]);
-    }
+    let mut extra_args = cluster_args("auth", id, peer, join, &[]);
     if let Some(s) = secret {
         extra_args.extend(["--cluster-secret-file".to_owned(), s.display().to_string()]);
     }

@@ -6,36 +6,15 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use support::cluster::{CLUSTER_DEADLINE, POLL_EVERY, cluster_args};
 use support::{Node, NodeOptions, free_loopback_port, simple_rows};
 
-/// How long a cluster change may take before the test fails with the logs.
-const CLUSTER_DEADLINE: Duration = Duration::from_secs(60);
-/// Pause between two polls (polling, not synchronisation).
-const POLL_EVERY: Duration = Duration::from_millis(100);
-
 fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
-    let mut extra_args: Vec<String> = [
-        "--cluster-name",
-        "bytes",
-        "--node-id",
-        &id.to_string(),
-        "--peer-listen",
-        &format!("127.0.0.1:{peer}"),
-        "--min-members",
-        "2",
-        "--rebalance-load",
-        "bytes",
-        "--rebalance-threshold",
-        "10000",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    if let Some(j) = join {
-        extra_args.extend(["--join".to_owned(), format!("127.0.0.1:{j}")]);
-    }
+    let more =
+        ["--min-members", "2", "--rebalance-load", "bytes", "--rebalance-threshold", "10000"];
+    let extra_args = cluster_args("bytes", id, peer, join, &more);
     NodeOptions { executors: 1, fragments: 4, extra_args, ..NodeOptions::default() }
 }
 

@@ -3,30 +3,22 @@
 //! fourth node joining (`start 4`) while it runs, `kill -9` of the coordinator leader (found
 //! with SHOW CLUSTER), its restart (`start 4` again: only the dead node starts), and the bank
 //! checker: every acknowledged transfer applied exactly once, nothing lost, the total
-//! unchanged; then the bank runs through the fourth node (a region without fragments) and is
-//! checked again. Every wait polls a condition until a deadline. Rebalancing is off (see
-//! `Cluster::script`): the fourth node joins without receiving fragments.
+//! unchanged; then the bank runs through the fourth node and is checked again, and once the
+//! coordinator has rebalanced a fragment onto the fourth node (by handoff) once more. Every
+//! wait polls a condition until a deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 #[path = "support/bank.rs"]
 mod bank;
 mod support;
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bank::checker::{self, Ledger};
 use bank::{Bank, Flavor, Load, PHASE_TIMEOUT, Phase, Shared};
-use support::{repo_root, simple_rows};
+use support::cluster::{ScriptCluster, poll_until, query};
 
-/// How long a cluster change may take before the test fails with the logs.
-const CLUSTER_DEADLINE: Duration = Duration::from_secs(120);
-/// Pause between two polls (polling, not synchronisation).
-const POLL_EVERY: Duration = Duration::from_millis(100);
-const NODES: u16 = 4;
+const NODES: u16 = support::cluster::SCRIPT_NODES;
 const FRAGMENTS: usize = 6;
 /// Accounts: 4 per fragment.
 const ACCOUNTS: usize = 24;
@@ -38,124 +30,23 @@ const BEFORE_KILL: u64 = 30;
 const THROUGH_FOURTH: u64 = 20;
 const SEED: u64 = 0xD0_4E;
 
-/// A base port whose derived ports (base + 10 * i + 0..3) were all free a moment ago, below
-/// the ephemeral range (see e2e_cluster_script.rs).
-fn free_base_port() -> u16 {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos())
-        ^ std::process::id()
-        ^ 0x5A5A;
-    for attempt in 0..256u32 {
-        let slot = seed.wrapping_add(attempt.wrapping_mul(7919)) % 2_000;
-        let base = 10_000 + u16::try_from(slot).expect("small") * 10;
-        let ports = (1..=NODES).flat_map(|i| (0..3).map(move |k| base + 10 * i + k));
-        let held: Vec<_> = ports.map(|p| TcpListener::bind(("127.0.0.1", p))).collect();
-        if held.iter().all(Result::is_ok) {
-            return base;
-        }
-    }
-    panic!("no free block of ports found");
+/// Rows of `sql` on a fresh connection to `conn`, or `None`.
+async fn simple(conn: &str, sql: &str) -> Option<Vec<Vec<Option<String>>>> {
+    query(conn, sql).await.ok()
 }
 
-/// The cluster the script runs, stopped (by the script) when dropped.
-struct Cluster {
-    dir: PathBuf,
-    base: u16,
-}
-
-impl Cluster {
-    fn new() -> Cluster {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("cluster-done-{}", std::process::id()));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).expect("remove a stale dir");
-        }
-        Cluster { dir, base: free_base_port() }
-    }
-
-    fn script(&self, args: &[&str]) -> Output {
-        Command::new("bash")
-            .arg(repo_root().join("scripts/cluster.sh"))
-            .args(args)
-            .env("TESSERA_BIN", env!("CARGO_BIN_EXE_tessera"))
-            .env("TESSERA_CLUSTER_DIR", &self.dir)
-            .env("TESSERA_CLUSTER_BASE_PORT", self.base.to_string())
-            .env("TESSERA_CLUSTER_NAME", "done")
-            .env("TESSERA_CLUSTER_FRAGMENTS", FRAGMENTS.to_string())
-            .output()
-            .expect("run scripts/cluster.sh")
-    }
-
-    fn run(&self, args: &[&str]) -> String {
-        let out = self.script(args);
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "cluster.sh {args:?} failed: {}\nstdout:\n{stdout}\nstderr:\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr),
-            self.logs()
-        );
-        stdout
-    }
-
-    fn logs(&self) -> String {
-        (1..=NODES)
-            .map(|i| {
-                let log = self.dir.join(format!("node{i}/log"));
-                format!("--- node {i}:\n{}", std::fs::read_to_string(log).unwrap_or_default())
-            })
-            .collect()
-    }
-
-    fn conn_str(&self, node: u16) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=tessera dbname=tessera connect_timeout=5",
-            self.base + 10 * node
-        )
-    }
-
-    fn pid(&self, node: u16) -> i32 {
-        let text = std::fs::read_to_string(self.dir.join(format!("node{node}/pid"))).unwrap();
-        text.trim().parse().unwrap()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.script(&["stop"]);
-    }
-}
-
-async fn simple(conn_str: &str, sql: &str) -> Option<Vec<Vec<Option<String>>>> {
-    let (client, conn) = tokio_postgres::connect(conn_str, tokio_postgres::NoTls).await.ok()?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let messages = client.simple_query(sql).await.ok()?;
-    Some(simple_rows(&messages))
-}
-
-/// Polls `check` until it gives a value; fails with every log after the deadline.
-async fn wait_for<T, F, Fut>(cluster: &Cluster, what: &str, mut check: F) -> T
+/// Polls `check` until it gives a value; fails with every node's log after the deadline.
+async fn wait_for<T, F, Fut>(cluster: &ScriptCluster, what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + CLUSTER_DEADLINE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}: not reached\n{}", cluster.logs());
-        tokio::time::sleep(POLL_EVERY).await;
-    }
+    poll_until(what, || cluster.logs(), check).await
 }
 
 /// Waits until `node` shows `members` reachable members, an allocated map, and every
 /// fragment served; returns the coordinator leader's id.
-async fn wait_members(cluster: &Cluster, node: u16, members: usize) -> u16 {
+async fn wait_members(cluster: &ScriptCluster, node: u16, members: usize) -> u16 {
     let conn = cluster.conn_str(node);
     wait_for(cluster, &format!("node {node} with {members} members"), || async {
         let rows = simple(&conn, "SHOW CLUSTER").await?;
@@ -171,7 +62,7 @@ async fn wait_members(cluster: &Cluster, node: u16, members: usize) -> u16 {
 }
 
 /// Waits until `node` reads every account and lists no prepared transaction.
-async fn wait_settled(cluster: &Cluster, node: u16) {
+async fn wait_settled(cluster: &ScriptCluster, node: u16) {
     let conn = cluster.conn_str(node);
     wait_for(cluster, &format!("node {node} settled"), || async {
         let rows = simple(&conn, "SHOW TRANSACTIONS").await?;
@@ -185,7 +76,7 @@ async fn wait_settled(cluster: &Cluster, node: u16) {
 }
 
 /// A bank whose accounts cover every fragment (explicit shards, as in e2e_bank.rs).
-async fn open_bank(cluster: &Cluster) -> Arc<Bank> {
+async fn open_bank(cluster: &ScriptCluster) -> Arc<Bank> {
     let rows = simple(&cluster.conn_str(1), "SHOW FRAGMENTS").await.unwrap();
     let mut accounts = Vec::new();
     let mut record_suffix = Vec::new();
@@ -205,7 +96,7 @@ async fn open_bank(cluster: &Cluster) -> Arc<Bank> {
     Arc::new(bank)
 }
 
-async fn check(cluster: &Cluster, node: u16, bank: &Bank, shared: &Shared, when: &str) {
+async fn check(cluster: &ScriptCluster, node: u16, bank: &Bank, shared: &Shared, when: &str) {
     let state = bank.state(&bank::connect(&cluster.conn_str(node)).await).await;
     eprintln!("bank {when}: {}", shared.summary());
     let violations = checker::check(&bank.ledger, &shared.history(), &state);
@@ -216,7 +107,13 @@ async fn check(cluster: &Cluster, node: u16, bank: &Bank, shared: &Shared, when:
     shared.settle(&state);
 }
 
-async fn until_acked(cluster: &Cluster, shared: &Shared, phase: &Phase, acked: u64, what: &str) {
+async fn until_acked(
+    cluster: &ScriptCluster,
+    shared: &Shared,
+    phase: &Phase,
+    acked: u64,
+    what: &str,
+) {
     let waited = tokio::time::timeout(PHASE_TIMEOUT, bank::run_until(shared, phase, acked)).await;
     assert!(waited.is_ok(), "{what}: timed out: {}\n{}", shared.summary(), cluster.logs());
     assert!(
@@ -234,7 +131,7 @@ async fn join(phase: Phase) {
 // The "Done when" run of issue #7 (see the module comment).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_cluster_done_when_bank_join_and_leader_kill() {
-    let cluster = Arc::new(Cluster::new());
+    let cluster = Arc::new(ScriptCluster::new("done", FRAGMENTS));
     let out = cluster.run(&["start", "3"]);
     assert_eq!(out.matches(" started (pid ").count(), 3, "{out}");
     wait_members(&cluster, 1, 3).await;

@@ -10,38 +10,19 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use support::cluster::{CLUSTER_DEADLINE, POLL_EVERY, cluster_args};
 use support::{Node, NodeOptions, free_loopback_port, simple_rows};
 
-/// How long a cluster change may take before the test fails with the logs.
-const CLUSTER_DEADLINE: Duration = Duration::from_secs(60);
-/// Pause between two polls of `SHOW CLUSTER` (polling, not synchronisation).
-const POLL_EVERY: Duration = Duration::from_millis(100);
 const FRAGMENTS: u32 = 6;
 const DOCS_PER_NODE: usize = 20;
 
 fn args(id: u32, peer: u16, join: Option<u16>, min_members: u32) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "--cluster-name",
-        "wipe",
-        "--node-id",
-        &id.to_string(),
-        "--peer-listen",
-        &format!("127.0.0.1:{peer}"),
-        "--min-members",
-        &min_members.to_string(),
-        // The whole cluster stops: each node keeps its fragments (no handoff on SIGTERM).
-        "--handoff-on-shutdown",
-        "false",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    if let Some(j) = join {
-        a.extend(["--join".to_owned(), format!("127.0.0.1:{j}")]);
-    }
-    a
+    // The whole cluster stops: each node keeps its fragments (no handoff on SIGTERM).
+    let min = min_members.to_string();
+    let more = ["--min-members", &min, "--handoff-on-shutdown", "false"];
+    cluster_args("wipe", id, peer, join, &more)
 }
 
 /// `(epoch, node -> fragments)` as `node` shows the cluster, if it answers.

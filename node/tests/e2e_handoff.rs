@@ -13,12 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::{Node, NodeOptions, free_loopback_port, simple_rows};
+use support::cluster::{CLUSTER_DEADLINE, cluster_args, local_fragments, query, wait_for};
+use support::{Node, NodeOptions, free_loopback_port};
 
-/// How long a cluster change may take before the test fails with the logs.
-const CLUSTER_DEADLINE: Duration = Duration::from_secs(180);
-/// Pause between two polls (polling, not synchronisation).
-const POLL_EVERY: Duration = Duration::from_millis(100);
 const FRAGMENTS: u32 = 4;
 
 /// WARN lines a cluster with crashing or leaving members is expected to log.
@@ -34,21 +31,8 @@ const CLUSTER_NOISE: &[&str] = &[
 ];
 
 fn options(id: u32, peer: u16, join: Option<u16>, more: &[&str]) -> NodeOptions {
-    let mut extra_args = vec![
-        "--cluster-name".to_owned(),
-        "handoff".to_owned(),
-        "--node-id".to_owned(),
-        id.to_string(),
-        "--peer-listen".to_owned(),
-        format!("127.0.0.1:{peer}"),
-        "--max-simultaneous-rebalance".to_owned(),
-        "1".to_owned(),
-    ];
-    extra_args.extend(more.iter().map(|m| (*m).to_owned()));
-    if let Some(j) = join {
-        extra_args.push("--join".to_owned());
-        extra_args.push(format!("127.0.0.1:{j}"));
-    }
+    let mut extra_args = cluster_args("handoff", id, peer, join, more);
+    extra_args.extend(["--max-simultaneous-rebalance".to_owned(), "1".to_owned()]);
     NodeOptions { executors: 2, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
 }
 
@@ -60,52 +44,6 @@ fn start(options: NodeOptions) -> Node {
     node
 }
 
-/// Runs `sql` on a fresh connection: rows, or the error text with its SQLSTATE.
-async fn query(conn: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
-    let (client, connection) =
-        tokio_postgres::connect(conn, tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    let messages = client.simple_query(sql).await.map_err(|e| {
-        let code = e.code().map(|c| c.code().to_owned()).unwrap_or_default();
-        format!("{code}: {e}")
-    })?;
-    Ok(simple_rows(&messages))
-}
-
-/// The fragments `node` has open itself, with their documents.
-async fn own_fragments(node: &Node) -> Option<BTreeMap<String, u64>> {
-    let rows = query(&node.conn_str(), "SHOW local_fragments").await.ok()?;
-    Some(
-        rows.iter()
-            .map(|r| (r[0].clone().unwrap(), r[3].as_deref().unwrap().parse().unwrap()))
-            .collect(),
-    )
-}
-
-/// Polls `check` until it gives a value; fails with every log after the deadline.
-async fn wait_for<T, F, Fut>(nodes: &[&Node], what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + CLUSTER_DEADLINE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if Instant::now() > deadline {
-            let logs: Vec<String> = nodes.iter().map(|n| n.log_text()).collect();
-            panic!(
-                "{what}: not reached in {CLUSTER_DEADLINE:?}\nlogs:\n{}",
-                logs.join("\n-----\n")
-            );
-        }
-        tokio::time::sleep(POLL_EVERY).await;
-    }
-}
-
 /// Waits until the nodes serve every fragment exactly once, `want[i]` of them on `nodes[i]`;
 /// returns each node's fragments with their documents.
 async fn wait_settled(nodes: &[&Node], want: &[usize]) -> Vec<BTreeMap<String, u64>> {
@@ -113,7 +51,7 @@ async fn wait_settled(nodes: &[&Node], want: &[usize]) -> Vec<BTreeMap<String, u
         let mut all = BTreeSet::new();
         let mut per_node = Vec::new();
         for (node, want) in nodes.iter().zip(want) {
-            let own = own_fragments(node).await?;
+            let own = local_fragments(node).await?;
             if own.len() != *want {
                 return None;
             }
@@ -280,7 +218,7 @@ async fn wait_settled_now(nodes: &[&Node]) -> Option<u64> {
     let mut all = BTreeSet::new();
     let mut docs = 0;
     for node in nodes {
-        for (f, n) in own_fragments(node).await? {
+        for (f, n) in local_fragments(node).await? {
             if !all.insert(f) {
                 return None;
             }

@@ -7,30 +7,14 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
 
+use support::cluster::{cluster_args, simple, wait_for};
 use support::{Node, NodeOptions, free_loopback_port, simple_rows};
 
-/// How long a cluster change may take before the test fails with the logs.
-const CLUSTER_DEADLINE: Duration = Duration::from_secs(60);
-/// Pause between two polls (polling, not synchronisation).
-const POLL_EVERY: Duration = Duration::from_millis(100);
 const FRAGMENTS: u32 = 6;
 
 fn options(id: u32, peer: u16, join: Option<u16>, executors: u32, more: &[&str]) -> NodeOptions {
-    let mut extra_args = vec![
-        "--cluster-name".to_owned(),
-        "region".to_owned(),
-        "--node-id".to_owned(),
-        id.to_string(),
-        "--peer-listen".to_owned(),
-        format!("127.0.0.1:{peer}"),
-    ];
-    extra_args.extend(more.iter().map(|m| (*m).to_owned()));
-    if let Some(j) = join {
-        extra_args.push("--join".to_owned());
-        extra_args.push(format!("127.0.0.1:{j}"));
-    }
+    let extra_args = cluster_args("region", id, peer, join, more);
     NodeOptions { executors, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
 }
 
@@ -39,16 +23,6 @@ fn start(options: NodeOptions) -> Node {
     let mut node = Node::start_with(options);
     node.expect_log("is unreachable");
     node
-}
-
-async fn simple(node: &Node, sql: &str) -> Option<Vec<Vec<Option<String>>>> {
-    let (client, conn) =
-        tokio_postgres::connect(&node.conn_str(), tokio_postgres::NoTls).await.ok()?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let messages = client.simple_query(sql).await.ok()?;
-    Some(simple_rows(&messages))
 }
 
 /// (epoch, fragments per node) as `node` shows it in SHOW CLUSTER.
@@ -98,28 +72,6 @@ fn one_id_per_fragment() -> Vec<String> {
                 .unwrap()
         })
         .collect()
-}
-
-/// Polls `check` until it gives a value; fails with every log after the deadline.
-async fn wait_for<T, F, Fut>(nodes: &[&Node], what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + CLUSTER_DEADLINE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if Instant::now() > deadline {
-            let logs: Vec<String> = nodes.iter().map(|n| n.log_text()).collect();
-            panic!(
-                "{what}: not reached in {CLUSTER_DEADLINE:?}\nlogs:\n{}",
-                logs.join("\n-----\n")
-            );
-        }
-        tokio::time::sleep(POLL_EVERY).await;
-    }
 }
 
 // Checks step 1 of the data path: once the coordinator allocates the map, each data node opens

@@ -14,25 +14,11 @@ use std::time::{Duration, Instant};
 use node::cluster::forward::{self, DataMessage, Reply, Request, Share};
 use node::cluster::limits::REGION_BUFFER_TOTAL;
 use node::cluster::wire::{Hello, PROTOCOL_VERSION, Peer, Role};
+use support::cluster::{CLUSTER_DEADLINE, POLL_EVERY, cluster_args};
 use support::{Node, NodeOptions, free_loopback_port, simple_rows};
 
-const CLUSTER_DEADLINE: Duration = Duration::from_secs(60);
-const POLL_EVERY: Duration = Duration::from_millis(100);
-
 fn options(id: u32, peer: u16, join: Option<u16>, more: &[&str]) -> NodeOptions {
-    let mut extra_args = vec![
-        "--cluster-name".to_owned(),
-        "limits".to_owned(),
-        "--node-id".to_owned(),
-        id.to_string(),
-        "--peer-listen".to_owned(),
-        format!("127.0.0.1:{peer}"),
-    ];
-    extra_args.extend(more.iter().map(|m| (*m).to_owned()));
-    if let Some(j) = join {
-        extra_args.push("--join".to_owned());
-        extra_args.push(format!("127.0.0.1:{j}"));
-    }
+    let extra_args = cluster_args("limits", id, peer, join, more);
     NodeOptions { executors: 1, fragments: 4, extra_args, ..NodeOptions::default() }
 }
 

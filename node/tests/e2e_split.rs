@@ -13,12 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use support::{Node, NodeOptions, free_loopback_port, simple_rows};
-
-/// How long a cluster change may take before the test fails with the logs.
-const CLUSTER_DEADLINE: Duration = Duration::from_secs(180);
-/// Pause between two polls (polling, not synchronisation).
-const POLL_EVERY: Duration = Duration::from_millis(100);
+use support::cluster::{CLUSTER_DEADLINE, cluster_args, local_fragments, query, wait_for};
+use support::{Node, NodeOptions, free_loopback_port};
 
 /// WARN lines a cluster with crashing members is expected to log.
 const CLUSTER_NOISE: &[&str] = &[
@@ -31,21 +27,8 @@ const CLUSTER_NOISE: &[&str] = &[
 ];
 
 fn options(id: u32, peer: u16, join: Option<u16>, more: &[&str]) -> NodeOptions {
-    let mut extra_args = vec![
-        "--cluster-name".to_owned(),
-        "split".to_owned(),
-        "--node-id".to_owned(),
-        id.to_string(),
-        "--peer-listen".to_owned(),
-        format!("127.0.0.1:{peer}"),
-        "--handoff-on-shutdown".to_owned(),
-        "false".to_owned(),
-    ];
-    extra_args.extend(more.iter().map(|m| (*m).to_owned()));
-    if let Some(j) = join {
-        extra_args.push("--join".to_owned());
-        extra_args.push(format!("127.0.0.1:{j}"));
-    }
+    let mut extra_args = cluster_args("split", id, peer, join, more);
+    extra_args.extend(["--handoff-on-shutdown".to_owned(), "false".to_owned()]);
     NodeOptions { executors: 2, fragments: 4, extra_args, ..NodeOptions::default() }
 }
 
@@ -57,53 +40,6 @@ fn start(options: NodeOptions) -> Node {
     node
 }
 
-/// Runs `sql` on a fresh connection: rows, or the error text with its SQLSTATE.
-async fn query(conn: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
-    let (client, connection) =
-        tokio_postgres::connect(conn, tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    let messages = client.simple_query(sql).await.map_err(|e| {
-        let code = e.code().map(|c| c.code().to_owned()).unwrap_or_default();
-        let message = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned());
-        format!("{code}: {message}")
-    })?;
-    Ok(simple_rows(&messages))
-}
-
-/// The fragments `node` has open itself, with their documents.
-async fn own_fragments(node: &Node) -> Option<BTreeMap<String, u64>> {
-    let rows = query(&node.conn_str(), "SHOW local_fragments").await.ok()?;
-    Some(
-        rows.iter()
-            .map(|r| (r[0].clone().unwrap(), r[3].as_deref().unwrap().parse().unwrap()))
-            .collect(),
-    )
-}
-
-/// Polls `check` until it gives a value; fails with every log after the deadline.
-async fn wait_for<T, F, Fut>(nodes: &[&Node], what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + CLUSTER_DEADLINE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if Instant::now() > deadline {
-            let logs: Vec<String> = nodes.iter().map(|n| n.log_text()).collect();
-            panic!(
-                "{what}: not reached in {CLUSTER_DEADLINE:?}\nlogs:\n{}",
-                logs.join("\n-----\n")
-            );
-        }
-        tokio::time::sleep(POLL_EVERY).await;
-    }
-}
-
 /// Each node's own fragments with their documents, once the nodes serve exactly the
 /// fragments `want` says (by node), each once.
 async fn settled_now(
@@ -112,7 +48,7 @@ async fn settled_now(
 ) -> Option<Vec<BTreeMap<String, u64>>> {
     let mut per_node = Vec::new();
     for (node, want) in nodes.iter().zip(want) {
-        let own = own_fragments(node).await?;
+        let own = local_fragments(node).await?;
         if own.keys().cloned().collect::<BTreeSet<_>>() != *want {
             return None;
         }

@@ -12,34 +12,17 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bank::checker::{self, Ledger, Outcome};
 use bank::{Bank, Flavor, Load, PHASE_TIMEOUT, Phase, Rng, Shared};
 
-use support::{Node, NodeOptions, free_loopback_port, simple_rows};
+use support::cluster::{cluster_args, simple, wait_for};
+use support::{Node, NodeOptions, free_loopback_port};
 
-/// How long a cluster change may take before the test fails with the logs.
-const CLUSTER_DEADLINE: Duration = Duration::from_secs(90);
-/// Pause between two polls (polling, not synchronisation).
-const POLL_EVERY: Duration = Duration::from_millis(100);
 const FRAGMENTS: u32 = 6;
 
 fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
-    let mut extra_args = vec![
-        "--cluster-name".to_owned(),
-        "xnode".to_owned(),
-        "--node-id".to_owned(),
-        id.to_string(),
-        "--peer-listen".to_owned(),
-        format!("127.0.0.1:{peer}"),
-        "--min-members".to_owned(),
-        "3".to_owned(),
-    ];
-    if let Some(j) = join {
-        extra_args.push("--join".to_owned());
-        extra_args.push(format!("127.0.0.1:{j}"));
-    }
+    let extra_args = cluster_args("xnode", id, peer, join, &["--min-members", "3"]);
     NodeOptions { executors: 1, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
 }
 
@@ -52,38 +35,6 @@ fn start(options: NodeOptions) -> Node {
     node.expect_log("cannot resolve a transaction prepared too long");
     node.expect_log("transaction prepared too long");
     node
-}
-
-async fn simple(node: &Node, sql: &str) -> Option<Vec<Vec<Option<String>>>> {
-    let (client, conn) =
-        tokio_postgres::connect(&node.conn_str(), tokio_postgres::NoTls).await.ok()?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let messages = client.simple_query(sql).await.ok()?;
-    Some(simple_rows(&messages))
-}
-
-/// Polls `check` until it gives a value; fails with every log after the deadline.
-async fn wait_for<T, F, Fut>(nodes: &[&Node], what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + CLUSTER_DEADLINE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if Instant::now() > deadline {
-            let logs: Vec<String> = nodes.iter().map(|n| n.log_text()).collect();
-            panic!(
-                "{what}: not reached in {CLUSTER_DEADLINE:?}\nlogs:\n{}",
-                logs.join("\n-----\n")
-            );
-        }
-        tokio::time::sleep(POLL_EVERY).await;
-    }
 }
 
 /// Three data nodes, every fragment allocated and open on its owner; node `fault.0` runs

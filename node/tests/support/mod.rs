@@ -20,6 +20,8 @@
     clippy::panic
 )]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

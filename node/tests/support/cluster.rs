@@ -1,0 +1,209 @@
+//! What the multi-node tests share: polling a cluster condition with a deadline, simple
+//! queries that answer rows or `SQLSTATE: message`, and a cluster run by `scripts/cluster.sh`.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use super::{Node, repo_root, simple_rows};
+
+/// How long a cluster change may take before the test fails with the logs: a bound that turns
+/// a hang into a failure, never a synchronisation delay.
+pub const CLUSTER_DEADLINE: Duration = Duration::from_secs(180);
+/// Pause between two polls (polling, not synchronisation).
+pub const POLL_EVERY: Duration = Duration::from_millis(100);
+
+/// Polls `check` every [`POLL_EVERY`] until it gives a value; after [`CLUSTER_DEADLINE`] the
+/// test fails with `what` and `logs()`.
+pub async fn poll_until<T, F, Fut>(what: &str, logs: impl Fn() -> String, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + CLUSTER_DEADLINE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("{what}: not reached in {CLUSTER_DEADLINE:?}\nlogs:\n{}", logs());
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// [`poll_until`] failing with the logs of `nodes`.
+pub async fn wait_for<T, F, Fut>(nodes: &[&Node], what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let logs = || nodes.iter().map(|n| n.log_text()).collect::<Vec<_>>().join("\n-----\n");
+    poll_until(what, logs, check).await
+}
+
+/// Runs `sql` on a fresh connection to `conn` (simple protocol): the rows as text, or the
+/// error as `SQLSTATE: message`.
+pub async fn query(conn: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+    let (client, connection) =
+        tokio_postgres::connect(conn, tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let messages = client.simple_query(sql).await.map_err(|e| {
+        let code = e.code().map(|c| c.code().to_owned()).unwrap_or_default();
+        let message = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned());
+        format!("{code}: {message}")
+    })?;
+    Ok(simple_rows(&messages))
+}
+
+/// The rows of `sql` run on `node`, or `None` if it did not answer or failed.
+pub async fn simple(node: &Node, sql: &str) -> Option<Vec<Vec<Option<String>>>> {
+    query(&node.conn_str(), sql).await.ok()
+}
+
+/// The fragments `node` has open itself (`SHOW local_fragments`), with their documents.
+pub async fn local_fragments(node: &Node) -> Option<BTreeMap<String, u64>> {
+    let rows = simple(node, "SHOW local_fragments").await?;
+    Some(
+        rows.iter()
+            .map(|r| (r[0].clone().unwrap(), r[3].as_deref().unwrap().parse().unwrap()))
+            .collect(),
+    )
+}
+
+/// Nodes a [`ScriptCluster`] may run: ports are reserved for this many.
+pub const SCRIPT_NODES: u16 = 4;
+
+/// A base port whose derived ports (`base + 10 * i + 0..3` for nodes 1..=4) were all free a
+/// moment ago. Chosen below Linux's ephemeral range (32768 and up): a node restarted on the
+/// same port must not find it taken as the local port of some other process's outgoing
+/// connection.
+fn free_base_port() -> u16 {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id();
+    for attempt in 0..256u32 {
+        let slot = seed.wrapping_add(attempt.wrapping_mul(7919)) % 2_000;
+        let base = 10_000 + u16::try_from(slot).expect("small") * 10;
+        let ports = (1..=SCRIPT_NODES).flat_map(|i| (0..3).map(move |k| base + 10 * i + k));
+        let held: Vec<_> = ports.map(|p| TcpListener::bind(("127.0.0.1", p))).collect();
+        if held.iter().all(Result::is_ok) {
+            return base;
+        }
+    }
+    panic!("no free block of ports found");
+}
+
+/// A cluster run by `scripts/cluster.sh` with the test's binary, a private directory and base
+/// port; stopped (by the script) when dropped.
+pub struct ScriptCluster {
+    dir: PathBuf,
+    base: u16,
+    name: String,
+    fragments: usize,
+}
+
+impl ScriptCluster {
+    /// A cluster named `name` (also its directory's prefix) of `fragments` fragments.
+    pub fn new(name: &str, fragments: usize) -> ScriptCluster {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("cluster-{name}-{}", std::process::id()));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).expect("remove a stale dir");
+        }
+        ScriptCluster { dir, base: free_base_port(), name: name.to_owned(), fragments }
+    }
+
+    /// Runs the script with `args`.
+    pub fn script(&self, args: &[&str]) -> Output {
+        Command::new("bash")
+            .arg(repo_root().join("scripts/cluster.sh"))
+            .args(args)
+            .env("TESSERA_BIN", env!("CARGO_BIN_EXE_tessera"))
+            .env("TESSERA_CLUSTER_DIR", &self.dir)
+            .env("TESSERA_CLUSTER_BASE_PORT", self.base.to_string())
+            .env("TESSERA_CLUSTER_NAME", &self.name)
+            .env("TESSERA_CLUSTER_FRAGMENTS", self.fragments.to_string())
+            .output()
+            .expect("run scripts/cluster.sh")
+    }
+
+    /// Runs the script and fails the test (with every node's log) if it fails; its stdout.
+    pub fn run(&self, args: &[&str]) -> String {
+        let out = self.script(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "cluster.sh {args:?} failed: {}\nstdout:\n{stdout}\nstderr:\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+        stdout
+    }
+
+    /// Every node's log.
+    pub fn logs(&self) -> String {
+        (1..=SCRIPT_NODES)
+            .map(|i| {
+                let log = self.dir.join(format!("node{i}/log"));
+                format!("--- node {i}:\n{}", std::fs::read_to_string(log).unwrap_or_default())
+            })
+            .collect()
+    }
+
+    /// Node `node`'s PostgreSQL port.
+    pub fn pg_port(&self, node: u16) -> u16 {
+        self.base + 10 * node
+    }
+
+    /// A tokio-postgres connection string for node `node`.
+    pub fn conn_str(&self, node: u16) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=tessera dbname=tessera connect_timeout=5",
+            self.pg_port(node)
+        )
+    }
+
+    /// Node `node`'s pid (from the script's pid file).
+    pub fn pid(&self, node: u16) -> i32 {
+        let text = std::fs::read_to_string(self.dir.join(format!("node{node}/pid"))).unwrap();
+        text.trim().parse().unwrap()
+    }
+}
+
+impl Drop for ScriptCluster {
+    fn drop(&mut self) {
+        let _ = self.script(&["stop"]);
+    }
+}
+
+/// The flags of node `id` of cluster `name`: `--cluster-name`, `--node-id`, `--peer-listen` on
+/// loopback port `peer`, `--join` the seed's peer port `join` (none for the seed), then `more`.
+pub fn cluster_args(
+    name: &str,
+    id: u32,
+    peer: u16,
+    join: Option<u16>,
+    more: &[&str],
+) -> Vec<String> {
+    let mut args = vec![
+        "--cluster-name".to_owned(),
+        name.to_owned(),
+        "--node-id".to_owned(),
+        id.to_string(),
+        "--peer-listen".to_owned(),
+        format!("127.0.0.1:{peer}"),
+    ];
+    if let Some(j) = join {
+        args.push("--join".to_owned());
+        args.push(format!("127.0.0.1:{j}"));
+    }
+    args.extend(more.iter().map(|m| (*m).to_owned()));
+    args
+}
