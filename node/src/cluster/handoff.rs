@@ -84,12 +84,11 @@ pub trait FragmentHost: Send + Sync {
     fn fence(&self, fragment: u32) -> HostFuture<()>;
     /// Accepts writes to `fragment` again (the handoff was aborted). Idempotent.
     fn unfence(&self, fragment: u32) -> HostFuture<()>;
-    /// The next chunk of `fragment`'s export stream (`storage::Export::next_chunk` over its
-    /// whole range; the first call starts it), `None` at the end.
-    fn export_next(&self, fragment: u32) -> HostFuture<Option<Vec<u8>>>;
-    /// The next chunk of the export stream of `fragment`'s documents in shards `[start, end)`
-    /// (a split or merge copies sub-ranges; the first call starts it), `None` at the end.
-    fn export_range_next(&self, fragment: u32, start: u32, end: u32)
+    /// The next chunk of the export stream (`storage::Export::next_chunk`) of `fragment`'s
+    /// documents: its whole range (a handoff), or only shards `[start, end)` of it when
+    /// `within` is `Some((start, end))` (a split or merge copies sub-ranges). The first call
+    /// starts the stream, `None` ends it.
+    fn export_next(&self, fragment: u32, within: Option<(u32, u32)>)
     -> HostFuture<Option<Vec<u8>>>;
     /// Creates an empty copy of `fragment` for `[start, end)` on `executor`, deleting any
     /// partial copy first. It serves nothing until the map gives it to this node.
@@ -304,7 +303,7 @@ pub async fn run_source(
     };
     let mut sent = Sent::default();
     expect_ack(conn.request_within(&begin, HANDOFF_CHUNK_ACK_MS).await?, handoff, 0)?;
-    while let Some(bytes) = host.export_next(fragment).await? {
+    while let Some(bytes) = host.export_next(fragment, None).await? {
         let len = bytes.len() as u64;
         let seq = sent.chunks + 1;
         let chunk = Message::ImportChunk { handoff, fragment, seq, offset: sent.bytes, bytes };
@@ -346,7 +345,7 @@ pub async fn run_reshape(
             if start >= end {
                 continue;
             }
-            while let Some(chunk) = host.export_range_next(source.id, start, end).await? {
+            while let Some(chunk) = host.export_next(source.id, Some((start, end))).await? {
                 docs += host.import(target.id, chunk).await?;
             }
         }
@@ -834,8 +833,8 @@ mod tests {
         assert_eq!(reconcile(&ClusterState::default(), 1, &a_local, &fenced), []);
     }
 
-    /// A range export stream: fragment, first shard, one past the last.
-    type RangeKey = (u32, u32, u32);
+    /// An export stream: fragment, and the sub-range `[start, end)` if not the whole.
+    type ExportKey = (u32, Option<(u32, u32)>);
 
     /// An in-memory host: each fragment is a list of documents (one per chunk byte string);
     /// an export yields them in chunks, an import appends. `damage_at` makes an import of a
@@ -843,8 +842,7 @@ mod tests {
     #[derive(Default)]
     struct MemHost {
         docs: Mutex<BTreeMap<u32, Vec<Vec<u8>>>>,
-        exporting: Mutex<BTreeMap<u32, Vec<Vec<u8>>>>,
-        ranges: Mutex<BTreeMap<RangeKey, Vec<Vec<u8>>>>,
+        exporting: Mutex<BTreeMap<ExportKey, Vec<Vec<u8>>>>,
         fenced: Mutex<BTreeSet<u32>>,
         damage_at: Option<u8>,
     }
@@ -872,32 +870,23 @@ mod tests {
             self.fenced.lock().expect("lock").remove(&fragment);
             ready(Ok(()))
         }
-        fn export_next(&self, fragment: u32) -> HostFuture<Option<Vec<u8>>> {
-            let mut exporting = self.exporting.lock().expect("lock");
-            if let std::collections::btree_map::Entry::Vacant(slot) = exporting.entry(fragment) {
-                let Some(mut docs) = self.copy(fragment) else {
-                    return ready(Err(HostError::NotHere { fragment }));
-                };
-                docs.reverse();
-                slot.insert(docs);
-            }
-            ready(Ok(exporting.get_mut(&fragment).and_then(Vec::pop)))
-        }
-        fn export_range_next(
+        fn export_next(
             &self,
             fragment: u32,
-            start: u32,
-            end: u32,
+            within: Option<(u32, u32)>,
         ) -> HostFuture<Option<Vec<u8>>> {
             // A document's shard is its first byte; one stream per (fragment, range).
-            let key = (fragment, start, end);
-            let mut exporting = self.ranges.lock().expect("lock");
+            let key = (fragment, within);
+            let mut exporting = self.exporting.lock().expect("lock");
             if let std::collections::btree_map::Entry::Vacant(slot) = exporting.entry(key) {
                 let Some(docs) = self.copy(fragment) else {
                     return ready(Err(HostError::NotHere { fragment }));
                 };
-                let inside =
-                    |d: &Vec<u8>| d.first().is_some_and(|b| (start..end).contains(&u32::from(*b)));
+                let inside = |d: &Vec<u8>| {
+                    within.is_none_or(|(start, end)| {
+                        d.first().is_some_and(|b| (start..end).contains(&u32::from(*b)))
+                    })
+                };
                 let mut docs: Vec<Vec<u8>> = docs.into_iter().filter(inside).collect();
                 docs.reverse();
                 slot.insert(docs);

@@ -37,10 +37,8 @@ pub enum HostRequest {
     Fence(u32, Reply<()>),
     /// `FragmentHost::unfence`.
     Unfence(u32, Reply<()>),
-    /// `FragmentHost::export_next`.
-    ExportNext(u32, Reply<Option<Vec<u8>>>),
-    /// `FragmentHost::export_range_next`: the fragment, first shard, one past the last.
-    ExportRange(u32, u32, u32, Reply<Option<Vec<u8>>>),
+    /// `FragmentHost::export_next`: the fragment, and the sub-range if not the whole.
+    Export(u32, Option<(u32, u32)>, Reply<Option<Vec<u8>>>),
     /// `FragmentHost::create_empty`.
     CreateEmpty {
         /// The fragment.
@@ -88,16 +86,12 @@ impl FragmentHost for BridgeHost {
     fn unfence(&self, fragment: u32) -> HostFuture<()> {
         self.ask(|r| HostRequest::Unfence(fragment, r))
     }
-    fn export_next(&self, fragment: u32) -> HostFuture<Option<Vec<u8>>> {
-        self.ask(|r| HostRequest::ExportNext(fragment, r))
-    }
-    fn export_range_next(
+    fn export_next(
         &self,
         fragment: u32,
-        start: u32,
-        end: u32,
+        within: Option<(u32, u32)>,
     ) -> HostFuture<Option<Vec<u8>>> {
-        self.ask(|r| HostRequest::ExportRange(fragment, start, end, r))
+        self.ask(|r| HostRequest::Export(fragment, within, r))
     }
     fn create_empty(&self, fragment: u32, start: u32, end: u32, executor: u32) -> HostFuture<()> {
         self.ask(|reply| HostRequest::CreateEmpty { fragment, start, end, executor, reply })
@@ -226,11 +220,8 @@ async fn serve(core: &Rc<Core>, mesh: &Mesh<Core>, request: HostRequest) {
             };
             let _ = reply.send(r);
         }
-        HostRequest::ExportNext(f, reply) => {
-            let _ = reply.send(export_next(core, mesh, f, None).await);
-        }
-        HostRequest::ExportRange(f, start, end, reply) => {
-            let _ = reply.send(export_next(core, mesh, f, Some((start, end))).await);
+        HostRequest::Export(f, within, reply) => {
+            let _ = reply.send(export_next(core, mesh, f, within).await);
         }
         HostRequest::CreateEmpty { fragment, start, end, executor, reply } => {
             let _ = reply.send(create_empty(core, mesh, fragment, start, end, executor).await);
