@@ -77,25 +77,25 @@ pub struct Shared {
 impl Shared {
     /// Node state with the given map and catalog.
     pub fn new(map: ShardMap, data_dir: PathBuf, catalog: CatalogView) -> Shared {
-        Shared {
-            me: NodeId(0),
-            clustered: false,
-            map: RwLock::new(Some(Arc::new(map))),
-            moving: RwLock::default(),
-            data_dir,
-            statements_running: AtomicUsize::new(0),
-            txn: super::coordinator::TxnShared::default(),
-            buffers: crate::cluster::region::Buffers::default(),
-            catalog: RwLock::new(Arc::new(catalog)),
-        }
+        Shared::with(NodeId(0), false, Some(map), data_dir, catalog)
     }
 
     /// Cluster node `me`'s state: no map until the control plane publishes an allocated one.
     pub fn new_cluster(me: NodeId, data_dir: PathBuf, catalog: CatalogView) -> Shared {
+        Shared::with(me, true, None, data_dir, catalog)
+    }
+
+    fn with(
+        me: NodeId,
+        clustered: bool,
+        map: Option<ShardMap>,
+        data_dir: PathBuf,
+        catalog: CatalogView,
+    ) -> Shared {
         Shared {
             me,
-            clustered: true,
-            map: RwLock::new(None),
+            clustered,
+            map: RwLock::new(map.map(Arc::new)),
             moving: RwLock::default(),
             data_dir,
             statements_running: AtomicUsize::new(0),
