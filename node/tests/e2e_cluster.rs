@@ -9,7 +9,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use support::cluster::{CLUSTER_DEADLINE, POLL_EVERY, cluster_args};
+use support::cluster::{CLUSTER_DEADLINE, POLL_EVERY, cluster_args, wait_for_log};
 use support::{Node, NodeOptions, free_loopback_port, simple_rows};
 
 const FRAGMENTS: u32 = 6;
@@ -250,16 +250,6 @@ async fn local_id(client: &tokio_postgres::Client, me: u32) -> String {
             ranges.iter().any(|(a, b)| (*a..*b).contains(&shard))
         })
         .unwrap()
-}
-
-/// Polls `node`'s log until a line contains `needle` `times` times; fails with the log after
-/// the deadline.
-async fn wait_for_log(node: &Node, needle: &str, times: usize) {
-    let deadline = Instant::now() + CLUSTER_DEADLINE;
-    while node.log_lines().iter().filter(|l| l.contains(needle)).count() < times {
-        assert!(Instant::now() < deadline, "no {needle:?} x{times} in:\n{}", node.log_text());
-        tokio::time::sleep(POLL_EVERY).await;
-    }
 }
 
 // Checks roles and refusals: a proxy joins as a non-voting member that gets no fragment; a

@@ -5,6 +5,7 @@
 
 mod support;
 
+use support::cluster::wait_for_log;
 use support::{Node, NodeOptions};
 
 // Checks the slow-statement lines (single-fragment and scatter routing, an INSERT, the text
@@ -23,6 +24,7 @@ async fn slow_statement_and_recovery_lines() {
         let long = format!("SELECT * FROM c WHERE id() = '{}'", "z".repeat(2000));
         client.simple_query(&long).await.unwrap();
     }
+    wait_for_log(&node, "slow statement", 4).await;
     let lines = node.log_lines();
     let slow: Vec<&String> = lines.iter().filter(|l| l.contains("slow statement")).collect();
     assert!(slow.len() >= 4, "every statement is logged at threshold 0:\n{}", node.log_text());

@@ -207,3 +207,18 @@ pub fn cluster_args(
     args.extend(more.iter().map(|m| (*m).to_owned()));
     args
 }
+
+/// Waits until `node` has logged a line containing `needle` at least `times` times. The log
+/// reaches the test through a reader thread, so a line written just before a reply may
+/// arrive just after it: tests that read the log right after a statement wait for it here.
+pub async fn wait_for_log(node: &Node, needle: &str, times: usize) {
+    let what = format!("{times} log lines with {needle:?}");
+    poll_until(
+        &what,
+        || node.log_text(),
+        || async {
+            (node.log_lines().iter().filter(|l| l.contains(needle)).count() >= times).then_some(())
+        },
+    )
+    .await;
+}
