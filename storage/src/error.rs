@@ -65,6 +65,12 @@ pub enum InputError {
     /// A number that JSON cannot carry (NaN or infinite) was given.
     #[error("document holds a number JSON cannot represent")]
     NonFiniteNumber,
+    /// A hold ([`crate::Fragment::hold`]) was given writes; it takes checks only.
+    #[error("a hold takes checks only, the batch has {writes} writes")]
+    HoldWrites {
+        /// Puts and deletes in the batch.
+        writes: usize,
+    },
 }
 
 /// Why a fragment could not be opened.

@@ -410,6 +410,9 @@ pub(crate) struct Inner {
     pub lock: RefCell<Option<std::fs::File>>,
     /// Group-commit I/O counters (`Fragment::io_stats`).
     pub io: crate::iostats::IoCounters,
+    /// Record-less holds ([`Fragment::hold`]): each transaction's lock keys in `State::locks`.
+    /// Memory only: a restart forgets them.
+    pub holds: RefCell<HashMap<TxId, Vec<String>>>,
 }
 
 pub(crate) fn lock_key(collection: &str, key: &str) -> String {
@@ -472,6 +475,7 @@ impl Fragment {
             spare_task: RefCell::new(None),
             lock: RefCell::new(Some(lock)),
             io: crate::iostats::IoCounters::default(),
+            holds: RefCell::new(HashMap::new()),
         });
         let writer = glommio::spawn_local(crate::log::run_writer(inner.clone())).detach();
         let st = inner.st.borrow();
@@ -564,6 +568,101 @@ impl Fragment {
     /// Abandons a prepared transaction (durably).
     pub async fn abort_prepared(&self, txid: TxId) -> Result<Lsn, AppendError> {
         self.finish_prepared(txid, false).await
+    }
+
+    /// Holds the documents of a checks-only batch for `txid` without writing a record: every
+    /// check is validated as in [`Fragment::prepare`] (`Conflict` on a changed version, `Locked`
+    /// on a document another transaction holds or has prepared), then the documents stay
+    /// locked in memory until [`Fragment::release`]. Meanwhile writes to them and checks of
+    /// them fail with `Locked`, as against a prepare's checks. No fdatasync, nothing logged:
+    /// after a restart the hold is gone, which is safe because a read-only participant has
+    /// nothing to recover (the transaction's writers resolve from their own prepares). The
+    /// caller releases it on every outcome (commit, abort, timeout). All or nothing: on an
+    /// error nothing is held.
+    pub fn hold(&self, txid: TxId, batch: WriteBatch) -> Result<(), AppendError> {
+        let ops = batch.ops;
+        if ops.is_empty() || ops.len() > BATCH_OPS_MAX {
+            return Err(InputError::BatchSize { ops: ops.len(), max: BATCH_OPS_MAX }.into());
+        }
+        let st = self.inner.st.borrow();
+        self.check_open(&st)?;
+        let mut holds = self.inner.holds.borrow_mut();
+        if st.txns.contains_key(&txid) || holds.contains_key(&txid) {
+            return Err(AppendError::TxnExists { txid });
+        }
+        let mut keys = Vec::with_capacity(ops.len());
+        for op in &ops {
+            let WriteOp::Check { collection, id, shard, expected_version } = op else {
+                let writes = ops.iter().filter(|o| !matches!(o, WriteOp::Check { .. })).count();
+                return Err(InputError::HoldWrites { writes }.into());
+            };
+            check_names(collection, id)?;
+            if !self.inner.range.contains(*shard) {
+                return Err(AppendError::WrongShard {
+                    fragment: self.inner.id,
+                    range: self.inner.range,
+                    shard: *shard,
+                });
+            }
+            let key = doc_key(id);
+            let lk = lock_key(collection, &key);
+            if let Some(&holder) = st.locks.get(lk.as_str()) {
+                return Err(AppendError::Locked {
+                    collection: collection.clone(),
+                    id: id.clone(),
+                    txid: holder,
+                });
+            }
+            // Queued writes count, as in `submit`: a hold must not pass on a version that a
+            // write already on its way to the log replaces.
+            let current = match st.pending.get(lk.as_str()) {
+                Some(v) => *v,
+                None => st.index.get(collection, &key).map(|e| e.version),
+            };
+            let ok = if *expected_version == Version::ABSENT {
+                current.is_none()
+            } else {
+                current == Some(*expected_version)
+            };
+            if !ok {
+                return Err(AppendError::Conflict {
+                    collection: collection.clone(),
+                    id: id.clone(),
+                    expected: *expected_version,
+                    found: current,
+                });
+            }
+            keys.push(lk);
+        }
+        drop(st);
+        let mut st = self.inner.st.borrow_mut();
+        for lk in &keys {
+            st.locks.insert(lk.clone(), txid);
+        }
+        holds.insert(txid, keys);
+        Ok(())
+    }
+
+    /// Releases the hold of `txid` ([`Fragment::hold`]); `false` when this fragment holds
+    /// nothing for it (never held, or released already).
+    pub fn release(&self, txid: TxId) -> bool {
+        let Some(keys) = self.inner.holds.borrow_mut().remove(&txid) else {
+            return false;
+        };
+        let mut st = self.inner.st.borrow_mut();
+        for lk in keys {
+            if st.locks.get(lk.as_str()) == Some(&txid) {
+                st.locks.remove(&lk);
+            }
+        }
+        true
+    }
+
+    /// Transactions holding documents here without a record ([`Fragment::hold`]).
+    pub fn held(&self) -> Vec<TxId> {
+        let mut held: Vec<TxId> = self.inner.holds.borrow().keys().copied().collect();
+        held.sort_unstable();
+        held
     }
 
     /// Prepared transactions with no commit or abort yet: after a restart, the node asks the

@@ -162,3 +162,66 @@ fn visible_commit_survives_compaction() {
         f.close().await;
     });
 }
+
+// Checks the record-less hold: it validates its checks (Conflict on a changed version, Locked
+// on a document another transaction holds or prepared), logs nothing (the durable LSN and the
+// group-commit counters do not move), locks the documents against writers, prepares and other
+// holds until `release`, refuses writes and a reused transaction id, is not in doubt, and is
+// gone after a restart.
+#[test]
+fn hold_locks_without_a_record() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let f = open(&path, options(1 << 20)).await;
+        let va = f.apply(put("c", "a", json!(1))).await.expect("a").versions[0];
+        let lsn = f.stats().lsn_durable;
+        let syncs = f.io_stats().fdatasyncs;
+        let reads = |v| {
+            WriteBatch::new().check("c", "a", shard_of("a"), v).check(
+                "c",
+                "b",
+                shard_of("b"),
+                Version::ABSENT,
+            )
+        };
+        let stale = reads(Version::new(va.get() + 1));
+        assert!(matches!(f.hold(TxId::new(1), stale), Err(AppendError::Conflict { .. })));
+        assert!(f.held().is_empty(), "a failed hold holds nothing");
+        f.hold(TxId::new(1), reads(va)).expect("hold");
+        assert_eq!(f.held(), vec![TxId::new(1)]);
+        assert!(f.in_doubt().is_empty(), "a hold is not a prepare");
+        assert!(matches!(f.hold(TxId::new(1), reads(va)), Err(AppendError::TxnExists { .. })));
+        assert!(matches!(f.hold(TxId::new(2), reads(va)), Err(AppendError::Locked { .. })));
+        assert!(matches!(f.apply(put("c", "a", json!(2))).await, Err(AppendError::Locked { .. })));
+        assert!(matches!(f.apply(put("c", "b", json!(2))).await, Err(AppendError::Locked { .. })));
+        let tx = WriteBatch::new().put("c", "a", shard_of("a"), Some(va), json!(3));
+        assert!(matches!(f.prepare(TxId::new(3), tx).await, Err(AppendError::Locked { .. })));
+        f.apply(put("c", "other", json!(0))).await.expect("other documents stay writable");
+        let writes = WriteBatch::new().put("c", "z", shard_of("z"), None, json!(0));
+        assert!(matches!(
+            f.hold(TxId::new(4), writes),
+            Err(AppendError::Input(storage::InputError::HoldWrites { writes: 1 }))
+        ));
+        assert!(matches!(f.hold(TxId::new(4), WriteBatch::new()), Err(AppendError::Input(_))));
+        assert_eq!(f.stats().lsn_durable, lsn + 1, "only the other document's write was logged");
+        assert_eq!(f.io_stats().fdatasyncs, syncs + 1, "the hold cost no fdatasync");
+        assert!(f.release(TxId::new(1)));
+        assert!(!f.release(TxId::new(1)), "released once");
+        assert!(f.held().is_empty());
+        f.apply(put("c", "a", json!(4))).await.expect("writable after the release");
+        // A prepare's checks lock against a hold too, and a hold survives no restart.
+        let va = f.version_of("c", "a").expect("a");
+        let tx = WriteBatch::new().check("c", "a", shard_of("a"), va);
+        f.prepare(TxId::new(5), tx).await.expect("prepare");
+        assert!(matches!(f.hold(TxId::new(6), reads(va)), Err(AppendError::Locked { .. })));
+        f.abort_prepared(TxId::new(5)).await.expect("abort");
+        f.hold(TxId::new(6), reads(va)).expect("hold after the abort");
+        f.close().await;
+        let f = open(&path, options(1 << 20)).await;
+        assert!(f.held().is_empty(), "holds are memory only");
+        assert!(f.in_doubt().is_empty());
+        f.apply(put("c", "a", json!(5))).await.expect("no hold after a restart");
+        f.close().await;
+    });
+}

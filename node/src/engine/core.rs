@@ -758,8 +758,10 @@ impl Core {
     }
 
     /// Phase one on this executor: prepares `txid` on each fragment (validating its checks and
-    /// expected versions, durable PREPARE, documents held). All or nothing: on any failure the
-    /// fragments already prepared are aborted.
+    /// expected versions, durable PREPARE, documents held). A fragment whose batch is checks
+    /// only (a read-only participant) is held instead (`Fragment::hold`: validated and locked
+    /// in memory, no record, no fdatasync) until phase two releases it. All or nothing: on any
+    /// failure the fragments already prepared are aborted and the holds released.
     pub async fn prepare_txn(
         &self,
         txid: TxId,
@@ -775,14 +777,25 @@ impl Core {
             txid,
             PreparedTxn { fragments: fragments.clone(), since: Instant::now(), finishing: false },
         );
-        let mut tasks = Vec::with_capacity(owned.len());
-        for (fragment, batch) in owned {
-            tasks.push(glommio::spawn_local(async move {
-                let result = fragment.prepare(txid, batch).await;
-                (fragment, result)
-            }));
-        }
         let mut failure = None;
+        let mut writers = Vec::with_capacity(owned.len());
+        for (fragment, batch) in owned {
+            if batch.writes() > 0 {
+                writers.push((fragment, batch));
+            } else if let Err(e) = fragment.hold(txid, batch) {
+                failure = Some((fragment, e));
+                break;
+            }
+        }
+        let mut tasks = Vec::with_capacity(writers.len());
+        if failure.is_none() {
+            for (fragment, batch) in writers {
+                tasks.push(glommio::spawn_local(async move {
+                    let result = fragment.prepare(txid, batch).await;
+                    (fragment, result)
+                }));
+            }
+        }
         for task in tasks {
             match task.await {
                 (_, Ok(_)) => fault::prepared(),
@@ -800,8 +813,10 @@ impl Core {
 
     /// Phase two on this executor: commits (visible at once; `visible` is told when every
     /// fragment's writes are readable) or aborts `txid` on `fragments`, waits for the records
-    /// to be durable, and tells the coordinator after a commit. A fragment that no longer has
-    /// the transaction (finished by the timeout, or never prepared) is skipped.
+    /// to be durable, and tells the coordinator after a commit that wrote Commit records here
+    /// (a read-only participant's hold is only released: it has nothing to report). A fragment
+    /// that no longer has the transaction (finished by the timeout, or never prepared) is
+    /// skipped.
     pub async fn finish_txn(
         &self,
         txid: TxId,
@@ -818,6 +833,9 @@ impl Core {
         let mut durable = Vec::with_capacity(fragments.len());
         for id in &fragments {
             let Ok(fragment) = self.fragment(*id) else { continue };
+            if fragment.release(txid) {
+                continue;
+            }
             if commit {
                 match fragment.commit_prepared_visible(txid).await {
                     // The crash point: this fragment's Commit record durable, the next
@@ -845,6 +863,7 @@ impl Core {
         if let Some(v) = visible {
             let _ = v.send(());
         }
+        let wrote = !durable.is_empty();
         let mut all_durable = true;
         for d in durable {
             match d.wait().await {
@@ -856,7 +875,7 @@ impl Core {
             }
         }
         self.prepared.borrow_mut().remove(&txid);
-        if commit && all_durable {
+        if commit && wrote && all_durable {
             self.report_finished(txid).await;
         }
     }

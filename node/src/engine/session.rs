@@ -1566,6 +1566,10 @@ impl Session {
         }
         let participants: Vec<(ExecutorIndex, Vec<FragmentId>)> =
             groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
+        // Only executors that write report their Commit records finished; a read-only one
+        // holds its checks in memory and only releases them (`Core::finish_txn`).
+        let writing =
+            groups.values().filter(|list| list.iter().any(|(_, b)| b.writes() > 0)).count();
         let remote_fragments: Vec<(NodeId, Vec<u32>)> = remote
             .iter()
             .map(|(n, targets)| (*n, targets.iter().map(|t| t.fragment).collect()))
@@ -1596,7 +1600,7 @@ impl Session {
         // call when the session runs elsewhere: one cross-executor round trip less. Every
         // local executor and every remote node reports its share finished.
         let coordinator = ExecutorIndex::new(0);
-        let reporting = participants.len() + remote_fragments.len();
+        let reporting = writing + remote_fragments.len();
         let (there, rest): (Vec<_>, Vec<_>) = participants
             .into_iter()
             .partition(|(e, _)| *e == coordinator && self.core.index() != coordinator);

@@ -1,0 +1,147 @@
+//! Read-only participants of a two-phase commit: a fragment a transaction only read is held in
+//! memory from validation to the decision and writes no record (no PREPARE, no Commit, no
+//! fdatasync); the transaction's writers still commit by two-phase commit, the decision is
+//! still forgotten once every writing participant reported, and a write waiting for the held
+//! document runs once the hold is released.
+//!
+//! Ids pin documents to fragments with explicit shards (`id$@shard`): with 8 fragments,
+//! fragment `i` holds shards `[i * 131072, (i + 1) * 131072)` and belongs to executor `i % 2`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use support::{Node, NodeOptions, simple_rows};
+
+/// Fragment 0 (executor 0), fragment 1 (executor 1), fragment 2 (executor 0), fragment 3
+/// (executor 1).
+const A: &str = "a$@0";
+const B: &str = "b$@131072";
+const C: &str = "c$@262144";
+const D: &str = "d$@393216";
+
+/// One gauge or counter sample of `name` whose labels contain `label`, from /metrics.
+fn sample(addr: SocketAddr, name: &str, label: &str) -> f64 {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let prefix = format!("{name}{{");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&prefix) && l.contains(label))
+        .unwrap_or_else(|| panic!("no {name} with {label} in:\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+async fn counter(client: &tokio_postgres::Client, name: &str) -> i64 {
+    let rows = client.query("SHOW transaction_counters", &[]).await.unwrap();
+    rows.iter().find(|r| r.get::<_, String>(0) == name).map(|r| r.get(1)).unwrap()
+}
+
+async fn value(client: &tokio_postgres::Client, id: &str) -> Option<i64> {
+    client
+        .query_opt("SELECT v::int8 FROM t WHERE id() = $1", &[&id])
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+/// Waits (bounded) until the coordinator holds no committed decision that is still applying:
+/// every writing participant reported its Commit records durable.
+async fn decisions_forgotten(client: &tokio_postgres::Client) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rows = simple_rows(&client.simple_query("SHOW TRANSACTIONS").await.unwrap());
+        let left: Vec<_> = rows
+            .iter()
+            .filter(|r| matches!(r[1].as_deref(), Some("committed (applying)") | Some("prepared")))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "decisions never reported: {left:?}");
+        tokio::task::yield_now().await;
+    }
+}
+
+// Checks that transactions reading a fragment on each executor and writing fragments of both
+// executors commit by two-phase commit while the fragments only read log nothing (their
+// durable LSN stays put: no PREPARE, no Commit record), that the writes are there, that the
+// coordinator forgets every decision (the read-only executors do not report, and nobody waits
+// for them), and that afterwards the read-only documents are writable (the holds are gone).
+#[tokio::test]
+async fn read_only_participants_log_nothing() {
+    let node = Node::start_with(NodeOptions { metrics: true, ..NodeOptions::default() });
+    let addr = node.metrics_addr().expect("metrics address");
+    let client = node.connect().await;
+    for id in [A, B, C, D] {
+        client.execute("INSERT INTO t VALUES ($1, '{\"v\":100}')", &[&id]).await.unwrap();
+    }
+    let lsn = |f: u32| sample(addr, "tessera_fragment_lsn_durable", &format!("fragment=\"{f}\""));
+    let (b_lsn, c_lsn) = (lsn(1), lsn(2));
+    let two_phase = counter(&client, "two_phase_commits").await;
+    // Writers A (executor 0) and D (executor 1); B (executor 1) and C (executor 0) only read.
+    for n in 1..=5 {
+        client.batch_execute("BEGIN").await.unwrap();
+        let read: i64 = client
+            .query_one("SELECT sum(v::int8) FROM t WHERE id() IN ($1, $2)", &[&B, &C])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(read, 200);
+        client.execute("UPDATE t SET v = v - 1 WHERE id() = $1", &[&A]).await.unwrap();
+        client.execute("UPDATE t SET v = v + 1 WHERE id() = $1", &[&D]).await.unwrap();
+        client.batch_execute("COMMIT").await.unwrap();
+        assert_eq!(value(&client, A).await, Some(100 - n));
+        assert_eq!(value(&client, D).await, Some(100 + n));
+    }
+    assert_eq!(counter(&client, "two_phase_commits").await, two_phase + 5);
+    assert_eq!(lsn(1), b_lsn, "the read-only fragment of executor 1 logged nothing");
+    assert_eq!(lsn(2), c_lsn, "the read-only fragment of executor 0 logged nothing");
+    decisions_forgotten(&client).await;
+    client.execute("UPDATE t SET v = 0 WHERE id() IN ($1, $2)", &[&B, &C]).await.unwrap();
+    assert_eq!(value(&client, B).await, Some(0), "no hold left on B");
+    assert_eq!(value(&client, C).await, Some(0), "no hold left on C");
+}
+
+// Checks that a transaction whose read-only participant's check fails (the document it read
+// changed after the read) gets 40001 and applies nothing on the writing fragments, and that
+// nothing stays held or prepared: the same documents are writable and a retry commits.
+#[tokio::test]
+async fn failed_hold_aborts_the_writers() {
+    let node = Node::start();
+    let s1 = node.connect().await;
+    let s2 = node.connect().await;
+    for id in [A, B, D] {
+        s1.execute("INSERT INTO t VALUES ($1, '{\"v\":100}')", &[&id]).await.unwrap();
+    }
+    s1.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(
+        s1.query_one("SELECT v::int8 FROM t WHERE id() = $1", &[&B])
+            .await
+            .unwrap()
+            .get::<_, i64>(0),
+        100
+    );
+    s1.execute("UPDATE t SET v = 1 WHERE id() = $1", &[&A]).await.unwrap();
+    s1.execute("UPDATE t SET v = 1 WHERE id() = $1", &[&D]).await.unwrap();
+    s2.execute("UPDATE t SET v = 7 WHERE id() = $1", &[&B]).await.unwrap();
+    let err = s1.batch_execute("COMMIT").await.unwrap_err();
+    assert_eq!(support::sqlstate(&err), "40001");
+    assert_eq!(value(&s2, A).await, Some(100), "nothing applied on A");
+    assert_eq!(value(&s2, D).await, Some(100), "nothing applied on D");
+    decisions_forgotten(&s2).await;
+    s2.execute("UPDATE t SET v = 8 WHERE id() IN ($1, $2, $3)", &[&A, &B, &D]).await.unwrap();
+    s1.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(value(&s1, B).await, Some(8));
+    s1.execute("UPDATE t SET v = 2 WHERE id() = $1", &[&A]).await.unwrap();
+    s1.execute("UPDATE t SET v = 2 WHERE id() = $1", &[&D]).await.unwrap();
+    s1.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(value(&s2, A).await, Some(2));
+    assert_eq!(value(&s2, D).await, Some(2));
+}
