@@ -578,11 +578,12 @@ impl Fragment {
     /// after a restart the hold is gone, which is safe because a read-only participant has
     /// nothing to recover (the transaction's writers resolve from their own prepares). The
     /// caller releases it on every outcome (commit, abort, timeout). All or nothing: on an
-    /// error nothing is held.
+    /// error nothing is held. Not bounded by `BATCH_OPS_MAX` (nothing is logged): the caller
+    /// bounds how many documents one transaction reads.
     pub fn hold(&self, txid: TxId, batch: WriteBatch) -> Result<(), AppendError> {
         let ops = batch.ops;
-        if ops.is_empty() || ops.len() > BATCH_OPS_MAX {
-            return Err(InputError::BatchSize { ops: ops.len(), max: BATCH_OPS_MAX }.into());
+        if ops.is_empty() {
+            return Err(InputError::BatchSize { ops: 0, max: BATCH_OPS_MAX }.into());
         }
         let st = self.inner.st.borrow();
         self.check_open(&st)?;

@@ -108,6 +108,22 @@ pub enum EngineError {
         /// The limit.
         max: usize,
     },
+    /// One commit would change (or, with writes beside them, check) more documents of one
+    /// fragment than one storage batch holds: a write statement or transaction changes at
+    /// most `TXN_FRAGMENT_OPS_MAX` documents of each fragment, atomically.
+    #[error(
+        "{ops} documents written or read on fragment {fragment} in one commit, the limit is \
+         {max} per fragment: split the write into smaller statements or transactions (for \
+         example narrower WHERE conditions, or fewer VALUES rows)"
+    )]
+    FragmentOpsLimit {
+        /// The fragment.
+        fragment: router::FragmentId,
+        /// Its writes and checks in the commit.
+        ops: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The coordinator's journal failed.
     #[error(transparent)]
     Journal(#[from] storage::JournalError),

@@ -184,7 +184,7 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
         E::Cancelled => SqlState::QUERY_CANCELED,
         E::TxnConflict { .. } => SqlState::SERIALIZATION_FAILURE,
         E::TxnAborted => SqlState::SERIALIZATION_FAILURE,
-        E::TxnLimit { .. } => SqlState::PROGRAM_LIMIT_EXCEEDED,
+        E::TxnLimit { .. } | E::FragmentOpsLimit { .. } => SqlState::PROGRAM_LIMIT_EXCEEDED,
         E::Journal(_) => SqlState::IO_ERROR,
         E::BackupTarget(_) => SqlState::INVALID_PARAMETER_VALUE,
         E::Backup(_) => SqlState::IO_ERROR,
