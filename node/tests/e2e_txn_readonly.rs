@@ -145,3 +145,55 @@ async fn failed_hold_aborts_the_writers() {
     assert_eq!(value(&s2, A).await, Some(2));
     assert_eq!(value(&s2, D).await, Some(2));
 }
+
+/// Arms `fault`, runs one two-phase commit that reads `B` (fragment 1, executor 1: a
+/// read-only participant) and inserts `A` and `D` (fragments 0 and 3, both executors), which
+/// kills the node; restarts without the fault and returns how many of `A`, `D` exist, after
+/// checking nothing stays prepared and `B` is writable (its hold did not survive).
+async fn crash_with_a_reader(fault: &str) -> usize {
+    let mut node = Node::start_with(NodeOptions {
+        env: vec![("TESSERA_FAULT".to_owned(), fault.to_owned())],
+        ..NodeOptions::default()
+    });
+    node.expect_log("TESSERA_FAULT");
+    let client = node.connect().await;
+    // One fragment: the fast path, no two-phase commit, no fault.
+    client.execute("INSERT INTO t VALUES ($1, '{\"v\":100}')", &[&B]).await.unwrap();
+    let sql = format!(
+        "BEGIN; SELECT v FROM t WHERE id() = '{B}'; \
+         INSERT INTO t VALUES ('{A}', '{{\"v\":1}}'), ('{D}', '{{\"v\":1}}'); COMMIT"
+    );
+    let result = client.batch_execute(&sql).await;
+    assert!(result.is_err(), "the node dies before acknowledging the commit");
+    node.wait_crash();
+    node.set_env(Vec::new());
+    node.start_again();
+    let client = node.connect().await;
+    let mut present = 0;
+    for id in [A, D] {
+        present += usize::from(value(&client, id).await.is_some());
+    }
+    let rows = simple_rows(&client.simple_query("SHOW TRANSACTIONS").await.unwrap());
+    assert!(
+        rows.iter().all(|r| r[1].as_deref() != Some("prepared")),
+        "nothing stays prepared after recovery: {rows:?}"
+    );
+    client.execute("UPDATE t SET v = 7 WHERE id() = $1", &[&B]).await.unwrap();
+    assert_eq!(value(&client, B).await, Some(7), "no hold survives a restart");
+    node.stop();
+    present
+}
+
+// Checks a crash once both writers' PREPAREs are durable (the reader's hold in memory only):
+// no decision, so after the restart neither write is there and the read document is free.
+#[tokio::test]
+async fn crash_after_the_writers_prepared_aborts() {
+    assert_eq!(crash_with_a_reader("2pc-after-prepare:2").await, 0);
+}
+
+// Checks a crash right after the COMMIT decision is durable: both writes are there after the
+// restart, and the read-only participant, which had nothing to recover, is free.
+#[tokio::test]
+async fn crash_after_the_decision_commits_without_the_reader() {
+    assert_eq!(crash_with_a_reader("2pc-after-decision").await, 2);
+}
