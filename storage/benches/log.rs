@@ -255,6 +255,10 @@ fn main() {
     let only: Option<String> = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
         .io_memory(1 << 20)
+        // The log writes and syncs its chunks on glommio's blocking thread; from a pinned
+        // executor glommio would pin that thread to the same CPU. The node's executors are
+        // unbound, and so are their blocking threads.
+        .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(1))
         .spawn(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
             let want = |name: &str| only.as_deref().is_none_or(|o| o == name);

@@ -21,6 +21,7 @@ use crate::limits::{
     BATCH_OPS_MAX, BLOCK_BYTES, CHUNK_HEADER_BYTES, COLLECTION_BYTES_MAX,
     COMPACT_DEAD_BYTES_DEFAULT, DOC_BYTES_MAX, GROUP_COMMIT_BATCH_BYTES_MAX, ID_BYTES_MAX,
     QUEUE_BYTES_MAX, RECORD_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES,
+    WAVE_SPLIT_CHUNK_MICROS_MAX,
 };
 use crate::log::{Completion, Effect, OpMeta, Pending};
 use crate::record::{ArchivedPutOp, DeleteOp, Op, PutOp, Record, RecordBody};
@@ -410,6 +411,12 @@ pub(crate) struct Inner {
     pub lock: RefCell<Option<std::fs::File>>,
     /// Group-commit I/O counters (`Fragment::io_stats`).
     pub io: crate::iostats::IoCounters,
+    /// Chunks the writer has in flight (set by the writer).
+    pub in_flight: Cell<usize>,
+    /// The writer task runs in a task queue of its own (`log::spawn_writer`).
+    pub writer_own_queue: Cell<bool>,
+    /// Moving average of a chunk's write + fdatasync time, in microseconds (set by the writer).
+    pub chunk_micros: Cell<u64>,
 }
 
 pub(crate) fn lock_key(collection: &str, key: &str) -> String {
@@ -472,8 +479,12 @@ impl Fragment {
             spare_task: RefCell::new(None),
             lock: RefCell::new(Some(lock)),
             io: crate::iostats::IoCounters::default(),
+            in_flight: Cell::new(0),
+            writer_own_queue: Cell::new(false),
+            chunk_micros: Cell::new(0),
         });
-        let writer = glommio::spawn_local(crate::log::run_writer(inner.clone())).detach();
+        let (writer, own_queue) = crate::log::spawn_writer(&inner);
+        inner.writer_own_queue.set(own_queue);
         let st = inner.st.borrow();
         tracing::info!(
             fragment = %id,
@@ -590,7 +601,7 @@ impl Fragment {
             let effect = if commit { Effect::Commit(txid) } else { Effect::Abort(txid) };
             self.enqueue(&mut st, Record { lsn, body }, effect)?
         };
-        self.wake_writer();
+        self.hand_to_writer().await;
         done.wait().await
     }
 
@@ -765,7 +776,7 @@ impl Fragment {
             }
             done
         };
-        self.wake_writer();
+        self.hand_to_writer().await;
         Ok(done)
     }
 
@@ -843,6 +854,25 @@ impl Fragment {
 
     fn wake_writer(&self) {
         wake_writer(&self.inner);
+    }
+
+    /// Wakes the writer for a record just queued. When no chunk is in flight (the disk is
+    /// idle) and chunks complete quickly, also yields this task queue so the writer's queue
+    /// runs now and starts a chunk, rather than after every other runnable task of this queue
+    /// (see `log::spawn_writer`): the chunk's fdatasync then overlaps the rest of the wave.
+    /// When chunks take longer than `WAVE_SPLIT_CHUNK_MICROS_MAX`, a split chunk would not
+    /// complete before the wave ends and would only cost another fdatasync, so the wave goes
+    /// into one chunk, as the writer forms it when the wave is over. With a chunk in flight the
+    /// writer takes the queued records when that chunk completes.
+    async fn hand_to_writer(&self) {
+        self.wake_writer();
+        if self.inner.writer_own_queue.get()
+            && self.inner.in_flight.get() == 0
+            && self.inner.chunk_micros.get() <= WAVE_SPLIT_CHUNK_MICROS_MAX
+        {
+            cov_mark::hit!(writer_runs_before_the_wave_ends);
+            glommio::executor().yield_task_queue_now().await;
+        }
     }
 
     /// The LSN of the last write accepted into the log queue, durable or not (`Lsn::new(0)`

@@ -22,7 +22,7 @@ use crate::fragment::{Active, Inner, State, chunk_capacity, lock_key, wake_all};
 use crate::index::{Entry, Loc};
 use crate::limits::{
     BLOCK_BYTES, CHUNK_HEADER_BYTES, CHUNKS_IN_FLIGHT_MAX, FRAME_HEADER_BYTES, RECORD_BYTES_MAX,
-    SEGMENT_HEADER_BYTES, STAGED_KEEP_BYTES,
+    SEGMENT_HEADER_BYTES, STAGED_KEEP_BYTES, WRITER_QUEUE_LATENCY, WRITER_QUEUE_SHARES,
 };
 use crate::record::Record;
 use crate::segment::{Prepared, Segment, create_preallocated, install, prepare_zeroed};
@@ -241,6 +241,7 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
     let mut flights: VecDeque<Flight> = VecDeque::new();
     let mut permit = None;
     loop {
+        inner.in_flight.set(flights.len());
         let queued = {
             let st = inner.st.borrow();
             !st.queue.is_empty() && st.fatal.is_none()
@@ -333,6 +334,45 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
                 fail(&inner, reason, batch);
             }
             None => flights.push_front(first),
+        }
+    }
+}
+
+thread_local! {
+    /// The task queue of the group-commit writers on this thread's executor, by executor id.
+    static WRITER_QUEUE: Cell<Option<(usize, glommio::TaskQueueHandle)>> = const { Cell::new(None) };
+}
+
+/// Starts the fragment's writer task in this executor's writer task queue (made on first use),
+/// and returns whether it runs there.
+///
+/// A queue of its own, latency-sensitive: (1) writers that queue a record while no chunk is
+/// in flight yield their task queue (`Fragment::hand_to_writer`), and the writer's queue runs
+/// next, so a chunk starts while the rest of a wave of runnable writers is still to run,
+/// instead of after all of them; (2) the blocking thread's completion of a chunk
+/// (`DiskFile::write_and_sync`) is then latency-sensitive, which makes glommio leave the
+/// running task queue at the next task boundary and run the writer, so a durable chunk is
+/// acknowledged, and the next one started, without waiting for the wave to end.
+pub(crate) fn spawn_writer(inner: &Rc<Inner>) -> (glommio::task::JoinHandle<()>, bool) {
+    let ex = glommio::executor();
+    let id = ex.id();
+    let queue = WRITER_QUEUE.with(|q| match q.get() {
+        Some((owner, handle)) if owner == id => handle,
+        _ => {
+            let handle = ex.create_task_queue(
+                glommio::Shares::Static(WRITER_QUEUE_SHARES),
+                glommio::Latency::Matters(WRITER_QUEUE_LATENCY),
+                "storage-writer",
+            );
+            q.set(Some((id, handle)));
+            handle
+        }
+    });
+    match glommio::spawn_local_into(run_writer(inner.clone()), queue) {
+        Ok(task) => (task.detach(), true),
+        Err(e) => {
+            tracing::warn!(fragment = %inner.id, error = %e, "no writer task queue; using the caller's");
+            (glommio::spawn_local(run_writer(inner.clone())).detach(), false)
         }
     }
 }
@@ -435,10 +475,7 @@ async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
         return None;
     }
     wake_all(&inner.space_waiters);
-    let io = Box::pin(async move {
-        file.write_at(buf, pos).await?;
-        file.fdatasync().await
-    });
+    let io = Box::pin(async move { file.write_and_sync(buf, pos).await });
     let started = std::time::Instant::now();
     Some(Flight { batch, spans, seg, pos, total, started, io, done: None })
 }
@@ -448,7 +485,11 @@ async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
 fn complete(inner: &Rc<Inner>, flight: Flight) {
     let Flight { batch, spans, seg, pos, total, started, .. } = flight;
     let Some(last) = batch.last() else { return };
-    inner.io.synced(batch.len(), total, started.elapsed());
+    let took = started.elapsed();
+    inner.io.synced(batch.len(), total, took);
+    let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+    let avg = inner.chunk_micros.get();
+    inner.chunk_micros.set(avg.saturating_sub(avg / 8).saturating_add(micros / 8));
     let mut st = inner.st.borrow_mut();
     for (p, span) in batch.iter().zip(&spans) {
         apply_effect(&mut st, &p.effect, &seg, *span);
@@ -606,4 +647,81 @@ fn maybe_spawn_spare(inner: &Rc<Inner>, st: &State) {
     })
     .detach();
     *inner.spare_task.borrow_mut() = Some(task);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::rc::Rc;
+
+    use router::{FragmentId, ShardId, ShardRange};
+
+    use crate::limits::WAVE_SPLIT_CHUNK_MICROS_MAX;
+    use crate::{Fragment, FragmentOptions, WriteBatch};
+
+    /// One wave of `writers` runnable writers on a fresh fragment whose chunks took
+    /// `chunk_micros` on average so far: the number of fdatasyncs the wave took.
+    async fn wave(path: PathBuf, chunk_micros: u64, writers: u64) -> u64 {
+        let options = FragmentOptions {
+            segment_bytes: 1 << 20,
+            compact_dead_bytes_min: u64::MAX,
+            ..FragmentOptions::default()
+        };
+        let f = Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, options);
+        let f = Rc::new(f.await.expect("open"));
+        f.inner.chunk_micros.set(chunk_micros);
+        let tasks: Vec<_> = (0..writers)
+            .map(|w| {
+                let f = f.clone();
+                glommio::spawn_local(async move {
+                    // Into the task queue: a spawned task first runs inside its spawner.
+                    glommio::executor().yield_now().await;
+                    let id = format!("d{w}");
+                    let doc = serde_json::json!({ "w": w });
+                    let shard = ShardId::from_u64_mod(w);
+                    let batch = WriteBatch::new().put("c", &id, shard, None, doc);
+                    f.apply(batch).await.expect("apply");
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await;
+        }
+        let synced = f.io_stats();
+        assert_eq!(synced.writes_synced, writers);
+        Rc::try_unwrap(f).expect("sole owner").close().await;
+        synced.fdatasyncs
+    }
+
+    fn wave_fdatasyncs(chunk_micros: u64, writers: u64) -> u64 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(1 << 20)
+            .preempt_timer(std::time::Duration::from_secs(60))
+            .spawn(move || async move {
+                if chunk_micros <= WAVE_SPLIT_CHUNK_MICROS_MAX {
+                    cov_mark::check!(writer_runs_before_the_wave_ends);
+                    wave(path, chunk_micros, writers).await
+                } else {
+                    wave(path, chunk_micros, writers).await
+                }
+            })
+            .expect("executor")
+            .join()
+            .expect("join")
+    }
+
+    // Chunks slower than a wave: the wave goes into one chunk, formed when it is over.
+    #[test]
+    fn slow_chunks_keep_a_wave_in_one_chunk() {
+        assert_eq!(wave_fdatasyncs(WAVE_SPLIT_CHUNK_MICROS_MAX + 1, 32), 1);
+    }
+
+    // Fast chunks: the first writer hands its record to the writer's task queue, which starts
+    // a chunk while the rest of the wave is still to run.
+    #[test]
+    fn fast_chunks_split_a_wave() {
+        assert!(wave_fdatasyncs(0, 32) >= 2);
+    }
 }
