@@ -21,7 +21,7 @@ use crate::limits::{
     BATCH_OPS_MAX, BLOCK_BYTES, CHUNK_HEADER_BYTES, COLLECTION_BYTES_MAX,
     COMPACT_DEAD_BYTES_DEFAULT, DOC_BYTES_MAX, GROUP_COMMIT_BATCH_BYTES_MAX, ID_BYTES_MAX,
     QUEUE_BYTES_MAX, RECORD_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES,
-    WAVE_SPLIT_CHUNK_MICROS_MAX,
+    WAVE_SPLIT_CHUNK_MICROS_MAX, WAVE_SPLIT_RECORDS_MIN,
 };
 use crate::log::{Completion, Effect, OpMeta, Pending};
 use crate::record::{ArchivedPutOp, DeleteOp, Op, PutOp, Record, RecordBody};
@@ -417,6 +417,8 @@ pub(crate) struct Inner {
     pub writer_own_queue: Cell<bool>,
     /// Moving average of a chunk's write + fdatasync time, in microseconds (set by the writer).
     pub chunk_micros: Cell<u64>,
+    /// Records in the last chunk made durable (set by the writer).
+    pub chunk_records: Cell<usize>,
 }
 
 pub(crate) fn lock_key(collection: &str, key: &str) -> String {
@@ -482,6 +484,7 @@ impl Fragment {
             in_flight: Cell::new(0),
             writer_own_queue: Cell::new(false),
             chunk_micros: Cell::new(0),
+            chunk_records: Cell::new(0),
         });
         let (writer, own_queue) = crate::log::spawn_writer(&inner);
         inner.writer_own_queue.set(own_queue);
@@ -857,18 +860,21 @@ impl Fragment {
     }
 
     /// Wakes the writer for a record just queued. When no chunk is in flight (the disk is
-    /// idle) and chunks complete quickly, also yields this task queue so the writer's queue
-    /// runs now and starts a chunk, rather than after every other runnable task of this queue
-    /// (see `log::spawn_writer`): the chunk's fdatasync then overlaps the rest of the wave.
-    /// When chunks take longer than `WAVE_SPLIT_CHUNK_MICROS_MAX`, a split chunk would not
-    /// complete before the wave ends and would only cost another fdatasync, so the wave goes
-    /// into one chunk, as the writer forms it when the wave is over. With a chunk in flight the
-    /// writer takes the queued records when that chunk completes.
+    /// idle), the last chunk held a wave of at least `WAVE_SPLIT_RECORDS_MIN` records and
+    /// chunks complete within `WAVE_SPLIT_CHUNK_MICROS_MAX`, also yields this task queue so
+    /// the writer's queue runs now and starts a chunk, rather than after every other runnable
+    /// task of this queue (see `log::spawn_writer`): the chunk's fdatasync then overlaps the
+    /// rest of the wave. Otherwise a split chunk would still be syncing when the (short) wave
+    /// ends, and the writers would settle into two groups paying an fdatasync each, so the
+    /// wave goes into one chunk, formed when it is over. With a chunk in flight the writer
+    /// takes the queued records when that chunk completes.
     async fn hand_to_writer(&self) {
         self.wake_writer();
-        if self.inner.writer_own_queue.get()
-            && self.inner.in_flight.get() == 0
-            && self.inner.chunk_micros.get() <= WAVE_SPLIT_CHUNK_MICROS_MAX
+        let inner = &self.inner;
+        if inner.writer_own_queue.get()
+            && inner.in_flight.get() == 0
+            && inner.chunk_records.get() >= WAVE_SPLIT_RECORDS_MIN
+            && inner.chunk_micros.get() <= WAVE_SPLIT_CHUNK_MICROS_MAX
         {
             cov_mark::hit!(writer_runs_before_the_wave_ends);
             glommio::executor().yield_task_queue_now().await;

@@ -41,8 +41,14 @@ pub const CHUNKS_IN_FLIGHT_MAX: usize = 2;
 /// `Fragment::hand_to_writer`) only while a chunk's write + fdatasync takes at most this long
 /// on average: about the CPU time of a wave of 256 writers (~2 us each). On a slower disk the
 /// split chunk would still be syncing when the wave ends, and every wave would pay two
-/// fdatasyncs instead of one.
+/// fdatasyncs instead of one (measured on the shared machine, 3-4 ms per chunk: writes per
+/// fdatasync fell from 256 to 110 without this bound).
 pub const WAVE_SPLIT_CHUNK_MICROS_MAX: u64 = 500;
+
+/// A wave is split only after a chunk of at least this many records: a sign that many writers
+/// are runnable at once. Fewer writers form a wave shorter than a chunk's fdatasync, and a
+/// split would leave them in two groups that take an fdatasync each.
+pub const WAVE_SPLIT_RECORDS_MIN: usize = 32;
 
 /// Shares of the group-commit writers' task queue (glommio's default queue has 1000).
 pub const WRITER_QUEUE_SHARES: usize = 1000;
