@@ -33,8 +33,9 @@ pub trait DiskFile {
     /// Makes every completed write durable.
     fn fdatasync(&self) -> IoFuture<'_, ()>;
     /// Writes all of `buf` at `offset`, then makes every completed write durable: one chunk
-    /// of the log. By default `write_at` then `fdatasync`.
-    fn write_and_sync(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()> {
+    /// of the log. `how` is a hint (see [`ChunkIo`]); by default `write_at` then `fdatasync`.
+    fn write_and_sync(&self, buf: DmaBuffer, offset: u64, how: ChunkIo) -> IoFuture<'_, ()> {
+        let _ = how;
         Box::pin(async move {
             self.write_at(buf, offset).await?;
             self.fdatasync().await
@@ -42,6 +43,18 @@ pub trait DiskFile {
     }
     /// Closes the file.
     fn close(self: Rc<Self>) -> IoFuture<'static, ()>;
+}
+
+/// How [`DiskFile::write_and_sync`] runs a chunk's write and fdatasync on [`DmaDisk`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkIo {
+    /// On the executor's io_uring: no thread handoff, but glommio 0.9.0 hands the request to
+    /// the kernel only once the executor's runnable tasks have run.
+    Ring,
+    /// Started at once on glommio's blocking thread (`pwrite` + `fdatasync`), and its
+    /// completion interrupts the running task queue when the caller's queue is
+    /// latency-sensitive; costs a thread handoff each way.
+    Now,
 }
 
 /// File system operations the storage crate needs.
@@ -126,12 +139,18 @@ impl DiskFile for DmaDiskFile {
         Box::pin(async move { self.file.fdatasync().await.map_err(io::Error::from) })
     }
 
-    /// On glommio's blocking thread (`pwrite` then `fdatasync`), not on the executor's
-    /// io_uring: glommio hands queued ring requests to the kernel only between task-queue
-    /// runs, so a chunk built while many writers are runnable would wait for all of them
-    /// before its write even starts. The thread starts at once; its completion wakes the
+    /// `ChunkIo::Now` runs on glommio's blocking thread (`pwrite` then `fdatasync`), not on
+    /// the executor's io_uring: glommio hands queued ring requests to the kernel only between
+    /// task-queue runs, so a chunk built while many writers are runnable would wait for all of
+    /// them before its write even starts. The thread starts at once; its completion wakes the
     /// executor through the writer's latency-sensitive task queue (`log::spawn_writer`).
-    fn write_and_sync(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()> {
+    fn write_and_sync(&self, buf: DmaBuffer, offset: u64, how: ChunkIo) -> IoFuture<'_, ()> {
+        if how == ChunkIo::Ring {
+            return Box::pin(async move {
+                self.write_at(buf, offset).await?;
+                self.fdatasync().await
+            });
+        }
         let file = self.sync_file.clone();
         Box::pin(async move {
             let (addr, len) = (buf.as_ptr() as usize, buf.len());

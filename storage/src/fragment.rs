@@ -21,7 +21,6 @@ use crate::limits::{
     BATCH_OPS_MAX, BLOCK_BYTES, CHUNK_HEADER_BYTES, COLLECTION_BYTES_MAX,
     COMPACT_DEAD_BYTES_DEFAULT, DOC_BYTES_MAX, GROUP_COMMIT_BATCH_BYTES_MAX, ID_BYTES_MAX,
     QUEUE_BYTES_MAX, RECORD_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES,
-    WAVE_SPLIT_CHUNK_MICROS_MAX, WAVE_SPLIT_RECORDS_MIN,
 };
 use crate::log::{Completion, Effect, OpMeta, Pending};
 use crate::record::{ArchivedPutOp, DeleteOp, Op, PutOp, Record, RecordBody};
@@ -860,22 +859,14 @@ impl Fragment {
     }
 
     /// Wakes the writer for a record just queued. When no chunk is in flight (the disk is
-    /// idle), the last chunk held a wave of at least `WAVE_SPLIT_RECORDS_MIN` records and
-    /// chunks complete within `WAVE_SPLIT_CHUNK_MICROS_MAX`, also yields this task queue so
-    /// the writer's queue runs now and starts a chunk, rather than after every other runnable
-    /// task of this queue (see `log::spawn_writer`): the chunk's fdatasync then overlaps the
-    /// rest of the wave. Otherwise a split chunk would still be syncing when the (short) wave
-    /// ends, and the writers would settle into two groups paying an fdatasync each, so the
-    /// wave goes into one chunk, formed when it is over. With a chunk in flight the writer
-    /// takes the queued records when that chunk completes.
+    /// idle) and waves are split (`log::waves_split`), also yields this task queue so the
+    /// writer's queue runs now and starts a chunk, rather than after every other runnable task
+    /// of this queue (see `log::spawn_writer`): the chunk's fdatasync then overlaps the rest of
+    /// the wave. With a chunk in flight the writer takes the queued records when that chunk
+    /// completes.
     async fn hand_to_writer(&self) {
         self.wake_writer();
-        let inner = &self.inner;
-        if inner.writer_own_queue.get()
-            && inner.in_flight.get() == 0
-            && inner.chunk_records.get() >= WAVE_SPLIT_RECORDS_MIN
-            && inner.chunk_micros.get() <= WAVE_SPLIT_CHUNK_MICROS_MAX
-        {
+        if self.inner.in_flight.get() == 0 && crate::log::waves_split(&self.inner) {
             cov_mark::hit!(writer_runs_before_the_wave_ends);
             glommio::executor().yield_task_queue_now().await;
         }

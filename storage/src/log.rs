@@ -21,13 +21,15 @@ use rkyv::util::AlignedVec;
 use router::ShardId;
 
 use crate::archive::{self, RecordSpan};
+use crate::disk::ChunkIo;
 use crate::error::AppendError;
 use crate::format::{ChunkHeader, SegmentHeader, SegmentKind, frame_bytes, seal_frame};
 use crate::fragment::{Active, Inner, State, chunk_capacity, lock_key, wake_all};
 use crate::index::{Entry, Loc};
 use crate::limits::{
     BLOCK_BYTES, CHUNK_HEADER_BYTES, CHUNKS_IN_FLIGHT_MAX, FRAME_HEADER_BYTES, RECORD_BYTES_MAX,
-    SEGMENT_HEADER_BYTES, STAGED_KEEP_BYTES, WRITER_QUEUE_LATENCY, WRITER_QUEUE_SHARES,
+    SEGMENT_HEADER_BYTES, STAGED_KEEP_BYTES, WAVE_SPLIT_CHUNK_MICROS_MAX, WAVE_SPLIT_RECORDS_MIN,
+    WRITER_QUEUE_LATENCY, WRITER_QUEUE_SHARES,
 };
 use crate::record::Record;
 use crate::segment::{Prepared, Segment, create_preallocated, install, prepare_zeroed};
@@ -382,6 +384,19 @@ pub(crate) fn spawn_writer(inner: &Rc<Inner>) -> (glommio::task::JoinHandle<()>,
     }
 }
 
+/// Whether waves of runnable writers are split: recent chunks held waves of at least
+/// `WAVE_SPLIT_RECORDS_MIN` records and took at most `WAVE_SPLIT_CHUNK_MICROS_MAX` on average.
+/// Then a writer that finds no chunk in flight hands its record to the writer at once
+/// (`Fragment::hand_to_writer`) and chunks start on the blocking thread (`ChunkIo::Now`).
+/// Otherwise a split chunk would still be syncing when the (short) wave ends, and the writers
+/// would settle into two groups paying an fdatasync each; the wave goes into one chunk, formed
+/// when it is over, on the ring.
+pub(crate) fn waves_split(inner: &Inner) -> bool {
+    inner.writer_own_queue.get()
+        && inner.chunk_records.get() >= WAVE_SPLIT_RECORDS_MIN
+        && inner.chunk_micros.get() <= WAVE_SPLIT_CHUNK_MICROS_MAX
+}
+
 /// Marks the fragment failed and fails every queued write.
 fn fail(inner: &Inner, reason: String, batch: Vec<Pending>) {
     tracing::error!(fragment = %inner.id, %reason, "log write failed; fragment stops accepting writes");
@@ -480,7 +495,10 @@ async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
         return None;
     }
     wake_all(&inner.space_waiters);
-    let io = Box::pin(async move { file.write_and_sync(buf, pos).await });
+    // Waves split: start the chunk now, on the blocking thread, so it overlaps the rest of the
+    // wave. Otherwise the ring, whose request starts when the runnable tasks have run.
+    let how = if waves_split(inner) { ChunkIo::Now } else { ChunkIo::Ring };
+    let io = Box::pin(async move { file.write_and_sync(buf, pos, how).await });
     let started = std::time::Instant::now();
     Some(Flight { batch, spans, seg, pos, total, started, io, done: None })
 }
@@ -495,7 +513,9 @@ fn complete(inner: &Rc<Inner>, flight: Flight) {
     let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
     let avg = inner.chunk_micros.get();
     inner.chunk_micros.set(avg.saturating_sub(avg / 8).saturating_add(micros / 8));
-    inner.chunk_records.set(batch.len());
+    // A decaying maximum: one small chunk (the first of a split wave) does not end splitting.
+    let big = inner.chunk_records.get();
+    inner.chunk_records.set(batch.len().max(big - big / 4));
     let mut st = inner.st.borrow_mut();
     for (p, span) in batch.iter().zip(&spans) {
         apply_effect(&mut st, &p.effect, &seg, *span);

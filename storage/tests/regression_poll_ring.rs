@@ -11,8 +11,8 @@ use serde_json::json;
 const SEGMENT: u64 = 1 << 20;
 
 // Checks that writes, fdatasyncs, a reopen and a compaction issue no write on the poll ring,
-// and that the writes did happen: group commits on glommio's blocking thread
-// (`DiskFile::write_and_sync`, counted by the fragment), compaction's on the main ring.
+// and that the writes did happen (on the main ring: one writer never splits a wave, so its
+// chunks take `ChunkIo::Ring`).
 #[test]
 fn regression_segment_writes_avoid_the_poll_ring() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -35,5 +35,5 @@ fn regression_segment_writes_avoid_the_poll_ring() {
     });
     assert_eq!(poll, 0, "segment writes went to glommio's IOPOLL ring");
     assert_eq!(chunks, 21, "every write was its own group commit");
-    assert!(main >= 1, "compaction wrote its segment on the main ring: {main}");
+    assert!(main >= 21, "the writes were made on the main ring: {main}");
 }

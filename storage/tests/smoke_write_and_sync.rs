@@ -1,6 +1,7 @@
-//! `DiskFile::write_and_sync` on the real disk: one chunk's write and fdatasync on glommio's
-//! blocking thread. The data lands where asked, and dropping the future while the thread is
-//! still writing waits for the thread instead of freeing the buffer under it.
+//! `DiskFile::write_and_sync` on the real disk, both ways (`ChunkIo::Now`: glommio's blocking
+//! thread; `ChunkIo::Ring`: io_uring). The data lands where asked, and dropping the future
+//! while the thread is still writing waits for the thread instead of freeing the buffer under
+//! it.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::task::{Context, Poll, Waker};
 
 use common::*;
 use storage::disk::DiskFile;
-use storage::{Disk, DmaDisk};
+use storage::{ChunkIo, Disk, DmaDisk};
 
 const BLOCK: usize = 4096;
 
@@ -19,17 +20,17 @@ fn filled(file: &dyn DiskFile, bytes: usize, byte: u8) -> glommio::io::DmaBuffer
     buf
 }
 
-// Two chunks at two offsets: both read back from the file through another descriptor.
+// Two chunks at two offsets, one each way: both read back through another descriptor.
 #[test]
 fn write_and_sync_writes_the_chunk_at_its_offset() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("seg");
     run(move || async move {
         let file = DmaDisk.create(&path).await.expect("create");
-        file.write_and_sync(filled(&*file, 2 * BLOCK, 0xA5), 0).await.expect("first chunk");
-        file.write_and_sync(filled(&*file, BLOCK, 0x5A), 3 * BLOCK as u64)
-            .await
-            .expect("second chunk");
+        let first = filled(&*file, 2 * BLOCK, 0xA5);
+        file.write_and_sync(first, 0, ChunkIo::Now).await.expect("first chunk");
+        let second = filled(&*file, BLOCK, 0x5A);
+        file.write_and_sync(second, 3 * BLOCK as u64, ChunkIo::Ring).await.expect("second chunk");
         file.close().await.expect("close");
         let std_file = std::fs::File::open(&path).expect("open");
         let mut back = vec![0u8; 4 * BLOCK];
@@ -49,15 +50,20 @@ fn dropping_a_chunk_in_flight_waits_for_the_thread() {
     run(move || async move {
         let file = DmaDisk.create(&path).await.expect("create");
         for round in 0..20u64 {
-            let mut fut =
-                file.write_and_sync(filled(&*file, 16 * BLOCK, 7), round * 16 * BLOCK as u64);
+            let mut fut = file.write_and_sync(
+                filled(&*file, 16 * BLOCK, 7),
+                round * 16 * BLOCK as u64,
+                ChunkIo::Now,
+            );
             let mut cx = Context::from_waker(Waker::noop());
             if let Poll::Ready(r) = fut.as_mut().poll(&mut cx) {
                 r.expect("write");
             }
             drop(fut);
         }
-        file.write_and_sync(filled(&*file, BLOCK, 9), 0).await.expect("write after the drops");
+        file.write_and_sync(filled(&*file, BLOCK, 9), 0, ChunkIo::Now)
+            .await
+            .expect("write after the drops");
         file.close().await.expect("close");
         let std_file = std::fs::File::open(&path).expect("open");
         let mut back = vec![0u8; BLOCK];
