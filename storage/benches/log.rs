@@ -8,6 +8,8 @@
 //! makes each write run stop after N writes in all instead of after a time (fixed work, for
 //! timing the whole process); `-- ack` runs only the write runs, without the raw reference;
 //! `-- paths` compares the two chunk I/O paths (io_uring, blocking thread) op by op.
+//! `TESSERA_BENCH_SPLIT_WAVES=1` opens the write runs' fragments with
+//! `FragmentOptions::split_waves` (default off).
 
 use std::cell::RefCell;
 use std::ops::ControlFlow;
@@ -133,6 +135,7 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
     let options = FragmentOptions {
         segment_bytes: SEGMENT_BYTES,
         compact_dead_bytes_min: u64::MAX,
+        split_waves: std::env::var("TESSERA_BENCH_SPLIT_WAVES").is_ok_and(|v| v == "1"),
         ..FragmentOptions::default()
     };
     let f = Rc::new(

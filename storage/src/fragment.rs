@@ -40,6 +40,14 @@ pub struct FragmentOptions {
     pub compact_dead_bytes_min: u64,
     /// The file system under the log ([`DmaDisk`] outside tests).
     pub disk: Rc<dyn Disk>,
+    /// Split waves of runnable writers (default off): the group-commit writer gets a
+    /// latency-sensitive task queue of its own, and while recent chunks were big and fast a
+    /// chunk starts on glommio's blocking thread before the wave that fills it has run, so its
+    /// fdatasync overlaps the rest of the wave (`log::waves_split`). Off, the writer runs in
+    /// the opener's task queue and every chunk goes through io_uring. Measured on a shared
+    /// machine it cost about 10% more executor CPU per write without a shown latency gain
+    /// (BENCHMARKS.md, "storage: ack p99 at 256 writers (session 4, branch `wal`)").
+    pub split_waves: bool,
 }
 
 impl Default for FragmentOptions {
@@ -48,6 +56,7 @@ impl Default for FragmentOptions {
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             compact_dead_bytes_min: COMPACT_DEAD_BYTES_DEFAULT,
             disk: Rc::new(DmaDisk),
+            split_waves: false,
         }
     }
 }
@@ -57,6 +66,7 @@ impl std::fmt::Debug for FragmentOptions {
         f.debug_struct("FragmentOptions")
             .field("segment_bytes", &self.segment_bytes)
             .field("compact_dead_bytes_min", &self.compact_dead_bytes_min)
+            .field("split_waves", &self.split_waves)
             .finish_non_exhaustive()
     }
 }
@@ -485,7 +495,11 @@ impl Fragment {
             chunk_micros: Cell::new(0),
             chunk_records: Cell::new(0),
         });
-        let (writer, own_queue) = crate::log::spawn_writer(&inner);
+        let (writer, own_queue) = if inner.options.split_waves {
+            crate::log::spawn_writer(&inner)
+        } else {
+            (glommio::spawn_local(crate::log::run_writer(inner.clone())).detach(), false)
+        };
         inner.writer_own_queue.set(own_queue);
         let st = inner.st.borrow();
         tracing::info!(

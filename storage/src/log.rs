@@ -698,6 +698,7 @@ mod tests {
         let options = FragmentOptions {
             segment_bytes: 1 << 20,
             compact_dead_bytes_min: u64::MAX,
+            split_waves: true,
             ..FragmentOptions::default()
         };
         let f = Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, options.clone());

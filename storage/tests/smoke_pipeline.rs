@@ -30,9 +30,10 @@ fn second_chunk_starts_while_the_first_syncs() {
         let f = Rc::new(open(&path, options_on(SEGMENT, disk)).await);
         let acks = Rc::new(std::cell::RefCell::new(Vec::new()));
         let pad = "p".repeat(20_000);
-        // Each round: `a` queues a record and wakes the writer; `b` first yields its task
-        // queue, so the writer's queue runs and starts a's chunk; b's record then arrives
-        // while that chunk is in flight, and the writer starts b's chunk behind it.
+        // Each round: `a` queues a record and wakes the writer; `b` first yields (its task
+        // queue, which puts it behind the writer task in the same queue), so the writer starts
+        // a's chunk; b's record then arrives while that chunk is in flight, and the writer
+        // starts b's chunk behind it.
         for round in 0..ROUNDS {
             let mut tasks = Vec::new();
             for w in 0..2u64 {
