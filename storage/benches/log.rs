@@ -6,7 +6,10 @@
 //! Seconds per write run: `TESSERA_BENCH_SECONDS` (default 5). Writer counts:
 //! `TESSERA_BENCH_WRITERS` (comma-separated, default `1,16,256`). `TESSERA_BENCH_WRITES=N`
 //! makes each write run stop after N writes in all instead of after a time (fixed work, for
-//! timing the whole process); `-- ack` runs only the write runs, without the raw reference.
+//! timing the whole process); `-- ack` runs only the write runs, without the raw reference;
+//! `-- paths` compares the two chunk I/O paths (io_uring, blocking thread) op by op.
+//! `TESSERA_BENCH_SPLIT_WAVES=1` opens the write runs' fragments with
+//! `FragmentOptions::split_waves` (default off).
 
 use std::cell::RefCell;
 use std::ops::ControlFlow;
@@ -81,11 +84,58 @@ async fn raw_fdatasync(dir: &std::path::Path) {
     std::fs::remove_file(&path).expect("remove raw");
 }
 
+/// The two I/O paths a chunk can take, one 4 KiB write + fdatasync at a time, alternating so
+/// both see the same disk: glommio's io_uring (`write_at` then `fdatasync`, the raw reference)
+/// and glommio's blocking thread (`write_and_sync`, what `DmaDisk` does for the log's chunks).
+async fn io_paths(dir: &std::path::Path) {
+    let path = dir.join("paths.dat");
+    let file = DmaDisk.create(&path).await.expect("open paths");
+    let region: u64 = 64 << 20;
+    let mut off = 0;
+    while off < region {
+        let mut buf = file.alloc(1 << 20);
+        buf.as_bytes_mut().fill(0);
+        file.write_at(buf, off).await.expect("fill");
+        off += 1 << 20;
+    }
+    file.fdatasync().await.expect("sync");
+    let mut ring = Histogram::<u64>::new(3).expect("histogram");
+    let mut thread = Histogram::<u64>::new(3).expect("histogram");
+    let n = 3000u64;
+    for i in 0..2 * n {
+        let mut buf = file.alloc(4096);
+        buf.as_bytes_mut().fill(u8::try_from(i % 251).unwrap_or(0));
+        let at = (i * 4096) % region;
+        let t = Instant::now();
+        if i % 2 == 0 {
+            file.write_at(buf, at).await.expect("write");
+            file.fdatasync().await.expect("fdatasync");
+            ring.record(nanos(t.elapsed())).expect("record");
+        } else {
+            file.write_and_sync(buf, at, storage::ChunkIo::Now).await.expect("write_and_sync");
+            thread.record(nanos(t.elapsed())).expect("record");
+        }
+    }
+    for (name, h) in
+        [("io_uring write+fdatasync", &ring), ("blocking-thread write_and_sync", &thread)]
+    {
+        println!(
+            "4KiB {name}, alternating: n={n} p50={:.0}us p99={:.0}us max={:.0}us",
+            micros(h, 0.5),
+            micros(h, 0.99),
+            h.max() as f64 / 1000.0
+        );
+    }
+    file.close().await.expect("close");
+    std::fs::remove_file(&path).expect("remove paths");
+}
+
 async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, limit: Option<u64>) {
     let fdir = dir.join(format!("w{writers}"));
     let options = FragmentOptions {
         segment_bytes: SEGMENT_BYTES,
         compact_dead_bytes_min: u64::MAX,
+        split_waves: std::env::var("TESSERA_BENCH_SPLIT_WAVES").is_ok_and(|v| v == "1"),
         ..FragmentOptions::default()
     };
     let f = Rc::new(
@@ -255,6 +305,10 @@ fn main() {
     let only: Option<String> = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
         .io_memory(1 << 20)
+        // The log starts chunks of split waves on glommio's blocking thread; for a pinned
+        // executor glommio would pin that thread to the same CPU. The node's executors are
+        // unbound, and so are their blocking threads.
+        .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(1))
         .spawn(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
             let want = |name: &str| only.as_deref().is_none_or(|o| o == name);
@@ -268,6 +322,9 @@ fn main() {
             }
             if want("writes") {
                 raw_fdatasync(dir.path()).await;
+            }
+            if only.as_deref() == Some("paths") {
+                io_paths(dir.path()).await;
             }
             if want("reads") {
                 reads_and_scans(dir.path()).await;

@@ -15,6 +15,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
 
@@ -30,8 +32,29 @@ pub trait DiskFile {
     fn write_at(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()>;
     /// Makes every completed write durable.
     fn fdatasync(&self) -> IoFuture<'_, ()>;
+    /// Writes all of `buf` at `offset`, then makes every completed write durable: one chunk
+    /// of the log. `how` is a hint (see [`ChunkIo`]); by default `write_at` then `fdatasync`.
+    fn write_and_sync(&self, buf: DmaBuffer, offset: u64, how: ChunkIo) -> IoFuture<'_, ()> {
+        let _ = how;
+        Box::pin(async move {
+            self.write_at(buf, offset).await?;
+            self.fdatasync().await
+        })
+    }
     /// Closes the file.
     fn close(self: Rc<Self>) -> IoFuture<'static, ()>;
+}
+
+/// How [`DiskFile::write_and_sync`] runs a chunk's write and fdatasync on [`DmaDisk`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkIo {
+    /// On the executor's io_uring: no thread handoff, but glommio 0.9.0 hands the request to
+    /// the kernel only once the executor's runnable tasks have run.
+    Ring,
+    /// Started at once on glommio's blocking thread (`pwrite` + `fdatasync`), and its
+    /// completion interrupts the running task queue when the caller's queue is
+    /// latency-sensitive; costs a thread handoff each way.
+    Now,
 }
 
 /// File system operations the storage crate needs.
@@ -54,6 +77,43 @@ pub struct DmaDisk;
 
 struct DmaDiskFile {
     file: DmaFile,
+    /// The same open file (a dup of its descriptor) for `write_and_sync` on glommio's blocking
+    /// thread; shared with that thread, so it stays open until the thread is done with it.
+    sync_file: Arc<std::fs::File>,
+}
+
+impl DmaDiskFile {
+    fn new(file: DmaFile) -> io::Result<DmaDiskFile> {
+        use std::os::fd::{AsRawFd, BorrowedFd};
+        // SAFETY: `file` owns this descriptor and keeps it open for the duration of the call;
+        // the borrow ends with `try_clone_to_owned`, which dups it.
+        let dup = unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }.try_clone_to_owned()?;
+        Ok(DmaDiskFile { file, sync_file: Arc::new(std::fs::File::from(dup)) })
+    }
+}
+
+/// A chunk buffer lent to the blocking thread. Dropping it (the write's future dropped before
+/// the thread finished) waits for the thread, so the memory is never freed under a write.
+struct Lent {
+    _buf: DmaBuffer,
+    done: Arc<AtomicBool>,
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        while !self.done.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Sets its flag when dropped: when the blocking thread's closure ran, or was dropped unrun.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 impl DiskFile for DmaDiskFile {
@@ -77,6 +137,39 @@ impl DiskFile for DmaDiskFile {
 
     fn fdatasync(&self) -> IoFuture<'_, ()> {
         Box::pin(async move { self.file.fdatasync().await.map_err(io::Error::from) })
+    }
+
+    /// `ChunkIo::Now` runs on glommio's blocking thread (`pwrite` then `fdatasync`), not on
+    /// the executor's io_uring: glommio hands queued ring requests to the kernel only between
+    /// task-queue runs, so a chunk built while many writers are runnable would wait for all of
+    /// them before its write even starts. The thread starts at once; its completion wakes the
+    /// executor through the writer's latency-sensitive task queue (`log::spawn_writer`).
+    fn write_and_sync(&self, buf: DmaBuffer, offset: u64, how: ChunkIo) -> IoFuture<'_, ()> {
+        if how == ChunkIo::Ring {
+            return Box::pin(async move {
+                self.write_at(buf, offset).await?;
+                self.fdatasync().await
+            });
+        }
+        let file = self.sync_file.clone();
+        Box::pin(async move {
+            let (addr, len) = (buf.as_ptr() as usize, buf.len());
+            let done = Arc::new(AtomicBool::new(false));
+            let lent = Lent { _buf: buf, done: done.clone() };
+            let result = glommio::executor()
+                .spawn_blocking(move || {
+                    let _finish = SetOnDrop(done);
+                    // SAFETY: `addr..addr + len` is the DmaBuffer held by `lent`, which is not
+                    // touched by anyone else and not freed before `_finish` is dropped at the
+                    // end of this closure (`Lent::drop` waits for it).
+                    let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+                    std::os::unix::fs::FileExt::write_all_at(&*file, bytes, offset)?;
+                    file.sync_data()
+                })
+                .await;
+            drop(lent);
+            result
+        })
     }
 
     fn close(self: Rc<Self>) -> IoFuture<'static, ()> {
@@ -150,7 +243,7 @@ impl Disk for DmaDisk {
                 .dma_open(&path)
                 .await
                 .map_err(io::Error::from)?;
-            Ok(Rc::new(DmaDiskFile { file }) as Rc<dyn DiskFile>)
+            Ok(Rc::new(DmaDiskFile::new(file)?) as Rc<dyn DiskFile>)
         })
     }
 
@@ -164,7 +257,7 @@ impl Disk for DmaDisk {
                 .dma_open(&path)
                 .await
                 .map_err(io::Error::from)?;
-            Ok(Rc::new(DmaDiskFile { file }) as Rc<dyn DiskFile>)
+            Ok(Rc::new(DmaDiskFile::new(file)?) as Rc<dyn DiskFile>)
         })
     }
 

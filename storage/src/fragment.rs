@@ -40,6 +40,14 @@ pub struct FragmentOptions {
     pub compact_dead_bytes_min: u64,
     /// The file system under the log ([`DmaDisk`] outside tests).
     pub disk: Rc<dyn Disk>,
+    /// Split waves of runnable writers (default off): the group-commit writer gets a
+    /// latency-sensitive task queue of its own, and while recent chunks were big and fast a
+    /// chunk starts on glommio's blocking thread before the wave that fills it has run, so its
+    /// fdatasync overlaps the rest of the wave (`log::waves_split`). Off, the writer runs in
+    /// the opener's task queue and every chunk goes through io_uring. Measured on a shared
+    /// machine it cost about 10% more executor CPU per write without a shown latency gain
+    /// (BENCHMARKS.md, "storage: ack p99 at 256 writers (session 4, branch `wal`)").
+    pub split_waves: bool,
 }
 
 impl Default for FragmentOptions {
@@ -48,6 +56,7 @@ impl Default for FragmentOptions {
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             compact_dead_bytes_min: COMPACT_DEAD_BYTES_DEFAULT,
             disk: Rc::new(DmaDisk),
+            split_waves: false,
         }
     }
 }
@@ -57,6 +66,7 @@ impl std::fmt::Debug for FragmentOptions {
         f.debug_struct("FragmentOptions")
             .field("segment_bytes", &self.segment_bytes)
             .field("compact_dead_bytes_min", &self.compact_dead_bytes_min)
+            .field("split_waves", &self.split_waves)
             .finish_non_exhaustive()
     }
 }
@@ -413,6 +423,14 @@ pub(crate) struct Inner {
     /// Record-less holds ([`Fragment::hold`]): each transaction's lock keys in `State::locks`.
     /// Memory only: a restart forgets them.
     pub holds: RefCell<HashMap<TxId, Vec<String>>>,
+    /// Chunks the writer has in flight (set by the writer).
+    pub in_flight: Cell<usize>,
+    /// The writer task runs in a task queue of its own (`log::spawn_writer`).
+    pub writer_own_queue: Cell<bool>,
+    /// Moving average of a chunk's write + fdatasync time, in microseconds (set by the writer).
+    pub chunk_micros: Cell<u64>,
+    /// Records in the last chunk made durable (set by the writer).
+    pub chunk_records: Cell<usize>,
 }
 
 pub(crate) fn lock_key(collection: &str, key: &str) -> String {
@@ -476,8 +494,17 @@ impl Fragment {
             lock: RefCell::new(Some(lock)),
             io: crate::iostats::IoCounters::default(),
             holds: RefCell::new(HashMap::new()),
+            in_flight: Cell::new(0),
+            writer_own_queue: Cell::new(false),
+            chunk_micros: Cell::new(0),
+            chunk_records: Cell::new(0),
         });
-        let writer = glommio::spawn_local(crate::log::run_writer(inner.clone())).detach();
+        let (writer, own_queue) = if inner.options.split_waves {
+            crate::log::spawn_writer(&inner)
+        } else {
+            (glommio::spawn_local(crate::log::run_writer(inner.clone())).detach(), false)
+        };
+        inner.writer_own_queue.set(own_queue);
         let st = inner.st.borrow();
         tracing::info!(
             fragment = %id,
@@ -690,7 +717,7 @@ impl Fragment {
             let effect = if commit { Effect::Commit(txid) } else { Effect::Abort(txid) };
             self.enqueue(&mut st, Record { lsn, body }, effect)?
         };
-        self.wake_writer();
+        self.hand_to_writer().await;
         done.wait().await
     }
 
@@ -865,7 +892,7 @@ impl Fragment {
             }
             done
         };
-        self.wake_writer();
+        self.hand_to_writer().await;
         Ok(done)
     }
 
@@ -943,6 +970,20 @@ impl Fragment {
 
     fn wake_writer(&self) {
         wake_writer(&self.inner);
+    }
+
+    /// Wakes the writer for a record just queued. When no chunk is in flight (the disk is
+    /// idle) and waves are split (`log::waves_split`), also yields this task queue so the
+    /// writer's queue runs now and starts a chunk, rather than after every other runnable task
+    /// of this queue (see `log::spawn_writer`): the chunk's fdatasync then overlaps the rest of
+    /// the wave. With a chunk in flight the writer takes the queued records when that chunk
+    /// completes.
+    async fn hand_to_writer(&self) {
+        self.wake_writer();
+        if self.inner.in_flight.get() == 0 && crate::log::waves_split(&self.inner) {
+            cov_mark::hit!(writer_runs_before_the_wave_ends);
+            glommio::executor().yield_task_queue_now().await;
+        }
     }
 
     /// The LSN of the last write accepted into the log queue, durable or not (`Lsn::new(0)`

@@ -35,7 +35,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 pub use backup::{BackupCut, CutFile};
-pub use disk::{CrashMode, Disk, DmaDisk, FaultyDisk};
+pub use disk::{ChunkIo, CrashMode, Disk, DmaDisk, FaultyDisk};
 pub use error::{
     AppendError, CompactError, CutError, ImportError, InputError, JournalError, OpenError,
 };

@@ -37,6 +37,30 @@ pub const GROUP_COMMIT_BATCH_BYTES_MAX: usize = 4 << 20;
 /// which bounds the torn window recovery accepts (`TORN_WINDOW_BYTES`).
 pub const CHUNKS_IN_FLIGHT_MAX: usize = 2;
 
+/// A wave of runnable writers is split (a chunk started before the wave ends, see
+/// `Fragment::hand_to_writer`) only while a chunk's write + fdatasync takes at most this long
+/// on average: about the CPU time of a wave of 256 writers (~2 us each). On a slower disk the
+/// split chunk would still be syncing when the wave ends, and every wave would pay two
+/// fdatasyncs instead of one (measured on the shared machine, 3-4 ms per chunk: writes per
+/// fdatasync fell from 256 to 110 without this bound).
+pub const WAVE_SPLIT_CHUNK_MICROS_MAX: u64 = 500;
+
+/// A wave is split only after a chunk of at least this many records: a sign that many writers
+/// are runnable at once. Fewer writers form a wave shorter than a chunk's fdatasync, and a
+/// split would leave them in two groups that take an fdatasync each.
+pub const WAVE_SPLIT_RECORDS_MIN: usize = 32;
+
+/// Shares of the group-commit writers' task queue (glommio's default queue has 1000).
+pub const WRITER_QUEUE_SHARES: usize = 1000;
+
+/// Latency glommio is told the writers' task queue needs. What matters is that the queue is
+/// latency-sensitive at all: a chunk's completion on the blocking thread then wakes the
+/// executor out of the running task queue. The value must not shorten glommio's preempt timer
+/// (the shorter of this and the executor's is armed while the writer is runnable): glommio
+/// 0.9.0 can park with runnable tasks when that timer fires just before it looks for tasks
+/// (a 1 ms timer hung it in session 3; the tests run with 60 s for that reason).
+pub const WRITER_QUEUE_LATENCY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Bytes after the last valid chunk in which recovery accepts damage as a torn tail: the
 /// chunks that can be in flight at a crash, each at most one maximal chunk.
 pub const TORN_WINDOW_BYTES: usize = CHUNKS_IN_FLIGHT_MAX * GROUP_COMMIT_BATCH_BYTES_MAX;

@@ -3,6 +3,11 @@
 //! applies the records to the index and wakes their writers. Records that arrive while a write
 //! and fdatasync are in flight wait in the queue and form the next chunk. A failed write or
 //! fdatasync is fatal: every waiting and future write fails with the reason, nothing is retried.
+//!
+//! On the real disk a chunk's write and fdatasync run on glommio's blocking thread
+//! (`DiskFile::write_and_sync`) and the writer task has a latency-sensitive task queue of its
+//! own (`spawn_writer`): a chunk starts while a wave of runnable writers is still running, and
+//! its completion interrupts that wave, instead of both waiting for the wave to end.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -16,13 +21,15 @@ use rkyv::util::AlignedVec;
 use router::ShardId;
 
 use crate::archive::{self, RecordSpan};
+use crate::disk::ChunkIo;
 use crate::error::AppendError;
 use crate::format::{ChunkHeader, SegmentHeader, SegmentKind, frame_bytes, seal_frame};
 use crate::fragment::{Active, Inner, State, chunk_capacity, lock_key, wake_all};
 use crate::index::{Entry, Loc};
 use crate::limits::{
     BLOCK_BYTES, CHUNK_HEADER_BYTES, CHUNKS_IN_FLIGHT_MAX, FRAME_HEADER_BYTES, RECORD_BYTES_MAX,
-    SEGMENT_HEADER_BYTES, STAGED_KEEP_BYTES,
+    SEGMENT_HEADER_BYTES, STAGED_KEEP_BYTES, WAVE_SPLIT_CHUNK_MICROS_MAX, WAVE_SPLIT_RECORDS_MIN,
+    WRITER_QUEUE_LATENCY, WRITER_QUEUE_SHARES,
 };
 use crate::record::Record;
 use crate::segment::{Prepared, Segment, create_preallocated, install, prepare_zeroed};
@@ -241,6 +248,7 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
     let mut flights: VecDeque<Flight> = VecDeque::new();
     let mut permit = None;
     loop {
+        inner.in_flight.set(flights.len());
         let queued = {
             let st = inner.st.borrow();
             !st.queue.is_empty() && st.fatal.is_none()
@@ -335,6 +343,58 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
             None => flights.push_front(first),
         }
     }
+}
+
+thread_local! {
+    /// The task queue of the group-commit writers on this thread's executor, by executor id.
+    static WRITER_QUEUE: Cell<Option<(usize, glommio::TaskQueueHandle)>> = const { Cell::new(None) };
+}
+
+/// Starts the fragment's writer task in this executor's writer task queue (made on first use),
+/// and returns whether it runs there.
+///
+/// A queue of its own, latency-sensitive: (1) writers that queue a record while no chunk is
+/// in flight yield their task queue (`Fragment::hand_to_writer`), and the writer's queue runs
+/// next, so a chunk starts while the rest of a wave of runnable writers is still to run,
+/// instead of after all of them; (2) the blocking thread's completion of a chunk
+/// (`DiskFile::write_and_sync`) is then latency-sensitive, which makes glommio leave the
+/// running task queue at the next task boundary and run the writer, so a durable chunk is
+/// acknowledged, and the next one started, without waiting for the wave to end.
+pub(crate) fn spawn_writer(inner: &Rc<Inner>) -> (glommio::task::JoinHandle<()>, bool) {
+    let ex = glommio::executor();
+    let id = ex.id();
+    let queue = WRITER_QUEUE.with(|q| match q.get() {
+        Some((owner, handle)) if owner == id => handle,
+        _ => {
+            let handle = ex.create_task_queue(
+                glommio::Shares::Static(WRITER_QUEUE_SHARES),
+                glommio::Latency::Matters(WRITER_QUEUE_LATENCY),
+                "storage-writer",
+            );
+            q.set(Some((id, handle)));
+            handle
+        }
+    });
+    match glommio::spawn_local_into(run_writer(inner.clone()), queue) {
+        Ok(task) => (task.detach(), true),
+        Err(e) => {
+            tracing::warn!(fragment = %inner.id, error = %e, "no writer task queue; using the caller's");
+            (glommio::spawn_local(run_writer(inner.clone())).detach(), false)
+        }
+    }
+}
+
+/// Whether waves of runnable writers are split: recent chunks held waves of at least
+/// `WAVE_SPLIT_RECORDS_MIN` records and took at most `WAVE_SPLIT_CHUNK_MICROS_MAX` on average.
+/// Then a writer that finds no chunk in flight hands its record to the writer at once
+/// (`Fragment::hand_to_writer`) and chunks start on the blocking thread (`ChunkIo::Now`).
+/// Otherwise a split chunk would still be syncing when the (short) wave ends, and the writers
+/// would settle into two groups paying an fdatasync each; the wave goes into one chunk, formed
+/// when it is over, on the ring.
+pub(crate) fn waves_split(inner: &Inner) -> bool {
+    inner.writer_own_queue.get()
+        && inner.chunk_records.get() >= WAVE_SPLIT_RECORDS_MIN
+        && inner.chunk_micros.get() <= WAVE_SPLIT_CHUNK_MICROS_MAX
 }
 
 /// Marks the fragment failed and fails every queued write.
@@ -435,10 +495,10 @@ async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
         return None;
     }
     wake_all(&inner.space_waiters);
-    let io = Box::pin(async move {
-        file.write_at(buf, pos).await?;
-        file.fdatasync().await
-    });
+    // Waves split: start the chunk now, on the blocking thread, so it overlaps the rest of the
+    // wave. Otherwise the ring, whose request starts when the runnable tasks have run.
+    let how = if waves_split(inner) { ChunkIo::Now } else { ChunkIo::Ring };
+    let io = Box::pin(async move { file.write_and_sync(buf, pos, how).await });
     let started = std::time::Instant::now();
     Some(Flight { batch, spans, seg, pos, total, started, io, done: None })
 }
@@ -448,7 +508,14 @@ async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
 fn complete(inner: &Rc<Inner>, flight: Flight) {
     let Flight { batch, spans, seg, pos, total, started, .. } = flight;
     let Some(last) = batch.last() else { return };
-    inner.io.synced(batch.len(), total, started.elapsed());
+    let took = started.elapsed();
+    inner.io.synced(batch.len(), total, took);
+    let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+    let avg = inner.chunk_micros.get();
+    inner.chunk_micros.set(avg.saturating_sub(avg / 8).saturating_add(micros / 8));
+    // A decaying maximum: one small chunk (the first of a split wave) does not end splitting.
+    let big = inner.chunk_records.get();
+    inner.chunk_records.set(batch.len().max(big - big / 4));
     let mut st = inner.st.borrow_mut();
     for (p, span) in batch.iter().zip(&spans) {
         apply_effect(&mut st, &p.effect, &seg, *span);
@@ -606,4 +673,108 @@ fn maybe_spawn_spare(inner: &Rc<Inner>, st: &State) {
     })
     .detach();
     *inner.spare_task.borrow_mut() = Some(task);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::rc::Rc;
+
+    use router::{FragmentId, ShardId, ShardRange};
+
+    use crate::limits::{WAVE_SPLIT_CHUNK_MICROS_MAX, WAVE_SPLIT_RECORDS_MIN};
+    use crate::{Fragment, FragmentOptions, WriteBatch};
+
+    /// The recent chunks a fragment has seen: average time and the last one's records.
+    #[derive(Clone, Copy)]
+    struct Recent {
+        micros: u64,
+        records: usize,
+    }
+
+    /// One wave of `writers` runnable writers on a fresh fragment whose chunks were `recent`:
+    /// the number of fdatasyncs the wave took.
+    async fn wave(path: PathBuf, recent: Recent, writers: u64) -> u64 {
+        let options = FragmentOptions {
+            segment_bytes: 1 << 20,
+            compact_dead_bytes_min: u64::MAX,
+            split_waves: true,
+            ..FragmentOptions::default()
+        };
+        let f = Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, options.clone());
+        let f = Rc::new(f.await.expect("open"));
+        f.inner.chunk_micros.set(recent.micros);
+        f.inner.chunk_records.set(recent.records);
+        let tasks: Vec<_> = (0..writers)
+            .map(|w| {
+                let f = f.clone();
+                glommio::spawn_local(async move {
+                    // Into the task queue: a spawned task first runs inside its spawner.
+                    glommio::executor().yield_now().await;
+                    let id = format!("d{w}");
+                    let doc = serde_json::json!({ "w": w });
+                    let shard = ShardId::from_u64_mod(w);
+                    let batch = WriteBatch::new().put("c", &id, shard, None, doc);
+                    f.apply(batch).await.expect("apply");
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await;
+        }
+        let synced = f.io_stats();
+        assert_eq!(synced.writes_synced, writers);
+        Rc::try_unwrap(f).expect("sole owner").close().await;
+        // Every acknowledged write is there after a reopen.
+        let f = Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, options);
+        let f = f.await.expect("reopen");
+        for w in 0..writers {
+            let d = f.get("c", &format!("d{w}")).expect("acknowledged write present");
+            assert_eq!(d.doc().to_serde()["w"], serde_json::json!(w));
+        }
+        f.close().await;
+        synced.fdatasyncs
+    }
+
+    fn wave_fdatasyncs(recent: Recent, writers: u64, split: bool) -> u64 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(1 << 20)
+            .preempt_timer(std::time::Duration::from_secs(60))
+            .spawn(move || async move {
+                if split {
+                    cov_mark::check!(writer_runs_before_the_wave_ends);
+                    wave(path, recent, writers).await
+                } else {
+                    wave(path, recent, writers).await
+                }
+            })
+            .expect("executor")
+            .join()
+            .expect("join")
+    }
+
+    const FAST_AND_BIG: Recent = Recent { micros: 0, records: WAVE_SPLIT_RECORDS_MIN };
+
+    // Chunks slower than a wave: the wave goes into one chunk, formed when it is over.
+    #[test]
+    fn slow_chunks_keep_a_wave_in_one_chunk() {
+        let recent = Recent { micros: WAVE_SPLIT_CHUNK_MICROS_MAX + 1, ..FAST_AND_BIG };
+        assert_eq!(wave_fdatasyncs(recent, 32, false), 1);
+    }
+
+    // After a small chunk (few writers), the wave goes into one chunk too.
+    #[test]
+    fn after_a_small_chunk_a_wave_stays_in_one_chunk() {
+        let recent = Recent { records: WAVE_SPLIT_RECORDS_MIN - 1, ..FAST_AND_BIG };
+        assert_eq!(wave_fdatasyncs(recent, 32, false), 1);
+    }
+
+    // Fast chunks after a big one: the first writer hands its record to the writer's task
+    // queue, which starts a chunk while the rest of the wave is still to run.
+    #[test]
+    fn fast_chunks_split_a_wave() {
+        assert!(wave_fdatasyncs(FAST_AND_BIG, 32, true) >= 2);
+    }
 }

@@ -6,6 +6,9 @@
 //! do, so records also arrive while a chunk is in flight and the log has two chunks in flight
 //! at some kills (the count of such chunks is printed, not asserted: it depends on timing).
 //!
+//! `sigkill_during_split_waves` does the same with `FragmentOptions::split_waves` and 64
+//! writers (chunks of split waves start on glommio's blocking thread when chunks are fast).
+//!
 //! Iterations: `TESSERA_CRASH_ITERS` (default 5); seed: `TESSERA_CRASH_SEED` (printed).
 
 mod common;
@@ -25,6 +28,8 @@ const OPS_PER_BATCH: usize = 3;
 const WRITERS: usize = 16;
 const CHILD_DIR: &str = "TESSERA_CRASH_CHILD_DIR";
 const CHILD_ITER: &str = "TESSERA_CRASH_CHILD_ITER";
+const CHILD_SPLIT: &str = "TESSERA_CRASH_CHILD_SPLIT";
+const SPLIT_WRITERS: usize = 64;
 
 fn batch(iter: u64, n: u64) -> WriteBatch {
     let mut b = WriteBatch::new();
@@ -37,12 +42,13 @@ fn batch(iter: u64, n: u64) -> WriteBatch {
 }
 
 /// The child: writes until killed.
-fn child(dir: String, iter: u64) {
+fn child(dir: String, iter: u64, split: bool) {
     run_allowing_warnings(move || async move {
-        let f = Rc::new(open(std::path::Path::new(&dir), options(SEGMENT)).await);
+        let options = storage::FragmentOptions { split_waves: split, ..options(SEGMENT) };
+        let f = Rc::new(open(std::path::Path::new(&dir), options).await);
         let next = Rc::new(std::cell::Cell::new(0u64));
         let mut tasks = Vec::new();
-        for w in 0..WRITERS {
+        for w in 0..if split { SPLIT_WRITERS } else { WRITERS } {
             let (f, next) = (f.clone(), next.clone());
             tasks.push(glommio::spawn_local(async move {
                 // Bounded: the parent kills the child long before this ends.
@@ -71,9 +77,20 @@ fn child(dir: String, iter: u64) {
 // Checks durability and atomicity across SIGKILL, over several kill points.
 #[test]
 fn sigkill_during_writes() {
+    crash_test("sigkill_during_writes", false);
+}
+
+// The same with split waves of writers.
+#[test]
+fn sigkill_during_split_waves() {
+    crash_test("sigkill_during_split_waves", true);
+}
+
+/// The parent's loop (or, in the re-invoked child, the writer).
+fn crash_test(name: &str, split: bool) {
     if let Ok(dir) = std::env::var(CHILD_DIR) {
         let iter = std::env::var(CHILD_ITER).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        child(dir, iter);
+        child(dir, iter, std::env::var(CHILD_SPLIT).is_ok());
         return;
     }
     let iters: u64 =
@@ -88,14 +105,16 @@ fn sigkill_during_writes() {
     let mut pipelined_total = 0;
     for iter in 0..iters {
         let kill_after = 1 + rng.below(400);
-        let mut child = Command::new(std::env::current_exe().expect("exe"))
-            .args(["--exact", "sigkill_during_writes", "--nocapture", "--test-threads=1"])
+        let mut command = Command::new(std::env::current_exe().expect("exe"));
+        command
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
             .env(CHILD_DIR, dir.path())
-            .env(CHILD_ITER, iter.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn child");
+            .env(CHILD_ITER, iter.to_string());
+        if split {
+            command.env(CHILD_SPLIT, "1");
+        }
+        let mut child =
+            command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn child");
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
         let mut acked = BTreeSet::new();
         let mut pipelined = 0;
@@ -154,7 +173,7 @@ fn sigkill_during_writes() {
         });
     }
     println!(
-        "crash test: {iters} kills, {torn_total} torn tails truncated, \
+        "crash test ({name}): {iters} kills, {torn_total} torn tails truncated, \
          {pipelined_total} chunks started behind another before the kills"
     );
 }

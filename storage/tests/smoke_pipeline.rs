@@ -21,20 +21,26 @@ fn second_chunk_starts_while_the_first_syncs() {
     let path = dir.path().to_path_buf();
     run(move || async move {
         cov_mark::check!(chunk_behind_a_sync);
-        let f = Rc::new(open(&path, options(SEGMENT)).await);
+        // Through `FaultyDisk` (no faults asked): its chunks take glommio's io_uring path,
+        // whose requests reach the kernel only when the task queues are done, so a's chunk
+        // is still in flight when b's record arrives whatever the disk's speed. (`DmaDisk`
+        // starts a chunk on its blocking thread at once; it may finish before a slow debug
+        // build has queued b's record.)
+        let disk = Rc::new(storage::FaultyDisk::new());
+        let f = Rc::new(open(&path, options_on(SEGMENT, disk)).await);
         let acks = Rc::new(std::cell::RefCell::new(Vec::new()));
         let pad = "p".repeat(20_000);
-        // Each round: `a` queues a record and wakes the writer; `b` lets the writer go first
-        // (glommio runs a queue's tasks in FIFO order), so the writer starts a's chunk, and
-        // b's record arrives while that chunk is in flight: its I/O cannot even be submitted
-        // before this wave of tasks ends.
+        // Each round: `a` queues a record and wakes the writer; `b` first yields (its task
+        // queue, which puts it behind the writer task in the same queue), so the writer starts
+        // a's chunk; b's record then arrives while that chunk is in flight, and the writer
+        // starts b's chunk behind it.
         for round in 0..ROUNDS {
             let mut tasks = Vec::new();
             for w in 0..2u64 {
                 let (f, acks, pad) = (f.clone(), acks.clone(), pad.clone());
                 tasks.push(glommio::spawn_local(async move {
                     if w == 1 {
-                        glommio::executor().yield_now().await;
+                        glommio::executor().yield_task_queue_now().await;
                     }
                     let id = format!("w{w}-{round}");
                     let doc = json!({"w": w, "n": round, "pad": pad});
