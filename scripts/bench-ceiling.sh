@@ -27,12 +27,16 @@
 #   CEIL_SECONDS     seconds per run (default 8)   CEIL_CLIENTS  clients (default 32)
 #   CEIL_ROUNDS      rounds over all targets (default 1)   CEIL_DOCS  documents (default 20000)
 #   CEIL_RESULTS     results directory (default bench/results/ceiling-<UTC date and time>)
+#   CEIL_SYSCALLS    1: also count syscalls per transaction with `perf stat` tracepoints (needs
+#                    root): the server's io_uring_enter, epoll_wait, sendto, recvfrom and context
+#                    switches, and pgbench's ppoll (a few % overhead; default 0)
 # Without TESSERA_VARIANTS or NULL_BIN the release binaries are built first.
 # Writes results.tsv, results.md and every raw pgbench output under the results directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${CEIL_SECONDS:-8}
+syscalls=${CEIL_SYSCALLS:-0}
 clients=${CEIL_CLIENTS:-32}
 rounds=${CEIL_ROUNDS:-1}
 docs=${CEIL_DOCS:-20000}
@@ -158,7 +162,10 @@ ticks() {
 }
 hz=$(getconf CLK_TCK)
 
-printf 'round\ttarget\ttps\tlatency_avg_ms\tmachine_us_per_tx\tpgbench_us_per_tx\tserver_us_per_tx\trest_us_per_tx\tcs_per_tx\n' >"$out/results.tsv"
+printf 'round\ttarget\ttps\tlatency_avg_ms\tmachine_us_per_tx\tpgbench_us_per_tx\tserver_us_per_tx\trest_us_per_tx\tcs_per_tx\tserver_syscalls_per_tx\tpgbench_ppoll_per_tx\n' >"$out/results.tsv"
+server_events=syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom,context-switches
+# per_tx FILE N: "event=count/N ..." of a perf stat -x, file.
+per_tx() { awk -F, -v n="$2" '$1 ~ /^[0-9]+$/ {sub(/^syscalls:sys_enter_/, "", $3); printf "%s%s=%.2f", sep, $3, $1 / n; sep = " "}' "$1"; }
 for round in $(seq 1 "$rounds"); do
   for t in $targets; do
     case $t in
@@ -170,9 +177,18 @@ for round in $(seq 1 "$rounds"); do
     children0=$(pgrep -c -P "$spid" || true)
     s0=$(ticks "$spid" $mode); b0=$(busy); c0=$(ctxt)
     status=0
-    /usr/bin/time -f '%U %S' -o "$work/time.txt" pgbench -h 127.0.0.1 -p "$p" -U bench -n -M prepared \
+    counter=()
+    if [ "$syscalls" = 1 ]; then
+      # PostgreSQL's backends are new processes per connection: count the whole machine.
+      if [ $mode = children ]; then scope=(-a); else scope=(-p "$spid"); fi
+      perf stat -e "$server_events" "${scope[@]}" -x, -o "$work/server.perf" -- sleep "$seconds" &
+      perf_pid=$!
+      counter=(perf stat -e syscalls:sys_enter_ppoll -x, -o "$work/pgbench.perf" --)
+    fi
+    "${counter[@]}" /usr/bin/time -f '%U %S' -o "$work/time.txt" pgbench -h 127.0.0.1 -p "$p" -U bench -n -M prepared \
       -j 2 -c "$clients" -T "$seconds" -D docs="$docs" -f "$script" "$db" >"$raw" 2>&1 || status=$?
     b1=$(busy); c1=$(ctxt)
+    [ "$syscalls" = 1 ] && wait "$perf_pid"
     if [ $mode = children ]; then
       # PostgreSQL's backends end with the run; their CPU reaches the postmaster once reaped.
       for _ in $(seq 1 100); do
@@ -185,30 +201,37 @@ for round in $(seq 1 "$rounds"); do
     failed=$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$raw")
     if [ $status -ne 0 ] || [ -z "$n" ] || [ "$n" -eq 0 ] || [ "${failed:-0}" -ne 0 ]; then
       echo "$name: $t round $round failed (status $status, see $raw)" >&2
-      printf '%s\t%s\tfailed\t\t\t\t\t\t\n' "$round" "$t" >>"$out/results.tsv"
+      [ "$syscalls" = 1 ] && wait "$perf_pid"
+      printf '%s\t%s\tfailed\t\t\t\t\t\t\t\t\n' "$round" "$t" >>"$out/results.tsv"
       continue
     fi
     tps=$(sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\)/\1/p' "$raw")
     avg=$(sed -nE 's/^latency average = ([0-9.]+) ms.*/\1/p' "$raw")
     read -r pu ps <"$work/time.txt"
-    python3 - "$round" "$t" "$tps" "$avg" "$n" "$b0" "$b1" "$pu" "$ps" "$s0" "$s1" "$c0" "$c1" "$hz" >>"$out/results.tsv" <<'PY'
+    sys_server=""; sys_pgbench=""
+    if [ "$syscalls" = 1 ]; then
+      sys_server=$(per_tx "$work/server.perf" "$n")
+      sys_pgbench=$(per_tx "$work/pgbench.perf" "$n")
+    fi
+    python3 - "$round" "$t" "$tps" "$avg" "$n" "$b0" "$b1" "$pu" "$ps" "$s0" "$s1" "$c0" "$c1" "$hz" "$sys_server" "$sys_pgbench" >>"$out/results.tsv" <<'PY'
 import sys
 r, t, tps, avg = sys.argv[1:5]
-n, b0, b1, pu, ps, s0, s1, c0, c1, hz = map(float, sys.argv[5:])
+n, b0, b1, pu, ps, s0, s1, c0, c1, hz = map(float, sys.argv[5:15])
+sys_server, sys_pgbench = sys.argv[15:17]
 us = 1e6 / hz / n  # microseconds per tick per transaction
 machine = (b1 - b0) * us
 pgbench = (pu + ps) * 1e6 / n
 server = (s1 - s0) * us
-print(f"{r}\t{t}\t{float(tps):.0f}\t{avg}\t{machine:.1f}\t{pgbench:.1f}\t{server:.1f}\t{machine - pgbench - server:.1f}\t{(c1 - c0) / n:.2f}")
+print(f"{r}\t{t}\t{float(tps):.0f}\t{avg}\t{machine:.1f}\t{pgbench:.1f}\t{server:.1f}\t{machine - pgbench - server:.1f}\t{(c1 - c0) / n:.2f}\t{sys_server}\t{sys_pgbench}")
 PY
     tail -n 1 "$out/results.tsv"
   done
 done
 
 {
-  echo "| round | target | tps | latency avg ms | machine µs/tx | pgbench µs/tx | server µs/tx | rest µs/tx | cs/tx |"
-  echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-  tail -n +2 "$out/results.tsv" | awk -F'\t' '{printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9}'
+  echo "| round | target | tps | latency avg ms | machine µs/tx | pgbench µs/tx | server µs/tx | rest µs/tx | cs/tx | server syscalls/tx | pgbench ppoll/tx |"
+  echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"
+  tail -n +2 "$out/results.tsv" | awk -F'\t' '{printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11}'
 } >"$out/results.md"
 cat "$out/results.md"
 echo "$name: results in $out"
