@@ -31,6 +31,8 @@
 #                    root): the server's io_uring_enter, epoll_wait, sendto, recvfrom and context
 #                    switches, and pgbench's ppoll (a few % overhead; default 0)
 # Without TESSERA_VARIANTS or NULL_BIN the release binaries are built first.
+# An A/B of two builds in the same load: TESSERA_VARIANTS="old /tmp/tessera-old; new
+# target/release/tessera" CEIL_TARGETS="old new" CEIL_ROUNDS=4 (NULL_BIN set to skip the build).
 # Writes results.tsv, results.md and every raw pgbench output under the results directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
