@@ -615,6 +615,55 @@ mod tests {
         }
     }
 
+    /// SSLRequest gets 'N'; the StartupMessage then gets AuthenticationOk, ParameterStatus,
+    /// BackendKeyData and ReadyForQuery, and later frames are typed frames.
+    #[test]
+    fn unit_startup_refuses_ssl_then_answers() {
+        let mut protocol = Protocol::default();
+        let mut input = vec![0, 0, 0, 8];
+        input.extend_from_slice(&SSL_REQUEST.to_be_bytes());
+        let mut out = Vec::new();
+        assert_eq!(protocol.answer(&mut input, &mut out).unwrap(), Step::Continue);
+        assert_eq!(out, b"N");
+        let mut body = PROTOCOL_3.to_be_bytes().to_vec();
+        cstring(&mut body, b"user");
+        cstring(&mut body, b"bench");
+        body.push(0);
+        let mut input = (u32::try_from(body.len() + 4).unwrap()).to_be_bytes().to_vec();
+        input.extend_from_slice(&body);
+        input.extend(frame(b'Q', b"SELECT 1\0"));
+        let mut out = Vec::new();
+        assert_eq!(protocol.answer(&mut input, &mut out).unwrap(), Step::Continue);
+        assert!(input.is_empty());
+        assert_eq!(tags(&out), b"RSSSSSSSSKZTDCZ");
+        let mut input = frame(b'X', b"");
+        assert_eq!(protocol.answer(&mut input, &mut Vec::new()).unwrap(), Step::Close);
+    }
+
+    /// Named statements are bounded per connection; re-preparing a known name is not a new one.
+    #[test]
+    fn unit_statements_are_bounded() {
+        let mut protocol = started();
+        let parse = |name: &str| {
+            let mut body = Vec::new();
+            cstring(&mut body, name.as_bytes());
+            cstring(&mut body, b"SELECT $1");
+            body.extend_from_slice(&0u16.to_be_bytes());
+            frame(b'P', &body)
+        };
+        for i in 0..NULL_STATEMENTS_MAX {
+            let mut input = parse(&format!("s{i}"));
+            protocol.answer(&mut input, &mut Vec::new()).unwrap();
+        }
+        let mut input = parse("s0");
+        assert_eq!(protocol.answer(&mut input, &mut Vec::new()).unwrap(), Step::Continue);
+        let mut input = parse("one too many");
+        assert!(matches!(
+            protocol.answer(&mut input, &mut Vec::new()),
+            Err(NullServerError::Statements)
+        ));
+    }
+
     /// A length outside the bounds is an error, never an allocation or a panic.
     #[test]
     fn unit_bad_lengths_are_errors() {
