@@ -83,3 +83,22 @@ pub const TXN_ATTEMPTS_MAX: u32 = 16;
 pub const DEFAULT_LAYOUT_EXECUTORS: u32 = 2;
 /// See `DEFAULT_LAYOUT_EXECUTORS`.
 pub const DEFAULT_LAYOUT_FRAGMENTS: u32 = 8;
+
+/// Largest frame the null server (`null_server`) accepts, in bytes. pgbench's and psql's
+/// messages are a few hundred bytes; a longer length is a broken client, closed at once.
+pub const NULL_FRAME_BYTES_MAX: u32 = 1 << 20;
+
+/// Bytes the null server reads per `read` (and the initial size of its buffers).
+pub const NULL_READ_BYTES: usize = 8 * 1024;
+
+/// Most named prepared statements the null server remembers per connection (pgbench
+/// prepares one per script command).
+pub const NULL_STATEMENTS_MAX: usize = 64;
+
+/// Most event loops of the null server's epoll flavour (the machines we run on have 2-8 cores).
+pub const NULL_LOOPS_MAX: usize = 64;
+
+/// Registered I/O memory of each glommio executor of the null server, in bytes: as Tessera's
+/// executors (`node::runtime::EXECUTOR_IO_MEMORY_BYTES`); sockets do not use it, and glommio's
+/// 10 MiB default needs a locked-memory limit some machines do not grant.
+pub const NULL_GLOMMIO_IO_MEMORY_BYTES: usize = 1 << 20;
