@@ -14,8 +14,14 @@ use serde::Deserialize;
 pub const DATA_DIR_DEFAULT: &str = "./tessera-data";
 /// Default client address: loopback only, so a node on defaults is not reachable from outside.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:5433";
-/// Default fragments per executor when `--fragments` is not given.
-pub const FRAGMENTS_PER_EXECUTOR_DEFAULT: u32 = 4;
+/// Default fragments per executor of a single node when `--fragments` is not given. One: each
+/// fragment group-commits on its own, so an executor's writes share one fdatasync only when it
+/// owns one fragment (at 32 pgbench clients, 4 per executor took 0.63 fdatasyncs per insert and
+/// 1 took 0.26, for 1.47x the inserts/s: BENCHMARKS.md "session 4").
+pub const FRAGMENTS_PER_EXECUTOR_DEFAULT: u32 = 1;
+/// Default fragments per executor of the node that forms a cluster: moves, rebalancing and
+/// allocation to new nodes work in whole fragments, so a cluster starts with smaller pieces.
+pub const CLUSTER_FRAGMENTS_PER_EXECUTOR_DEFAULT: u32 = 4;
 /// Most executors a node runs: one per core, and we do not plan for machines past this.
 pub const EXECUTORS_MAX: u32 = 256;
 /// Most fragments a node holds; each has its own log files and index.
@@ -39,7 +45,8 @@ pub struct ServeArgs {
     /// Executors (one per core). Default: the number of available cores.
     #[arg(long, env = "TESSERA_EXECUTORS")]
     pub executors: Option<u32>,
-    /// Fragments to create when the data directory is new. Default: 4 per executor.
+    /// Fragments to create when the data directory is new. Default: 1 per executor on a single
+    /// node, 4 per executor when forming a cluster.
     #[arg(long, env = "TESSERA_FRAGMENTS")]
     pub fragments: Option<u32>,
     /// A TOML file with any of these settings (keys as the flags, with `_` for `-`).
@@ -271,10 +278,13 @@ impl NodeConfig {
                 reason: format!("must be between 1 and {EXECUTORS_MAX}"),
             });
         }
-        let fragments = args
-            .fragments
-            .or(file.fragments)
-            .unwrap_or(executors.saturating_mul(FRAGMENTS_PER_EXECUTOR_DEFAULT));
+        let fragments = args.fragments.or(file.fragments).unwrap_or(executors.saturating_mul(
+            if cluster.is_some() {
+                CLUSTER_FRAGMENTS_PER_EXECUTOR_DEFAULT
+            } else {
+                FRAGMENTS_PER_EXECUTOR_DEFAULT
+            },
+        ));
         if fragments == 0 || fragments > FRAGMENTS_MAX {
             return Err(ConfigError::Invalid {
                 setting: "fragments",
@@ -546,7 +556,7 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from(DATA_DIR_DEFAULT));
         assert_eq!(c.listen.to_string(), LISTEN_DEFAULT);
         assert_eq!(c.executors, 2);
-        assert_eq!(c.fragments, 8);
+        assert_eq!(c.fragments, 2, "one fragment per executor on a single node");
         assert!(c.password.is_none());
         assert_eq!(
             c.metrics_listen.map(|a| a.to_string()).as_deref(),
@@ -586,7 +596,9 @@ mod tests {
             peer_listen: Some("127.0.0.1:7002".into()),
             ..ServeArgs::default()
         };
-        let c = NodeConfig::resolve(&base, 2).expect("valid").cluster.expect("cluster");
+        let node = NodeConfig::resolve(&base, 2).expect("valid");
+        assert_eq!(node.fragments, 8, "a cluster starts with 4 fragments per executor");
+        let c = node.cluster.expect("cluster");
         assert_eq!(c.split_fragment_bytes, 0, "off by default");
         let on = ServeArgs { split_fragment_bytes: Some(1 << 30), ..base };
         let c = NodeConfig::resolve(&on, 2).expect("valid").cluster.expect("cluster");
