@@ -50,6 +50,7 @@ run() {
     grep -q 'ready: listening on' "$work/log" && break
     sleep 0.1
   done
+  grep -q 'ready: listening on' "$work/log" || { tail -n 20 "$work/log" >&2; exit 1; }
   local rows=""
   for ((i = 0; i < clients; i++)); do
     for p in "a$i\$@0" "b$i\$@131072" "c$i\$@262144" "d$i\$@393216"; do

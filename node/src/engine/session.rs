@@ -19,7 +19,7 @@
 //! a two-phase commit coordinated by this node (see ARCHITECTURE.md, "cross-node
 //! transactions").
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -1583,6 +1583,13 @@ impl Session {
             .iter()
             .map(|(n, targets)| (*n, targets.iter().map(|t| t.fragment).collect()))
             .collect();
+        // A remote node without buffered writes only holds checks: nothing of it is durable,
+        // so it is not waited for (a crash there leaves no decision kept for it).
+        let remote_readers: BTreeSet<NodeId> = remote
+            .iter()
+            .filter(|(_, targets)| targets.iter().all(|t| t.writes.is_empty()))
+            .map(|(n, _)| *n)
+            .collect();
         let mut fragments: Vec<FragmentId> =
             participants.iter().flat_map(|(_, f)| f.iter().copied()).collect();
         fragments.extend(
@@ -1601,7 +1608,7 @@ impl Session {
         let remote_prepared = expect_applied(asked).await;
         if let Err(e) = prepared.map(|_| ()).and(remote_prepared) {
             self.phase_two(txid, &participants, false).await;
-            self.remote_phase_two(txid, &remote_fragments, false).await;
+            self.remote_phase_two(txid, &remote_fragments, false, &remote_readers).await;
             return Err(e);
         }
         fault::before_decision().await;
@@ -1609,14 +1616,14 @@ impl Session {
         // call when the session runs elsewhere: one cross-executor round trip less. Every
         // local executor and every remote node reports its share finished.
         let coordinator = ExecutorIndex::new(0);
-        let reporting = writing + remote_fragments.len();
+        let reporting = writing + remote_fragments.len() - remote_readers.len();
         let (there, rest): (Vec<_>, Vec<_>) = participants
             .into_iter()
             .partition(|(e, _)| *e == coordinator && self.core.index() != coordinator);
         let there = there.into_iter().next().map(|(_, f)| f);
         let commit = self.decide(txid, fragments, reporting, there).await?;
         let local = self.phase_two(txid, &rest, commit);
-        let other = self.remote_phase_two(txid, &remote_fragments, commit);
+        let other = self.remote_phase_two(txid, &remote_fragments, commit, &remote_readers);
         futures_lite::future::zip(local, other).await;
         if commit {
             self.core.count_tx(|c| c.two_phase_commits += 1);
@@ -1635,6 +1642,7 @@ impl Session {
         txid: storage::TxId,
         remote: &[(NodeId, Vec<u32>)],
         commit: bool,
+        readers: &BTreeSet<NodeId>,
     ) {
         let mut tasks = Vec::with_capacity(remote.len());
         for (node, fragments) in remote {
@@ -1644,7 +1652,9 @@ impl Session {
         }
         for (node, task) in tasks {
             match task.await {
-                Ok(Reply::Applied) if commit => self.report_remote_finished(txid).await,
+                Ok(Reply::Applied) if commit && !readers.contains(&node) => {
+                    self.report_remote_finished(txid).await
+                }
                 Ok(Reply::Applied) => {}
                 Ok(other) => {
                     tracing::warn!(%txid, node = node.0, answer = ?other, "phase two not confirmed; the participant will ask");
