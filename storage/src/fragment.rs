@@ -40,6 +40,9 @@ pub struct FragmentOptions {
     pub compact_dead_bytes_min: u64,
     /// The file system under the log ([`DmaDisk`] outside tests).
     pub disk: Rc<dyn Disk>,
+    /// The executor-wide gate on group commits in flight, shared by the fragments of one
+    /// executor (`syncgate`); `None`: this fragment starts its chunks without asking.
+    pub sync_gate: Option<crate::SyncGate>,
 }
 
 impl Default for FragmentOptions {
@@ -48,6 +51,7 @@ impl Default for FragmentOptions {
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             compact_dead_bytes_min: COMPACT_DEAD_BYTES_DEFAULT,
             disk: Rc::new(DmaDisk),
+            sync_gate: None,
         }
     }
 }
@@ -57,6 +61,7 @@ impl std::fmt::Debug for FragmentOptions {
         f.debug_struct("FragmentOptions")
             .field("segment_bytes", &self.segment_bytes)
             .field("compact_dead_bytes_min", &self.compact_dead_bytes_min)
+            .field("sync_gate", &self.sync_gate)
             .finish_non_exhaustive()
     }
 }

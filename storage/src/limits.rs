@@ -37,6 +37,11 @@ pub const GROUP_COMMIT_BATCH_BYTES_MAX: usize = 4 << 20;
 /// which bounds the torn window recovery accepts (`TORN_WINDOW_BYTES`).
 pub const CHUNKS_IN_FLIGHT_MAX: usize = 2;
 
+/// Largest limit of an executor's `SyncGate` (group commits in flight across its fragments).
+/// Past a few the gate no longer merges anything; the bound keeps a typo from meaning
+/// "unbounded" silently.
+pub const SYNC_GATE_LIMIT_MAX: usize = 64;
+
 /// Bytes after the last valid chunk in which recovery accepts damage as a torn tail: the
 /// chunks that can be in flight at a crash, each at most one maximal chunk.
 pub const TORN_WINDOW_BYTES: usize = CHUNKS_IN_FLIGHT_MAX * GROUP_COMMIT_BATCH_BYTES_MAX;
