@@ -44,11 +44,11 @@ async fn write_concurrently(node: &Node) -> i64 {
 #[tokio::test]
 async fn flag_is_shown_and_writes_work() {
     let mut node = Node::start_with(NodeOptions {
-        extra_args: vec!["--max-syncs-per-executor".into(), "2".into()],
+        extra_args: vec!["--max-syncs-per-executor".into(), "1".into()],
         ..NodeOptions::default()
     });
     let line = ready_line(&node);
-    assert!(line.contains(", max-syncs-per-executor 2, "), "{line}");
+    assert!(line.contains(", max-syncs-per-executor 1, "), "{line}");
     assert_eq!(write_concurrently(&node).await, (CLIENTS * PER_CLIENT) as i64);
     node.restart();
     let client = node.connect().await;
@@ -59,20 +59,20 @@ async fn flag_is_shown_and_writes_work() {
     node.stop();
 }
 
-// Checks the default (no gate) and the environment variable setting a gate of 1.
+// Checks the default (a gate of 2) and the environment variable turning the gate off (0).
 #[tokio::test]
 async fn default_and_environment() {
     let mut node = Node::start();
     let line = ready_line(&node);
-    assert!(line.contains(", max-syncs-per-executor 0 (no limit), "), "{line}");
+    assert!(line.contains(", max-syncs-per-executor 2, "), "{line}");
     assert_eq!(write_concurrently(&node).await, (CLIENTS * PER_CLIENT) as i64);
     node.stop();
     let mut node = Node::start_with(NodeOptions {
-        env: vec![("TESSERA_MAX_SYNCS_PER_EXECUTOR".into(), "1".into())],
+        env: vec![("TESSERA_MAX_SYNCS_PER_EXECUTOR".into(), "0".into())],
         ..NodeOptions::default()
     });
     let line = ready_line(&node);
-    assert!(line.contains(", max-syncs-per-executor 1, "), "{line}");
+    assert!(line.contains(", max-syncs-per-executor 0 (no limit), "), "{line}");
     assert_eq!(write_concurrently(&node).await, (CLIENTS * PER_CLIENT) as i64);
     node.stop();
 }
