@@ -48,6 +48,9 @@ pub struct FragmentOptions {
     /// machine it cost about 10% more executor CPU per write without a shown latency gain
     /// (BENCHMARKS.md, "storage: ack p99 at 256 writers (session 4, branch `wal`)").
     pub split_waves: bool,
+    /// The executor-wide gate on group commits in flight, shared by the fragments of one
+    /// executor (`syncgate`); `None`: this fragment starts its chunks without asking.
+    pub sync_gate: Option<crate::SyncGate>,
 }
 
 impl Default for FragmentOptions {
@@ -57,6 +60,7 @@ impl Default for FragmentOptions {
             compact_dead_bytes_min: COMPACT_DEAD_BYTES_DEFAULT,
             disk: Rc::new(DmaDisk),
             split_waves: false,
+            sync_gate: None,
         }
     }
 }
@@ -67,6 +71,7 @@ impl std::fmt::Debug for FragmentOptions {
             .field("segment_bytes", &self.segment_bytes)
             .field("compact_dead_bytes_min", &self.compact_dead_bytes_min)
             .field("split_waves", &self.split_waves)
+            .field("sync_gate", &self.sync_gate)
             .finish_non_exhaustive()
     }
 }

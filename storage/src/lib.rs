@@ -28,6 +28,7 @@ mod log;
 pub mod record;
 mod recovery;
 pub mod segment;
+pub mod syncgate;
 pub mod value;
 mod verify;
 
@@ -47,6 +48,7 @@ pub use fragment::{
 pub use index::ShardStats;
 pub use iostats::{Histogram, IoStats};
 pub use journal::Journal;
+pub use syncgate::{SyncGate, SyncGateStats};
 pub use value::{ArchivedJsonValue, JsonValue};
 pub use verify::{OfflineFragment, TornTail, VerifyReport, verify_dir};
 

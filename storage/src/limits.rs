@@ -60,6 +60,10 @@ pub const WRITER_QUEUE_SHARES: usize = 1000;
 /// 0.9.0 can park with runnable tasks when that timer fires just before it looks for tasks
 /// (a 1 ms timer hung it in session 3; the tests run with 60 s for that reason).
 pub const WRITER_QUEUE_LATENCY: std::time::Duration = std::time::Duration::from_secs(60);
+/// Largest limit of an executor's `SyncGate` (group commits in flight across its fragments).
+/// Past a few the gate no longer merges anything; the bound keeps a typo from meaning
+/// "unbounded" silently.
+pub const SYNC_GATE_LIMIT_MAX: usize = 64;
 
 /// Bytes after the last valid chunk in which recovery accepts damage as a torn tail: the
 /// chunks that can be in flight at a crash, each at most one maximal chunk.

@@ -33,6 +33,7 @@ use crate::limits::{
 };
 use crate::record::Record;
 use crate::segment::{Prepared, Segment, create_preallocated, install, prepare_zeroed};
+use crate::syncgate::{SyncPermit, SyncTicket};
 use crate::{Lsn, TxId, Version};
 
 /// One document operation, as the index needs it.
@@ -227,6 +228,8 @@ struct Flight {
     io: std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<()>>>>,
     /// Its outcome, once finished.
     done: Option<io::Result<()>>,
+    /// Its permit from the executor's sync gate, released as soon as its I/O ends.
+    sync: Option<SyncPermit>,
 }
 
 /// What the writer waits for while chunks are in flight.
@@ -247,6 +250,12 @@ enum Event {
 pub(crate) async fn run_writer(inner: Rc<Inner>) {
     let mut flights: VecDeque<Flight> = VecDeque::new();
     let mut permit = None;
+    // The executor's sync gate (`syncgate`), if any: each chunk in flight holds one of its
+    // permits. `turn` is this fragment's place in the gate's queue, `granted` a permit that
+    // came and no chunk uses yet. Records keep queueing while the turn waits.
+    let gate = inner.options.sync_gate.clone();
+    let mut turn: Option<SyncTicket> = None;
+    let mut granted: Option<SyncPermit> = None;
     loop {
         inner.in_flight.set(flights.len());
         let queued = {
@@ -264,19 +273,52 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
                 }
                 continue;
             }
-            match launch(&inner, flights.is_empty()).await {
-                Some(flight) => {
-                    if !flights.is_empty() {
-                        cov_mark::hit!(chunk_behind_a_sync);
-                        inner.io.pipelined();
+            if let Some(gate) = &gate
+                && granted.is_none()
+            {
+                if turn.is_none() {
+                    match gate.request() {
+                        Ok(p) => granted = Some(p),
+                        Err(t) => turn = Some(t),
                     }
-                    flights.push_back(flight);
+                }
+                if let Some(t) = turn.as_mut()
+                    && flights.is_empty()
+                {
+                    // Nothing of ours in flight to poll: wait for our turn (holding no permit).
+                    granted = Some(std::future::poll_fn(|cx| t.poll_permit(cx)).await);
+                    turn = None;
+                    cov_mark::hit!(sync_gate_waited);
                     continue;
                 }
-                // Nothing launched: a roll must wait for the chunks in flight, or the log failed.
-                None if flights.is_empty() => continue,
-                None => blocked = true,
             }
+            if turn.is_none() {
+                match launch(&inner, flights.is_empty()).await {
+                    Some(mut flight) => {
+                        flight.sync = granted.take();
+                        if !flights.is_empty() {
+                            cov_mark::hit!(chunk_behind_a_sync);
+                            inner.io.pipelined();
+                        }
+                        flights.push_back(flight);
+                        continue;
+                    }
+                    // Nothing launched: a roll must wait for the chunks in flight, or the log
+                    // failed. A permit nobody uses goes back to the gate.
+                    None if flights.is_empty() => {
+                        granted = None;
+                        continue;
+                    }
+                    None => {
+                        granted = None;
+                        blocked = true;
+                    }
+                }
+            }
+        } else {
+            // No chunk to start now: give up the place in the gate's queue and any permit.
+            turn = None;
+            granted = None;
         }
         if flights.is_empty() {
             drop(permit.take());
@@ -305,10 +347,23 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
             for f in flights.iter_mut().filter(|f| f.done.is_none()) {
                 if let Poll::Ready(result) = f.io.as_mut().poll(cx) {
                     f.done = Some(result);
+                    // Another fragment's chunk (or our next) may start now.
+                    drop(f.sync.take());
                 }
             }
             if flights.front().is_some_and(|f| f.done.is_some()) {
                 return Poll::Ready(Event::Synced);
+            }
+            if let Some(t) = turn.as_mut() {
+                if let Poll::Ready(p) = t.poll_permit(cx) {
+                    cov_mark::hit!(sync_gate_waited);
+                    granted = Some(p);
+                    turn = None;
+                    return Poll::Ready(Event::Queued);
+                }
+                // Our turn has not come: the queued records wait for it.
+                inner.writer_waker.set(Some(cx.waker().clone()));
+                return Poll::Pending;
             }
             let st = inner.st.borrow();
             if more && !st.queue.is_empty() && st.fatal.is_none() {
@@ -500,7 +555,7 @@ async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
     let how = if waves_split(inner) { ChunkIo::Now } else { ChunkIo::Ring };
     let io = Box::pin(async move { file.write_and_sync(buf, pos, how).await });
     let started = std::time::Instant::now();
-    Some(Flight { batch, spans, seg, pos, total, started, io, done: None })
+    Some(Flight { batch, spans, seg, pos, total, started, io, done: None, sync: None })
 }
 
 /// Applies a synced chunk's records, acknowledges them and wakes waiters. Called in log

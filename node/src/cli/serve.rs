@@ -191,12 +191,17 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     let metrics_listen = config.metrics_listen;
     let slow_statement = config.slow_statement;
     let segment_bytes = config.segment_bytes;
+    let max_syncs = config.max_syncs_per_executor;
+    let syncs = match max_syncs {
+        Some(n) => format!("max-syncs-per-executor {n}"),
+        None => "max-syncs-per-executor 0 (no limit)".to_owned(),
+    };
     let fragments = match shared.map() {
         Some(m) => format!("{} fragments", m.len()),
         None => "fragments from the cluster's shard map".to_owned(),
     };
     let summary = format!(
-        "tessera {} ready: listening on {listen}, {} executors, {fragments}, data directory {}",
+        "tessera {} ready: listening on {listen}, {} executors, {fragments}, {syncs}, data directory {}",
         env!("CARGO_PKG_VERSION"),
         config.executors,
         data.root().display()
@@ -224,7 +229,14 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
         move |ctx: ExecutorContext<Core>| {
             let mine = owned.get(ctx.index.get()).cloned().unwrap_or_default();
             let shared = Arc::clone(&init_shared);
-            async move { Core::open(ctx.index, shared, mine, segment_bytes).await }
+            async move {
+                // One gate per executor, shared by its fragments (storage::syncgate).
+                let gate = match max_syncs.map(storage::SyncGate::new).transpose() {
+                    Ok(gate) => gate,
+                    Err(e) => return Err(format!("max-syncs-per-executor: {e}")),
+                };
+                Core::open(ctx.index, shared, mine, segment_bytes, gate).await
+            }
         },
         move |core: Rc<Core>, ctx: ExecutorContext<Core>| {
             let pg = Rc::new(pg.clone());

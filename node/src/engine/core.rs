@@ -182,6 +182,8 @@ pub struct Core {
     /// Fragments being opened at runtime (a second open of one waits for the first).
     opening: RefCell<BTreeSet<FragmentId>>,
     segment_bytes: u64,
+    /// The gate on group commits in flight shared by this executor's fragments.
+    sync_gate: Option<storage::SyncGate>,
     counters: RefCell<BTreeMap<FragmentId, FragmentCounters>>,
     catalog_gate: glommio::sync::Semaphore,
     tx_counters: Cell<TxCounters>,
@@ -205,12 +207,17 @@ impl Core {
         shared: Arc<Shared>,
         owned: Vec<(FragmentId, ShardRange, std::path::PathBuf)>,
         segment_bytes: u64,
+        sync_gate: Option<storage::SyncGate>,
     ) -> Result<Core, String> {
         let mut fragments = BTreeMap::new();
         let mut pending: BTreeMap<TxId, PreparedTxn> = BTreeMap::new();
         for (id, range, dir) in owned {
             let started = Instant::now();
-            let options = FragmentOptions { segment_bytes, ..FragmentOptions::default() };
+            let options = FragmentOptions {
+                segment_bytes,
+                sync_gate: sync_gate.clone(),
+                ..FragmentOptions::default()
+            };
             let fragment = Fragment::open(&dir, id, range, options)
                 .await
                 .map_err(|e| format!("cannot open fragment {id} in {}: {e}", dir.display()))?;
@@ -244,6 +251,7 @@ impl Core {
             fenced: RefCell::default(),
             opening: RefCell::default(),
             segment_bytes,
+            sync_gate,
             counters: RefCell::default(),
             catalog_gate: glommio::sync::Semaphore::new(1),
             tx_counters: Cell::new(TxCounters::default()),
@@ -373,8 +381,11 @@ impl Core {
             return Err(EngineError::FragmentLifecycle(format!("fragment {id} is being opened")));
         }
         let dir = self.fragment_dir(id);
-        let options =
-            FragmentOptions { segment_bytes: self.segment_bytes, ..FragmentOptions::default() };
+        let options = FragmentOptions {
+            segment_bytes: self.segment_bytes,
+            sync_gate: self.sync_gate.clone(),
+            ..FragmentOptions::default()
+        };
         let opened = Fragment::open(&dir, id, range, options).await;
         self.opening.borrow_mut().remove(&id);
         let fragment = opened.map_err(|e| {

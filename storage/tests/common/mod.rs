@@ -87,7 +87,12 @@ pub fn options(segment_bytes: u64) -> FragmentOptions {
 }
 
 pub fn options_on(segment_bytes: u64, disk: Rc<dyn Disk>) -> FragmentOptions {
-    FragmentOptions { segment_bytes, compact_dead_bytes_min: u64::MAX, disk, split_waves: false }
+    FragmentOptions {
+        segment_bytes,
+        compact_dead_bytes_min: u64::MAX,
+        disk,
+        ..FragmentOptions::default()
+    }
 }
 
 pub async fn open(dir: &Path, options: FragmentOptions) -> Fragment {
