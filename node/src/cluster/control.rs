@@ -21,6 +21,7 @@ use crate::cluster::limits::{
     HANDOFF_RETRY_MS, HANDOFF_STATE_WAIT_MS, HANDOFF_TIMEOUT_MS, JOIN_WAIT_MS,
     PEER_CONNECTIONS_MAX, PEER_IDLE_TIMEOUT_MS, PEER_REACHABLE_WITHIN_MS, PEER_REQUEST_TIMEOUT_MS,
     RAFT_APPEND_ENTRIES_MAX, RAFT_SNAPSHOT_CHUNK_BYTES, REFUSALS_LOGGED_MAX,
+    RESHAPE_SOURCE_OPEN_WAIT_MS, RESHAPE_SOURCE_POLL_MS,
 };
 use crate::cluster::ops::{MoveError, MoveRequest, MoveResult, Op};
 use crate::cluster::peer::{PeerConn, PeerError, read_message, write_message};
@@ -1560,9 +1561,22 @@ async fn owner_side(ctx: &Ctx, reshape: u64) -> Message {
         if !ctx.state().reshapes.iter().any(|q| q.id == reshape) {
             return Err(format!("split or merge {reshape} ended while waiting to build"));
         }
-        handoff::run_reshape(host.as_ref(), r, &sources, &ctx.fenced)
-            .await
-            .map_err(|e| e.to_string())
+        let since = Instant::now();
+        loop {
+            match handoff::run_reshape(host.as_ref(), r, &sources, &ctx.fenced).await {
+                // A restarted owner's control plane can get here before its data path has
+                // opened the sources again: wait for them (bounded) instead of aborting. A
+                // build that failed on a source's fence or export did nothing a retry repeats
+                // wrongly (fences are idempotent, `create_empty` drops a partial copy).
+                Err(handoff::HostError::NotHere { fragment })
+                    if r.sources.contains(&fragment)
+                        && since.elapsed() < Duration::from_millis(RESHAPE_SOURCE_OPEN_WAIT_MS) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(RESHAPE_SOURCE_POLL_MS)).await;
+                }
+                other => return other.map_err(|e| e.to_string()),
+            }
+        }
     };
     match tokio::time::timeout(bound, build).await {
         Ok(Ok(docs)) => Message::ReshapeDone { reshape, docs },

@@ -107,6 +107,14 @@ pub const HANDOFF_FENCE_PREPARED_WAIT_MS: u64 = 30_000;
 /// Milliseconds between two looks at a fenced fragment's prepared transactions.
 pub const HANDOFF_FENCE_POLL_MS: u64 = 5;
 
+/// Milliseconds a split or merge's owner waits for its sources to be open (a restarted owner's
+/// control plane can drive the build before its data path has opened them again); past it the
+/// build fails and the split or merge is aborted.
+pub const RESHAPE_SOURCE_OPEN_WAIT_MS: u64 = 30_000;
+
+/// Milliseconds between two tries of a build whose source is not open yet.
+pub const RESHAPE_SOURCE_POLL_MS: u64 = 50;
+
 /// Milliseconds the coordinator waits after aborting a fragment's handoff before it begins
 /// another of that fragment (a lasting failure is retried at this pace, not every tick).
 pub const HANDOFF_RETRY_MS: u64 = 3_000;
