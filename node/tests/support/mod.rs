@@ -114,10 +114,21 @@ fn fresh_dir() -> PathBuf {
     dir
 }
 
-/// A loopback port that was free a moment ago.
+/// Ports this test process handed out. Binding port 0 and closing can give the same port
+/// twice in a row, so a test that takes several ports before starting its nodes (peer
+/// addresses) could give two nodes one port (seen in CI: "Address already in use").
+static HANDED_OUT: Mutex<std::collections::BTreeSet<u16>> =
+    Mutex::new(std::collections::BTreeSet::new());
+
+/// A loopback port that was free a moment ago and that this process never handed out before.
 fn free_port() -> u16 {
-    let probe = TcpListener::bind("127.0.0.1:0").expect("bind a probe listener");
-    probe.local_addr().expect("probe address").port()
+    loop {
+        let probe = TcpListener::bind("127.0.0.1:0").expect("bind a probe listener");
+        let port = probe.local_addr().expect("probe address").port();
+        if HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(port) {
+            return port;
+        }
+    }
 }
 
 /// A loopback port that was free a moment ago, for addresses a test must know before the node
