@@ -36,13 +36,22 @@ pub trait DiskFile {
     /// of the log. `how` is a hint (see [`ChunkIo`]); by default `write_at` then `fdatasync`.
     fn write_and_sync(&self, buf: DmaBuffer, offset: u64, how: ChunkIo) -> IoFuture<'_, ()> {
         let _ = how;
-        Box::pin(async move {
-            self.write_at(buf, offset).await?;
-            self.fdatasync().await
-        })
+        write_then_sync(self, buf, offset)
     }
     /// Closes the file.
     fn close(self: Rc<Self>) -> IoFuture<'static, ()>;
+}
+
+/// `write_at` then `fdatasync`: [`DiskFile::write_and_sync`]'s default, and `ChunkIo::Ring`.
+fn write_then_sync<F: DiskFile + ?Sized>(
+    file: &F,
+    buf: DmaBuffer,
+    offset: u64,
+) -> IoFuture<'_, ()> {
+    Box::pin(async move {
+        file.write_at(buf, offset).await?;
+        file.fdatasync().await
+    })
 }
 
 /// How [`DiskFile::write_and_sync`] runs a chunk's write and fdatasync on [`DmaDisk`].
@@ -78,17 +87,26 @@ pub struct DmaDisk;
 struct DmaDiskFile {
     file: DmaFile,
     /// The same open file (a dup of its descriptor) for `write_and_sync` on glommio's blocking
-    /// thread; shared with that thread, so it stays open until the thread is done with it.
-    sync_file: Arc<std::fs::File>,
+    /// thread, made on first use (`ChunkIo::Now` only); shared with that thread, so it stays
+    /// open until the thread is done with it.
+    sync_file: std::cell::OnceCell<Arc<std::fs::File>>,
 }
 
 impl DmaDiskFile {
-    fn new(file: DmaFile) -> io::Result<DmaDiskFile> {
+    fn new(file: DmaFile) -> DmaDiskFile {
+        DmaDiskFile { file, sync_file: std::cell::OnceCell::new() }
+    }
+
+    /// The dup of the descriptor for the blocking thread, made on first use.
+    fn sync_file(&self) -> io::Result<Arc<std::fs::File>> {
         use std::os::fd::{AsRawFd, BorrowedFd};
-        // SAFETY: `file` owns this descriptor and keeps it open for the duration of the call;
-        // the borrow ends with `try_clone_to_owned`, which dups it.
-        let dup = unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }.try_clone_to_owned()?;
-        Ok(DmaDiskFile { file, sync_file: Arc::new(std::fs::File::from(dup)) })
+        if let Some(file) = self.sync_file.get() {
+            return Ok(file.clone());
+        }
+        // SAFETY: `self.file` owns this descriptor and keeps it open for the duration of the
+        // call; the borrow ends with `try_clone_to_owned`, which dups it.
+        let dup = unsafe { BorrowedFd::borrow_raw(self.file.as_raw_fd()) }.try_clone_to_owned()?;
+        Ok(self.sync_file.get_or_init(|| Arc::new(std::fs::File::from(dup))).clone())
     }
 }
 
@@ -146,12 +164,12 @@ impl DiskFile for DmaDiskFile {
     /// executor through the writer's latency-sensitive task queue (`log::spawn_writer`).
     fn write_and_sync(&self, buf: DmaBuffer, offset: u64, how: ChunkIo) -> IoFuture<'_, ()> {
         if how == ChunkIo::Ring {
-            return Box::pin(async move {
-                self.write_at(buf, offset).await?;
-                self.fdatasync().await
-            });
+            return write_then_sync(self, buf, offset);
         }
-        let file = self.sync_file.clone();
+        let file = match self.sync_file() {
+            Ok(file) => file,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
         Box::pin(async move {
             let (addr, len) = (buf.as_ptr() as usize, buf.len());
             let done = Arc::new(AtomicBool::new(false));
@@ -243,7 +261,7 @@ impl Disk for DmaDisk {
                 .dma_open(&path)
                 .await
                 .map_err(io::Error::from)?;
-            Ok(Rc::new(DmaDiskFile::new(file)?) as Rc<dyn DiskFile>)
+            Ok(Rc::new(DmaDiskFile::new(file)) as Rc<dyn DiskFile>)
         })
     }
 
@@ -257,7 +275,7 @@ impl Disk for DmaDisk {
                 .dma_open(&path)
                 .await
                 .map_err(io::Error::from)?;
-            Ok(Rc::new(DmaDiskFile::new(file)?) as Rc<dyn DiskFile>)
+            Ok(Rc::new(DmaDiskFile::new(file)) as Rc<dyn DiskFile>)
         })
     }
 

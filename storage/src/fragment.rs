@@ -438,6 +438,44 @@ pub(crate) struct Inner {
     pub chunk_records: Cell<usize>,
 }
 
+/// Validates the document `lk` (`lock_key` of `collection` and `key`) one operation names:
+/// `Locked` when a transaction holds or has prepared it; with an `expected` version,
+/// `Conflict` when its current one is not that (this batch's earlier ops in `overlay` first,
+/// then the queued writes, then the durable index).
+fn validate_doc(
+    st: &State,
+    overlay: &HashMap<Rc<str>, Option<Version>>,
+    lk: &str,
+    collection: &str,
+    id: &str,
+    key: &str,
+    expected: Option<Version>,
+) -> Result<(), AppendError> {
+    if let Some(&txid) = st.locks.get(lk) {
+        return Err(AppendError::Locked {
+            collection: collection.to_owned(),
+            id: id.to_owned(),
+            txid,
+        });
+    }
+    let Some(expected) = expected else { return Ok(()) };
+    let current = match overlay.get(lk).or_else(|| st.pending.get(lk)) {
+        Some(v) => *v,
+        None => st.index.get(collection, key).map(|e| e.version),
+    };
+    let ok =
+        if expected == Version::ABSENT { current.is_none() } else { current == Some(expected) };
+    if !ok {
+        return Err(AppendError::Conflict {
+            collection: collection.to_owned(),
+            id: id.to_owned(),
+            expected,
+            found: current,
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn lock_key(collection: &str, key: &str) -> String {
     let mut k = String::with_capacity(collection.len() + key.len() + 1);
     k.push_str(collection);
@@ -639,32 +677,9 @@ impl Fragment {
             }
             let key = doc_key(id);
             let lk = lock_key(collection, &key);
-            if let Some(&holder) = st.locks.get(lk.as_str()) {
-                return Err(AppendError::Locked {
-                    collection: collection.clone(),
-                    id: id.clone(),
-                    txid: holder,
-                });
-            }
             // Queued writes count, as in `submit`: a hold must not pass on a version that a
             // write already on its way to the log replaces.
-            let current = match st.pending.get(lk.as_str()) {
-                Some(v) => *v,
-                None => st.index.get(collection, &key).map(|e| e.version),
-            };
-            let ok = if *expected_version == Version::ABSENT {
-                current.is_none()
-            } else {
-                current == Some(*expected_version)
-            };
-            if !ok {
-                return Err(AppendError::Conflict {
-                    collection: collection.clone(),
-                    id: id.clone(),
-                    expected: *expected_version,
-                    found: current,
-                });
-            }
+            validate_doc(&st, &HashMap::new(), &lk, collection, id, &key, Some(*expected_version))?;
             keys.push(lk);
         }
         drop(st);
@@ -792,33 +807,7 @@ impl Fragment {
                 lk.push_str(collection);
                 lk.push('\0');
                 lk.push_str(&key);
-                if let Some(&txid) = st.locks.get(lk.as_str()) {
-                    return Err(AppendError::Locked {
-                        collection: collection.clone(),
-                        id: id.clone(),
-                        txid,
-                    });
-                }
-                let current = match overlay.get(lk.as_str()).or_else(|| st.pending.get(lk.as_str()))
-                {
-                    Some(v) => *v,
-                    None => st.index.get(collection, &key).map(|e| e.version),
-                };
-                if let Some(expected) = expected {
-                    let ok = if expected == Version::ABSENT {
-                        current.is_none()
-                    } else {
-                        current == Some(expected)
-                    };
-                    if !ok {
-                        return Err(AppendError::Conflict {
-                            collection: collection.clone(),
-                            id: id.clone(),
-                            expected,
-                            found: current,
-                        });
-                    }
-                }
+                validate_doc(&st, &overlay, &lk, collection, id, &key, expected)?;
                 let Some(put) = put else {
                     read_locks.push(lk.clone());
                     continue;

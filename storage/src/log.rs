@@ -4,10 +4,12 @@
 //! and fdatasync are in flight wait in the queue and form the next chunk. A failed write or
 //! fdatasync is fatal: every waiting and future write fails with the reason, nothing is retried.
 //!
-//! On the real disk a chunk's write and fdatasync run on glommio's blocking thread
-//! (`DiskFile::write_and_sync`) and the writer task has a latency-sensitive task queue of its
-//! own (`spawn_writer`): a chunk starts while a wave of runnable writers is still running, and
-//! its completion interrupts that wave, instead of both waiting for the wave to end.
+//! With `FragmentOptions::split_waves` (off by default) the writer task has a latency-sensitive
+//! task queue of its own (`spawn_writer`), and while waves are split (`waves_split`) a chunk's
+//! write and fdatasync run on glommio's blocking thread (`DiskFile::write_and_sync`): a chunk
+//! starts while a wave of runnable writers is still running, and its completion interrupts that
+//! wave, instead of both waiting for the wave to end. Otherwise every chunk goes through the
+//! executor's io_uring.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -565,12 +567,15 @@ fn complete(inner: &Rc<Inner>, flight: Flight) {
     let Some(last) = batch.last() else { return };
     let took = started.elapsed();
     inner.io.synced(batch.len(), total, took);
-    let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-    let avg = inner.chunk_micros.get();
-    inner.chunk_micros.set(avg.saturating_sub(avg / 8).saturating_add(micros / 8));
-    // A decaying maximum: one small chunk (the first of a split wave) does not end splitting.
-    let big = inner.chunk_records.get();
-    inner.chunk_records.set(batch.len().max(big - big / 4));
+    if inner.writer_own_queue.get() {
+        // What `waves_split` decides on (only read when the writer has its own queue).
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let avg = inner.chunk_micros.get();
+        inner.chunk_micros.set(avg.saturating_sub(avg / 8).saturating_add(micros / 8));
+        // A decaying maximum: one small chunk (the first of a split wave) does not end splitting.
+        let big = inner.chunk_records.get();
+        inner.chunk_records.set(batch.len().max(big - big / 4));
+    }
     let mut st = inner.st.borrow_mut();
     for (p, span) in batch.iter().zip(&spans) {
         apply_effect(&mut st, &p.effect, &seg, *span);
