@@ -26,7 +26,7 @@ use storage::{AppendError, Fragment, FragmentOptions, TxId, Version, WriteBatch}
 use super::coordinator::coordinator_of;
 use super::coordinator::{Coordinator, DecisionRow, fault};
 use super::error::EngineError;
-use super::limits::{TXN_FRAGMENT_OPS_MAX, TXN_PREPARED_TIMEOUT, TXN_SWEEP_INTERVAL};
+use super::limits::{TXN_PREPARED_TIMEOUT, TXN_SWEEP_INTERVAL};
 use super::reader::FragmentReader;
 use super::shared::{CatalogView, Shared};
 use super::txn::{FragmentWrites, OverlayReader, ReadRecord};
@@ -576,13 +576,7 @@ impl Core {
                 let affected = intents.len() as u64;
                 (returning, rows_scanned, affected, batch_of(collection.as_str(), intents, config)?)
             };
-            if batch.len() > TXN_FRAGMENT_OPS_MAX {
-                return Err(EngineError::FragmentOpsLimit {
-                    fragment: id,
-                    ops: batch.len(),
-                    max: TXN_FRAGMENT_OPS_MAX,
-                });
-            }
+            super::txn::within_fragment_limit(id, &batch)?;
             if !batch.is_empty() {
                 let commit_started = Instant::now();
                 match fragment.apply(batch).await {

@@ -1479,15 +1479,7 @@ impl Session {
         let count = batches.len();
         let mut remote: Remote<forward::WireTxnTarget> = BTreeMap::new();
         for (fragment, batch) in batches {
-            // A writing fragment's batch is one storage record (a checks-only one is validated
-            // in slices, or held without a record): refused here with what to do about it.
-            if batch.writes() > 0 && batch.len() > TXN_FRAGMENT_OPS_MAX {
-                return Err(EngineError::FragmentOpsLimit {
-                    fragment,
-                    ops: batch.len(),
-                    max: TXN_FRAGMENT_OPS_MAX,
-                });
-            }
+            super::txn::within_fragment_limit(fragment, &batch)?;
             let owner = map.owner_of(fragment).ok_or_else(|| internal("fragment without owner"))?;
             if owner.node != me {
                 remote.entry(owner.node).or_default().push(wire_commit_target(txn, fragment));

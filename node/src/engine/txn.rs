@@ -28,7 +28,7 @@ use router::{FragmentId, ShardId, ShardRange};
 use storage::{ArchivedJsonValue, Version, WriteBatch};
 
 use super::error::EngineError;
-use super::limits::{TXN_READS_MAX, TXN_WRITES_MAX};
+use super::limits::{TXN_FRAGMENT_OPS_MAX, TXN_READS_MAX, TXN_WRITES_MAX};
 use super::reader::FragmentReader;
 
 /// The version an overlay reports for a document buffered by the transaction itself; an
@@ -445,6 +445,20 @@ impl<'f> FragmentSource for OverlayReader<'f> {
             }
         }
     }
+}
+
+/// A commit's batch on one fragment within `TXN_FRAGMENT_OPS_MAX`: a batch that writes is one
+/// storage record (a checks-only one is validated in slices, or held without a record), so
+/// past the limit the commit is refused before anything is written, saying what to do.
+pub fn within_fragment_limit(fragment: FragmentId, batch: &WriteBatch) -> Result<(), EngineError> {
+    if batch.writes() > 0 && batch.len() > TXN_FRAGMENT_OPS_MAX {
+        return Err(EngineError::FragmentOpsLimit {
+            fragment,
+            ops: batch.len(),
+            max: TXN_FRAGMENT_OPS_MAX,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
