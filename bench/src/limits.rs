@@ -114,3 +114,7 @@ pub const NULL_LOG_BLOCK_BYTES: u64 = 4096;
 
 /// Bytes of zeros written per call while preallocating a log file.
 pub const NULL_LOG_ZERO_CHUNK_BYTES: usize = 1 << 20;
+
+/// Slots of each glommio shared channel between an executor and the one that owns the
+/// node's one log (durable null server, `--logs one`): forwarded groups in flight.
+pub const NULL_LOG_CHANNEL_SLOTS: usize = 1024;

@@ -10,7 +10,9 @@
 //!   (the epoll loops) on a waker ([`GroupLog::synced`]).
 //! - [`LocalLog`]: one glommio executor's log (Tessera's model): `O_DIRECT` writes of whole
 //!   4 KiB blocks through [`glommio::io::DmaFile`] and `fdatasync`, led by the first writer
-//!   that finds no sync in flight.
+//!   that finds no sync in flight. For one log for the whole node, the other executors hold a
+//!   [`RemoteLog`] that forwards their groups over glommio shared channels to the owner
+//!   ([`serve_forwarded`]), which acknowledges them once synced.
 //!
 //! Both keep their place in the file with a [`Cursor`]: the file is a ring of
 //! [`NULL_LOG_BYTES`](crate::limits::NULL_LOG_BYTES) bytes (a recycled WAL segment), so a
@@ -477,6 +479,187 @@ impl Future for GroupDone<'_> {
     }
 }
 
+/// A write group forwarded to the executor that owns the node's one log: (records,
+/// statements, the sender's own ticket count up to and including them).
+pub type LogRequest = (Vec<u8>, u64, u64);
+
+/// The owner's answer: the sender's ticket count now durable, or why nothing will be.
+pub type LogAck = Result<u64, String>;
+
+/// The owner's side of one other executor's forwarding: appends each forwarded group to
+/// `log` and, once a sync covers it, acknowledges the sender's ticket count. Runs until the
+/// sender goes away.
+pub async fn serve_forwarded(
+    log: Rc<LocalLog>,
+    requests: glommio::channels::shared_channel::SharedReceiver<LogRequest>,
+    acks: glommio::channels::shared_channel::SharedSender<LogAck>,
+) {
+    let requests = requests.connect().await;
+    let acks = Rc::new(acks.connect().await);
+    while let Some((records, statements, upto)) = requests.recv().await {
+        let ticket = log.append(&records, statements);
+        let log = Rc::clone(&log);
+        let acks = Rc::clone(&acks);
+        glommio::spawn_local(async move {
+            let ack = log.commit(ticket).await.map(|()| upto).map_err(|e| e.to_string());
+            // The sender's executor is gone if this fails; there is nobody to tell.
+            let _ = acks.send(ack).await;
+        })
+        .detach();
+    }
+}
+
+#[derive(Debug, Default)]
+struct RemoteState {
+    pending: Vec<u8>,
+    pending_statements: u64,
+    appended: u64,
+    synced: u64,
+    /// Acknowledgements (or failures) received.
+    generation: u64,
+    /// Writers waiting for an acknowledgement.
+    wakers: Vec<Waker>,
+    /// The forwarder, waiting for pending records.
+    forwarder: Option<Waker>,
+    failed: Option<String>,
+}
+
+/// An executor's handle on a log another executor owns (one log for the node): writers
+/// append here; a forwarder task sends everything pending, as one group, over a glommio
+/// shared channel to the owner ([`serve_forwarded`]), and an acknowledgement task wakes the
+/// writers the owner's syncs covered.
+#[derive(Debug)]
+pub struct RemoteLog {
+    state: RefCell<RemoteState>,
+}
+
+impl RemoteLog {
+    /// Connects to the owner and starts the forwarder and acknowledgement tasks on the
+    /// current executor.
+    pub async fn start(
+        to_owner: glommio::channels::shared_channel::SharedSender<LogRequest>,
+        from_owner: glommio::channels::shared_channel::SharedReceiver<LogAck>,
+    ) -> Rc<RemoteLog> {
+        let log = Rc::new(RemoteLog { state: RefCell::new(RemoteState::default()) });
+        let to_owner = to_owner.connect().await;
+        let from_owner = from_owner.connect().await;
+        let forwarding = Rc::clone(&log);
+        glommio::spawn_local(async move {
+            loop {
+                let (records, statements, upto) = Pending { log: &forwarding }.await;
+                if to_owner.send((records, statements, upto)).await.is_err() {
+                    forwarding.fail("the log's executor is gone".into());
+                    return;
+                }
+            }
+        })
+        .detach();
+        let acknowledging = Rc::clone(&log);
+        glommio::spawn_local(async move {
+            loop {
+                match from_owner.recv().await {
+                    Some(Ok(upto)) => {
+                        let mut state = acknowledging.state.borrow_mut();
+                        state.synced = state.synced.max(upto);
+                        state.generation += 1;
+                        for waker in std::mem::take(&mut state.wakers) {
+                            waker.wake();
+                        }
+                    }
+                    Some(Err(reason)) => return acknowledging.fail(reason),
+                    None => return acknowledging.fail("the log's executor is gone".into()),
+                }
+            }
+        })
+        .detach();
+        log
+    }
+
+    fn fail(&self, reason: String) {
+        let mut state = self.state.borrow_mut();
+        state.failed.get_or_insert(reason);
+        state.generation += 1;
+        for waker in std::mem::take(&mut state.wakers) {
+            waker.wake();
+        }
+    }
+
+    /// Appends `records` (the bytes of `statements` write statements) for the forwarder.
+    pub fn append(&self, records: &[u8], statements: u64) -> Ticket {
+        let mut state = self.state.borrow_mut();
+        state.pending.extend_from_slice(records);
+        state.pending_statements += statements;
+        state.appended += statements;
+        if let Some(forwarder) = state.forwarder.take() {
+            forwarder.wake();
+        }
+        Ticket(state.appended)
+    }
+
+    /// Resolves once the owner acknowledged `ticket`.
+    pub async fn commit(&self, ticket: Ticket) -> Result<(), LogError> {
+        std::future::poll_fn(|cx| {
+            let mut state = self.state.borrow_mut();
+            if state.synced >= ticket.0 {
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(reason) = &state.failed {
+                return Poll::Ready(Err(LogError::Failed { reason: reason.clone() }));
+            }
+            state.wakers.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// The forwarder's wait for pending records: everything pending, as one group.
+struct Pending<'a> {
+    log: &'a RemoteLog,
+}
+
+impl Future for Pending<'_> {
+    type Output = LogRequest;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LogRequest> {
+        let mut state = self.log.state.borrow_mut();
+        if state.pending.is_empty() {
+            state.forwarder = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        let records = std::mem::take(&mut state.pending);
+        let statements = std::mem::take(&mut state.pending_statements);
+        Poll::Ready((records, statements, state.appended))
+    }
+}
+
+/// A glommio executor's log: its own, or its handle on the one another executor owns.
+#[derive(Clone, Debug)]
+pub enum ExecutorLog {
+    /// The executor writes and syncs the log itself.
+    Own(Rc<LocalLog>),
+    /// Another executor owns the log.
+    Remote(Rc<RemoteLog>),
+}
+
+impl ExecutorLog {
+    /// Appends `records` (the bytes of `statements` write statements).
+    pub fn append(&self, records: &[u8], statements: u64) -> Ticket {
+        match self {
+            ExecutorLog::Own(log) => log.append(records, statements),
+            ExecutorLog::Remote(log) => log.append(records, statements),
+        }
+    }
+
+    /// Resolves once `ticket` is durable.
+    pub async fn commit(&self, ticket: Ticket) -> Result<(), LogError> {
+        match self {
+            ExecutorLog::Own(log) => log.commit(ticket).await,
+            ExecutorLog::Remote(log) => log.commit(ticket).await,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -611,5 +794,52 @@ mod tests {
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(bytes.len() as u64, capacity);
         assert!(bytes.starts_with(b"first;second;third;\0"));
+    }
+
+    /// One log for two executors: the one that does not own it forwards its writers' groups
+    /// over shared channels; they are answered once the owner's sync covers them, and the
+    /// owner's file holds them.
+    #[test]
+    fn unit_remote_log_forwards_to_the_owner() {
+        use glommio::channels::shared_channel;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let capacity = 1 << 16;
+        prepare_file(&path, capacity).unwrap();
+        let stats = Arc::new(DurableStats::default());
+        let (to_owner, requests) = shared_channel::new_bounded(4);
+        let (acks, from_owner) = shared_channel::new_bounded(4);
+        let builder = || {
+            glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+                .io_memory(crate::limits::NULL_GLOMMIO_IO_MEMORY_BYTES)
+        };
+        let (owner_stats, owner_path) = (Arc::clone(&stats), path.clone());
+        let owner = builder()
+            .spawn(move || async move {
+                let log = LocalLog::open(&owner_path, capacity, owner_stats).await.unwrap();
+                serve_forwarded(log, requests, acks).await;
+            })
+            .unwrap();
+        let writer = builder()
+            .spawn(move || async move {
+                let log = RemoteLog::start(to_owner, from_owner).await;
+                let a = log.append(b"one;", 1);
+                let b = log.append(b"two;", 1);
+                log.commit(b).await.unwrap();
+                log.commit(a).await.unwrap();
+                let c = log.append(b"three;", 1);
+                log.commit(c).await.unwrap();
+                assert!(log.state.borrow().synced >= 3);
+            })
+            .unwrap();
+        writer.join().unwrap();
+        let (appended, synced, _, syncs) = stats.snapshot();
+        assert_eq!((appended, synced), (3, 3));
+        // "one;two;" were pending together when the forwarder ran; "three;" came later.
+        assert_eq!(syncs, 2);
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(bytes.starts_with(b"one;two;three;\0"));
+        // The owner serves until the process ends (as in the server).
+        drop(owner);
     }
 }

@@ -23,7 +23,8 @@
 //! that covers it (`null_log`): the threads flavour has one log with a syncer thread
 //! (PostgreSQL's WAL writer), the epoll flavour one per loop or one for all, each with its
 //! syncer thread, and the glommio flavour one per executor, written with `O_DIRECT` and
-//! synced through io_uring by the executor itself (as Tessera's storage does).
+//! synced through io_uring by the executor itself (as Tessera's storage does), or one for
+//! the node, owned by executor 0, the others forwarding their groups to it.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -36,10 +37,14 @@ use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::limits::{
-    NULL_FRAME_BYTES_MAX, NULL_GLOMMIO_IO_MEMORY_BYTES, NULL_LOG_BLOCK_BYTES, NULL_LOOPS_MAX,
-    NULL_READ_BYTES, NULL_STATEMENTS_MAX,
+    NULL_FRAME_BYTES_MAX, NULL_GLOMMIO_IO_MEMORY_BYTES, NULL_LOG_BLOCK_BYTES,
+    NULL_LOG_CHANNEL_SLOTS, NULL_LOOPS_MAX, NULL_READ_BYTES, NULL_STATEMENTS_MAX,
 };
-use crate::null_log::{DurableStats, FileSink, GroupLog, LocalLog, LogError, prepare_file};
+use crate::null_log::{
+    DurableStats, ExecutorLog, FileSink, GroupLog, LocalLog, LogAck, LogError, LogRequest,
+    RemoteLog, prepare_file, serve_forwarded,
+};
+use glommio::channels::shared_channel;
 
 /// The canned reply's `id` column.
 pub const CANNED_ID: &str = "10000";
@@ -86,7 +91,8 @@ pub enum Flavor {
 pub enum Logs {
     /// One log per epoll loop or glommio executor (the threads flavour always has one).
     PerLoop,
-    /// One log for the whole server (epoll and threads flavours).
+    /// One log for the whole server: a syncer thread (threads, epoll), or glommio executor
+    /// 0's log, to which the other executors forward their groups over shared channels.
     One,
 }
 
@@ -563,15 +569,7 @@ pub fn spawn_durable(
         std::fs::create_dir_all(&durable.dir)?;
     }
     if let Flavor::Glommio { executors } = flavor {
-        let logs = match durable {
-            None => None,
-            Some(Durable { logs: Logs::One, .. }) => {
-                return Err(NullServerError::Unsupported(
-                    "the glommio model keeps one log per executor (--logs per-loop)",
-                ));
-            }
-            Some(durable) => Some((durable.dir.clone(), durable.log_bytes)),
-        };
+        let logs = durable.map(|d| (d.dir.clone(), d.log_bytes, d.logs));
         let addr = spawn_glommio(addr, executors, logs, Arc::clone(&stats))?;
         return Ok(Spawned { addr, stats });
     }
@@ -737,40 +735,68 @@ async fn serve_async(
 
 /// Starts `executors` glommio executors one after the other, each binding its own listener
 /// on the address the first one bound (glommio sets SO_REUSEPORT, so the kernel spreads
-/// connections over them, as for Tessera's executors). With `logs` (a directory and a log
-/// size), executor `n` logs to `null-log-<n>` in that directory.
+/// connections over them, as for Tessera's executors). With `logs` (a directory, a log size
+/// and a layout), executor `n` logs to `null-log-<n>` in that directory, or with
+/// [`Logs::One`] every executor to executor 0's `null-log-0`.
 fn spawn_glommio(
     addr: SocketAddr,
     executors: usize,
-    logs: Option<(PathBuf, u64)>,
+    logs: Option<(PathBuf, u64, Logs)>,
     stats: Arc<DurableStats>,
 ) -> Result<SocketAddr, NullServerError> {
-    let mut addr = addr;
-    for index in 0..executors {
-        let log_path = match &logs {
-            Some((dir, bytes)) => {
+    let mut plans: Vec<LogPlan> = Vec::with_capacity(executors);
+    match logs {
+        None => plans.resize_with(executors, || LogPlan::None),
+        Some((dir, bytes, Logs::PerLoop)) => {
+            for index in 0..executors {
                 let path = dir.join(format!("null-log-{index}"));
-                prepare_file(&path, *bytes)?;
-                Some((path, *bytes))
+                prepare_file(&path, bytes)?;
+                plans.push(LogPlan::Own { path, bytes, peers: Vec::new() });
             }
-            None => None,
-        };
+        }
+        Some((dir, bytes, Logs::One)) => {
+            let path = dir.join("null-log-0");
+            prepare_file(&path, bytes)?;
+            let mut peers = Vec::new();
+            let mut remotes = Vec::new();
+            for _ in 1..executors {
+                let (to_owner, requests) = shared_channel::new_bounded(NULL_LOG_CHANNEL_SLOTS);
+                let (acks, from_owner) = shared_channel::new_bounded(NULL_LOG_CHANNEL_SLOTS);
+                peers.push((requests, acks));
+                remotes.push(LogPlan::Remote { to_owner, from_owner });
+            }
+            plans.push(LogPlan::Own { path, bytes, peers });
+            plans.extend(remotes);
+        }
+    }
+    let mut addr = addr;
+    for (index, plan) in plans.into_iter().enumerate() {
         let stats = Arc::clone(&stats);
         let (bound_tx, bound_rx) = std::sync::mpsc::channel::<Result<SocketAddr, String>>();
         let builder = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
             .name(&format!("null-glommio-{index}"))
             .io_memory(NULL_GLOMMIO_IO_MEMORY_BYTES);
         let spawned = builder.spawn(move || async move {
-            let log = match log_path {
-                Some((path, bytes)) => match LocalLog::open(&path, bytes, Arc::clone(&stats)).await
-                {
-                    Ok(log) => Some(log),
-                    Err(e) => {
-                        let _ = bound_tx.send(Err(e.to_string()));
-                        return;
+            let log = match plan {
+                LogPlan::None => None,
+                LogPlan::Own { path, bytes, peers } => {
+                    match LocalLog::open(&path, bytes, Arc::clone(&stats)).await {
+                        Ok(log) => {
+                            for (requests, acks) in peers {
+                                let log = Rc::clone(&log);
+                                glommio::spawn_local(serve_forwarded(log, requests, acks)).detach();
+                            }
+                            Some(ExecutorLog::Own(log))
+                        }
+                        Err(e) => {
+                            let _ = bound_tx.send(Err(e.to_string()));
+                            return;
+                        }
                     }
-                },
-                None => None,
+                }
+                LogPlan::Remote { to_owner, from_owner } => {
+                    Some(ExecutorLog::Remote(RemoteLog::start(to_owner, from_owner).await))
+                }
             };
             let listener = match glommio::net::TcpListener::bind(addr) {
                 Ok(listener) => listener,
@@ -811,9 +837,27 @@ fn spawn_glommio(
     Ok(addr)
 }
 
+/// A glommio executor's part in the durable logs.
+enum LogPlan {
+    /// Not durable.
+    None,
+    /// Owns a log; `peers` are the channels of the executors that forward to it.
+    Own {
+        path: PathBuf,
+        bytes: u64,
+        peers:
+            Vec<(shared_channel::SharedReceiver<LogRequest>, shared_channel::SharedSender<LogAck>)>,
+    },
+    /// Forwards to the executor that owns the log.
+    Remote {
+        to_owner: shared_channel::SharedSender<LogRequest>,
+        from_owner: shared_channel::SharedReceiver<LogAck>,
+    },
+}
+
 async fn serve_glommio(
     mut stream: glommio::net::TcpStream,
-    log: Option<Rc<LocalLog>>,
+    log: Option<ExecutorLog>,
     stats: &DurableStats,
 ) -> Result<(), NullServerError> {
     use futures_lite::{AsyncReadExt as _, AsyncWriteExt as _};
