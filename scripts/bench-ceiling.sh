@@ -7,7 +7,8 @@
 #
 # For the write workloads (insert, upsert) the null servers run with `--durable`: every write
 # statement is appended to a preallocated log and answered only after a group-committed
-# fdatasync that covers it (threads: one log and a syncer thread; epoll: a log and syncer
+# fdatasync that covers it (threads: one log and a syncer thread, buffered writes as
+# PostgreSQL's WAL or O_DIRECT with null-threads-direct; epoll: a log and syncer
 # thread per loop, or with null-epoll2-one one for both loops; glommio: an O_DIRECT log per
 # executor synced through io_uring, or with null-glommio2-one one log on executor 0 that
 # executor 1 forwards its groups to over glommio shared channels). Reads never touch the log, so point-read numbers are
@@ -36,7 +37,9 @@
 #   CEIL_TARGETS     targets in order (default "postgres null-threads null-epoll1 null-epoll2
 #                    null-glommio2" and the names of TESSERA_VARIANTS; null-glommio1,
 #                    null-epoll2-one and null-glommio2-one (durable: one log for both loops or
-#                    executors; glommio's executor 1 forwards to executor 0) exist too)
+#                    executors; glommio's executor 1 forwards to executor 0),
+#                    null-threads-direct and null-epoll2-direct (durable: O_DIRECT log writes
+#                    rather than buffered ones, as glommio's) exist too)
 #   TESSERA_VARIANTS ';'-separated "NAME BIN [serve args...]" (default
 #                    "tessera target/release/tessera"); each gets its own data directory
 #   NULL_BIN         the null server (default target/release/pg-null-server)
@@ -124,13 +127,15 @@ pg_pid=$(head -n 1 "$work/pg/data/postmaster.pid" 2>/dev/null || true)
 [ -n "$pg_pid" ] || pg_pid=$(pgrep -f "postgres -D $work/pg" | head -n 1)
 echo "$name: PostgreSQL at $pg_url (postmaster $pg_pid)"
 
-for flavor in threads epoll1 epoll2 epoll2-one glommio1 glommio2 glommio2-one; do
+for flavor in threads threads-direct epoll1 epoll2 epoll2-one epoll2-direct glommio1 glommio2 glommio2-one; do
   t=null-$flavor
   case $flavor in
     threads) args=(--model threads) ;;
+    threads-direct) args=(--model threads --direct) ;;
     epoll1) args=(--model epoll --loops 1) ;;
     epoll2) args=(--model epoll --loops 2) ;;
     epoll2-one) args=(--model epoll --loops 2 --logs one) ;;
+    epoll2-direct) args=(--model epoll --loops 2 --direct) ;;
     glommio1) args=(--model glommio --loops 1) ;;
     glommio2) args=(--model glommio --loops 2) ;;
     glommio2-one) args=(--model glommio --loops 2 --logs one) ;;

@@ -103,6 +103,9 @@ pub struct Durable {
     pub dir: PathBuf,
     /// One log per loop or one for all.
     pub logs: Logs,
+    /// The syncer-thread logs (threads, epoll) write with `O_DIRECT` rather than buffered
+    /// (glommio's logs are always `O_DIRECT`).
+    pub direct: bool,
     /// Size of each log file (a ring), a multiple of [`NULL_LOG_BLOCK_BYTES`];
     /// [`NULL_LOG_BYTES`](crate::limits::NULL_LOG_BYTES) for a benchmark.
     pub log_bytes: u64,
@@ -584,7 +587,7 @@ pub fn spawn_durable(
         for index in 0..log_count {
             let path = durable.dir.join(format!("null-log-{index}"));
             prepare_file(&path, durable.log_bytes)?;
-            let sink = FileSink::open(&path)?;
+            let sink = FileSink::open(&path, durable.direct)?;
             let name = format!("null-syncer-{index}");
             logs.push(GroupLog::start(sink, durable.log_bytes, name, Arc::clone(&stats))?);
         }

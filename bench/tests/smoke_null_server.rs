@@ -110,24 +110,26 @@ fn smoke_psql_and_pgbench_prepared_point_read() {
 }
 
 /// The durable flavours: every model and log layout the null server offers.
-fn durable_flavors() -> [(Flavor, Logs); 8] {
+fn durable_flavors() -> [(Flavor, Logs, bool); 10] {
     [
-        (Flavor::Threads, Logs::One),
-        (Flavor::Epoll { loops: 1 }, Logs::PerLoop),
-        (Flavor::Epoll { loops: 2 }, Logs::PerLoop),
-        (Flavor::Epoll { loops: 2 }, Logs::One),
-        (Flavor::Glommio { executors: 1 }, Logs::PerLoop),
-        (Flavor::Glommio { executors: 2 }, Logs::PerLoop),
-        (Flavor::Glommio { executors: 1 }, Logs::One),
-        (Flavor::Glommio { executors: 2 }, Logs::One),
+        (Flavor::Threads, Logs::One, false),
+        (Flavor::Threads, Logs::One, true),
+        (Flavor::Epoll { loops: 1 }, Logs::PerLoop, false),
+        (Flavor::Epoll { loops: 2 }, Logs::PerLoop, false),
+        (Flavor::Epoll { loops: 2 }, Logs::One, false),
+        (Flavor::Epoll { loops: 2 }, Logs::PerLoop, true),
+        (Flavor::Glommio { executors: 1 }, Logs::PerLoop, true),
+        (Flavor::Glommio { executors: 2 }, Logs::PerLoop, true),
+        (Flavor::Glommio { executors: 1 }, Logs::One, true),
+        (Flavor::Glommio { executors: 2 }, Logs::One, true),
     ]
 }
 
 /// A small ring: tests write a few hundred records.
 const TEST_LOG_BYTES: u64 = 1 << 20;
 
-fn start_durable(flavor: Flavor, logs: Logs, dir: &std::path::Path) -> Spawned {
-    let durable = Durable { dir: dir.to_owned(), logs, log_bytes: TEST_LOG_BYTES };
+fn start_durable(flavor: Flavor, logs: Logs, direct: bool, dir: &std::path::Path) -> Spawned {
+    let durable = Durable { dir: dir.to_owned(), logs, direct, log_bytes: TEST_LOG_BYTES };
     spawn_durable("127.0.0.1:0".parse().unwrap(), flavor, Some(&durable))
         .expect("binding a loopback port and preparing the logs")
 }
@@ -137,9 +139,9 @@ fn start_durable(flavor: Flavor, logs: Logs, dir: &std::path::Path) -> Spawned {
 /// statements.
 #[tokio::test]
 async fn smoke_durable_answer_follows_its_fdatasync() {
-    for (flavor, logs) in durable_flavors() {
+    for (flavor, logs, direct) in durable_flavors() {
         let dir = tempfile::tempdir().unwrap();
-        let server = start_durable(flavor, logs, dir.path());
+        let server = start_durable(flavor, logs, direct, dir.path());
         let addr = server.addr;
         let url = format!("postgres://bench@{}:{}/bench", addr.ip(), addr.port());
         let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
@@ -177,9 +179,9 @@ async fn smoke_durable_answer_follows_its_fdatasync() {
 #[test]
 fn smoke_durable_pgbench_insert_and_upsert() {
     let root = common::repo_root();
-    for (flavor, logs) in durable_flavors() {
+    for (flavor, logs, direct) in durable_flavors() {
         let dir = tempfile::tempdir().unwrap();
-        let server = start_durable(flavor, logs, dir.path());
+        let server = start_durable(flavor, logs, direct, dir.path());
         let port = server.addr.port().to_string();
         let mut transactions = 0;
         for script in ["tessera-insert.sql", "tessera-upsert.sql"] {
@@ -213,7 +215,8 @@ fn smoke_durable_pgbench_insert_and_upsert() {
 #[test]
 fn smoke_durable_log_size_must_be_whole_blocks() {
     let dir = tempfile::tempdir().unwrap();
-    let durable = Durable { dir: dir.path().to_owned(), logs: Logs::One, log_bytes: 1000 };
+    let durable =
+        Durable { dir: dir.path().to_owned(), logs: Logs::One, direct: false, log_bytes: 1000 };
     let spawned = spawn_durable("127.0.0.1:0".parse().unwrap(), Flavor::Threads, Some(&durable));
     assert!(matches!(spawned, Err(NullServerError::LogBytes { bytes: 1000 })));
 }

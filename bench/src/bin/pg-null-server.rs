@@ -50,6 +50,10 @@ struct Cli {
     /// With --durable: one log per loop or executor, or one for the server.
     #[arg(long, value_enum, default_value = "per-loop")]
     logs: LogLayout,
+    /// With --durable: the threads and epoll models write their logs with O_DIRECT rather
+    /// than buffered (glommio always does).
+    #[arg(long)]
+    direct: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -63,14 +67,16 @@ fn main() -> anyhow::Result<()> {
         LogLayout::PerLoop => Logs::PerLoop,
         LogLayout::One => Logs::One,
     };
-    let durable = cli.durable.map(|dir| Durable { dir, logs, log_bytes: NULL_LOG_BYTES });
+    let durable =
+        cli.durable.map(|dir| Durable { dir, logs, direct: cli.direct, log_bytes: NULL_LOG_BYTES });
     let spawned = spawn_durable(cli.listen, flavor, durable.as_ref())
         .with_context(|| format!("listening on {}", cli.listen))?;
     let bound = spawned.addr;
     match &durable {
         Some(d) => eprintln!(
-            "ready: listening on {bound} ({flavor:?}, durable {:?} in {})",
+            "ready: listening on {bound} ({flavor:?}, durable {:?}{} in {})",
             d.logs,
+            if d.direct { ", O_DIRECT" } else { "" },
             d.dir.display()
         ),
         None => eprintln!("ready: listening on {bound} ({flavor:?})"),
