@@ -12,6 +12,7 @@ pub mod error;
 pub mod hist;
 pub mod layout;
 pub mod limits;
+pub mod null_log;
 pub mod null_server;
 pub mod ops;
 pub mod plot;

@@ -16,17 +16,35 @@
 //! - [`Flavor::Glommio`]: `executors` glommio executors, each with its own SO_REUSEPORT
 //!   listener and one task per connection: Tessera's I/O model (`node::pg::accept_loop`)
 //!   with none of its work, so Tessera minus this is what the node itself costs.
+//!
+//! Write statements (INSERT, UPDATE, DELETE; pgbench's insert and upsert scripts) get no row
+//! but their command tag. With [`Durable`] ([`spawn_durable`], `pg-null-server --durable`)
+//! each one is also appended to a log and answered only after a group-committed fdatasync
+//! that covers it (`null_log`): the threads flavour has one log with a syncer thread
+//! (PostgreSQL's WAL writer), the epoll flavour one per loop or one for all, each with its
+//! syncer thread, and the glommio flavour one per executor, written with `O_DIRECT` and
+//! synced through io_uring by the executor itself (as Tessera's storage does), or one for
+//! the node, owned by executor 0, the others forwarding their groups to it.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::limits::{
-    NULL_FRAME_BYTES_MAX, NULL_GLOMMIO_IO_MEMORY_BYTES, NULL_LOOPS_MAX, NULL_READ_BYTES,
-    NULL_STATEMENTS_MAX,
+    NULL_FRAME_BYTES_MAX, NULL_GLOMMIO_IO_MEMORY_BYTES, NULL_LOG_BLOCK_BYTES,
+    NULL_LOG_CHANNEL_SLOTS, NULL_LOOPS_MAX, NULL_READ_BYTES, NULL_STATEMENTS_MAX,
 };
+use crate::null_log::{
+    DurableStats, ExecutorLog, FileSink, GroupLog, LocalLog, LogAck, LogError, LogRequest,
+    RemoteLog, prepare_file, serve_forwarded,
+};
+use glommio::channels::shared_channel;
 
 /// The canned reply's `id` column.
 pub const CANNED_ID: &str = "10000";
@@ -66,6 +84,40 @@ pub enum Flavor {
         /// Number of executors, 1..=[`NULL_LOOPS_MAX`].
         executors: usize,
     },
+}
+
+/// How many logs a durable null server keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logs {
+    /// One log per epoll loop or glommio executor (the threads flavour always has one).
+    PerLoop,
+    /// One log for the whole server: a syncer thread (threads, epoll), or glommio executor
+    /// 0's log, to which the other executors forward their groups over shared channels.
+    One,
+}
+
+/// Where and how a durable null server logs its write statements.
+#[derive(Clone, Debug)]
+pub struct Durable {
+    /// Directory for the log files (`null-log-<n>`), created if missing.
+    pub dir: PathBuf,
+    /// One log per loop or one for all.
+    pub logs: Logs,
+    /// The syncer-thread logs (threads, epoll) write with `O_DIRECT` rather than buffered
+    /// (glommio's logs are always `O_DIRECT`).
+    pub direct: bool,
+    /// Size of each log file (a ring), a multiple of [`NULL_LOG_BLOCK_BYTES`];
+    /// [`NULL_LOG_BYTES`](crate::limits::NULL_LOG_BYTES) for a benchmark.
+    pub log_bytes: u64,
+}
+
+/// A running null server.
+#[derive(Debug)]
+pub struct Spawned {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// Its logs' counters (all zero unless durable).
+    pub stats: Arc<DurableStats>,
 }
 
 /// Why a connection (or the server) stopped.
@@ -109,6 +161,18 @@ pub enum NullServerError {
         /// What was asked for.
         loops: usize,
     },
+    /// A durable write was not made durable.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// A log size that is zero or not a multiple of [`NULL_LOG_BLOCK_BYTES`].
+    #[error("log size {bytes} is not a positive multiple of {NULL_LOG_BLOCK_BYTES}")]
+    LogBytes {
+        /// What was asked for.
+        bytes: u64,
+    },
+    /// A combination of model and log layout the null server does not offer.
+    #[error("{0}")]
+    Unsupported(&'static str),
     /// A glommio executor could not start or bind.
     #[error("glommio executor {index}: {reason}")]
     Glommio {
@@ -128,16 +192,84 @@ pub enum Step {
     Close,
 }
 
+/// A write statement's kind, by its first keyword.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WriteKind {
+    Insert,
+    Update,
+    Delete,
+}
+
+impl WriteKind {
+    /// The kind of `sql` if it is a write statement.
+    fn of(sql: &[u8]) -> Option<WriteKind> {
+        let start = sql.iter().position(|b| !b.is_ascii_whitespace() && *b != b'(')?;
+        let word: Vec<u8> = sql[start..]
+            .iter()
+            .take_while(|b| b.is_ascii_alphabetic())
+            .map(u8::to_ascii_uppercase)
+            .collect();
+        match word.as_slice() {
+            b"INSERT" => Some(WriteKind::Insert),
+            b"UPDATE" => Some(WriteKind::Update),
+            b"DELETE" => Some(WriteKind::Delete),
+            _ => None,
+        }
+    }
+
+    fn tag(self) -> &'static [u8] {
+        match self {
+            WriteKind::Insert => b"INSERT 0 1",
+            WriteKind::Update => b"UPDATE 1",
+            WriteKind::Delete => b"DELETE 1",
+        }
+    }
+}
+
+/// A prepared statement: its parameter count and, for a write, its kind and text.
+#[derive(Debug)]
+struct Prepared {
+    params: u16,
+    write: Option<(WriteKind, Vec<u8>)>,
+}
+
+/// The last bound portal: its name, its statement's name and the Bind body (parameters).
+#[derive(Debug, Default)]
+struct Portal {
+    name: Vec<u8>,
+    statement: Vec<u8>,
+    bind: Vec<u8>,
+}
+
 /// One connection's protocol state, independent of how bytes move.
 #[derive(Debug, Default)]
 pub struct Protocol {
     /// The StartupMessage was answered.
     started: bool,
-    /// Parameter count of each prepared statement, by name ("" is the unnamed one).
-    params_of: HashMap<Vec<u8>, u16>,
+    /// Each prepared statement, by name ("" is the unnamed one).
+    params_of: HashMap<Vec<u8>, Prepared>,
+    /// The last Bind (pgbench and drivers use the unnamed portal, one at a time).
+    portal: Portal,
+    /// Records of the write statements answered since [`Protocol::clear_writes`]: each
+    /// statement's text, then for a prepared one its Bind body.
+    writes: Vec<u8>,
+    /// How many write statements `writes` holds.
+    write_count: u64,
 }
 
 impl Protocol {
+    /// The write statements answered since the last [`Protocol::clear_writes`]: their
+    /// records and how many. A durable server makes them durable before sending the answer.
+    pub fn writes(&self) -> (&[u8], u64) {
+        (&self.writes, self.write_count)
+    }
+
+    /// Forgets the write statements (once they are durable, or in a server that is not).
+    pub fn clear_writes(&mut self) {
+        self.writes.clear();
+        self.write_count = 0;
+    }
+
     /// Answers every complete frame at the front of `input` (removing them) into `out`.
     pub fn answer(
         &mut self,
@@ -236,27 +368,58 @@ impl Protocol {
                 {
                     return Err(NullServerError::Statements);
                 }
-                self.params_of.insert(name.to_vec(), highest_parameter(sql));
+                let write = WriteKind::of(sql).map(|kind| (kind, sql.to_vec()));
+                let prepared = Prepared { params: highest_parameter(sql), write };
+                self.params_of.insert(name.to_vec(), prepared);
                 message(out, b'1', |_| {});
             }
-            b'B' => message(out, b'2', |_| {}),
+            b'B' => {
+                let (portal, rest) = split_cstring(body).ok_or(malformed)?;
+                let (statement, _) =
+                    split_cstring(rest).ok_or(NullServerError::Malformed { tag })?;
+                self.portal.name.clear();
+                self.portal.name.extend_from_slice(portal);
+                self.portal.statement.clear();
+                self.portal.statement.extend_from_slice(statement);
+                self.portal.bind.clear();
+                self.portal.bind.extend_from_slice(body);
+                message(out, b'2', |_| {});
+            }
             b'D' => {
                 let (&kind, rest) = body.split_first().ok_or(malformed)?;
                 let (name, _) = split_cstring(rest).ok_or(NullServerError::Malformed { tag })?;
-                if kind == b'S' {
-                    let params = self.params_of.get(name).copied().unwrap_or(0);
+                let write = if kind == b'S' {
+                    let prepared = self.params_of.get(name);
+                    let params = prepared.map_or(0, |p| p.params);
                     message(out, b't', |m| {
                         m.extend_from_slice(&params.to_be_bytes());
                         for _ in 0..params {
                             m.extend_from_slice(&TEXT_OID.to_be_bytes());
                         }
                     });
+                    prepared.is_some_and(|p| p.write.is_some())
+                } else {
+                    self.bound_write(name).is_some()
+                };
+                if write {
+                    // NoData: a write statement returns no rows.
+                    message(out, b'n', |_| {});
+                } else {
+                    row_description(out);
                 }
-                row_description(out);
             }
             b'E' => {
-                data_row(out);
-                command_complete(out);
+                let (portal, _) = split_cstring(body).ok_or(malformed)?;
+                match self.bound_write(portal) {
+                    Some(kind) => {
+                        self.record_bound_write();
+                        message(out, b'C', |m| cstring(m, kind.tag()));
+                    }
+                    None => {
+                        data_row(out);
+                        command_complete(out);
+                    }
+                }
             }
             b'S' => ready(out),
             // Flush: the caller writes what is pending anyway once the input runs dry.
@@ -266,6 +429,10 @@ impl Protocol {
                 let (sql, _) = split_cstring(body).ok_or(malformed)?;
                 if sql.iter().all(|b| b.is_ascii_whitespace() || *b == b';') {
                     message(out, b'I', |_| {});
+                } else if let Some(kind) = WriteKind::of(sql) {
+                    self.writes.extend_from_slice(sql);
+                    self.write_count += 1;
+                    message(out, b'C', |m| cstring(m, kind.tag()));
                 } else {
                     row_description(out);
                     data_row(out);
@@ -277,6 +444,29 @@ impl Protocol {
             tag => return Err(NullServerError::Message { tag }),
         }
         Ok(Step::Continue)
+    }
+}
+
+impl Protocol {
+    /// The kind of the write statement bound to `portal`, if the last Bind named it and its
+    /// statement is a write.
+    fn bound_write(&self, portal: &[u8]) -> Option<WriteKind> {
+        if self.portal.name != portal {
+            return None;
+        }
+        let prepared = self.params_of.get(&self.portal.statement)?;
+        prepared.write.as_ref().map(|(kind, _)| *kind)
+    }
+
+    /// Adds the bound write's record: its statement's text and the Bind body.
+    fn record_bound_write(&mut self) {
+        if let Some(Prepared { write: Some((_, sql)), .. }) =
+            self.params_of.get(&self.portal.statement)
+        {
+            self.writes.extend_from_slice(sql);
+            self.writes.extend_from_slice(&self.portal.bind);
+            self.write_count += 1;
+        }
     }
 }
 
@@ -356,25 +546,65 @@ fn command_complete(out: &mut Vec<u8>) {
 }
 
 /// Binds `addr` and serves it in background threads; returns the bound address. The server
-/// runs until the process ends.
+/// runs until the process ends. Write statements are answered at once (not durable).
 pub fn spawn(addr: SocketAddr, flavor: Flavor) -> Result<SocketAddr, NullServerError> {
+    spawn_durable(addr, flavor, None).map(|spawned| spawned.addr)
+}
+
+/// As [`spawn`], and with `durable` every write statement is answered only after a
+/// group-committed fdatasync of a log that covers it.
+pub fn spawn_durable(
+    addr: SocketAddr,
+    flavor: Flavor,
+    durable: Option<&Durable>,
+) -> Result<Spawned, NullServerError> {
     if let Flavor::Epoll { loops } | Flavor::Glommio { executors: loops } = flavor
         && !(1..=NULL_LOOPS_MAX).contains(&loops)
     {
         return Err(NullServerError::Loops { loops });
     }
+    let stats = Arc::new(DurableStats::default());
+    if let Some(durable) = durable {
+        let bytes = durable.log_bytes;
+        if bytes == 0 || bytes % NULL_LOG_BLOCK_BYTES != 0 {
+            return Err(NullServerError::LogBytes { bytes });
+        }
+        std::fs::create_dir_all(&durable.dir)?;
+    }
     if let Flavor::Glommio { executors } = flavor {
-        return spawn_glommio(addr, executors);
+        let logs = durable.map(|d| (d.dir.clone(), d.log_bytes, d.logs));
+        let addr = spawn_glommio(addr, executors, logs, Arc::clone(&stats))?;
+        return Ok(Spawned { addr, stats });
+    }
+    // The syncer-thread logs of the threads and epoll flavours: one per loop or one in all.
+    let log_count = match (flavor, durable) {
+        (_, None) => 0,
+        (Flavor::Epoll { loops }, Some(Durable { logs: Logs::PerLoop, .. })) => loops,
+        _ => 1,
+    };
+    let mut logs = Vec::with_capacity(log_count);
+    if let Some(durable) = durable {
+        for index in 0..log_count {
+            let path = durable.dir.join(format!("null-log-{index}"));
+            prepare_file(&path, durable.log_bytes)?;
+            let sink = FileSink::open(&path, durable.direct)?;
+            let name = format!("null-syncer-{index}");
+            logs.push(GroupLog::start(sink, durable.log_bytes, name, Arc::clone(&stats))?);
+        }
     }
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
     match flavor {
         Flavor::Threads => {
+            let log = logs.pop();
+            let conn_stats = Arc::clone(&stats);
             std::thread::Builder::new().name("null-accept".into()).spawn(move || {
                 for stream in listener.incoming().flatten() {
+                    let log = log.clone();
+                    let stats = Arc::clone(&conn_stats);
                     let spawned = std::thread::Builder::new()
                         .name("null-conn".into())
-                        .spawn(move || serve_blocking(stream));
+                        .spawn(move || serve_blocking(stream, log.as_deref(), &stats));
                     if let Err(e) = spawned {
                         eprintln!("null server: cannot start a connection thread: {e}");
                     }
@@ -387,17 +617,19 @@ pub fn spawn(addr: SocketAddr, flavor: Flavor) -> Result<SocketAddr, NullServerE
             listener.set_nonblocking(true)?;
             for i in 0..loops {
                 let listener = listener.try_clone()?;
+                let log = logs.get(i).or(logs.first()).cloned();
+                let stats = Arc::clone(&stats);
                 std::thread::Builder::new()
                     .name(format!("null-loop-{i}"))
-                    .spawn(move || run_loop(listener))?;
+                    .spawn(move || run_loop(listener, log, stats))?;
             }
         }
     }
-    Ok(bound)
+    Ok(Spawned { addr: bound, stats })
 }
 
 /// One connection on its own thread, blocking I/O.
-fn serve_blocking(mut stream: TcpStream) {
+fn serve_blocking(mut stream: TcpStream, log: Option<&GroupLog>, stats: &DurableStats) {
     let result = (|| -> Result<(), NullServerError> {
         stream.set_nodelay(true)?;
         let mut protocol = Protocol::default();
@@ -411,6 +643,15 @@ fn serve_blocking(mut stream: TcpStream) {
             }
             input.extend_from_slice(&chunk[..n]);
             let step = protocol.answer(&mut input, &mut out)?;
+            let (records, count) = protocol.writes();
+            if count > 0 {
+                if let Some(log) = log {
+                    let ticket = log.append(records, count);
+                    log.wait(ticket)?;
+                    stats.acked.fetch_add(count, Ordering::Relaxed);
+                }
+                protocol.clear_writes();
+            }
             if !out.is_empty() {
                 stream.write_all(&out)?;
                 out.clear();
@@ -426,7 +667,7 @@ fn serve_blocking(mut stream: TcpStream) {
 }
 
 /// One event loop: accepts from the shared listener and serves its connections as tasks.
-fn run_loop(listener: TcpListener) {
+fn run_loop(listener: TcpListener, log: Option<Arc<GroupLog>>, stats: Arc<DurableStats>) {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_io().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -445,8 +686,10 @@ fn run_loop(listener: TcpListener) {
         loop {
             match listener.accept().await {
                 Ok((stream, _)) => {
+                    let log = log.clone();
+                    let stats = Arc::clone(&stats);
                     tokio::spawn(async move {
-                        if let Err(e) = serve_async(stream).await {
+                        if let Err(e) = serve_async(stream, log.as_deref(), &stats).await {
                             eprintln!("null server: connection ended: {e}");
                         }
                     });
@@ -457,7 +700,11 @@ fn run_loop(listener: TcpListener) {
     });
 }
 
-async fn serve_async(mut stream: tokio::net::TcpStream) -> Result<(), NullServerError> {
+async fn serve_async(
+    mut stream: tokio::net::TcpStream,
+    log: Option<&GroupLog>,
+    stats: &DurableStats,
+) -> Result<(), NullServerError> {
     stream.set_nodelay(true)?;
     let mut protocol = Protocol::default();
     let mut chunk = vec![0u8; NULL_READ_BYTES];
@@ -470,6 +717,15 @@ async fn serve_async(mut stream: tokio::net::TcpStream) -> Result<(), NullServer
         }
         input.extend_from_slice(&chunk[..n]);
         let step = protocol.answer(&mut input, &mut out)?;
+        let (records, count) = protocol.writes();
+        if count > 0 {
+            if let Some(log) = log {
+                let ticket = log.append(records, count);
+                log.synced(ticket).await?;
+                stats.acked.fetch_add(count, Ordering::Relaxed);
+            }
+            protocol.clear_writes();
+        }
         if !out.is_empty() {
             stream.write_all(&out).await?;
             out.clear();
@@ -482,15 +738,69 @@ async fn serve_async(mut stream: tokio::net::TcpStream) -> Result<(), NullServer
 
 /// Starts `executors` glommio executors one after the other, each binding its own listener
 /// on the address the first one bound (glommio sets SO_REUSEPORT, so the kernel spreads
-/// connections over them, as for Tessera's executors).
-fn spawn_glommio(addr: SocketAddr, executors: usize) -> Result<SocketAddr, NullServerError> {
+/// connections over them, as for Tessera's executors). With `logs` (a directory, a log size
+/// and a layout), executor `n` logs to `null-log-<n>` in that directory, or with
+/// [`Logs::One`] every executor to executor 0's `null-log-0`.
+fn spawn_glommio(
+    addr: SocketAddr,
+    executors: usize,
+    logs: Option<(PathBuf, u64, Logs)>,
+    stats: Arc<DurableStats>,
+) -> Result<SocketAddr, NullServerError> {
+    let mut plans: Vec<LogPlan> = Vec::with_capacity(executors);
+    match logs {
+        None => plans.resize_with(executors, || LogPlan::None),
+        Some((dir, bytes, Logs::PerLoop)) => {
+            for index in 0..executors {
+                let path = dir.join(format!("null-log-{index}"));
+                prepare_file(&path, bytes)?;
+                plans.push(LogPlan::Own { path, bytes, peers: Vec::new() });
+            }
+        }
+        Some((dir, bytes, Logs::One)) => {
+            let path = dir.join("null-log-0");
+            prepare_file(&path, bytes)?;
+            let mut peers = Vec::new();
+            let mut remotes = Vec::new();
+            for _ in 1..executors {
+                let (to_owner, requests) = shared_channel::new_bounded(NULL_LOG_CHANNEL_SLOTS);
+                let (acks, from_owner) = shared_channel::new_bounded(NULL_LOG_CHANNEL_SLOTS);
+                peers.push((requests, acks));
+                remotes.push(LogPlan::Remote { to_owner, from_owner });
+            }
+            plans.push(LogPlan::Own { path, bytes, peers });
+            plans.extend(remotes);
+        }
+    }
     let mut addr = addr;
-    for index in 0..executors {
+    for (index, plan) in plans.into_iter().enumerate() {
+        let stats = Arc::clone(&stats);
         let (bound_tx, bound_rx) = std::sync::mpsc::channel::<Result<SocketAddr, String>>();
         let builder = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
             .name(&format!("null-glommio-{index}"))
             .io_memory(NULL_GLOMMIO_IO_MEMORY_BYTES);
         let spawned = builder.spawn(move || async move {
+            let log = match plan {
+                LogPlan::None => None,
+                LogPlan::Own { path, bytes, peers } => {
+                    match LocalLog::open(&path, bytes, Arc::clone(&stats)).await {
+                        Ok(log) => {
+                            for (requests, acks) in peers {
+                                let log = Rc::clone(&log);
+                                glommio::spawn_local(serve_forwarded(log, requests, acks)).detach();
+                            }
+                            Some(ExecutorLog::Own(log))
+                        }
+                        Err(e) => {
+                            let _ = bound_tx.send(Err(e.to_string()));
+                            return;
+                        }
+                    }
+                }
+                LogPlan::Remote { to_owner, from_owner } => {
+                    Some(ExecutorLog::Remote(RemoteLog::start(to_owner, from_owner).await))
+                }
+            };
             let listener = match glommio::net::TcpListener::bind(addr) {
                 Ok(listener) => listener,
                 Err(e) => {
@@ -502,8 +812,10 @@ fn spawn_glommio(addr: SocketAddr, executors: usize) -> Result<SocketAddr, NullS
             loop {
                 match listener.accept().await {
                     Ok(stream) => {
+                        let log = log.clone();
+                        let stats = Arc::clone(&stats);
                         glommio::spawn_local(async move {
-                            if let Err(e) = serve_glommio(stream).await {
+                            if let Err(e) = serve_glommio(stream, log, &stats).await {
                                 eprintln!("null server: connection ended: {e}");
                             }
                         })
@@ -528,7 +840,29 @@ fn spawn_glommio(addr: SocketAddr, executors: usize) -> Result<SocketAddr, NullS
     Ok(addr)
 }
 
-async fn serve_glommio(mut stream: glommio::net::TcpStream) -> Result<(), NullServerError> {
+/// A glommio executor's part in the durable logs.
+enum LogPlan {
+    /// Not durable.
+    None,
+    /// Owns a log; `peers` are the channels of the executors that forward to it.
+    Own {
+        path: PathBuf,
+        bytes: u64,
+        peers:
+            Vec<(shared_channel::SharedReceiver<LogRequest>, shared_channel::SharedSender<LogAck>)>,
+    },
+    /// Forwards to the executor that owns the log.
+    Remote {
+        to_owner: shared_channel::SharedSender<LogRequest>,
+        from_owner: shared_channel::SharedReceiver<LogAck>,
+    },
+}
+
+async fn serve_glommio(
+    mut stream: glommio::net::TcpStream,
+    log: Option<ExecutorLog>,
+    stats: &DurableStats,
+) -> Result<(), NullServerError> {
     use futures_lite::{AsyncReadExt as _, AsyncWriteExt as _};
     stream.set_nodelay(true).map_err(io::Error::from)?;
     let mut protocol = Protocol::default();
@@ -542,6 +876,15 @@ async fn serve_glommio(mut stream: glommio::net::TcpStream) -> Result<(), NullSe
         }
         input.extend_from_slice(&chunk[..n]);
         let step = protocol.answer(&mut input, &mut out)?;
+        let (records, count) = protocol.writes();
+        if count > 0 {
+            if let Some(log) = &log {
+                let ticket = log.append(records, count);
+                log.commit(ticket).await?;
+                stats.acked.fetch_add(count, Ordering::Relaxed);
+            }
+            protocol.clear_writes();
+        }
         if !out.is_empty() {
             stream.write_all(&out).await?;
             out.clear();
@@ -638,6 +981,60 @@ mod tests {
         assert_eq!(tags(&out), b"RSSSSSSSSKZTDCZ");
         let mut input = frame(b'X', b"");
         assert_eq!(protocol.answer(&mut input, &mut Vec::new()).unwrap(), Step::Close);
+    }
+
+    /// pgbench's prepared insert: Describe answers NoData, Execute the command tag and no
+    /// row, and the statement's text with its Bind body is a write record.
+    #[test]
+    fn unit_prepared_write_is_recorded_and_answered_with_its_tag() {
+        let sql: &[u8] = b"INSERT INTO pgb_docs VALUES ($1, '{}')";
+        let mut parse = Vec::new();
+        cstring(&mut parse, b"P0_1");
+        cstring(&mut parse, sql);
+        parse.extend_from_slice(&0u16.to_be_bytes());
+        let bind: &[u8] = b"\0P0_1\0\0\0\0\x01\0\0\0\x027\0\0\0";
+        let mut batch = frame(b'P', &parse);
+        batch.extend(frame(b'D', b"SP0_1\0"));
+        batch.extend(frame(b'S', b""));
+        batch.extend(frame(b'B', bind));
+        batch.extend(frame(b'D', b"P\0"));
+        batch.extend(frame(b'E', b"\0\0\0\0\0"));
+        batch.extend(frame(b'S', b""));
+        let mut protocol = started();
+        let mut out = Vec::new();
+        protocol.answer(&mut batch, &mut out).unwrap();
+        assert_eq!(tags(&out), b"1tnZ2nCZ");
+        assert!(out.windows(11).any(|w| w == b"INSERT 0 1\0"));
+        let (records, count) = protocol.writes();
+        assert_eq!(count, 1);
+        assert_eq!(records, [sql, bind].concat());
+        protocol.clear_writes();
+        assert_eq!(protocol.writes().1, 0);
+        // A read bound after the write is not a write.
+        let mut input = frame(b'B', b"\0\0\0\0\0\0\0\0");
+        input.extend(frame(b'E', b"\0\0\0\0\0"));
+        out.clear();
+        protocol.answer(&mut input, &mut out).unwrap();
+        assert_eq!(tags(&out), b"2DC");
+        assert_eq!(protocol.writes().1, 0);
+    }
+
+    /// A simple-query write (any case, leading blanks) is recorded with its tag; a read is not.
+    #[test]
+    fn unit_simple_query_writes() {
+        let mut protocol = started();
+        let mut input = frame(b'Q', b"  update t SET a = 1\0");
+        input.extend(frame(b'Q', b"delete from t\0"));
+        input.extend(frame(b'Q', b"SELECT 1\0"));
+        let mut out = Vec::new();
+        protocol.answer(&mut input, &mut out).unwrap();
+        assert_eq!(tags(&out), b"CZCZTDCZ");
+        let (records, count) = protocol.writes();
+        assert_eq!(count, 2);
+        assert_eq!(records, b"  update t SET a = 1delete from t");
+        assert_eq!(WriteKind::of(b"(INSERT"), Some(WriteKind::Insert));
+        assert_eq!(WriteKind::of(b"inserted"), None);
+        assert_eq!(WriteKind::of(b""), None);
     }
 
     /// Named statements are bounded per connection; re-preparing a known name is not a new one.

@@ -1,11 +1,15 @@
 //! `pg-null-server`: a PostgreSQL-protocol server that answers every query with one canned
 //! row and does no other work (`bench::null_server`). It measures the ceiling any server can
-//! reach on this machine; `scripts/bench-ceiling.sh` runs pgbench against it.
+//! reach on this machine; `scripts/bench-ceiling.sh` runs pgbench against it. With
+//! `--durable DIR` every write statement is answered only after a group-committed fdatasync
+//! of a log in DIR that covers it: the durable-write ceiling.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use anyhow::Context;
-use bench::null_server::{Flavor, spawn};
+use bench::limits::NULL_LOG_BYTES;
+use bench::null_server::{Durable, Flavor, Logs, spawn_durable};
 use clap::{Parser, ValueEnum};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -16,6 +20,14 @@ enum Model {
     Epoll,
     /// `--loops` glommio executors (io_uring; Tessera's model).
     Glommio,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogLayout {
+    /// One log per epoll loop or glommio executor (threads: one log anyway).
+    PerLoop,
+    /// One log for the whole server (threads and epoll models).
+    One,
 }
 
 /// A null PostgreSQL-protocol server: startup (trust), then one canned row for every query.
@@ -31,6 +43,17 @@ struct Cli {
     /// Event loops of the epoll model, executors of the glommio model.
     #[arg(long, default_value_t = 1)]
     loops: usize,
+    /// Make write statements (INSERT, UPDATE, DELETE) durable in log files in this directory
+    /// (created if missing; 64 MiB per log, zero-filled at start) before answering them.
+    #[arg(long)]
+    durable: Option<PathBuf>,
+    /// With --durable: one log per loop or executor, or one for the server.
+    #[arg(long, value_enum, default_value = "per-loop")]
+    logs: LogLayout,
+    /// With --durable: the threads and epoll models write their logs with O_DIRECT rather
+    /// than buffered (glommio always does).
+    #[arg(long)]
+    direct: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,9 +63,24 @@ fn main() -> anyhow::Result<()> {
         Model::Epoll => Flavor::Epoll { loops: cli.loops },
         Model::Glommio => Flavor::Glommio { executors: cli.loops },
     };
-    let bound =
-        spawn(cli.listen, flavor).with_context(|| format!("listening on {}", cli.listen))?;
-    eprintln!("ready: listening on {bound} ({flavor:?})");
+    let logs = match cli.logs {
+        LogLayout::PerLoop => Logs::PerLoop,
+        LogLayout::One => Logs::One,
+    };
+    let durable =
+        cli.durable.map(|dir| Durable { dir, logs, direct: cli.direct, log_bytes: NULL_LOG_BYTES });
+    let spawned = spawn_durable(cli.listen, flavor, durable.as_ref())
+        .with_context(|| format!("listening on {}", cli.listen))?;
+    let bound = spawned.addr;
+    match &durable {
+        Some(d) => eprintln!(
+            "ready: listening on {bound} ({flavor:?}, durable {:?}{} in {})",
+            d.logs,
+            if d.direct { ", O_DIRECT" } else { "" },
+            d.dir.display()
+        ),
+        None => eprintln!("ready: listening on {bound} ({flavor:?})"),
+    }
     // The server threads run until the process is killed.
     loop {
         std::thread::park();
