@@ -59,7 +59,9 @@ async fn decisions_forgotten(client: &tokio_postgres::Client) {
         let rows = simple_rows(&client.simple_query("SHOW TRANSACTIONS").await.unwrap());
         let left: Vec<_> = rows
             .iter()
-            .filter(|r| matches!(r[1].as_deref(), Some("committed (applying)") | Some("prepared")))
+            .filter(|r| {
+                matches!(r[1].as_deref(), Some("committed (applying)" | "prepared" | "held"))
+            })
             .collect();
         if left.is_empty() {
             return;
@@ -175,8 +177,8 @@ async fn crash_with_a_reader(fault: &str) -> usize {
     }
     let rows = simple_rows(&client.simple_query("SHOW TRANSACTIONS").await.unwrap());
     assert!(
-        rows.iter().all(|r| r[1].as_deref() != Some("prepared")),
-        "nothing stays prepared after recovery: {rows:?}"
+        rows.iter().all(|r| !matches!(r[1].as_deref(), Some("prepared" | "held"))),
+        "nothing stays prepared or held after recovery: {rows:?}"
     );
     client.execute("UPDATE t SET v = 7 WHERE id() = $1", &[&B]).await.unwrap();
     assert_eq!(value(&client, B).await, Some(7), "no hold survives a restart");

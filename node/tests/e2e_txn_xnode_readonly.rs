@@ -98,7 +98,7 @@ async fn cross_node_commit_with_a_read_only_node() {
         for node in nodes {
             let rows = simple(node, "SHOW TRANSACTIONS").await?;
             let left = rows.iter().any(|row| {
-                matches!(row[1].as_deref(), Some("committed (applying)") | Some("prepared"))
+                matches!(row[1].as_deref(), Some("committed (applying)" | "prepared" | "held"))
             });
             if left {
                 return None;

@@ -6,7 +6,8 @@
 //! (`send_async` is runtime-agnostic) and awaits a tokio oneshot; a task on executor 0 receives
 //! each request, runs it on the executor holding the fragment (`Mesh::call`) and answers on the
 //! oneshot (a plain, synchronous `send`). So the control plane never awaits a glommio future
-//! and no executor awaits a tokio one.
+//! and no executor awaits a tokio one. The executor task's wait is `runtime::relayed`: a send
+//! from the control plane's thread wakes executor 0's relay, never a glommio task's waker.
 //!
 //! An export stream lives on its fragment's executor (`storage::Export` holds an `Rc`), keyed
 //! by fragment; `fence` (always a handoff's first step) drops a leftover one of an aborted
@@ -26,7 +27,7 @@ use crate::cluster::limits::{
     HANDOFF_FENCE_POLL_MS, HANDOFF_FENCE_PREPARED_WAIT_MS, HOST_REQUESTS_MAX,
 };
 use crate::engine::Core;
-use crate::runtime::{ExecutorContext, ExecutorIndex, Mesh};
+use crate::runtime::{ExecutorContext, ExecutorIndex, Mesh, relayed};
 
 type Reply<T> = oneshot::Sender<Result<T, HostError>>;
 
@@ -132,11 +133,13 @@ pub fn start(core: &Rc<Core>, ctx: &ExecutorContext<Core>) {
     let shutdown = ctx.shutdown.clone();
     glommio::spawn_local(async move {
         loop {
-            let next = futures_lite::future::or(async { rx.recv_async().await.ok() }, async {
-                shutdown.wait().await;
-                None
-            })
-            .await;
+            // The control plane's thread sends: it wakes this executor's relay, not this task.
+            let next =
+                futures_lite::future::or(relayed(async { rx.recv_async().await.ok() }), async {
+                    shutdown.wait().await;
+                    None
+                })
+                .await;
             let Some(request) = next else { break };
             let (core, mesh) = (Rc::clone(&core), mesh.clone());
             glommio::spawn_local(async move { serve(&core, &mesh, request).await }).detach();

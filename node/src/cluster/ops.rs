@@ -141,7 +141,8 @@ async fn request(fragment: u32, op: Op) -> MoveResult {
             flume::TrySendError::Disconnected(_) => "the control plane stopped".to_owned(),
         },
     })?;
-    answer.recv_async().await.map_err(|_| MoveError::NoCoordinator {
+    // The control plane's thread answers: it wakes this executor's relay, not this task.
+    crate::runtime::relayed(answer.recv_async()).await.map_err(|_| MoveError::NoCoordinator {
         reason: "the control plane stopped before answering".to_owned(),
     })?
 }

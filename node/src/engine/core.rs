@@ -149,10 +149,30 @@ pub struct TxnShare {
 pub struct PreparedTxn {
     /// The fragments.
     pub fragments: Vec<FragmentId>,
+    /// Those of `fragments` only held (a read-only participant: checked and locked in memory,
+    /// no PREPARE record).
+    pub held: Vec<FragmentId>,
     /// Since the first prepare.
     pub since: Instant,
     /// A commit or abort is under way.
     pub finishing: bool,
+}
+
+impl PreparedTxn {
+    /// Its SHOW TRANSACTIONS states, each with its fragments: `finishing` for all of them once
+    /// a commit or abort is under way; before that `prepared` for the fragments with a durable
+    /// PREPARE and `held` for the read-only ones. States without fragments are left out.
+    pub fn show_states(&self) -> Vec<(&'static str, Vec<FragmentId>)> {
+        if self.finishing {
+            return vec![("finishing", self.fragments.clone())];
+        }
+        let (held, prepared): (Vec<FragmentId>, Vec<FragmentId>) =
+            self.fragments.iter().partition(|f| self.held.contains(f));
+        [("prepared", prepared), ("held", held)]
+            .into_iter()
+            .filter(|(_, fragments)| !fragments.is_empty())
+            .collect()
+    }
 }
 
 /// One open transaction block of a session on this executor, for SHOW TRANSACTIONS.
@@ -780,6 +800,7 @@ impl Core {
         batches: Vec<(FragmentId, WriteBatch)>,
     ) -> Result<(), EngineError> {
         let fragments: Vec<FragmentId> = batches.iter().map(|(f, _)| *f).collect();
+        let held = batches.iter().filter(|(_, b)| b.writes() == 0).map(|(f, _)| *f).collect();
         let mut owned = Vec::with_capacity(batches.len());
         for (id, batch) in batches {
             self.writable(id)?;
@@ -787,7 +808,12 @@ impl Core {
         }
         self.prepared.borrow_mut().insert(
             txid,
-            PreparedTxn { fragments: fragments.clone(), since: Instant::now(), finishing: false },
+            PreparedTxn {
+                fragments: fragments.clone(),
+                held,
+                since: Instant::now(),
+                finishing: false,
+            },
         );
         let mut failure = None;
         let mut writers = Vec::with_capacity(owned.len());
@@ -1087,7 +1113,7 @@ fn coordinated_elsewhere(shared: &Shared, txid: TxId) -> bool {
 /// (its documents stay locked) until the first sweep asks that node for the decision.
 fn asking_prepared(fragments: Vec<FragmentId>) -> PreparedTxn {
     let since = Instant::now().checked_sub(TXN_PREPARED_TIMEOUT).unwrap_or_else(Instant::now);
-    PreparedTxn { fragments, since, finishing: false }
+    PreparedTxn { fragments, held: Vec::new(), since, finishing: false }
 }
 
 /// Resolves every transaction left prepared in `fragment` by a crash from the coordinator's
@@ -1191,4 +1217,36 @@ fn batch_of(
         };
     }
     Ok(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepared(fragments: &[u32], held: &[u32], finishing: bool) -> PreparedTxn {
+        PreparedTxn {
+            fragments: fragments.iter().map(|&f| FragmentId::new(f)).collect(),
+            held: held.iter().map(|&f| FragmentId::new(f)).collect(),
+            since: Instant::now(),
+            finishing,
+        }
+    }
+
+    fn ids(fragments: &[u32]) -> Vec<FragmentId> {
+        fragments.iter().map(|&f| FragmentId::new(f)).collect()
+    }
+
+    // Checks SHOW TRANSACTIONS names what each participant fragment is: a read-only
+    // participant's fragments are `held`, a writer's `prepared`, both once finishing
+    // `finishing`; a state with no fragment gets no row.
+    #[test]
+    fn held_participants_show_as_held() {
+        assert_eq!(
+            prepared(&[1, 2], &[2], false).show_states(),
+            vec![("prepared", ids(&[1])), ("held", ids(&[2]))]
+        );
+        assert_eq!(prepared(&[3], &[3], false).show_states(), vec![("held", ids(&[3]))]);
+        assert_eq!(prepared(&[4], &[], false).show_states(), vec![("prepared", ids(&[4]))]);
+        assert_eq!(prepared(&[1, 2], &[2], true).show_states(), vec![("finishing", ids(&[1, 2]))]);
+    }
 }

@@ -1794,14 +1794,11 @@ impl Session {
                     .collect();
                 let prepared: Vec<(String, String, Vec<FragmentId>, u128)> = prepared
                     .into_iter()
-                    .map(|(t, p)| {
-                        let state = if p.finishing { "finishing" } else { "prepared" };
-                        (
-                            t.to_string(),
-                            state.to_owned(),
-                            p.fragments,
-                            p.since.elapsed().as_millis(),
-                        )
+                    .flat_map(|(t, p)| {
+                        let age = p.since.elapsed().as_millis();
+                        p.show_states().into_iter().map(move |(state, fragments)| {
+                            (t.to_string(), state.to_owned(), fragments, age)
+                        })
                     })
                     .collect();
                 let decisions: Vec<(String, String, Vec<FragmentId>, u128)> = decisions

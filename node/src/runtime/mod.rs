@@ -8,7 +8,13 @@
 //!
 //! **Invariant:** an executor's state (`Rc<S>`) never leaves its thread; only `Send` closures
 //! and `Send` results cross.
+//!
+//! **Invariant:** no other thread ever wakes or drops the waker of a glommio task that can
+//! finish (glommio 0.9.0 frees a task under a foreign waker, see `relay`). Answers to calls
+//! come back through the caller executor's relay, and waits on other threads go through
+//! [`relayed`]; only each executor's permanent inbox and relay tasks are woken from outside.
 
+mod relay;
 mod shutdown;
 
 use std::future::Future;
@@ -18,6 +24,7 @@ use std::sync::Arc;
 
 use glommio::{LocalExecutorBuilder, Placement};
 
+pub use relay::{Relayed, relayed};
 pub use shutdown::{Countdown, Shutdown};
 
 /// Messages an executor's inbox holds before senders wait (backpressure, not growth). Each
@@ -109,16 +116,35 @@ impl<S: 'static> Mesh<S> {
             .inboxes
             .get(to.get())
             .ok_or(CallError::NoSuchExecutor(to.get(), self.inboxes.len()))?;
-        let (reply_tx, reply_rx) = flume::bounded::<R>(1);
+        let Some((awaiting, reply_to)) = relay::open_reply() else {
+            // Not on one of our executors: this caller's waker is thread-safe.
+            let (reply_tx, reply_rx) = flume::bounded::<R>(1);
+            let job: Job<S> = Box::new(move |state| {
+                Box::pin(async move {
+                    let result = work(state).await;
+                    // The caller may have gone away (its connection closed); nothing to do then.
+                    let _ = reply_tx.send(result);
+                })
+            });
+            inbox.send_async(job).await.map_err(|_| CallError::Stopped(to))?;
+            return reply_rx.recv_async().await.map_err(|_| CallError::Dropped(to));
+        };
         let job: Job<S> = Box::new(move |state| {
             Box::pin(async move {
                 let result = work(state).await;
-                // The caller may have gone away (its connection closed); nothing to do then.
-                let _ = reply_tx.send(result);
+                reply_to.send(Box::new(result));
             })
         });
-        inbox.send_async(job).await.map_err(|_| CallError::Stopped(to))?;
-        reply_rx.recv_async().await.map_err(|_| CallError::Dropped(to))
+        match inbox.try_send(job) {
+            Ok(()) => {}
+            Err(flume::TrySendError::Full(job)) => {
+                // Backpressure: the target's drain task wakes this sender through our relay.
+                relayed(inbox.send_async(job)).await.map_err(|_| CallError::Stopped(to))?;
+            }
+            Err(flume::TrySendError::Disconnected(_)) => return Err(CallError::Stopped(to)),
+        }
+        let answer = awaiting.await.ok_or(CallError::Dropped(to))?;
+        answer.downcast::<R>().map(|r| *r).map_err(|_| CallError::Dropped(to))
     }
 }
 
@@ -264,6 +290,8 @@ where
         let (mesh, shutdown) = (mesh.clone(), shutdown.clone());
         let handle = builder
             .spawn(move || async move {
+                // First of all: every wait on another thread goes through it.
+                let relay = relay::install();
                 let heartbeats = Rc::new(std::cell::Cell::new(0));
                 let ctx =
                     ExecutorContext { index, mesh, shutdown, heartbeats: Rc::clone(&heartbeats) };
@@ -284,12 +312,22 @@ where
                         ctx.shutdown.trigger();
                         ready.arrive();
                         served.arrive();
+                        relay.stop().await;
                         drop(heartbeat);
                         return;
                     }
                 };
-                // Answer cross-core calls from now until the very end.
-                let inbox_task = glommio::spawn_local(drain_inbox(inbox, Rc::clone(&state)));
+                // Answer cross-core calls from now until the very end. Detached at once, like
+                // the relay: other threads wake it, so its handle must never be dropped late.
+                let (drain_stop, drain_done) =
+                    (Rc::new(relay::LocalLatch::default()), Rc::new(relay::LocalLatch::default()));
+                let (stop_in, done_in, state_in) =
+                    (Rc::clone(&drain_stop), Rc::clone(&drain_done), Rc::clone(&state));
+                glommio::spawn_local(async move {
+                    futures_lite::future::or(drain_inbox(inbox, state_in), stop_in.wait()).await;
+                    done_in.fire();
+                })
+                .detach();
                 ready.arrive();
                 ready.wait().await;
                 // Serve runs even when shutdown has already fired (it must then return promptly),
@@ -301,7 +339,12 @@ where
                 // Others may still need this executor's fragments to finish their work.
                 served.wait().await;
                 close(Rc::clone(&state), ctx.clone()).await;
-                drop(inbox_task);
+                // Requests that arrive from now on are dropped with the inbox: their callers
+                // see `Dropped` or `Stopped`.
+                drain_stop.fire();
+                drain_done.wait().await;
+                relay.stop().await;
+                // Only this thread's timer wakes the heartbeat: dropping its handle is safe.
                 drop(heartbeat);
             })
             .map_err(|source| RuntimeError::Spawn { index, source })?;

@@ -33,7 +33,8 @@ impl Latch {
 
     async fn wait(&self) {
         // Nothing is ever sent, so this returns only on disconnection, when `fire` has run.
-        let _ = self.receiver.recv_async().await;
+        // The firing thread wakes a relay, never the waiting task itself.
+        let _ = super::relayed(self.receiver.recv_async()).await;
     }
 }
 

@@ -306,3 +306,220 @@ fn heartbeat_runs_during_init() {
     assert_eq!(seen.len(), 1);
     assert!(seen[0] >= 1, "no heartbeat tick during init: {}", seen[0]);
 }
+
+/// Caller tasks per executor in the cancellation stress test.
+const STRESS_CALLERS: usize = 24;
+
+/// Calls each caller task makes in the cancellation stress test (override with
+/// `TESSERA_MESH_STRESS_CALLS` to soak).
+fn stress_calls() -> u64 {
+    std::env::var("TESSERA_MESH_STRESS_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(250)
+}
+
+/// A small deterministic generator (xorshift64*), seeded per caller task.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, sides: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % sides
+    }
+}
+
+/// Work a stress call runs on its target: answers at once, after yielding, or after a timer.
+async fn stress_work(state: Rc<Probe>, n: u64, pause: u64) -> (usize, u64) {
+    match pause % 4 {
+        0 | 1 => {}
+        2 => {
+            for _ in 0..pause % 7 {
+                futures_lite::future::yield_now().await;
+            }
+        }
+        _ => glommio::timer::sleep(std::time::Duration::from_micros(pause * 3)).await,
+    }
+    (state.index, n * 2 + 1)
+}
+
+// Checks that cross-executor calls survive callers that go away at any point: on each of two
+// executors, 24 tasks make calls to the other executor (and sometimes their own) chosen by a
+// seeded die: awaited directly, run as a spawned task whose handle is awaited and dropped,
+// spawned and cancelled after a few yields, or raced against a short timer. The targets answer
+// at once, after yields or after a timer. Every call that was not cancelled must return its
+// own answer, and the process must survive (the foreign-waker race this guards against is a
+// use-after-free inside glommio, so a regression shows as a crash or a wrong answer).
+#[test]
+fn calls_survive_cancelled_callers() {
+    let calls = stress_calls();
+    let answered = Arc::new(AtomicUsize::new(0));
+    let expected = Arc::new(AtomicUsize::new(0));
+    let (a1, e1) = (Arc::clone(&answered), Arc::clone(&expected));
+    run(
+        2,
+        Shutdown::new(),
+        |ctx: ExecutorContext<Probe>| async move {
+            Ok(Probe { index: ctx.index.get(), thread: thread_name() })
+        },
+        move |state, ctx| {
+            let (answered, expected) = (Arc::clone(&a1), Arc::clone(&e1));
+            async move {
+                let mut callers = Vec::new();
+                let me = state.index;
+                for c in 0..STRESS_CALLERS {
+                    let (mesh, answered, expected) =
+                        (ctx.mesh.clone(), Arc::clone(&answered), Arc::clone(&expected));
+                    let seed = 0x9E37_79B9_7F4A_7C15 ^ ((c as u64) << 8 | me as u64);
+                    callers.push(glommio::spawn_local(async move {
+                        let mut dice = Dice(seed);
+                        for n in 0..calls {
+                            let to = if dice.roll(8) == 0 { me } else { 1 - me };
+                            let pause = dice.roll(40);
+                            let call = {
+                                let mesh = mesh.clone();
+                                async move {
+                                    mesh.call(ExecutorIndex::new(to), move |s: Rc<Probe>| {
+                                        stress_work(s, n, pause)
+                                    })
+                                    .await
+                                }
+                            };
+                            let answer = match dice.roll(4) {
+                                0 => Some(call.await),
+                                1 => Some(glommio::spawn_local(call).await),
+                                2 => {
+                                    let task = glommio::spawn_local(call);
+                                    for _ in 0..dice.roll(4) {
+                                        futures_lite::future::yield_now().await;
+                                    }
+                                    drop(task);
+                                    None
+                                }
+                                _ => {
+                                    let wait = std::time::Duration::from_micros(dice.roll(200));
+                                    glommio::timer::timeout(wait, async { Ok(call.await) })
+                                        .await
+                                        .ok()
+                                }
+                            };
+                            if let Some(answer) = answer {
+                                assert_eq!(answer, Ok((to, n * 2 + 1)), "call {n} to {to}");
+                                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            }
+                        }
+                        expected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }));
+                }
+                for caller in callers {
+                    caller.await;
+                }
+                // Both executors keep answering until both have finished serving.
+                ctx.shutdown.trigger();
+            }
+        },
+        |_, _| async {},
+    )
+    .expect("runtime ends cleanly");
+    assert_eq!(expected.load(std::sync::atomic::Ordering::SeqCst), 2 * STRESS_CALLERS);
+    assert!(answered.load(std::sync::atomic::Ordering::SeqCst) > 0);
+}
+
+// Checks the thread-safe path of `Mesh::call`: a plain thread (no executor, no relay) calls
+// executor 1 and gets its answer, while executor 0 waits for shutdown, which that thread
+// then fires.
+#[test]
+fn call_from_a_plain_thread_is_answered() {
+    let (mesh_tx, mesh_rx) = std::sync::mpsc::sync_channel::<Mesh<Probe>>(1);
+    let shutdown = Shutdown::new();
+    let answers: Arc<Mutex<Vec<Result<usize, CallError>>>> = Arc::default();
+    let (a1, s1) = (Arc::clone(&answers), shutdown.clone());
+    let caller = std::thread::spawn(move || {
+        // Executor 0 hands over its mesh once serving.
+        let mesh = mesh_rx.recv().expect("executor 0 serves");
+        for to in [1, 0, 1] {
+            let r = futures_lite::future::block_on(
+                mesh.call(ExecutorIndex::new(to), |s: Rc<Probe>| async move { s.index }),
+            );
+            a1.lock().expect("lock").push(r);
+        }
+        s1.trigger();
+    });
+    run(
+        2,
+        shutdown,
+        |ctx: ExecutorContext<Probe>| async move {
+            Ok(Probe { index: ctx.index.get(), thread: thread_name() })
+        },
+        move |state, ctx| {
+            let mesh_tx = mesh_tx.clone();
+            async move {
+                if state.index == 0 {
+                    mesh_tx.send(ctx.mesh.clone()).expect("caller waits");
+                }
+                ctx.shutdown.wait().await;
+            }
+        },
+        |_, _| async {},
+    )
+    .expect("runtime ends cleanly");
+    caller.join().expect("caller thread");
+    assert_eq!(*answers.lock().expect("lock"), vec![Ok(1), Ok(0), Ok(1)]);
+}
+
+// Checks that waits on other threads wrapped in `relayed` complete: 64 tasks on executor 0
+// each wait for their own flume message, sent from a plain thread, and for the shutdown that
+// thread fires last; each answer must reach its own task.
+#[test]
+fn relayed_waits_complete_from_a_plain_thread() {
+    const WAITERS: usize = 64;
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        (0..WAITERS).map(|_| flume::bounded::<usize>(1)).unzip();
+    let receivers = Arc::new(Mutex::new(receivers));
+    let got: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let waiting = Countdown::new(WAITERS);
+    let shutdown = Shutdown::new();
+    let (w1, s1) = (waiting.clone(), shutdown.clone());
+    let sender = std::thread::spawn(move || {
+        futures_lite::future::block_on(w1.wait());
+        for (i, tx) in senders.into_iter().enumerate().rev() {
+            tx.send(i).expect("waiter alive");
+        }
+        s1.trigger();
+    });
+    let (g1, r1) = (Arc::clone(&got), Arc::clone(&receivers));
+    run(
+        1,
+        shutdown,
+        |ctx: ExecutorContext<Probe>| async move {
+            Ok(Probe { index: ctx.index.get(), thread: thread_name() })
+        },
+        move |_, ctx| {
+            let (got, receivers, waiting) = (Arc::clone(&g1), Arc::clone(&r1), waiting.clone());
+            async move {
+                let receivers = std::mem::take(&mut *receivers.lock().expect("lock"));
+                let mut tasks = Vec::new();
+                for (i, rx) in receivers.into_iter().enumerate() {
+                    let (got, waiting, shutdown) =
+                        (Arc::clone(&got), waiting.clone(), ctx.shutdown.clone());
+                    tasks.push(glommio::spawn_local(async move {
+                        let wait = relayed(rx.recv_async());
+                        waiting.arrive();
+                        let v = wait.await.expect("message");
+                        assert_eq!(v, i);
+                        shutdown.wait().await;
+                        got.lock().expect("lock").push(v);
+                    }));
+                }
+                for t in tasks {
+                    t.await;
+                }
+            }
+        },
+        |_, _| async {},
+    )
+    .expect("runtime ends cleanly");
+    sender.join().expect("sender thread");
+    let mut got = got.lock().expect("lock").clone();
+    got.sort_unstable();
+    assert_eq!(got, (0..WAITERS).collect::<Vec<_>>());
+}
