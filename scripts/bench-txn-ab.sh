@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Old vs new tessera binary on the transaction workloads, in one bench invocation per client
-# count so the two alternate every round under the same machine load: single-fragment-txn,
-# cross-fragment-transfer, pipelined-txn, autocommit-write. Each node's CPU (utime+stime from
-# /proc/<pid>/stat) is sampled around each invocation and divided by the operations the
-# bench counted for that node (run.json), so CPU per operation is per binary.
+# count and workload so the two alternate every round under the same machine load (default:
+# single-fragment-txn, cross-fragment-transfer, pipelined-txn, autocommit-write). Each node's
+# CPU (utime+stime from /proc/<pid>/stat) and mesh calls (tessera_mesh_calls_total from SHOW
+# STATS) are sampled around each invocation and divided by the operations the bench counted
+# for that node (run.json, warm-up included), so CPU and hops per operation are per binary
+# and per workload (cpu.txt). The first invocation also loads the documents.
 #
 # Usage: scripts/bench-txn-ab.sh OLD_BIN NEW_BIN
 # Environment: TXN_CLIENTS (default "1 32"), TXN_DURATION (default 10s), TXN_DOCS (50000),
-#   BENCH_RESULTS (default bench/results/txn-ab-<UTC>).
+#   TXN_WORKLOADS (comma-separated), BENCH_RESULTS (default bench/results/txn-ab-<UTC>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=$1
@@ -54,36 +56,39 @@ mkdir -p "$out"
   echo "commit: $(git rev-parse --short HEAD)"
   echo "uptime at start: $(uptime)"
 } >"$out/machine.txt"
+# Mesh calls (cross-executor hops) a node has made, from SHOW STATS, summed over executors.
+mesh_calls() {
+  PGSSLMODE=disable psql -X -A -t -F ' ' "postgres://bench@127.0.0.1:$1/bench" -c 'SHOW STATS' \
+    | awk '$1 == "tessera_mesh_calls_total" {s += $NF} END {print s + 0}'
+}
+workloads=${TXN_WORKLOADS:-single-fragment-txn,cross-fragment-transfer,pipelined-txn,autocommit-write}
 load=()
 read -r -a clients <<<"${TXN_CLIENTS:-1 32}"
 for c in "${clients[@]}"; do
-  o0=$(cpu "$old_pid"); n0=$(cpu "$new_pid")
-  target/release/bench --target "old:tessera=postgres://bench@127.0.0.1:$old_port/bench" \
-    --target "new:tessera=postgres://bench@127.0.0.1:$new_port/bench" --out "$out/clients-$c" \
-    --workloads single-fragment-txn,cross-fragment-transfer,pipelined-txn,autocommit-write \
-    --docs "${TXN_DOCS:-50000}" "${load[@]}" --duration "${TXN_DURATION:-10s}" --warmup 2s \
-    --rounds 2 --connections "$c" --no-progress >/dev/null
-  o1=$(cpu "$old_pid"); n1=$(cpu "$new_pid")
-  load=(--skip-load)
-  python3 - "$out/clients-$c/run.json" "$(( (o1 - o0) * 1000000 / hz ))" "$(( (n1 - n0) * 1000000 / hz ))" <<'PY' | tee -a "$out/cpu.txt"
+  # One invocation per workload, so CPU and mesh calls are per workload and per binary.
+  for w in ${workloads//,/ }; do
+    o0=$(cpu "$old_pid"); n0=$(cpu "$new_pid")
+    om0=$(mesh_calls "$old_port"); nm0=$(mesh_calls "$new_port")
+    target/release/bench --target "old:tessera=postgres://bench@127.0.0.1:$old_port/bench" \
+      --target "new:tessera=postgres://bench@127.0.0.1:$new_port/bench" --out "$out/clients-$c/$w" \
+      --workloads "$w" --docs "${TXN_DOCS:-50000}" "${load[@]}" --duration "${TXN_DURATION:-10s}" \
+      --warmup 2s --rounds 2 --connections "$c" --no-progress >/dev/null
+    o1=$(cpu "$old_pid"); n1=$(cpu "$new_pid")
+    om1=$(mesh_calls "$old_port"); nm1=$(mesh_calls "$new_port")
+    load=(--skip-load)
+    python3 - "$out/clients-$c/$w/run.json" "$w" "$c" "$(( (o1 - o0) * 1000000 / hz ))" \
+      "$(( (n1 - n0) * 1000000 / hz ))" "$om0" "$om1" "$nm0" "$nm1" <<'PY' | tee -a "$out/cpu.txt"
 import json, sys
-run = json.load(open(sys.argv[1]))
-cpu = {"old": int(sys.argv[2]), "new": int(sys.argv[3])}
-ops = {}
-def walk(x):
-    if isinstance(x, dict):
-        t, n = x.get("target"), x.get("ops")
-        if isinstance(t, str) and isinstance(n, (int, float)) and t in cpu:
-            ops[t] = ops.get(t, 0) + n
-        for v in x.values():
-            walk(v)
-    elif isinstance(x, list):
-        for v in x:
-            walk(v)
-walk(run)
+path, w, c, old_us, new_us, om0, om1, nm0, nm1 = sys.argv[1:]
+run = json.load(open(path))
+cpu = {"old": int(old_us), "new": int(new_us)}
+mesh = {"old": float(om1) - float(om0), "new": float(nm1) - float(nm0)}
 for t in ("old", "new"):
-    per = cpu[t] / ops[t] if ops.get(t) else float("nan")
-    print(f"{sys.argv[1]}: {t}: node CPU {cpu[t] / 1e6:.1f} s over {ops.get(t, 0)} ops (warm-up and load included): {per:.1f} us/op")
+    r = [x for x in run["results"] if x["target"] == t][0]
+    n = r["ops"] + r["warmup_ops"]
+    print(f"{w} clients={c} {t}: {r['ops_per_sec']:.0f} ops/s p99 {r['latency']['p99_ms']:.3f} ms, "
+          f"node CPU {cpu[t] / n:.1f} us/op, mesh calls {mesh[t] / n:.3f}/op over {n} ops "
+          f"(warm-up included{', load too' if 'load' in run and run['load'] else ''})")
 PY
-  cat "$out/clients-$c/summary.md" | sed -n '1,20p'
+  done
 done

@@ -4,7 +4,11 @@
 # cross-fragment-transfer (two documents on fragments of different executors, placed by the
 # node's SHOW FRAGMENTS, see bench/src/layout.rs), pipelined-txn (single-fragment-txn with its
 # four statements sent together: one round trip) and autocommit-write (one UPDATE), each at 1
-# and 32 connections, closed loop. Then it counts the fdatasyncs of cross-fragment commits
+# and 32 connections, closed loop. The like-for-like pairs of issue 5's 1.2x goal (session 5):
+# single-write-txn (BEGIN; the autocommit-write UPDATE; COMMIT, one at a time) and
+# query-write-txn (the same in one simple Query message) against autocommit-write, and
+# query-txn (the single-fragment transfer in one Query message) and single-fragment-txn against
+# two-write-autocommit (the transfer's two UPDATEs as two autocommit statements). Then it counts the fdatasyncs of cross-fragment commits
 # (see below). Results go to bench/results/txn-<UTC date and time>/.
 #
 # Usage: scripts/bench-txn-vs-postgres.sh
@@ -16,6 +20,18 @@
 #   TXN_DOCS        documents loaded (default: 50000)
 #   TXN_SYNC_COMMITS  commits of each kind for the fdatasync count (default: 200)
 #   TXN_SYNCS_ONLY  1: only the fdatasync count, no bench passes
+#   TXN_WORKLOADS   comma-separated workloads (default: all of the above)
+#   TXN_CPU         1 (default): after the side-by-side passes, the server's cost per operation
+#                   (see below); 0: skip it
+#   TXN_CPU_DURATION  measured time of each CPU pass (default: 5s)
+#
+# The server's cost per operation (cpu.txt, session 5): for each client count and workload, one
+# bench pass against Tessera alone (1 s warm-up, 1 round). Before and after it the script reads
+# the tessera process's utime+stime (/proc/<pid>/stat) and the node's tessera_mesh_calls_total
+# (SHOW STATS, summed over executors); it divides both by the operations the pass completed,
+# warm-up included. CPU time is what the server spent, whatever else ran on the machine, and mesh
+# calls are cross-executor hops, so both compare builds on a shared machine (A/B: run the script
+# once per binary with TESSERA_BIN).
 #
 # The fdatasync count: scripts/txn-syncs.py performs, one at a time on one connection, 200
 # each of a cross-executor transfer, a single-fragment transfer and an autocommit UPDATE, and
@@ -67,7 +83,7 @@ mkdir -p "$out"
   echo "tessera: $tessera (pid $tessera_pid)"
 } >"$out/machine.txt"
 
-workloads=single-fragment-txn,cross-fragment-transfer,pipelined-txn,autocommit-write
+workloads=${TXN_WORKLOADS:-single-fragment-txn,cross-fragment-transfer,pipelined-txn,autocommit-write,single-write-txn,query-write-txn,two-write-autocommit,query-txn}
 docs=${TXN_DOCS:-50000}
 status=0
 load=()
@@ -79,6 +95,36 @@ for c in "${clients[@]}"; do
     --connections "$c" --no-progress || status=$?
   load=(--skip-load)
 done
+
+# The server's CPU time and mesh calls per operation (see the header).
+tessera_url="postgres://bench@127.0.0.1:$port/bench"
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$tessera_pid/stat"; }
+mesh_calls() {
+  PGSSLMODE=disable psql -X -A -t -F ' ' "$tessera_url" -c 'SHOW STATS' \
+    | awk '$1 == "tessera_mesh_calls_total" {s += $NF} END {print s + 0}'
+}
+if [ "${TXN_CPU:-1}" = 1 ] && [ "${TXN_SYNCS_ONLY:-0}" != 1 ]; then
+  echo "$name: server CPU and mesh calls per operation"
+  hz=$(getconf CLK_TCK)
+  for c in "${clients[@]}"; do
+    for w in ${workloads//,/ }; do
+      t0=$(cpu_ticks); m0=$(mesh_calls)
+      target/release/bench --target "tessera=$tessera_url" --out "$out/cpu-$c-$w" --workloads "$w" \
+        --docs "$docs" --skip-load --duration "${TXN_CPU_DURATION:-5s}" --warmup 1s --rounds 1 \
+        --connections "$c" --no-progress >/dev/null || status=$?
+      t1=$(cpu_ticks); m1=$(mesh_calls)
+      python3 - "$out/cpu-$c-$w/run.json" "$w" "$c" "$t0" "$t1" "$hz" "$m0" "$m1" <<'PY' | tee -a "$out/cpu.txt"
+import json, sys
+path, w, c, t0, t1, hz, m0, m1 = sys.argv[1:]
+r = [x for x in json.load(open(path))["results"] if x["workload"] == w][0]
+n = r["ops"] + r["warmup_ops"]
+cpu_us = (int(t1) - int(t0)) * 1e6 / int(hz)
+print(f"{w} clients={c} ops={n} ops/s={r['ops_per_sec']:.0f} server_cpu_us/op={cpu_us / n:.1f} "
+      f"mesh_calls/op={(float(m1) - float(m0)) / n:.3f} retries={r['retries']}")
+PY
+    done
+  done
+fi
 
 # fdatasyncs on the critical path of a commit (see the header).
 if command -v perf >/dev/null && perf stat -e io_uring:io_uring_submit_req -- true >/dev/null 2>&1; then

@@ -147,6 +147,18 @@ pub enum Workload {
     /// One autocommit UPDATE of one random document's balance: the single-row durable write
     /// a transaction is compared with.
     AutocommitWrite,
+    /// BEGIN, the `AutocommitWrite` UPDATE, COMMIT, one statement at a time: what the
+    /// transaction machinery adds to one write (issue 5's 1.2x goal, like for like).
+    SingleWriteTxn,
+    /// `SingleWriteTxn` sent as one simple Query message (`BEGIN; UPDATE ...; COMMIT`, the id
+    /// a literal): one round trip, as `AutocommitWrite`.
+    QueryWriteTxn,
+    /// The two UPDATEs of a `SingleFragmentTxn` as two autocommit statements: the same
+    /// writes without a transaction, what the transfer is compared with.
+    TwoWriteAutocommit,
+    /// `SingleFragmentTxn` sent as one simple Query message (`BEGIN; UPDATE ...; UPDATE ...;
+    /// COMMIT`, ids as literals): one round trip and, in Tessera, one block shipped whole.
+    QueryTxn,
     /// YCSB A: 50 % reads, 50 % updates, zipfian keys.
     YcsbA,
     /// YCSB B: 95 % reads, 5 % updates, zipfian keys.
@@ -157,7 +169,7 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload, in the order a full suite runs them.
-    pub const ALL: [Workload; 12] = [
+    pub const ALL: [Workload; 16] = [
         Workload::PointRead,
         Workload::Insert,
         Workload::Upsert,
@@ -167,6 +179,10 @@ impl Workload {
         Workload::CrossFragmentTransfer,
         Workload::PipelinedTxn,
         Workload::AutocommitWrite,
+        Workload::SingleWriteTxn,
+        Workload::QueryWriteTxn,
+        Workload::TwoWriteAutocommit,
+        Workload::QueryTxn,
         Workload::YcsbA,
         Workload::YcsbB,
         Workload::YcsbC,
@@ -184,6 +200,10 @@ impl Workload {
             Workload::CrossFragmentTransfer => "cross-fragment-transfer",
             Workload::PipelinedTxn => "pipelined-txn",
             Workload::AutocommitWrite => "autocommit-write",
+            Workload::SingleWriteTxn => "single-write-txn",
+            Workload::QueryWriteTxn => "query-write-txn",
+            Workload::TwoWriteAutocommit => "two-write-autocommit",
+            Workload::QueryTxn => "query-txn",
             Workload::YcsbA => "ycsb-a",
             Workload::YcsbB => "ycsb-b",
             Workload::YcsbC => "ycsb-c",
@@ -197,7 +217,9 @@ impl Workload {
             // Two documents of one customer, or two distinct accounts.
             Workload::SingleFragmentTxn
             | Workload::CrossFragmentTransfer
-            | Workload::PipelinedTxn => limits::DOCS_PER_CUSTOMER,
+            | Workload::PipelinedTxn
+            | Workload::TwoWriteAutocommit
+            | Workload::QueryTxn => limits::DOCS_PER_CUSTOMER,
             _ => 1,
         }
     }
@@ -207,7 +229,13 @@ impl Workload {
     pub fn is_transaction(self) -> bool {
         matches!(
             self,
-            Workload::SingleFragmentTxn | Workload::CrossFragmentTransfer | Workload::PipelinedTxn
+            Workload::SingleFragmentTxn
+                | Workload::CrossFragmentTransfer
+                | Workload::PipelinedTxn
+                | Workload::SingleWriteTxn
+                | Workload::QueryWriteTxn
+                | Workload::TwoWriteAutocommit
+                | Workload::QueryTxn
         )
     }
 

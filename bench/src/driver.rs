@@ -18,7 +18,7 @@ use tokio_postgres::{Client, NoTls, Statement};
 use crate::config::{Loop, Settings, Target, Workload};
 use crate::layout::{ExecutorGroups, Layout};
 use crate::limits;
-use crate::ops::{self, Op, OpGen};
+use crate::ops::{self, Op, OpGen, TxnSend};
 use crate::rng::Rng;
 use crate::schedule::{Action, Pacer, Recorder, Schedule};
 use crate::sql::{self, Param, Stmt};
@@ -343,6 +343,7 @@ pub async fn run_slice(slice: Slice<'_>) -> Recorder {
             drain_timeout: slice.settings.drain_timeout,
             wake: wakers.get(i).cloned(),
             client: Arc::clone(client),
+            flavor: slice.target.flavor(),
             statements,
             base,
             completed: Arc::clone(&completed),
@@ -468,6 +469,8 @@ struct Connection {
     /// Signalled by the `Ticker` when this connection's next open-loop request is due.
     wake: Option<Arc<Notify>>,
     client: Arc<Client>,
+    /// Whose SQL a one-Query transaction block is written in.
+    flavor: crate::config::Flavor,
     statements: BTreeMap<Stmt, Statement>,
     base: Instant,
     completed: Arc<AtomicU64>,
@@ -487,51 +490,80 @@ impl Connection {
     /// transaction was retried after a serialization failure.
     async fn execute(&self, op: &Op) -> (Result<u64, (String, String)>, u64) {
         match op {
-            Op::Transfer { first, second, pipelined } => {
-                self.transfer(first, second, *pipelined).await
+            Op::Transfer { first, second, send } => {
+                self.transaction(&[(Stmt::Debit, first), (Stmt::Credit, second)], *send).await
             }
+            Op::WriteTxn { id, send } => self.transaction(&[(Stmt::Debit, id)], *send).await,
             _ => (self.execute_one(op).await, 0),
         }
     }
 
-    /// A transfer: BEGIN, debit, credit, COMMIT, run again from BEGIN after a serialization
-    /// failure (40001, or 40P01 for a deadlock), at most `TXN_ATTEMPTS_MAX` times. Pipelined,
-    /// the four are sent before any answer is read (tokio-postgres writes requests polled
-    /// together back to back); the first error in statement order is the transaction's.
-    async fn transfer(
+    /// A transaction: BEGIN, each `(statement, id)` step, COMMIT, run again from BEGIN after a
+    /// serialization failure (40001, or 40P01 for a deadlock), at most `TXN_ATTEMPTS_MAX`
+    /// times. Pipelined, the messages are sent before any answer is read (tokio-postgres
+    /// writes requests polled together back to back); the first error in statement order is
+    /// the transaction's. In one Query, the block is one simple query with the ids inlined.
+    async fn transaction(
         &self,
-        first: &str,
-        second: &str,
-        pipelined: bool,
+        steps: &[(Stmt, &String)],
+        send: TxnSend,
     ) -> (Result<u64, (String, String)>, u64) {
         let client = &*self.client;
         let fail = |e: tokio_postgres::Error| (error_kind(&e), describe(&e));
         let missing = |m: String| ("client".to_owned(), m);
-        let (debit, credit) = match (self.statement(Stmt::Debit), self.statement(Stmt::Credit)) {
-            (Ok(d), Ok(c)) => (d, c),
-            (Err(m), _) | (_, Err(m)) => return (Err(missing(m)), 0),
+        let mut prepared = Vec::with_capacity(steps.len());
+        for (stmt, _) in steps {
+            match self.statement(*stmt) {
+                Ok(s) => prepared.push(s),
+                Err(m) => return (Err(missing(m)), 0),
+            }
+        }
+        let params: Vec<Param<'_>> = steps.iter().map(|(_, id)| Param(id)).collect();
+        let args: Vec<[&(dyn ToSql + Sync); 1]> =
+            params.iter().map(|p| [p as &(dyn ToSql + Sync)]).collect();
+        let text = match send {
+            TxnSend::OneQuery => {
+                let literal: Vec<(Stmt, &str)> =
+                    steps.iter().map(|(stmt, id)| (*stmt, id.as_str())).collect();
+                sql::block(self.flavor, &literal)
+            }
+            TxnSend::OneByOne | TxnSend::Pipelined => String::new(),
         };
         let mut retries = 0;
         loop {
-            let result = if pipelined {
-                let (p1, p2) = (Param(first), Param(second));
-                let (a1, a2): (&[&(dyn ToSql + Sync)], &[&(dyn ToSql + Sync)]) = (&[&p1], &[&p2]);
-                let (begin, a, b, commit) = futures_util::join!(
-                    client.batch_execute(sql::BEGIN),
-                    client.execute(debit, a1),
-                    client.execute(credit, a2),
-                    client.batch_execute(sql::COMMIT),
-                );
-                begin.and(a).and_then(|a| b.map(|b| a + b)).and_then(|n| commit.map(|()| n))
-            } else {
-                async {
-                    client.batch_execute(sql::BEGIN).await?;
-                    let a = client.execute(debit, &[&Param(first)]).await?;
-                    let b = client.execute(credit, &[&Param(second)]).await?;
-                    client.batch_execute(sql::COMMIT).await?;
-                    Ok::<u64, tokio_postgres::Error>(a + b)
+            let result = match send {
+                TxnSend::Pipelined => {
+                    let writes = prepared.iter().zip(&args).map(|(s, a)| client.execute(*s, a));
+                    let (begin, written, commit) = futures_util::join!(
+                        client.batch_execute(sql::BEGIN),
+                        join_all(writes),
+                        client.batch_execute(sql::COMMIT),
+                    );
+                    begin
+                        .and_then(|()| written.into_iter().sum::<Result<u64, _>>())
+                        .and_then(|n| commit.map(|()| n))
                 }
-                .await
+                TxnSend::OneByOne => {
+                    async {
+                        client.batch_execute(sql::BEGIN).await?;
+                        let mut n = 0;
+                        for (s, a) in prepared.iter().zip(&args) {
+                            n += client.execute(*s, a).await?;
+                        }
+                        client.batch_execute(sql::COMMIT).await?;
+                        Ok::<u64, tokio_postgres::Error>(n)
+                    }
+                    .await
+                }
+                TxnSend::OneQuery => client.simple_query(&text).await.map(|messages| {
+                    messages
+                        .iter()
+                        .map(|m| match m {
+                            tokio_postgres::SimpleQueryMessage::CommandComplete(n) => *n,
+                            _ => 0,
+                        })
+                        .sum()
+                }),
             };
             let Err(e) = result else { return (result.map_err(fail), retries) };
             if !client.is_closed() {
@@ -581,7 +613,16 @@ impl Connection {
                 let s = self.statement(Stmt::Debit).map_err(missing)?;
                 client.execute(s, &[&Param(id)]).await.map_err(fail)
             }
-            Op::Transfer { .. } => Err(missing("a transfer is not one statement".to_owned())),
+            Op::TwoWrites { first, second } => {
+                let debit = self.statement(Stmt::Debit).map_err(missing)?;
+                let credit = self.statement(Stmt::Credit).map_err(missing)?;
+                let a = client.execute(debit, &[&Param(first)]).await.map_err(fail)?;
+                let b = client.execute(credit, &[&Param(second)]).await.map_err(fail)?;
+                Ok(a + b)
+            }
+            Op::Transfer { .. } | Op::WriteTxn { .. } => {
+                Err(missing("a transaction is not one statement".to_owned()))
+            }
         }
     }
 

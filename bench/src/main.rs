@@ -18,8 +18,9 @@ struct Cli {
     #[arg(long = "target", required = true)]
     targets: Vec<String>,
     /// Comma-separated workloads: point-read, insert, upsert, content-query, scatter-query,
-    /// single-fragment-txn, cross-fragment-transfer, pipelined-txn, autocommit-write, ycsb-a,
-    /// ycsb-b, ycsb-c, or all. A target that cannot run a workload yet skips it, with the reason printed and
+    /// single-fragment-txn, cross-fragment-transfer, pipelined-txn, autocommit-write,
+    /// single-write-txn, query-write-txn, two-write-autocommit, query-txn, ycsb-a, ycsb-b,
+    /// ycsb-c, or all. A target that cannot run a workload yet skips it, with the reason printed and
     /// recorded in run.json and summary.md.
     #[arg(long, default_value = "all")]
     workloads: String,

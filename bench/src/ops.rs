@@ -110,9 +110,35 @@ pub enum Op {
         first: String,
         /// Credited.
         second: String,
-        /// Send the four statements together (one round trip) instead of one at a time.
-        pipelined: bool,
+        /// How the statements travel.
+        send: TxnSend,
     },
+    /// Take 10 from one document's balance in a transaction block of its own.
+    WriteTxn {
+        /// Existing id.
+        id: String,
+        /// How the statements travel.
+        send: TxnSend,
+    },
+    /// A transfer's two UPDATEs as two autocommit statements, one after the other.
+    TwoWrites {
+        /// Debited.
+        first: String,
+        /// Credited.
+        second: String,
+    },
+}
+
+/// How the statements of a transaction block travel to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnSend {
+    /// One at a time, each answered before the next is sent (BEGIN and COMMIT as simple
+    /// queries, the writes as prepared statements).
+    OneByOne,
+    /// The same messages sent together, answered together: one round trip.
+    Pipelined,
+    /// One simple Query message holding the whole block, ids as literals: one round trip.
+    OneQuery,
 }
 
 /// Draws the operations of one workload for one connection.
@@ -166,10 +192,25 @@ impl OpGen {
         }
     }
 
-    fn transfer(a: u64, b: u64) -> Op {
+    /// The ids of `a` and `b`, the smaller first (the order transfers lock them in).
+    fn ordered(a: u64, b: u64) -> (String, String) {
         let (x, y) = (doc_id(a), doc_id(b));
-        let (first, second) = if x <= y { (x, y) } else { (y, x) };
-        Op::Transfer { first, second, pipelined: false }
+        if x <= y { (x, y) } else { (y, x) }
+    }
+
+    fn transfer(a: u64, b: u64) -> Op {
+        let (first, second) = Self::ordered(a, b);
+        Op::Transfer { first, second, send: TxnSend::OneByOne }
+    }
+
+    /// Two distinct documents of one customer with a full group of documents (one shard).
+    fn same_customer_pair(&mut self) -> (u64, u64) {
+        let full = (self.docs / DOCS_PER_CUSTOMER).max(1);
+        let c = self.rng.below(full);
+        let a = self.rng.below(DOCS_PER_CUSTOMER);
+        let b = (a + 1 + self.rng.below(DOCS_PER_CUSTOMER - 1)) % DOCS_PER_CUSTOMER;
+        let base = c * DOCS_PER_CUSTOMER;
+        (base + a, base + b)
     }
 
     /// The next operation.
@@ -195,23 +236,27 @@ impl OpGen {
             Workload::ScatterQuery => {
                 Op::Scatter { tag: format!("t{}", self.rng.below(TAG_COUNT)) }
             }
-            Workload::SingleFragmentTxn | Workload::PipelinedTxn => {
-                // Two distinct documents of one customer with a full group of documents.
-                let full = (self.docs / DOCS_PER_CUSTOMER).max(1);
-                let c = self.rng.below(full);
-                let a = self.rng.below(DOCS_PER_CUSTOMER);
-                let b = (a + 1 + self.rng.below(DOCS_PER_CUSTOMER - 1)) % DOCS_PER_CUSTOMER;
-                let base = c * DOCS_PER_CUSTOMER;
-                match Self::transfer(base + a, base + b) {
-                    Op::Transfer { first, second, .. }
-                        if self.workload == Workload::PipelinedTxn =>
-                    {
-                        Op::Transfer { first, second, pipelined: true }
-                    }
-                    op => op,
-                }
+            Workload::SingleFragmentTxn
+            | Workload::PipelinedTxn
+            | Workload::QueryTxn
+            | Workload::TwoWriteAutocommit => {
+                let (a, b) = self.same_customer_pair();
+                let (first, second) = Self::ordered(a, b);
+                let send = match self.workload {
+                    Workload::TwoWriteAutocommit => return Op::TwoWrites { first, second },
+                    Workload::PipelinedTxn => TxnSend::Pipelined,
+                    Workload::QueryTxn => TxnSend::OneQuery,
+                    _ => TxnSend::OneByOne,
+                };
+                Op::Transfer { first, second, send }
             }
             Workload::AutocommitWrite => Op::Write { id: doc_id(self.uniform_key()) },
+            Workload::SingleWriteTxn => {
+                Op::WriteTxn { id: doc_id(self.uniform_key()), send: TxnSend::OneByOne }
+            }
+            Workload::QueryWriteTxn => {
+                Op::WriteTxn { id: doc_id(self.uniform_key()), send: TxnSend::OneQuery }
+            }
             Workload::CrossFragmentTransfer => {
                 if let Some(groups) = self.groups.clone()
                     && groups.executors() >= 2
@@ -335,6 +380,37 @@ mod tests {
         for _ in 0..100 {
             let Op::Write { id } = g.next_op() else { panic!("not a write") };
             assert!(key_of(&id) < 100);
+        }
+    }
+
+    #[test]
+    fn unit_like_for_like_workloads_send_what_they_compare() {
+        // The single-write transaction updates one existing document, one at a time or in one
+        // Query; the two autocommit writes and the one-Query transfer use single-fragment pairs.
+        let mut g = generator(Workload::SingleWriteTxn, 100);
+        let Op::WriteTxn { id, send: TxnSend::OneByOne } = g.next_op() else {
+            panic!("not one by one")
+        };
+        assert!(key_of(&id) < 100);
+        let mut g = generator(Workload::QueryWriteTxn, 100);
+        assert!(matches!(g.next_op(), Op::WriteTxn { send: TxnSend::OneQuery, .. }));
+        for w in [Workload::TwoWriteAutocommit, Workload::QueryTxn] {
+            let mut g = generator(w, 1003);
+            for _ in 0..500 {
+                let (first, second) = match g.next_op() {
+                    Op::TwoWrites { first, second } if w == Workload::TwoWriteAutocommit => {
+                        (first, second)
+                    }
+                    Op::Transfer { first, second, send: TxnSend::OneQuery }
+                        if w == Workload::QueryTxn =>
+                    {
+                        (first, second)
+                    }
+                    other => panic!("{w}: unexpected {other:?}"),
+                };
+                assert!(first < second);
+                assert_eq!(customer_of(key_of(&first)), customer_of(key_of(&second)));
+            }
         }
     }
 

@@ -181,6 +181,19 @@ pub fn sql(flavor: Flavor, stmt: Stmt) -> &'static str {
     }
 }
 
+/// A transaction block as one simple Query message: `BEGIN; <each statement with its one
+/// parameter `$1` as a quoted literal>; COMMIT`.
+pub fn block(flavor: Flavor, steps: &[(Stmt, &str)]) -> String {
+    let mut s = String::from(BEGIN);
+    for (stmt, id) in steps {
+        s.push_str("; ");
+        s.push_str(&sql(flavor, *stmt).replace("$1", &format!("'{}'", id.replace('\'', "''"))));
+    }
+    s.push_str("; ");
+    s.push_str(COMMIT);
+    s
+}
+
 /// The statements a workload prepares on every connection.
 pub fn statements(workload: Workload) -> &'static [Stmt] {
     match workload {
@@ -189,10 +202,14 @@ pub fn statements(workload: Workload) -> &'static [Stmt] {
         Workload::Upsert => &[Stmt::Upsert],
         Workload::ContentQuery => &[Stmt::ContentQuery],
         Workload::ScatterQuery => &[Stmt::ScatterQuery],
-        Workload::SingleFragmentTxn | Workload::CrossFragmentTransfer | Workload::PipelinedTxn => {
-            &[Stmt::Debit, Stmt::Credit]
+        Workload::SingleFragmentTxn
+        | Workload::CrossFragmentTransfer
+        | Workload::PipelinedTxn
+        | Workload::TwoWriteAutocommit
+        | Workload::QueryTxn => &[Stmt::Debit, Stmt::Credit],
+        Workload::AutocommitWrite | Workload::SingleWriteTxn | Workload::QueryWriteTxn => {
+            &[Stmt::Debit]
         }
-        Workload::AutocommitWrite => &[Stmt::Debit],
         Workload::YcsbA | Workload::YcsbB => &[Stmt::PointRead, Stmt::UpdateField],
     }
 }
@@ -253,6 +270,18 @@ mod tests {
         }
         assert_eq!(statements(Workload::YcsbA), &[Stmt::PointRead, Stmt::UpdateField]);
         assert_eq!(statements(Workload::CrossFragmentTransfer), &[Stmt::Debit, Stmt::Credit]);
+    }
+
+    #[test]
+    fn unit_block_inlines_each_id_as_a_literal() {
+        // One Query message: BEGIN, the statements with $1 quoted (quotes doubled), COMMIT.
+        let text = block(Flavor::Tessera, &[(Stmt::Debit, "d/1$c"), (Stmt::Credit, "o'k")]);
+        assert_eq!(
+            text,
+            "BEGIN; UPDATE bench_docs SET balance = balance - 10 WHERE id() = 'd/1$c'; \
+             UPDATE bench_docs SET balance = balance + 10 WHERE id() = 'o''k'; COMMIT"
+        );
+        assert!(!block(Flavor::Postgres, &[(Stmt::Debit, "x")]).contains("$1"));
     }
 
     #[test]

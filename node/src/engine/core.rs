@@ -26,7 +26,7 @@ use storage::{AppendError, Fragment, FragmentOptions, TxId, Version, WriteBatch}
 use super::coordinator::coordinator_of;
 use super::coordinator::{Coordinator, DecisionRow, fault};
 use super::error::EngineError;
-use super::limits::{TXN_PREPARED_TIMEOUT, TXN_SWEEP_INTERVAL};
+use super::limits::{TXN_FRAGMENT_OPS_MAX, TXN_PREPARED_TIMEOUT, TXN_SWEEP_INTERVAL};
 use super::reader::FragmentReader;
 use super::shared::{CatalogView, Shared};
 use super::txn::{FragmentWrites, OverlayReader, ReadRecord};
@@ -767,6 +767,27 @@ impl Core {
             Ok(_) => Ok(()),
             Err(e) => Err(self.txn_failure(&fragment, e).await),
         }
+    }
+
+    /// Commits one fragment's batch of a transaction on this executor: a batch with writes is
+    /// applied at once (the fast path); a checks-only batch is validated in slices of
+    /// `TXN_FRAGMENT_OPS_MAX` (each check stands on its own once every read is done).
+    pub async fn commit_fragment(
+        &self,
+        id: FragmentId,
+        batch: WriteBatch,
+    ) -> Result<(), EngineError> {
+        if batch.writes() > 0 {
+            return self.apply_txn(id, batch).await;
+        }
+        for slice in batch.ops().chunks(TXN_FRAGMENT_OPS_MAX) {
+            let mut part = WriteBatch::new();
+            for op in slice {
+                part.push(op.clone());
+            }
+            self.apply_txn(id, part).await?;
+        }
+        Ok(())
     }
 
     /// The 40001 for a conflict or a held document, or the storage error. A conflict is

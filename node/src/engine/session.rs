@@ -35,7 +35,7 @@ use super::core::{
     Core, FragmentRow, SessionTxnRow, Target, TxCounters, TxnShare, TxnTarget, WriteOutcome,
 };
 use super::error::EngineError;
-use super::limits::{TXN_AUTOCOMMIT_ATTEMPTS_MAX, TXN_FRAGMENT_OPS_MAX};
+use super::limits::TXN_AUTOCOMMIT_ATTEMPTS_MAX;
 use super::shared::CatalogView;
 use super::txn::Txn;
 use crate::catalog::CollectionEntry;
@@ -48,6 +48,8 @@ use crate::pg::{
     TransactionStatus,
 };
 use crate::runtime::{ExecutorContext, ExecutorIndex};
+
+mod block;
 
 /// A planned statement, kept by the wire layer for reuse.
 pub struct Prepared {
@@ -85,6 +87,11 @@ pub struct Session {
     planned: std::cell::Cell<u32>,
     /// The running statement as a region forwards it: text, position, bound values.
     forwardable: std::cell::RefCell<Option<Forwardable>>,
+    /// The last simple Query's statements when they form a block that may be shipped whole
+    /// (`block`), until its BEGIN runs.
+    block_text: Option<block::BlockText>,
+    /// Outcomes of a shipped block not yet replayed.
+    replay: Option<block::Replay>,
 }
 
 impl Drop for Session {
@@ -182,6 +189,8 @@ impl Session {
             sql: Arc::from(""),
             planned: std::cell::Cell::new(0),
             forwardable: std::cell::RefCell::new(None),
+            block_text: None,
+            replay: None,
         }
     }
 
@@ -1525,17 +1534,7 @@ impl Session {
     ) -> Result<(), EngineError> {
         self.fan_out(groups, &(), |core, (), list| async move {
             for (fragment, batch) in list {
-                if batch.writes() > 0 {
-                    core.apply_txn(fragment, batch).await?;
-                    continue;
-                }
-                for slice in batch.ops().chunks(TXN_FRAGMENT_OPS_MAX) {
-                    let mut part = storage::WriteBatch::new();
-                    for op in slice {
-                        part.push(op.clone());
-                    }
-                    core.apply_txn(fragment, part).await?;
-                }
+                core.commit_fragment(fragment, batch).await?;
             }
             Ok(())
         })
@@ -2318,7 +2317,10 @@ impl Engine for Session {
         self.last_sql = Arc::from(sql.chars().take(limit + 1).collect::<String>().as_str());
         self.sql = Arc::from(sql);
         self.planned.set(0);
-        query::parse(sql).map_err(|e| engine_error(&EngineError::Plan(e)))
+        self.replay = None;
+        let parsed = query::parse(sql).map_err(|e| engine_error(&EngineError::Plan(e)))?;
+        self.block_text = block::BlockText::of(&self.sql, &parsed);
+        Ok(parsed)
     }
 
     async fn plan(&mut self, parsed: Statement, param_types: &[Oid]) -> Result<Prepared, PgError> {
@@ -2354,9 +2356,21 @@ impl Engine for Session {
         }
         let started = std::time::Instant::now();
         self.last_route.borrow_mut().take();
-        let result = match self.bind(statement, params) {
-            Ok(bound) => self.run(bound, sink).await,
-            Err(e) => Err(e),
+        // A statement of a block shipped whole (`block`) already ran: its outcome is replayed.
+        let result = match self.replayed(&statement.sql, statement.index) {
+            Some(result) => result,
+            None => {
+                let opens = statement.index == 0
+                    && matches!(&*statement.statement, Statement::Begin)
+                    && matches!(self.block, Block::Idle);
+                match self.bind(statement, params) {
+                    Ok(bound) => match self.run(bound, sink).await {
+                        Ok(tag) if opens => self.ship_block(&statement.sql).await.map(|_| tag),
+                        other => other,
+                    },
+                    Err(e) => Err(e),
+                }
+            }
         };
         if result.is_err()
             && let Block::Open(_) = self.block

@@ -1,0 +1,246 @@
+//! Cross-executor hops of transaction blocks (session 5, issue 5): a block sent as one simple
+//! Query whose writes all go to one fragment of the other executor is shipped there whole, one
+//! mesh call; everything else runs statement by statement as before. Hops are counted with the
+//! node's own `tessera_mesh_calls_total` (SHOW STATS), never timed.
+//!
+//! Ids pin documents to fragments with explicit shards (`id$@shard`): with 8 fragments,
+//! fragment `i` holds shards `[i * 131072, (i + 1) * 131072)` and belongs to executor `i % 2`.
+//! A session runs on whichever executor accepted its connection, so each check runs the same
+//! block on a fragment of each executor: one of the two is local (no hop), the other remote.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod support;
+
+use support::{Node, simple_rows, sqlstate};
+
+/// Two documents on fragment 0 (executor 0) and two on fragment 1 (executor 1).
+const ON_0: [&str; 2] = ["a$@0", "c$@7"];
+const ON_1: [&str; 2] = ["b$@131072", "d$@131079"];
+
+async fn value(client: &tokio_postgres::Client, id: &str) -> Option<i64> {
+    client
+        .query_opt("SELECT v::int8 FROM t WHERE id() = $1", &[&id])
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+async fn counter(client: &tokio_postgres::Client, name: &str) -> i64 {
+    let rows = client.query("SHOW transaction_counters", &[]).await.unwrap();
+    rows.iter().find(|r| r.get::<_, String>(0) == name).map(|r| r.get(1)).unwrap()
+}
+
+/// Mesh calls made so far, summed over executors.
+async fn mesh_calls(client: &tokio_postgres::Client) -> i64 {
+    let rows = simple_rows(&client.simple_query("SHOW STATS").await.unwrap());
+    rows.iter()
+        .filter(|r| r[0].as_deref() == Some("tessera_mesh_calls_total"))
+        .map(|r| r[2].as_deref().unwrap().parse::<i64>().unwrap())
+        .sum()
+}
+
+/// Mesh calls `work` makes, net of what reading the counter itself costs (`show`).
+async fn hops_of<F: std::future::Future<Output = ()>>(
+    client: &tokio_postgres::Client,
+    show: i64,
+    work: F,
+) -> i64 {
+    let before = mesh_calls(client).await;
+    work.await;
+    mesh_calls(client).await - before - show
+}
+
+/// What one SHOW STATS adds to the counter it reads (constant for a node).
+async fn show_cost(client: &tokio_postgres::Client) -> i64 {
+    let a = mesh_calls(client).await;
+    let b = mesh_calls(client).await;
+    let c = mesh_calls(client).await;
+    assert_eq!(b - a, c - b, "reading the counter costs the same each time");
+    b - a
+}
+
+fn transfer(first: &str, second: &str) -> String {
+    format!(
+        "BEGIN; UPDATE t SET v = v - 10 WHERE id() = '{first}'; \
+         UPDATE t SET v = v + 10 WHERE id() = '{second}'; COMMIT"
+    )
+}
+
+async fn load(client: &tokio_postgres::Client) {
+    for id in ON_0.iter().chain(&ON_1) {
+        client
+            .batch_execute(&format!("INSERT INTO t VALUES ('{id}', '{{\"v\":100}}')"))
+            .await
+            .unwrap();
+    }
+}
+
+// Checks the hop counts of a single-fragment transfer: statement by statement a remote
+// fragment costs 3 mesh calls (two UPDATEs, COMMIT) and a local one 0; in one Query message the
+// remote block is shipped whole, 1 call, the local one still 0. Both commit on the fast path and
+// move the balances.
+#[tokio::test]
+async fn one_query_block_on_a_remote_fragment_is_one_hop() {
+    let node = Node::start();
+    let s = node.connect().await;
+    load(&s).await;
+    let show = show_cost(&s).await;
+
+    let mut one_by_one = Vec::new();
+    for [first, second] in [ON_0, ON_1] {
+        let hops = hops_of(&s, show, async {
+            s.batch_execute("BEGIN").await.unwrap();
+            s.execute("UPDATE t SET v = v - 10 WHERE id() = $1", &[&first]).await.unwrap();
+            s.execute("UPDATE t SET v = v + 10 WHERE id() = $1", &[&second]).await.unwrap();
+            s.batch_execute("COMMIT").await.unwrap();
+        })
+        .await;
+        one_by_one.push(hops);
+    }
+    one_by_one.sort_unstable();
+    assert_eq!(one_by_one, [0, 3], "statement by statement: local 0, remote 3");
+
+    let fast = counter(&s, "fast_path_commits").await;
+    let mut shipped = Vec::new();
+    for [first, second] in [ON_0, ON_1] {
+        let hops = hops_of(&s, show, async {
+            let messages = s.simple_query(&transfer(first, second)).await.unwrap();
+            let tags: Vec<u64> = messages
+                .iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::CommandComplete(n) => Some(*n),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(tags, [0, 1, 1, 0], "BEGIN, UPDATE 1, UPDATE 1, COMMIT");
+        })
+        .await;
+        shipped.push(hops);
+    }
+    shipped.sort_unstable();
+    assert_eq!(shipped, [0, 1], "one Query: local 0, remote 1");
+    assert_eq!(counter(&s, "fast_path_commits").await, fast + 2);
+    for [first, second] in [ON_0, ON_1] {
+        assert_eq!(value(&s, first).await, Some(80));
+        assert_eq!(value(&s, second).await, Some(120));
+    }
+    assert!(s.simple_query("SHOW TRANSACTIONS").await.is_ok());
+}
+
+// Checks that a shipped block sees its own writes from statement to statement: an INSERT then
+// UPDATEs of the new document and a DELETE of another, all on one fragment, then COMMIT; and
+// that the command tags are the block's.
+#[tokio::test]
+async fn shipped_block_reads_its_own_writes() {
+    let node = Node::start();
+    let s = node.connect().await;
+    load(&s).await;
+    for (n, [kept, gone]) in [ON_0, ON_1].into_iter().enumerate() {
+        let new = format!("n{n}$@{}", n * 131072 + 3);
+        let sql = format!(
+            "BEGIN; INSERT INTO t VALUES ('{new}', '{{\"v\":1}}'); \
+             UPDATE t SET v = v + 10 WHERE id() = '{new}'; \
+             UPDATE t SET v = v * 3 WHERE id() = '{new}'; \
+             DELETE FROM t WHERE id() = '{gone}'; \
+             UPDATE t SET v = v + 1 WHERE id() = '{gone}'; COMMIT"
+        );
+        let messages = s.simple_query(&sql).await.unwrap();
+        let tags: Vec<u64> = messages
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::CommandComplete(n) => Some(*n),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tags, [0, 1, 1, 1, 1, 0, 0], "the deleted document is not updated");
+        assert_eq!(value(&s, &new).await, Some(33));
+        assert_eq!(value(&s, gone).await, None);
+        assert_eq!(value(&s, kept).await, Some(100));
+    }
+}
+
+// Checks PostgreSQL's simple-query semantics inside a shipped block: the failing statement
+// (a duplicate id) is the one that errs, the statements after it are skipped, the block is
+// failed (25P02 until ROLLBACK or COMMIT, which rolls back) and nothing of it is applied.
+#[tokio::test]
+async fn failed_statement_fails_the_shipped_block() {
+    let node = Node::start();
+    let s = node.connect().await;
+    load(&s).await;
+    for end in ["ROLLBACK", "COMMIT"] {
+        for [first, second] in [ON_0, ON_1] {
+            let sql = format!(
+                "BEGIN; UPDATE t SET v = v + 1 WHERE id() = '{first}'; \
+                 INSERT INTO t VALUES ('{second}', '{{\"v\":9}}'); \
+                 UPDATE t SET v = v + 1 WHERE id() = '{second}'; COMMIT"
+            );
+            let err = s.simple_query(&sql).await.unwrap_err();
+            assert_eq!(sqlstate(&err), "23505");
+            let refused = s.query("SELECT 1", &[]).await.unwrap_err();
+            assert_eq!(sqlstate(&refused), "25P02");
+            let messages = s.simple_query(end).await.unwrap();
+            assert!(!messages.is_empty());
+            assert_eq!(value(&s, first).await, Some(100), "{end}: nothing applied");
+            assert_eq!(value(&s, second).await, Some(100), "{end}: nothing applied");
+        }
+    }
+    // The session works normally afterwards, in and out of blocks.
+    s.simple_query(&transfer(ON_1[0], ON_1[1])).await.unwrap();
+    assert_eq!(value(&s, ON_1[0]).await, Some(90));
+}
+
+// Checks that a block over fragments of both executors is not shipped: it commits by
+// two-phase commit as before, atomically.
+#[tokio::test]
+async fn block_over_two_executors_runs_as_before() {
+    let node = Node::start();
+    let s = node.connect().await;
+    load(&s).await;
+    let two_phase = counter(&s, "two_phase_commits").await;
+    s.simple_query(&transfer(ON_0[0], ON_1[0])).await.unwrap();
+    assert_eq!(counter(&s, "two_phase_commits").await, two_phase + 1);
+    assert_eq!(value(&s, ON_0[0]).await, Some(90));
+    assert_eq!(value(&s, ON_1[0]).await, Some(110));
+}
+
+// Checks that shipped blocks stay serializable under contention: sessions on both executors
+// run one-Query transfers between the same two documents of each fragment concurrently,
+// retrying 40001; every committed transfer is applied exactly once and the total holds.
+#[tokio::test]
+async fn concurrent_shipped_transfers_keep_the_total() {
+    let node = Node::start();
+    let setup = node.connect().await;
+    load(&setup).await;
+    let mut tasks = Vec::new();
+    for c in 0..4 {
+        let client = node.connect().await;
+        tasks.push(tokio::spawn(async move {
+            let mut done = [0i64; 2];
+            for i in 0..40 {
+                let pair = if (i + c) % 2 == 0 { ON_0 } else { ON_1 };
+                loop {
+                    match client.simple_query(&transfer(pair[0], pair[1])).await {
+                        Ok(_) => break,
+                        Err(e) => {
+                            assert_eq!(sqlstate(&e), "40001", "{e:?}");
+                            client.batch_execute("ROLLBACK").await.unwrap();
+                        }
+                    }
+                }
+                done[usize::from(pair == ON_1)] += 1;
+            }
+            done
+        }));
+    }
+    let mut done = [0i64; 2];
+    for t in tasks {
+        let d = t.await.unwrap();
+        done[0] += d[0];
+        done[1] += d[1];
+    }
+    for (pair, n) in [(ON_0, done[0]), (ON_1, done[1])] {
+        assert_eq!(value(&setup, pair[0]).await, Some(100 - 10 * n));
+        assert_eq!(value(&setup, pair[1]).await, Some(100 + 10 * n));
+    }
+    assert_eq!(done[0] + done[1], 160);
+}
