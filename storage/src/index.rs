@@ -3,7 +3,7 @@
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap, hash_map};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
@@ -11,6 +11,7 @@ use router::{ShardId, ShardRange};
 
 use crate::Version;
 use crate::archive::RecordSpan;
+use crate::growmap::{GrowMap, Upsert};
 use crate::segment::Segment;
 
 /// Where a document's current version lives: a record of a segment, and the op inside it.
@@ -116,7 +117,8 @@ impl Ord for Key {
 
 #[derive(Debug, Default)]
 struct Collection {
-    by_key: HashMap<Key, Entry>,
+    /// Grows incrementally (`growmap`): no write waits for a rehash of every document.
+    by_key: GrowMap<Key, Entry>,
     by_shard: BTreeSet<(ShardId, Key)>,
 }
 
@@ -143,19 +145,17 @@ impl Index {
             None => self.collections.entry(collection.into()).or_default(),
         };
         let (shard, bytes) = (entry.shard, entry.bytes);
-        let old = match coll.by_key.entry(Key::new(key)) {
-            hash_map::Entry::Occupied(mut slot) => {
-                let old = std::mem::replace(slot.get_mut(), entry);
+        let old = match coll.by_key.upsert(key, || Key::new(key), entry) {
+            Upsert::Replaced(old) => {
                 if old.shard != shard {
-                    let k = slot.key().clone();
+                    let k = Key::new(key);
                     coll.by_shard.remove(&(old.shard, k.clone()));
                     coll.by_shard.insert((shard, k));
                 }
                 Some(old)
             }
-            hash_map::Entry::Vacant(slot) => {
-                coll.by_shard.insert((shard, slot.key().clone()));
-                slot.insert(entry);
+            Upsert::Inserted(k) => {
+                coll.by_shard.insert((shard, k.clone()));
                 None
             }
         };

@@ -133,3 +133,8 @@ const _: () = assert!(
     JOURNAL_RECORD_BYTES_MAX + CHUNK_HEADER_BYTES + FRAME_HEADER_BYTES + RECORD_ALIGN_BYTES
         <= JOURNAL_CHUNK_BYTES_MAX
 );
+
+/// Buckets of the id index's earlier table moved per insert while it grows
+/// (`growmap`): bounds the work one write adds, and ends the move after about a seventh of
+/// the earlier table's entries in inserts.
+pub const GROW_MOVE_BUCKETS: usize = 8;
