@@ -89,6 +89,16 @@ impl Borrow<str> for Key {
     }
 }
 
+impl Key {
+    /// The key's bytes (no UTF-8 check: equality and order need none).
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Key::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or_default(),
+            Key::Heap(s) => s.as_bytes(),
+        }
+    }
+}
+
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.as_str().hash(state);
@@ -97,7 +107,7 @@ impl Hash for Key {
 
 impl PartialEq for Key {
     fn eq(&self, other: &Key) -> bool {
-        self.as_str() == other.as_str()
+        self.as_bytes() == other.as_bytes()
     }
 }
 
@@ -111,7 +121,8 @@ impl PartialOrd for Key {
 
 impl Ord for Key {
     fn cmp(&self, other: &Key) -> Ordering {
-        self.as_str().cmp(other.as_str())
+        // `str`'s order is its bytes' order.
+        self.as_bytes().cmp(other.as_bytes())
     }
 }
 

@@ -12,8 +12,8 @@
 //! executor's io_uring.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::collections::hash_map::RandomState;
+use std::collections::{VecDeque, hash_map};
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::rc::Rc;
@@ -581,8 +581,11 @@ fn complete(inner: &Rc<Inner>, flight: Flight) {
         apply_effect(&mut st, &p.effect, &seg, *span);
         if let Effect::Ops(metas) = &p.effect {
             for m in metas {
-                if st.pending.get(&*m.lk) == Some(&m.put.then_some(m.version)) {
-                    st.pending.remove(&*m.lk);
+                // One probe: the entry, removed if no later write of the document is queued.
+                if let hash_map::Entry::Occupied(e) = st.pending.entry(m.lk.clone())
+                    && *e.get() == m.put.then_some(m.version)
+                {
+                    e.remove();
                 }
             }
         }
