@@ -7,7 +7,9 @@
 //! `TESSERA_BENCH_WRITERS` (comma-separated, default `1,16,256`). `TESSERA_BENCH_WRITES=N`
 //! makes each write run stop after N writes in all instead of after a time (fixed work, for
 //! timing the whole process); `-- ack` runs only the write runs, without the raw reference;
-//! `-- paths` compares the two chunk I/O paths (io_uring, blocking thread) op by op.
+//! `-- paths` compares the two chunk I/O paths (io_uring, blocking thread) op by op; `-- grow`
+//! measures the executor CPU of each batch while the index grows (`TESSERA_BENCH_GROW_DOCS`
+//! new documents, default 3,000,000).
 //! `TESSERA_BENCH_SPLIT_WAVES=1` opens the write runs' fragments with
 //! `FragmentOptions::split_waves` (default off).
 
@@ -287,6 +289,51 @@ async fn reads_and_scans(dir: &std::path::Path) {
     std::fs::remove_dir_all(&fdir).expect("cleanup");
 }
 
+/// The index's growth, measured in executor CPU (not wall time, so the machine's load does not
+/// enter): `docs` new small documents in batches of `GROW_BATCH_OPS` puts, one batch at a time,
+/// and the thread CPU each batch took (serializing it, and applying it to the index once
+/// durable). A table that rehashes every entry at once shows as a few batches far above the
+/// median (session 4: single stalls up to 104 ms).
+async fn index_growth(dir: &std::path::Path, docs: u64) {
+    const GROW_BATCH_OPS: u64 = 1024;
+    let fdir = dir.join("grow");
+    let options = FragmentOptions {
+        segment_bytes: SEGMENT_BYTES,
+        compact_dead_bytes_min: u64::MAX,
+        ..FragmentOptions::default()
+    };
+    let f =
+        Fragment::open(&fdir, FragmentId::new(3), ShardRange::ALL, options).await.expect("open");
+    let mut hist = Histogram::<u64>::new(3).expect("histogram");
+    let (mut worst, mut worst_at) = (0.0f64, 0u64);
+    let cpu_start = thread_cpu_seconds();
+    let mut n = 0u64;
+    while n < docs {
+        let mut b = WriteBatch::new();
+        for _ in 0..GROW_BATCH_OPS {
+            let id = format!("g{n}");
+            b = b.put("g", &id, shard_of(&id), None, json!({ "n": n }));
+            n += 1;
+        }
+        let cpu = thread_cpu_seconds();
+        f.apply(b).await.expect("apply");
+        let took = thread_cpu_seconds() - cpu;
+        hist.record(nanos(Duration::from_secs_f64(took))).expect("record");
+        if took > worst {
+            (worst, worst_at) = (took, n);
+        }
+    }
+    println!(
+        "index growth, {n} new docs in batches of {GROW_BATCH_OPS}: batch CPU p50={:.0}us p99={:.0}us max={:.0}us (at {worst_at} docs), cpu {:.2}s in all",
+        micros(&hist, 0.5),
+        micros(&hist, 0.99),
+        worst * 1e6,
+        thread_cpu_seconds() - cpu_start
+    );
+    f.close().await;
+    std::fs::remove_dir_all(&fdir).expect("cleanup");
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it, and
     // must not spend a minute and a gigabyte of disk there.
@@ -322,6 +369,13 @@ fn main() {
             }
             if want("writes") {
                 raw_fdatasync(dir.path()).await;
+            }
+            if only.as_deref() == Some("grow") {
+                let docs = std::env::var("TESSERA_BENCH_GROW_DOCS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(3_000_000);
+                index_growth(dir.path(), docs).await;
             }
             if only.as_deref() == Some("paths") {
                 io_paths(dir.path()).await;

@@ -421,6 +421,8 @@ pub(crate) struct Inner {
     pub spare: RefCell<Option<crate::segment::Prepared>>,
     pub spare_busy: Cell<bool>,
     pub spare_task: RefCell<Option<JoinHandle<()>>>,
+    /// The pace of the spare being zero-filled, if any: the group commit grants it bytes.
+    pub spare_pace: RefCell<Option<Rc<crate::segment::FillPace>>>,
     /// The directory's lock file, held (flock) while the fragment is open.
     pub lock: RefCell<Option<std::fs::File>>,
     /// Group-commit I/O counters (`Fragment::io_stats`).
@@ -534,6 +536,7 @@ impl Fragment {
             spare: RefCell::new(None),
             spare_busy: Cell::new(false),
             spare_task: RefCell::new(None),
+            spare_pace: RefCell::new(None),
             lock: RefCell::new(Some(lock)),
             io: crate::iostats::IoCounters::default(),
             holds: RefCell::new(HashMap::new()),
@@ -1117,6 +1120,11 @@ impl Fragment {
         let compaction = self.inner.compaction_task.borrow_mut().take();
         if let Some(task) = compaction {
             task.await;
+        }
+        // A spare still being zero-filled stops (its temporary file goes below, or at the next
+        // open) instead of writing the rest of its zeros at full speed now.
+        if let Some(pace) = self.inner.spare_pace.borrow().as_ref() {
+            pace.stop();
         }
         let spare_task = self.inner.spare_task.borrow_mut().take();
         if let Some(task) = spare_task {

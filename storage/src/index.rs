@@ -3,7 +3,7 @@
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap, hash_map};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
@@ -11,6 +11,7 @@ use router::{ShardId, ShardRange};
 
 use crate::Version;
 use crate::archive::RecordSpan;
+use crate::growmap::{GrowMap, Upsert};
 use crate::segment::Segment;
 
 /// Where a document's current version lives: a record of a segment, and the op inside it.
@@ -88,6 +89,16 @@ impl Borrow<str> for Key {
     }
 }
 
+impl Key {
+    /// The key's bytes (no UTF-8 check: equality and order need none).
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Key::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or_default(),
+            Key::Heap(s) => s.as_bytes(),
+        }
+    }
+}
+
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.as_str().hash(state);
@@ -96,7 +107,7 @@ impl Hash for Key {
 
 impl PartialEq for Key {
     fn eq(&self, other: &Key) -> bool {
-        self.as_str() == other.as_str()
+        self.as_bytes() == other.as_bytes()
     }
 }
 
@@ -110,13 +121,15 @@ impl PartialOrd for Key {
 
 impl Ord for Key {
     fn cmp(&self, other: &Key) -> Ordering {
-        self.as_str().cmp(other.as_str())
+        // `str`'s order is its bytes' order.
+        self.as_bytes().cmp(other.as_bytes())
     }
 }
 
 #[derive(Debug, Default)]
 struct Collection {
-    by_key: HashMap<Key, Entry>,
+    /// Grows incrementally (`growmap`): no write waits for a rehash of every document.
+    by_key: GrowMap<Key, Entry>,
     by_shard: BTreeSet<(ShardId, Key)>,
 }
 
@@ -143,19 +156,17 @@ impl Index {
             None => self.collections.entry(collection.into()).or_default(),
         };
         let (shard, bytes) = (entry.shard, entry.bytes);
-        let old = match coll.by_key.entry(Key::new(key)) {
-            hash_map::Entry::Occupied(mut slot) => {
-                let old = std::mem::replace(slot.get_mut(), entry);
+        let old = match coll.by_key.upsert(key, || Key::new(key), entry) {
+            Upsert::Replaced(old) => {
                 if old.shard != shard {
-                    let k = slot.key().clone();
+                    let k = Key::new(key);
                     coll.by_shard.remove(&(old.shard, k.clone()));
                     coll.by_shard.insert((shard, k));
                 }
                 Some(old)
             }
-            hash_map::Entry::Vacant(slot) => {
-                coll.by_shard.insert((shard, slot.key().clone()));
-                slot.insert(entry);
+            Upsert::Inserted(k) => {
+                coll.by_shard.insert((shard, k.clone()));
                 None
             }
         };

@@ -112,6 +112,9 @@ pub struct IoStats {
     /// Group commits whose write started while the previous chunk's write or fdatasync was
     /// still under way (the pipeline's second chunk).
     pub pipelined: u64,
+    /// Segment rolls that found no zero-filled spare ready and wrote the new segment's zeros
+    /// while writers waited.
+    pub spare_missed: u64,
 }
 
 /// The live counters, updated by the group-commit writer.
@@ -123,6 +126,7 @@ pub(crate) struct IoCounters {
     batch_size: RefCell<Histogram>,
     fdatasync_micros: RefCell<Histogram>,
     pipelined: Cell<u64>,
+    spare_missed: Cell<u64>,
 }
 
 impl Default for IoCounters {
@@ -134,6 +138,7 @@ impl Default for IoCounters {
             batch_size: RefCell::new(Histogram::new(&BATCH_BUCKETS)),
             fdatasync_micros: RefCell::new(Histogram::latency()),
             pipelined: Cell::new(0),
+            spare_missed: Cell::new(0),
         }
     }
 }
@@ -153,6 +158,11 @@ impl IoCounters {
         self.pipelined.set(self.pipelined.get() + 1);
     }
 
+    /// A roll found no spare ready.
+    pub(crate) fn spare_missed(&self) {
+        self.spare_missed.set(self.spare_missed.get() + 1);
+    }
+
     pub(crate) fn snapshot(&self) -> IoStats {
         IoStats {
             fdatasyncs: self.fdatasyncs.get(),
@@ -161,6 +171,7 @@ impl IoCounters {
             batch_size: self.batch_size.borrow().clone(),
             fdatasync_micros: self.fdatasync_micros.borrow().clone(),
             pipelined: self.pipelined.get(),
+            spare_missed: self.spare_missed.get(),
         }
     }
 }

@@ -20,6 +20,7 @@ pub mod error;
 mod export;
 pub mod format;
 mod fragment;
+mod growmap;
 mod index;
 pub mod iostats;
 pub mod journal;

@@ -133,3 +133,17 @@ const _: () = assert!(
     JOURNAL_RECORD_BYTES_MAX + CHUNK_HEADER_BYTES + FRAME_HEADER_BYTES + RECORD_ALIGN_BYTES
         <= JOURNAL_CHUNK_BYTES_MAX
 );
+
+/// Buckets of the id index's earlier table moved per insert while it grows
+/// (`growmap`): bounds the work one write adds, and ends the move after about a seventh of
+/// the earlier table's entries in inserts.
+pub const GROW_MOVE_BUCKETS: usize = 8;
+
+/// Bytes of one piece of a spare segment's paced zero-fill (`segment::FillPace`): small enough
+/// that a chunk's write and fdatasync queued behind one piece wait little.
+pub const SPARE_FILL_PIECE_BYTES: usize = 256 << 10;
+
+/// Zero-fill bytes a spare segment may write per byte the log made durable. The spare starts
+/// when the active segment is half full, so at 4 it is ready when the active one is three
+/// quarters full, well before the roll that needs it.
+pub const SPARE_FILL_BYTES_PER_LOG_BYTE: u64 = 4;

@@ -12,8 +12,8 @@
 //! executor's io_uring.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::collections::hash_map::RandomState;
+use std::collections::{VecDeque, hash_map};
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::rc::Rc;
@@ -30,11 +30,11 @@ use crate::fragment::{Active, Inner, State, chunk_capacity, lock_key, wake_all};
 use crate::index::{Entry, Loc};
 use crate::limits::{
     BLOCK_BYTES, CHUNK_HEADER_BYTES, CHUNKS_IN_FLIGHT_MAX, FRAME_HEADER_BYTES, RECORD_BYTES_MAX,
-    SEGMENT_HEADER_BYTES, STAGED_KEEP_BYTES, WAVE_SPLIT_CHUNK_MICROS_MAX, WAVE_SPLIT_RECORDS_MIN,
-    WRITER_QUEUE_LATENCY, WRITER_QUEUE_SHARES,
+    SEGMENT_HEADER_BYTES, SPARE_FILL_BYTES_PER_LOG_BYTE, STAGED_KEEP_BYTES,
+    WAVE_SPLIT_CHUNK_MICROS_MAX, WAVE_SPLIT_RECORDS_MIN, WRITER_QUEUE_LATENCY, WRITER_QUEUE_SHARES,
 };
 use crate::record::Record;
-use crate::segment::{Prepared, Segment, create_preallocated, install, prepare_zeroed};
+use crate::segment::{FillPace, Prepared, Segment, create_preallocated, install, prepare_zeroed};
 use crate::syncgate::{SyncPermit, SyncTicket};
 use crate::{Lsn, TxId, Version};
 
@@ -581,8 +581,11 @@ fn complete(inner: &Rc<Inner>, flight: Flight) {
         apply_effect(&mut st, &p.effect, &seg, *span);
         if let Effect::Ops(metas) = &p.effect {
             for m in metas {
-                if st.pending.get(&*m.lk) == Some(&m.put.then_some(m.version)) {
-                    st.pending.remove(&*m.lk);
+                // One probe: the entry, removed if no later write of the document is queued.
+                if let hash_map::Entry::Occupied(e) = st.pending.entry(m.lk.clone())
+                    && *e.get() == m.put.then_some(m.version)
+                {
+                    e.remove();
                 }
             }
         }
@@ -592,6 +595,9 @@ fn complete(inner: &Rc<Inner>, flight: Flight) {
         && Rc::ptr_eq(&active.seg, &seg)
     {
         active.pos = pos + total as u64;
+    }
+    if let Some(pace) = inner.spare_pace.borrow().as_ref() {
+        pace.grant((total as u64).saturating_mul(SPARE_FILL_BYTES_PER_LOG_BYTE));
     }
     let should_compact = {
         let dead = st.log_bytes.saturating_sub(st.index.live_bytes());
@@ -650,6 +656,14 @@ pub(crate) async fn roll(inner: &Rc<Inner>) -> io::Result<()> {
         other => {
             if let Some(stale) = other {
                 discard_spare(inner, stale).await;
+            }
+            // No spare ready (its paced fill is behind, or it never started): today's roll,
+            // the whole segment written here. A fill under way finishes at full speed and is
+            // discarded (it is for this seq, which this roll takes).
+            cov_mark::hit!(roll_without_a_spare);
+            inner.io.spare_missed();
+            if let Some(pace) = inner.spare_pace.borrow().as_ref() {
+                pace.unpace();
             }
             create_preallocated(
                 &*inner.options.disk,
@@ -711,7 +725,13 @@ fn maybe_spawn_spare(inner: &Rc<Inner>, st: &State) {
         };
         let tmp = inner.dir.join(format!("{}.spare.tmp", crate::segment::file_name(seq, 0)));
         let disk = inner.options.disk.clone();
-        match prepare_zeroed(&*disk, tmp, header, inner.options.segment_bytes).await {
+        let pace = Rc::new(FillPace::default());
+        *inner.spare_pace.borrow_mut() = Some(pace.clone());
+        let filled =
+            prepare_zeroed(&*disk, tmp.clone(), header, inner.options.segment_bytes, Some(&pace))
+                .await;
+        *inner.spare_pace.borrow_mut() = None;
+        match filled {
             Ok(spare) => {
                 let wanted = inner
                     .st
@@ -723,6 +743,12 @@ fn maybe_spawn_spare(inner: &Rc<Inner>, st: &State) {
                     *inner.spare.borrow_mut() = Some(spare);
                 } else {
                     discard_spare(&inner, spare).await;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                // Stopped by close: the partial file goes (or recovery removes it at open).
+                if let Err(e) = disk.remove(&tmp).await {
+                    tracing::warn!(fragment = %inner.id, error = %e, "removing a spare segment failed");
                 }
             }
             Err(e) => {
@@ -836,5 +862,128 @@ mod tests {
     #[test]
     fn fast_chunks_split_a_wave() {
         assert!(wave_fdatasyncs(FAST_AND_BIG, 32, true) >= 2);
+    }
+
+    /// Runs `f` on a fresh glommio executor with a fresh temporary directory.
+    fn on_executor<F, Fut>(f: F)
+    where
+        F: FnOnce(PathBuf) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + 'static,
+    {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(1 << 20)
+            .spawn(move || f(path))
+            .expect("executor")
+            .join()
+            .expect("join");
+    }
+
+    fn spare_options(segment_bytes: u64) -> FragmentOptions {
+        FragmentOptions {
+            segment_bytes,
+            compact_dead_bytes_min: u64::MAX,
+            ..FragmentOptions::default()
+        }
+    }
+
+    async fn put(f: &Fragment, id: &str, pad: usize) {
+        let doc = serde_json::json!({ "id": id, "pad": "p".repeat(pad) });
+        let batch = WriteBatch::new().put("c", id, ShardId::from_u64_mod(7), None, doc);
+        f.apply(batch).await.expect("apply");
+    }
+
+    fn tmp_files(path: &std::path::Path) -> Vec<String> {
+        std::fs::read_dir(path)
+            .expect("read dir")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect()
+    }
+
+    // With chunks of normal size the paced spare is ready before the active segment fills,
+    // and the roll takes it (no roll writes a segment of zeros while writers wait).
+    #[test]
+    fn integration_paced_spare_is_ready_for_the_roll() {
+        on_executor(|path| async move {
+            cov_mark::check!(spare_fill_waited_for_the_log);
+            let f =
+                Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, spare_options(1 << 20));
+            let f = f.await.expect("open");
+            let mut n = 0;
+            while f.inner.st.borrow().segments.len() < 2 {
+                put(&f, &format!("d{n}"), 900).await;
+                n += 1;
+                assert!(n < 10_000, "no roll");
+            }
+            assert_eq!(f.io_stats().spare_missed, 0, "the roll found its spare ready");
+            f.close().await;
+            assert!(tmp_files(&path).is_empty());
+            let f =
+                Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, spare_options(1 << 20));
+            let f = f.await.expect("reopen");
+            for i in 0..n {
+                assert!(f.get("c", &format!("d{i}")).is_some(), "d{i} acknowledged, present");
+            }
+            f.close().await;
+        });
+    }
+
+    // A roll right after the spare started (big records fill the rest of the segment at once)
+    // falls back to writing the segment's zeros itself, and counts it; the late spare is
+    // discarded, and every acknowledged write survives a reopen.
+    #[test]
+    fn integration_roll_without_a_ready_spare_writes_its_own() {
+        on_executor(|path| async move {
+            cov_mark::check!(roll_without_a_spare);
+            let open = || {
+                Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, spare_options(64 << 10))
+            };
+            let f = open().await.expect("open");
+            // About 22 KiB each (a 24 KiB chunk): the second one passes half of the 64 KiB segment (the spare
+            // starts, with no bytes granted yet), the third does not fit and rolls.
+            for id in ["a", "b", "c"] {
+                put(&f, id, 22_000).await;
+            }
+            assert!(f.io_stats().spare_missed >= 1);
+            f.close().await;
+            assert!(tmp_files(&path).is_empty(), "the late spare was removed");
+            let f = open().await.expect("reopen");
+            for id in ["a", "b", "c"] {
+                assert!(f.get("c", id).is_some(), "{id} acknowledged, present");
+            }
+            f.close().await;
+        });
+    }
+
+    // Closing while the spare's fill waits for the log stops it; its half-filled file goes.
+    // A half-filled spare left by a crash is removed by the next open.
+    #[test]
+    fn integration_close_stops_a_paced_spare() {
+        on_executor(|path| async move {
+            cov_mark::check!(spare_fill_stopped);
+            let open = || {
+                Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, spare_options(1 << 20))
+            };
+            let f = open().await.expect("open");
+            let mut n = 0;
+            while f.inner.spare_pace.borrow().is_none() {
+                put(&f, &format!("d{n}"), 900).await;
+                n += 1;
+                assert!(n < 10_000, "no spare started");
+                // The spare task starts at its first poll.
+                glommio::executor().yield_now().await;
+            }
+            f.close().await;
+            assert!(tmp_files(&path).is_empty(), "the stopped spare's file was removed");
+            // A crash in the middle of a fill leaves a partial file under a temporary name.
+            let half = path.join(format!("{}.spare.tmp", crate::segment::file_name(1, 0)));
+            std::fs::write(&half, vec![0u8; 300 << 10]).expect("write half spare");
+            let f = open().await.expect("reopen");
+            assert!(!half.exists(), "recovery removed the half-filled spare");
+            assert_eq!(f.stats().docs, n);
+            f.close().await;
+        });
     }
 }

@@ -15,13 +15,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Poll, Waker};
 
 use memmap2::Mmap;
 
 use crate::archive::{self, RecordSpan};
 use crate::disk::{Disk, DiskFile};
 use crate::format::{SEGMENT_HEADER_USED_BYTES, SegmentHeader};
-use crate::limits::BLOCK_BYTES;
+use crate::limits::{BLOCK_BYTES, SPARE_FILL_PIECE_BYTES};
 use crate::record::ArchivedRecord;
 
 /// Bytes written per call while zero-filling a new segment.
@@ -165,19 +166,118 @@ pub struct Prepared {
     pub file: Rc<dyn DiskFile>,
 }
 
+/// How a background zero-fill (the spare segment's) may go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PaceMode {
+    /// A piece waits until the log granted its bytes.
+    Paced,
+    /// Full speed (the spare is late: the log already rolled without it).
+    Unpaced,
+    /// Stop before the next piece (the fragment closes).
+    Stopped,
+}
+
+/// Paces the zero-fill of a spare segment: the group commit grants bytes as it makes chunks
+/// durable (`grant`), and the fill writes a piece of `SPARE_FILL_PIECE_BYTES` only out of
+/// granted bytes. So the spare's zeros go to the disk in small pieces between the log's
+/// chunks, in proportion to the log's own writes, instead of as one burst of the whole segment
+/// that every fdatasync in the meantime waits behind.
+pub struct FillPace {
+    budget: Cell<u64>,
+    mode: Cell<PaceMode>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl std::fmt::Debug for FillPace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FillPace")
+            .field("budget", &self.budget.get())
+            .field("mode", &self.mode.get())
+            .finish()
+    }
+}
+
+impl Default for FillPace {
+    fn default() -> Self {
+        FillPace { budget: Cell::new(0), mode: Cell::new(PaceMode::Paced), waker: Cell::new(None) }
+    }
+}
+
+impl FillPace {
+    /// Lets the fill write `bytes` more.
+    pub fn grant(&self, bytes: u64) {
+        self.budget.set(self.budget.get().saturating_add(bytes));
+        self.wake();
+    }
+
+    /// Lets the fill run at full speed from now on.
+    pub fn unpace(&self) {
+        if self.mode.get() == PaceMode::Paced {
+            self.mode.set(PaceMode::Unpaced);
+        }
+        self.wake();
+    }
+
+    /// Makes the fill stop before its next piece (`prepare_zeroed` then fails).
+    pub fn stop(&self) {
+        self.mode.set(PaceMode::Stopped);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Waits until `bytes` may be written and takes them from the budget; false once stopped.
+    async fn take(&self, bytes: u64) -> bool {
+        let mut waited = false;
+        std::future::poll_fn(|cx| match self.mode.get() {
+            PaceMode::Stopped => Poll::Ready(false),
+            PaceMode::Unpaced => Poll::Ready(true),
+            PaceMode::Paced if self.budget.get() >= bytes => {
+                self.budget.set(self.budget.get() - bytes);
+                if waited {
+                    cov_mark::hit!(spare_fill_waited_for_the_log);
+                }
+                Poll::Ready(true)
+            }
+            PaceMode::Paced => {
+                waited = true;
+                self.waker.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
 /// Writes header and zeros to `tmp` and fdatasyncs it (the slow half of segment creation).
+/// With `pace`, in pieces of `SPARE_FILL_PIECE_BYTES`, each once `pace` grants it; fails with
+/// `ErrorKind::Interrupted` if `pace` is stopped first (the file stays, under its temporary
+/// name, which recovery removes).
 pub async fn prepare_zeroed(
     disk: &dyn Disk,
     tmp: PathBuf,
     header: SegmentHeader,
     bytes: u64,
+    pace: Option<&FillPace>,
 ) -> io::Result<Prepared> {
     assert!(bytes.is_multiple_of(BLOCK_BYTES));
     let file = disk.create(&tmp).await?;
+    let piece = if pace.is_some() { SPARE_FILL_PIECE_BYTES } else { ZERO_FILL_BYTES } as u64;
     let mut offset = 0u64;
     while offset < bytes {
-        let len = usize::try_from((bytes - offset).min(ZERO_FILL_BYTES as u64))
+        let len = usize::try_from((bytes - offset).min(piece))
             .map_err(|_| io::Error::other("fill length"))?;
+        if let Some(pace) = pace
+            && !pace.take(len as u64).await
+        {
+            cov_mark::hit!(spare_fill_stopped);
+            let _ = file.close().await;
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "zero-fill stopped"));
+        }
         let mut buf = file.alloc(len);
         let b = buf.as_bytes_mut();
         b.fill(0);
@@ -215,6 +315,6 @@ pub async fn create_preallocated(
     bytes: u64,
 ) -> io::Result<(Rc<Segment>, Rc<dyn DiskFile>)> {
     let tmp = dir.join(format!("{}.tmp", file_name(header.seq, header.generation)));
-    let prepared = prepare_zeroed(disk, tmp, header, bytes).await?;
+    let prepared = prepare_zeroed(disk, tmp, header, bytes, None).await?;
     install(disk, dir, prepared).await
 }
