@@ -1152,6 +1152,11 @@ impl Drop for Fragment {
         if let Some(w) = self.inner.writer_waker.take() {
             w.wake();
         }
+        // A spare's paced fill would wait for grants that no longer come, holding the
+        // fragment's state (and its directory lock) forever.
+        if let Some(pace) = self.inner.spare_pace.borrow().as_ref() {
+            pace.stop();
+        }
     }
 }
 

@@ -727,6 +727,10 @@ fn maybe_spawn_spare(inner: &Rc<Inner>, st: &State) {
         let disk = inner.options.disk.clone();
         let pace = Rc::new(FillPace::default());
         *inner.spare_pace.borrow_mut() = Some(pace.clone());
+        if inner.closing.get() {
+            // Closed or dropped before this task first ran: nothing will stop it later.
+            pace.stop();
+        }
         let filled =
             prepare_zeroed(&*disk, tmp.clone(), header, inner.options.segment_bytes, Some(&pace))
                 .await;
@@ -982,6 +986,36 @@ mod tests {
             std::fs::write(&half, vec![0u8; 300 << 10]).expect("write half spare");
             let f = open().await.expect("reopen");
             assert!(!half.exists(), "recovery removed the half-filled spare");
+            assert_eq!(f.stats().docs, n);
+            f.close().await;
+        });
+    }
+
+    // Dropping a fragment (no close) while its spare's fill waits for the log stops the fill,
+    // so the state and the directory lock are released and the fragment opens again.
+    #[test]
+    fn integration_drop_stops_a_paced_spare() {
+        on_executor(|path| async move {
+            cov_mark::check!(spare_fill_stopped);
+            let open = || {
+                Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, spare_options(1 << 20))
+            };
+            let f = open().await.expect("open");
+            let mut n = 0;
+            while f.inner.spare_pace.borrow().is_none() {
+                put(&f, &format!("d{n}"), 900).await;
+                n += 1;
+                assert!(n < 10_000, "no spare started");
+                glommio::executor().yield_now().await;
+            }
+            let state = Rc::downgrade(&f.inner);
+            let spare = f.inner.spare_task.borrow_mut().take().expect("spare task");
+            drop(f);
+            // The stopped fill closes and removes its file, then lets go of the state.
+            spare.await;
+            assert!(state.upgrade().is_none(), "the spare task kept the fragment's state");
+            assert!(tmp_files(&path).is_empty(), "the stopped spare's file was removed");
+            let f = open().await.expect("reopen after drop");
             assert_eq!(f.stats().docs, n);
             f.close().await;
         });
