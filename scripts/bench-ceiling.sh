@@ -39,7 +39,9 @@
 #                    null-epoll2-one and null-glommio2-one (durable: one log for both loops or
 #                    executors; glommio's executor 1 forwards to executor 0),
 #                    null-threads-direct and null-epoll2-direct (durable: O_DIRECT log writes
-#                    rather than buffered ones, as glommio's) exist too)
+#                    rather than buffered ones, as glommio's), null-glommio1-p2 and
+#                    null-glommio2-p2 (durable: 2 group commits in flight per executor, as
+#                    Tessera's --max-syncs-per-executor 2) exist too)
 #   TESSERA_VARIANTS ';'-separated "NAME BIN [serve args...]" (default
 #                    "tessera target/release/tessera"); each gets its own data directory
 #   NULL_BIN         the null server (default target/release/pg-null-server)
@@ -127,7 +129,7 @@ pg_pid=$(head -n 1 "$work/pg/data/postmaster.pid" 2>/dev/null || true)
 [ -n "$pg_pid" ] || pg_pid=$(pgrep -f "postgres -D $work/pg" | head -n 1)
 echo "$name: PostgreSQL at $pg_url (postmaster $pg_pid)"
 
-for flavor in threads threads-direct epoll1 epoll2 epoll2-one epoll2-direct glommio1 glommio2 glommio2-one; do
+for flavor in threads threads-direct epoll1 epoll2 epoll2-one epoll2-direct glommio1 glommio2 glommio2-one glommio1-p2 glommio2-p2; do
   t=null-$flavor
   case $flavor in
     threads) args=(--model threads) ;;
@@ -139,6 +141,8 @@ for flavor in threads threads-direct epoll1 epoll2 epoll2-one epoll2-direct glom
     glommio1) args=(--model glommio --loops 1) ;;
     glommio2) args=(--model glommio --loops 2) ;;
     glommio2-one) args=(--model glommio --loops 2 --logs one) ;;
+    glommio1-p2) args=(--model glommio --loops 1 --syncs-in-flight 2) ;;
+    glommio2-p2) args=(--model glommio --loops 2 --syncs-in-flight 2) ;;
   esac
   # Started only if measured (each durable one preallocates a 64 MiB log per loop).
   case " $targets " in *" $t "*) ;; *) continue ;; esac

@@ -118,3 +118,7 @@ pub const NULL_LOG_ZERO_CHUNK_BYTES: usize = 1 << 20;
 /// Slots of each glommio shared channel between an executor and the one that owns the
 /// node's one log (durable null server, `--logs one`): forwarded groups in flight.
 pub const NULL_LOG_CHANNEL_SLOTS: usize = 1024;
+
+/// Most group commits a glommio executor's durable null-server log may have in flight at
+/// once (`pg-null-server --syncs-in-flight`; Tessera's executors allow 2 by default).
+pub const NULL_LOG_SYNCS_IN_FLIGHT_MAX: usize = 8;

@@ -101,11 +101,15 @@ pub fn prepare_file(path: &Path, bytes: u64) -> Result<(), LogError> {
 ///
 /// With `align > 1` the partial last block is kept and written again, from its start,
 /// together with the next group (as PostgreSQL re-writes a partial WAL page), so the log
-/// stays dense. A group that would run past the end starts again at offset 0.
+/// stays dense; a [`Cursor::padded`] one starts every group on a fresh block instead, so
+/// that groups in flight together never write the same block. A group that would run past
+/// the end starts again at offset 0.
 #[derive(Debug)]
 pub struct Cursor {
     capacity: u64,
     align: u64,
+    /// Start every group on a fresh block (no partial block is written twice).
+    padded: bool,
     /// Logical end of the log: where the next record's first byte goes.
     end: u64,
     /// The bytes of the partial block that ends at `end` (`end % align` of them).
@@ -115,7 +119,12 @@ pub struct Cursor {
 impl Cursor {
     /// A cursor at offset 0. `align` must divide `capacity` (both limits constants).
     pub fn new(capacity: u64, align: u64) -> Self {
-        Cursor { capacity, align: align.max(1), end: 0, tail: Vec::new() }
+        Cursor { capacity, align: align.max(1), padded: false, end: 0, tail: Vec::new() }
+    }
+
+    /// A cursor that starts every group on a fresh block.
+    pub fn padded(capacity: u64, align: u64) -> Self {
+        Cursor { padded: true, ..Cursor::new(capacity, align) }
     }
 
     /// The write for a group of `records`: (file offset, bytes to write there). The bytes
@@ -133,9 +142,13 @@ impl Cursor {
         bytes.extend_from_slice(records);
         self.end += records_len;
         if self.align > 1 {
-            let keep = usize::try_from(self.end % self.align).unwrap_or(0);
-            self.tail = bytes[bytes.len() - keep..].to_vec();
             let padded = (bytes.len() as u64).div_ceil(self.align) * self.align;
+            if self.padded {
+                self.end = start + padded;
+            } else {
+                let keep = usize::try_from(self.end % self.align).unwrap_or(0);
+                self.tail = bytes[bytes.len() - keep..].to_vec();
+            }
             bytes.resize(usize::try_from(padded).unwrap_or(bytes.len()), 0);
         }
         (start, bytes)
@@ -377,8 +390,9 @@ struct LocalState {
     pending: Vec<u8>,
     appended: u64,
     synced: u64,
-    /// A writer is writing and syncing a group.
-    syncing: bool,
+    /// The groups being written and synced, oldest first: (ticket count up to and including
+    /// the group, finished). A finished group counts as synced once all older ones are.
+    in_flight: std::collections::VecDeque<(u64, bool)>,
     /// Groups finished (synced or failed).
     generation: u64,
     /// Writers waiting for the group in flight to finish.
@@ -389,9 +403,12 @@ struct LocalState {
 /// One glommio executor's log: `O_DIRECT` block writes and fdatasync through glommio's
 /// io_uring, on the executor's own thread. The first writer that finds no sync in flight
 /// leads: it writes and syncs everything appended so far, then wakes the others; a woken
-/// writer that is not yet covered leads the next group.
+/// writer that is not yet covered leads the next group. With `syncs_in_flight > 1` up to
+/// that many groups are written and synced at once (as Tessera's
+/// `--max-syncs-per-executor`), each on blocks of its own.
 pub struct LocalLog {
     file: glommio::io::DmaFile,
+    syncs_in_flight: usize,
     cursor: RefCell<Cursor>,
     state: RefCell<LocalState>,
     stats: Arc<DurableStats>,
@@ -404,12 +421,20 @@ impl std::fmt::Debug for LocalLog {
 }
 
 impl LocalLog {
-    /// Opens `path` (made by [`prepare_file`], `capacity` bytes) for `O_DIRECT` writes.
+    /// Opens `path` (made by [`prepare_file`], `capacity` bytes) for `O_DIRECT` writes, with
+    /// up to `syncs_in_flight` (at least 1) groups written and synced at once.
     pub async fn open(
         path: &Path,
         capacity: u64,
+        syncs_in_flight: usize,
         stats: Arc<DurableStats>,
     ) -> Result<Rc<LocalLog>, LogError> {
+        let syncs_in_flight = syncs_in_flight.max(1);
+        let cursor = if syncs_in_flight > 1 {
+            Cursor::padded(capacity, NULL_LOG_BLOCK_BYTES)
+        } else {
+            Cursor::new(capacity, NULL_LOG_BLOCK_BYTES)
+        };
         let file = glommio::io::OpenOptions::new()
             .write(true)
             .dma_open(path)
@@ -417,7 +442,8 @@ impl LocalLog {
             .map_err(|e| LogError::Prepare { path: path.to_owned(), source: e.into() })?;
         Ok(Rc::new(LocalLog {
             file,
-            cursor: RefCell::new(Cursor::new(capacity, NULL_LOG_BLOCK_BYTES)),
+            syncs_in_flight,
+            cursor: RefCell::new(cursor),
             state: RefCell::new(LocalState::default()),
             stats,
         }))
@@ -443,11 +469,13 @@ impl LocalLog {
                 if let Some(reason) = &state.failed {
                     return Err(LogError::Failed { reason: reason.clone() });
                 }
-                if state.syncing {
+                if state.in_flight.len() >= self.syncs_in_flight || state.pending.is_empty() {
+                    // Full, or this writer's records are in a group in flight.
                     Err(state.generation)
                 } else {
-                    state.syncing = true;
-                    Ok((std::mem::take(&mut state.pending), state.appended))
+                    let upto = state.appended;
+                    state.in_flight.push_back((upto, false));
+                    Ok((std::mem::take(&mut state.pending), upto))
                 }
             };
             match lead {
@@ -472,14 +500,23 @@ impl LocalLog {
         let mut state = self.state.borrow_mut();
         match result {
             Ok(()) => {
-                self.stats.synced.fetch_add(upto - state.synced, Ordering::Relaxed);
                 self.stats.fdatasyncs.fetch_add(1, Ordering::Relaxed);
                 self.stats.bytes_written.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                state.synced = upto;
+                if let Some(group) = state.in_flight.iter_mut().find(|(u, _)| *u == upto) {
+                    group.1 = true;
+                }
+                // Synced up to the newest group whose older groups all finished.
+                while let Some(&(done_upto, true)) = state.in_flight.front() {
+                    state.in_flight.pop_front();
+                    self.stats.synced.fetch_add(done_upto - state.synced, Ordering::Relaxed);
+                    state.synced = done_upto;
+                }
             }
-            Err(e) => state.failed = Some(e.to_string()),
+            Err(e) => {
+                state.failed.get_or_insert(e.to_string());
+                state.in_flight.retain(|(u, _)| *u != upto);
+            }
         }
-        state.syncing = false;
         state.generation += 1;
         for waker in std::mem::take(&mut state.wakers) {
             waker.wake();
@@ -500,7 +537,7 @@ impl Future for GroupDone<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = self.log.state.borrow_mut();
-        if state.generation != self.generation || !state.syncing {
+        if state.generation != self.generation || state.in_flight.is_empty() {
             return Poll::Ready(());
         }
         state.wakers.push(cx.waker().clone());
@@ -804,7 +841,7 @@ mod tests {
         let task_path = path.clone();
         executor
             .spawn(move || async move {
-                let log = LocalLog::open(&task_path, capacity, task_stats).await.unwrap();
+                let log = LocalLog::open(&task_path, capacity, 1, task_stats).await.unwrap();
                 let a = log.append(b"first;", 1);
                 let mut leader = std::pin::pin!(log.commit(a));
                 let _ = futures_lite::future::poll_once(leader.as_mut()).await;
@@ -845,7 +882,7 @@ mod tests {
         let (owner_stats, owner_path) = (Arc::clone(&stats), path.clone());
         let owner = builder()
             .spawn(move || async move {
-                let log = LocalLog::open(&owner_path, capacity, owner_stats).await.unwrap();
+                let log = LocalLog::open(&owner_path, capacity, 1, owner_stats).await.unwrap();
                 serve_forwarded(log, requests, acks).await;
             })
             .unwrap();
@@ -892,5 +929,55 @@ mod tests {
         assert_eq!(stats.bytes_written.load(Ordering::SeqCst), 3 * NULL_LOG_BLOCK_BYTES);
         let bytes = std::fs::read(&path).unwrap();
         assert!(bytes.starts_with(b"alpha;beta;gamma;\0"));
+    }
+
+    /// Padded cursor: every group starts on a fresh block.
+    #[test]
+    fn unit_cursor_padded_starts_groups_on_fresh_blocks() {
+        let mut cursor = Cursor::padded(16, 4);
+        assert_eq!(cursor.place(b"ab"), (0, b"ab\0\0".to_vec()));
+        assert_eq!(cursor.place(b"cdefg"), (4, b"cdefg\0\0\0".to_vec()));
+        assert_eq!(cursor.place(b"hijk"), (12, b"hijk".to_vec()));
+        assert_eq!(cursor.place(b"l"), (0, b"l\0\0\0".to_vec()));
+    }
+
+    /// Two syncs in flight: a second group starts while the first is in flight, a third
+    /// waits for one of them; each group has blocks of its own.
+    #[test]
+    fn unit_local_log_two_syncs_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let capacity = 1 << 16;
+        prepare_file(&path, capacity).unwrap();
+        let stats = Arc::new(DurableStats::default());
+        let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(crate::limits::NULL_GLOMMIO_IO_MEMORY_BYTES);
+        let (task_stats, task_path) = (Arc::clone(&stats), path.clone());
+        executor
+            .spawn(move || async move {
+                let log = LocalLog::open(&task_path, capacity, 2, task_stats).await.unwrap();
+                let a = log.append(b"first;", 1);
+                let mut first = std::pin::pin!(log.commit(a));
+                let _ = futures_lite::future::poll_once(first.as_mut()).await;
+                let b = log.append(b"second;", 1);
+                let mut second = std::pin::pin!(log.commit(b));
+                let _ = futures_lite::future::poll_once(second.as_mut()).await;
+                let c = log.append(b"third;", 1);
+                let later = futures_lite::future::zip(second, log.commit(c));
+                let (ra, (rb, rc)) = futures_lite::future::zip(first, later).await;
+                ra.unwrap();
+                rb.unwrap();
+                rc.unwrap();
+                assert!(log.state.borrow().in_flight.is_empty());
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(stats.snapshot(), (3, 3, 0, 3));
+        let bytes = std::fs::read(&path).unwrap();
+        let block = usize::try_from(NULL_LOG_BLOCK_BYTES).unwrap();
+        assert!(bytes.starts_with(b"first;\0"));
+        assert!(bytes[block..].starts_with(b"second;\0"));
+        assert!(bytes[2 * block..].starts_with(b"third;\0"));
     }
 }

@@ -38,7 +38,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::limits::{
     NULL_FRAME_BYTES_MAX, NULL_GLOMMIO_IO_MEMORY_BYTES, NULL_LOG_BLOCK_BYTES,
-    NULL_LOG_CHANNEL_SLOTS, NULL_LOOPS_MAX, NULL_READ_BYTES, NULL_STATEMENTS_MAX,
+    NULL_LOG_CHANNEL_SLOTS, NULL_LOG_SYNCS_IN_FLIGHT_MAX, NULL_LOOPS_MAX, NULL_READ_BYTES,
+    NULL_STATEMENTS_MAX,
 };
 use crate::null_log::{
     DurableStats, ExecutorLog, FileSink, GroupLog, LocalLog, LogAck, LogError, LogRequest,
@@ -106,6 +107,10 @@ pub struct Durable {
     /// The syncer-thread logs (threads, epoll) write with `O_DIRECT` rather than buffered
     /// (glommio's logs are always `O_DIRECT`).
     pub direct: bool,
+    /// Group commits a glommio log may have in flight at once, 1..=
+    /// [`NULL_LOG_SYNCS_IN_FLIGHT_MAX`] (1: writers arriving during a sync wait for the next
+    /// group; the syncer-thread logs always have 1).
+    pub syncs_in_flight: usize,
     /// Size of each log file (a ring), a multiple of [`NULL_LOG_BLOCK_BYTES`];
     /// [`NULL_LOG_BYTES`](crate::limits::NULL_LOG_BYTES) for a benchmark.
     pub log_bytes: u64,
@@ -169,6 +174,12 @@ pub enum NullServerError {
     LogBytes {
         /// What was asked for.
         bytes: u64,
+    },
+    /// A number of syncs in flight outside 1..=[`NULL_LOG_SYNCS_IN_FLIGHT_MAX`].
+    #[error("{syncs} syncs in flight (allowed: 1..={NULL_LOG_SYNCS_IN_FLIGHT_MAX})")]
+    SyncsInFlight {
+        /// What was asked for.
+        syncs: usize,
     },
     /// A combination of model and log layout the null server does not offer.
     #[error("{0}")]
@@ -569,10 +580,14 @@ pub fn spawn_durable(
         if bytes == 0 || bytes % NULL_LOG_BLOCK_BYTES != 0 {
             return Err(NullServerError::LogBytes { bytes });
         }
+        let syncs = durable.syncs_in_flight;
+        if !(1..=NULL_LOG_SYNCS_IN_FLIGHT_MAX).contains(&syncs) {
+            return Err(NullServerError::SyncsInFlight { syncs });
+        }
         std::fs::create_dir_all(&durable.dir)?;
     }
     if let Flavor::Glommio { executors } = flavor {
-        let logs = durable.map(|d| (d.dir.clone(), d.log_bytes, d.logs));
+        let logs = durable.map(|d| (d.dir.clone(), d.log_bytes, d.logs, d.syncs_in_flight));
         let addr = spawn_glommio(addr, executors, logs, Arc::clone(&stats))?;
         return Ok(Spawned { addr, stats });
     }
@@ -744,20 +759,20 @@ async fn serve_async(
 fn spawn_glommio(
     addr: SocketAddr,
     executors: usize,
-    logs: Option<(PathBuf, u64, Logs)>,
+    logs: Option<(PathBuf, u64, Logs, usize)>,
     stats: Arc<DurableStats>,
 ) -> Result<SocketAddr, NullServerError> {
     let mut plans: Vec<LogPlan> = Vec::with_capacity(executors);
     match logs {
         None => plans.resize_with(executors, || LogPlan::None),
-        Some((dir, bytes, Logs::PerLoop)) => {
+        Some((dir, bytes, Logs::PerLoop, syncs)) => {
             for index in 0..executors {
                 let path = dir.join(format!("null-log-{index}"));
                 prepare_file(&path, bytes)?;
-                plans.push(LogPlan::Own { path, bytes, peers: Vec::new() });
+                plans.push(LogPlan::Own { path, bytes, syncs, peers: Vec::new() });
             }
         }
-        Some((dir, bytes, Logs::One)) => {
+        Some((dir, bytes, Logs::One, syncs)) => {
             let path = dir.join("null-log-0");
             prepare_file(&path, bytes)?;
             let mut peers = Vec::new();
@@ -768,7 +783,7 @@ fn spawn_glommio(
                 peers.push((requests, acks));
                 remotes.push(LogPlan::Remote { to_owner, from_owner });
             }
-            plans.push(LogPlan::Own { path, bytes, peers });
+            plans.push(LogPlan::Own { path, bytes, syncs, peers });
             plans.extend(remotes);
         }
     }
@@ -782,8 +797,8 @@ fn spawn_glommio(
         let spawned = builder.spawn(move || async move {
             let log = match plan {
                 LogPlan::None => None,
-                LogPlan::Own { path, bytes, peers } => {
-                    match LocalLog::open(&path, bytes, Arc::clone(&stats)).await {
+                LogPlan::Own { path, bytes, syncs, peers } => {
+                    match LocalLog::open(&path, bytes, syncs, Arc::clone(&stats)).await {
                         Ok(log) => {
                             for (requests, acks) in peers {
                                 let log = Rc::clone(&log);
@@ -848,6 +863,7 @@ enum LogPlan {
     Own {
         path: PathBuf,
         bytes: u64,
+        syncs: usize,
         peers:
             Vec<(shared_channel::SharedReceiver<LogRequest>, shared_channel::SharedSender<LogAck>)>,
     },

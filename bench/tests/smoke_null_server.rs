@@ -110,26 +110,32 @@ fn smoke_psql_and_pgbench_prepared_point_read() {
 }
 
 /// The durable flavours: every model and log layout the null server offers.
-fn durable_flavors() -> [(Flavor, Logs, bool); 10] {
+fn durable_flavors() -> [(Flavor, Logs, bool, usize); 12] {
     [
-        (Flavor::Threads, Logs::One, false),
-        (Flavor::Threads, Logs::One, true),
-        (Flavor::Epoll { loops: 1 }, Logs::PerLoop, false),
-        (Flavor::Epoll { loops: 2 }, Logs::PerLoop, false),
-        (Flavor::Epoll { loops: 2 }, Logs::One, false),
-        (Flavor::Epoll { loops: 2 }, Logs::PerLoop, true),
-        (Flavor::Glommio { executors: 1 }, Logs::PerLoop, true),
-        (Flavor::Glommio { executors: 2 }, Logs::PerLoop, true),
-        (Flavor::Glommio { executors: 1 }, Logs::One, true),
-        (Flavor::Glommio { executors: 2 }, Logs::One, true),
+        (Flavor::Threads, Logs::One, false, 1),
+        (Flavor::Threads, Logs::One, true, 1),
+        (Flavor::Epoll { loops: 1 }, Logs::PerLoop, false, 1),
+        (Flavor::Epoll { loops: 2 }, Logs::PerLoop, false, 1),
+        (Flavor::Epoll { loops: 2 }, Logs::One, false, 1),
+        (Flavor::Epoll { loops: 2 }, Logs::PerLoop, true, 1),
+        (Flavor::Glommio { executors: 1 }, Logs::PerLoop, true, 1),
+        (Flavor::Glommio { executors: 2 }, Logs::PerLoop, true, 1),
+        (Flavor::Glommio { executors: 1 }, Logs::One, true, 1),
+        (Flavor::Glommio { executors: 2 }, Logs::One, true, 1),
+        (Flavor::Glommio { executors: 1 }, Logs::PerLoop, true, 2),
+        (Flavor::Glommio { executors: 2 }, Logs::One, true, 3),
     ]
 }
 
 /// A small ring: tests write a few hundred records.
 const TEST_LOG_BYTES: u64 = 1 << 20;
 
-fn start_durable(flavor: Flavor, logs: Logs, direct: bool, dir: &std::path::Path) -> Spawned {
-    let durable = Durable { dir: dir.to_owned(), logs, direct, log_bytes: TEST_LOG_BYTES };
+fn start_durable(
+    (flavor, logs, direct, syncs_in_flight): (Flavor, Logs, bool, usize),
+    dir: &std::path::Path,
+) -> Spawned {
+    let durable =
+        Durable { dir: dir.to_owned(), logs, direct, syncs_in_flight, log_bytes: TEST_LOG_BYTES };
     spawn_durable("127.0.0.1:0".parse().unwrap(), flavor, Some(&durable))
         .expect("binding a loopback port and preparing the logs")
 }
@@ -139,9 +145,10 @@ fn start_durable(flavor: Flavor, logs: Logs, direct: bool, dir: &std::path::Path
 /// statements.
 #[tokio::test]
 async fn smoke_durable_answer_follows_its_fdatasync() {
-    for (flavor, logs, direct) in durable_flavors() {
+    for layout in durable_flavors() {
+        let (flavor, logs, ..) = layout;
         let dir = tempfile::tempdir().unwrap();
-        let server = start_durable(flavor, logs, direct, dir.path());
+        let server = start_durable(layout, dir.path());
         let addr = server.addr;
         let url = format!("postgres://bench@{}:{}/bench", addr.ip(), addr.port());
         let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
@@ -179,9 +186,10 @@ async fn smoke_durable_answer_follows_its_fdatasync() {
 #[test]
 fn smoke_durable_pgbench_insert_and_upsert() {
     let root = common::repo_root();
-    for (flavor, logs, direct) in durable_flavors() {
+    for layout in durable_flavors() {
+        let (flavor, logs, ..) = layout;
         let dir = tempfile::tempdir().unwrap();
-        let server = start_durable(flavor, logs, direct, dir.path());
+        let server = start_durable(layout, dir.path());
         let port = server.addr.port().to_string();
         let mut transactions = 0;
         for script in ["tessera-insert.sql", "tessera-upsert.sql"] {
@@ -215,8 +223,13 @@ fn smoke_durable_pgbench_insert_and_upsert() {
 #[test]
 fn smoke_durable_log_size_must_be_whole_blocks() {
     let dir = tempfile::tempdir().unwrap();
-    let durable =
-        Durable { dir: dir.path().to_owned(), logs: Logs::One, direct: false, log_bytes: 1000 };
+    let durable = Durable {
+        dir: dir.path().to_owned(),
+        logs: Logs::One,
+        direct: false,
+        syncs_in_flight: 1,
+        log_bytes: 1000,
+    };
     let spawned = spawn_durable("127.0.0.1:0".parse().unwrap(), Flavor::Threads, Some(&durable));
     assert!(matches!(spawned, Err(NullServerError::LogBytes { bytes: 1000 })));
 }

@@ -54,6 +54,10 @@ struct Cli {
     /// than buffered (glommio always does).
     #[arg(long)]
     direct: bool,
+    /// With --durable: group commits a glommio log may have in flight at once (Tessera's
+    /// executors allow 2); 1 makes writers that arrive during a sync wait for the next group.
+    #[arg(long, default_value_t = 1)]
+    syncs_in_flight: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -67,8 +71,13 @@ fn main() -> anyhow::Result<()> {
         LogLayout::PerLoop => Logs::PerLoop,
         LogLayout::One => Logs::One,
     };
-    let durable =
-        cli.durable.map(|dir| Durable { dir, logs, direct: cli.direct, log_bytes: NULL_LOG_BYTES });
+    let durable = cli.durable.map(|dir| Durable {
+        dir,
+        logs,
+        direct: cli.direct,
+        syncs_in_flight: cli.syncs_in_flight,
+        log_bytes: NULL_LOG_BYTES,
+    });
     let spawned = spawn_durable(cli.listen, flavor, durable.as_ref())
         .with_context(|| format!("listening on {}", cli.listen))?;
     let bound = spawned.addr;
