@@ -82,15 +82,34 @@ fn io_err(inner: &Inner, path: &std::path::Path) -> impl FnOnce(std::io::Error) 
     move |source| CompactError::Io { fragment, path, source }
 }
 
+/// Compaction's wait for the log lock, counted in `seal_waiting` so the writer lets go of it.
+/// Dropping it (lock taken, or the wait abandoned) uncounts it and wakes the writer, which
+/// waits for exactly that before it takes the lock again.
+struct SealWaiting<'a>(&'a Inner);
+
+impl<'a> SealWaiting<'a> {
+    fn new(inner: &'a Inner) -> SealWaiting<'a> {
+        inner.seal_waiting.set(inner.seal_waiting.get() + 1);
+        crate::fragment::wake_writer(inner);
+        SealWaiting(inner)
+    }
+}
+
+impl Drop for SealWaiting<'_> {
+    fn drop(&mut self) {
+        self.0.seal_waiting.set(self.0.seal_waiting.get().saturating_sub(1));
+        crate::fragment::wake_writer(self.0);
+    }
+}
+
 async fn run(inner: &Rc<Inner>) -> Result<CompactStats, CompactError> {
     let closed = || CompactError::Append(AppendError::Closed { fragment: inner.id });
     // 1. Seal.
     let lsn_through = {
         // The writer holds the lock while chunks are in flight; ask it to let go.
-        inner.seal_waiting.set(inner.seal_waiting.get() + 1);
-        crate::fragment::wake_writer(inner);
+        let waiting = SealWaiting::new(inner);
         let permit = inner.log_lock.acquire_permit(1).await;
-        inner.seal_waiting.set(inner.seal_waiting.get().saturating_sub(1));
+        drop(waiting);
         let permit = permit.map_err(|_| closed())?;
         if let Some(reason) = inner.st.borrow().fatal.clone() {
             return Err(AppendError::Fatal { fragment: inner.id, reason }.into());

@@ -324,6 +324,23 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
         }
         if flights.is_empty() {
             drop(permit.take());
+            if yielding {
+                // Hand the lock over: glommio's semaphore lets the next `acquire` take a free
+                // unit ahead of a woken waiter, so re-acquiring now (with records queued) would
+                // take it back before compaction runs, forever, without this task ever
+                // yielding. Wait until compaction holds the lock (or stopped waiting for it).
+                cov_mark::hit!(writer_handed_lock_to_compaction);
+                std::future::poll_fn(|cx| {
+                    if inner.seal_waiting.get() == 0 || inner.closing.get() {
+                        Poll::Ready(())
+                    } else {
+                        inner.writer_waker.set(Some(cx.waker().clone()));
+                        Poll::Pending
+                    }
+                })
+                .await;
+                continue;
+            }
             // Idle: wait for records (or the end).
             let writable = || {
                 let st = inner.st.borrow();
