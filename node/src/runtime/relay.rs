@@ -240,19 +240,14 @@ impl Future for Awaiting {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Answer>> {
         let (key, id) = (self.key, self.id);
-        let ready = with_relay(key, |relay| {
-            let mut slots = relay.slots.borrow_mut();
-            let slot = slots.get_mut(&id)?;
-            if let Some(answer) = slot.reply.take() {
-                return Some(answer);
+        let answer = with_relay(key, |relay| {
+            let reply = relay.slots.borrow_mut().get_mut(&id).and_then(|slot| slot.reply.take());
+            if reply.is_none() {
+                relay.park(id, cx.waker());
             }
-            match &slot.waker {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                _ => slot.waker = Some(cx.waker().clone()),
-            }
-            None
+            reply
         });
-        match ready {
+        match answer {
             Some(Some(answer)) => Poll::Ready(answer),
             Some(None) => Poll::Pending,
             None => Poll::Ready(None),
