@@ -647,6 +647,16 @@ impl Core {
         self.tx_counters.set(c);
     }
 
+    /// Counts a commit that needed no coordinator: the fast path when it wrote, a read-only
+    /// commit (checks only, or nothing to check) when it did not.
+    pub fn count_local_commit(&self, wrote: bool) {
+        if wrote {
+            self.count_tx(|c| c.fast_path_commits += 1);
+        } else {
+            self.count_tx(|c| c.read_only_commits += 1);
+        }
+    }
+
     /// This executor's transaction counters.
     /// Transactions prepared on this executor's fragments and not yet committed or aborted.
     pub fn prepared_count(&self) -> usize {

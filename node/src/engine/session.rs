@@ -1500,7 +1500,7 @@ impl Session {
                 .push((fragment, batch));
         }
         if count == 0 {
-            self.core.count_tx(|c| c.read_only_commits += 1);
+            self.core.count_local_commit(false);
             return Ok(());
         }
         if !writes || count == 1 {
@@ -1517,11 +1517,7 @@ impl Session {
             let answers = expect_applied(tasks).await;
             local?;
             answers?;
-            if writes {
-                self.core.count_tx(|c| c.fast_path_commits += 1);
-            } else {
-                self.core.count_tx(|c| c.read_only_commits += 1);
-            }
+            self.core.count_local_commit(writes);
             return Ok(());
         }
         self.two_phase(groups, remote, epoch).await

@@ -276,16 +276,12 @@ async fn commit_here(core: &Core, txn: &Txn) -> Result<(), EngineError> {
         return Err(internal("a shipped block over several fragments"));
     }
     let Some((fragment, batch)) = batches.into_iter().next() else {
-        core.count_tx(|c| c.read_only_commits += 1);
+        core.count_local_commit(false);
         return Ok(());
     };
     crate::engine::txn::within_fragment_limit(fragment, &batch)?;
     let writes = batch.writes() > 0;
     core.commit_fragment(fragment, batch).await?;
-    if writes {
-        core.count_tx(|c| c.fast_path_commits += 1);
-    } else {
-        core.count_tx(|c| c.read_only_commits += 1);
-    }
+    core.count_local_commit(writes);
     Ok(())
 }
