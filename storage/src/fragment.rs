@@ -442,11 +442,11 @@ pub(crate) struct Inner {
 
 /// Validates the document `lk` (`lock_key` of `collection` and `key`) one operation names:
 /// `Locked` when a transaction holds or has prepared it; with an `expected` version,
-/// `Conflict` when its current one is not that (this batch's earlier ops in `overlay` first,
+/// `Conflict` when its current one is not that (this batch's earlier ops in `overlay`, if any, first,
 /// then the queued writes, then the durable index).
 fn validate_doc(
     st: &State,
-    overlay: &HashMap<Rc<str>, Option<Version>>,
+    overlay: Option<&HashMap<Rc<str>, Option<Version>>>,
     lk: &str,
     collection: &str,
     id: &str,
@@ -461,7 +461,7 @@ fn validate_doc(
         });
     }
     let Some(expected) = expected else { return Ok(()) };
-    let current = match overlay.get(lk).or_else(|| st.pending.get(lk)) {
+    let current = match overlay.and_then(|o| o.get(lk)).or_else(|| st.pending.get(lk)) {
         Some(v) => *v,
         None => st.index.get(collection, key).map(|e| e.version),
     };
@@ -682,7 +682,7 @@ impl Fragment {
             let lk = lock_key(collection, &key);
             // Queued writes count, as in `submit`: a hold must not pass on a version that a
             // write already on its way to the log replaces.
-            validate_doc(&st, &HashMap::new(), &lk, collection, id, &key, Some(*expected_version))?;
+            validate_doc(&st, None, &lk, collection, id, &key, Some(*expected_version))?;
             keys.push(lk);
         }
         drop(st);
@@ -810,7 +810,7 @@ impl Fragment {
                 lk.push_str(collection);
                 lk.push('\0');
                 lk.push_str(&key);
-                validate_doc(&st, &overlay, &lk, collection, id, &key, expected)?;
+                validate_doc(&st, Some(&overlay), &lk, collection, id, &key, expected)?;
                 let Some(put) = put else {
                     read_locks.push(lk.clone());
                     continue;
