@@ -909,6 +909,27 @@ mod tests {
         }
     }
 
+    /// Opens the test fragment in `path` with `segment_bytes` segments.
+    async fn open_spare_test(path: &std::path::Path, segment_bytes: u64) -> Fragment {
+        Fragment::open(path, FragmentId::new(1), ShardRange::ALL, spare_options(segment_bytes))
+            .await
+            .expect("open")
+    }
+
+    /// Writes 900-byte documents `d0, d1, …` until the spare's paced fill has started;
+    /// returns how many.
+    async fn write_until_the_spare_starts(f: &Fragment) -> u64 {
+        let mut n = 0;
+        while f.inner.spare_pace.borrow().is_none() {
+            put(f, &format!("d{n}"), 900).await;
+            n += 1;
+            assert!(n < 10_000, "no spare started");
+            // The spare task starts at its first poll.
+            glommio::executor().yield_now().await;
+        }
+        n
+    }
+
     async fn put(f: &Fragment, id: &str, pad: usize) {
         let doc = serde_json::json!({ "id": id, "pad": "p".repeat(pad) });
         let batch = WriteBatch::new().put("c", id, ShardId::from_u64_mod(7), None, doc);
@@ -929,9 +950,7 @@ mod tests {
     fn integration_paced_spare_is_ready_for_the_roll() {
         on_executor(|path| async move {
             cov_mark::check!(spare_fill_waited_for_the_log);
-            let f =
-                Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, spare_options(1 << 20));
-            let f = f.await.expect("open");
+            let f = open_spare_test(&path, 1 << 20).await;
             let mut n = 0;
             while f.inner.st.borrow().segments.len() < 2 {
                 put(&f, &format!("d{n}"), 900).await;
@@ -941,9 +960,7 @@ mod tests {
             assert_eq!(f.io_stats().spare_missed, 0, "the roll found its spare ready");
             f.close().await;
             assert!(tmp_files(&path).is_empty());
-            let f =
-                Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, spare_options(1 << 20));
-            let f = f.await.expect("reopen");
+            let f = open_spare_test(&path, 1 << 20).await;
             for i in 0..n {
                 assert!(f.get("c", &format!("d{i}")).is_some(), "d{i} acknowledged, present");
             }
@@ -958,10 +975,7 @@ mod tests {
     fn integration_roll_without_a_ready_spare_writes_its_own() {
         on_executor(|path| async move {
             cov_mark::check!(roll_without_a_spare);
-            let open = || {
-                Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, spare_options(64 << 10))
-            };
-            let f = open().await.expect("open");
+            let f = open_spare_test(&path, 64 << 10).await;
             // About 22 KiB each (a 24 KiB chunk): the second one passes half of the 64 KiB segment (the spare
             // starts, with no bytes granted yet), the third does not fit and rolls.
             for id in ["a", "b", "c"] {
@@ -970,7 +984,7 @@ mod tests {
             assert!(f.io_stats().spare_missed >= 1);
             f.close().await;
             assert!(tmp_files(&path).is_empty(), "the late spare was removed");
-            let f = open().await.expect("reopen");
+            let f = open_spare_test(&path, 64 << 10).await;
             for id in ["a", "b", "c"] {
                 assert!(f.get("c", id).is_some(), "{id} acknowledged, present");
             }
@@ -984,24 +998,14 @@ mod tests {
     fn integration_close_stops_a_paced_spare() {
         on_executor(|path| async move {
             cov_mark::check!(spare_fill_stopped);
-            let open = || {
-                Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, spare_options(1 << 20))
-            };
-            let f = open().await.expect("open");
-            let mut n = 0;
-            while f.inner.spare_pace.borrow().is_none() {
-                put(&f, &format!("d{n}"), 900).await;
-                n += 1;
-                assert!(n < 10_000, "no spare started");
-                // The spare task starts at its first poll.
-                glommio::executor().yield_now().await;
-            }
+            let f = open_spare_test(&path, 1 << 20).await;
+            let n = write_until_the_spare_starts(&f).await;
             f.close().await;
             assert!(tmp_files(&path).is_empty(), "the stopped spare's file was removed");
             // A crash in the middle of a fill leaves a partial file under a temporary name.
             let half = path.join(format!("{}.spare.tmp", crate::segment::file_name(1, 0)));
             std::fs::write(&half, vec![0u8; 300 << 10]).expect("write half spare");
-            let f = open().await.expect("reopen");
+            let f = open_spare_test(&path, 1 << 20).await;
             assert!(!half.exists(), "recovery removed the half-filled spare");
             assert_eq!(f.stats().docs, n);
             f.close().await;
@@ -1014,17 +1018,8 @@ mod tests {
     fn integration_drop_stops_a_paced_spare() {
         on_executor(|path| async move {
             cov_mark::check!(spare_fill_stopped);
-            let open = || {
-                Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, spare_options(1 << 20))
-            };
-            let f = open().await.expect("open");
-            let mut n = 0;
-            while f.inner.spare_pace.borrow().is_none() {
-                put(&f, &format!("d{n}"), 900).await;
-                n += 1;
-                assert!(n < 10_000, "no spare started");
-                glommio::executor().yield_now().await;
-            }
+            let f = open_spare_test(&path, 1 << 20).await;
+            let n = write_until_the_spare_starts(&f).await;
             let state = Rc::downgrade(&f.inner);
             let spare = f.inner.spare_task.borrow_mut().take().expect("spare task");
             drop(f);
@@ -1032,7 +1027,7 @@ mod tests {
             spare.await;
             assert!(state.upgrade().is_none(), "the spare task kept the fragment's state");
             assert!(tmp_files(&path).is_empty(), "the stopped spare's file was removed");
-            let f = open().await.expect("reopen after drop");
+            let f = open_spare_test(&path, 1 << 20).await;
             assert_eq!(f.stats().docs, n);
             f.close().await;
         });
