@@ -8,28 +8,15 @@
 
 mod support;
 
-use support::{Node, simple_rows, sqlstate};
+use support::{Node, simple_rows, sqlstate, t_value, tx_counter};
 
 /// On fragment 0 (executor 0), fragment 1 (executor 1), fragment 2 (executor 0).
 const A: &str = "a$@0";
 const B: &str = "b$@131072";
 const C: &str = "c$@262144";
 
-async fn value(client: &tokio_postgres::Client, id: &str) -> Option<i64> {
-    client
-        .query_opt("SELECT v::int8 FROM t WHERE id() = $1", &[&id])
-        .await
-        .unwrap()
-        .map(|r| r.get(0))
-}
-
 async fn count(client: &tokio_postgres::Client) -> i64 {
     client.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get(0)
-}
-
-async fn counter(client: &tokio_postgres::Client, name: &str) -> i64 {
-    let rows = client.query("SHOW transaction_counters", &[]).await.unwrap();
-    rows.iter().find(|r| r.get::<_, String>(0) == name).map(|r| r.get(1)).unwrap()
 }
 
 // Checks that inside a block reads see the block's own inserts, updates and deletes (point
@@ -44,37 +31,37 @@ async fn read_your_writes_then_commit_or_rollback() {
 
     s1.batch_execute("BEGIN").await.unwrap();
     s1.execute(&format!("INSERT INTO t VALUES ('{A}', '{{\"v\":1}}')"), &[]).await.unwrap();
-    assert_eq!(value(&s1, A).await, Some(1), "own insert visible to a point read");
+    assert_eq!(t_value(&s1, A).await, Some(1), "own insert visible to a point read");
     s1.execute("UPDATE t SET v = v + 10 WHERE id() = $1", &[&A]).await.unwrap();
-    assert_eq!(value(&s1, A).await, Some(11), "own update visible");
+    assert_eq!(t_value(&s1, A).await, Some(11), "own update visible");
     s1.execute("DELETE FROM t WHERE id() = $1", &[&C]).await.unwrap();
-    assert_eq!(value(&s1, C).await, None, "own delete hides the document");
+    assert_eq!(t_value(&s1, C).await, None, "own delete hides the document");
     assert_eq!(count(&s1).await, 1, "a scan sees the overlay");
     let sum: i64 = s1.query_one("SELECT sum(v::int8) FROM t", &[]).await.unwrap().get(0);
     assert_eq!(sum, 11, "aggregates see the overlay");
-    assert_eq!(value(&s2, A).await, None, "other sessions do not see uncommitted writes");
-    assert_eq!(value(&s2, C).await, Some(3));
+    assert_eq!(t_value(&s2, A).await, None, "other sessions do not see uncommitted writes");
+    assert_eq!(t_value(&s2, C).await, Some(3));
     s1.batch_execute("ROLLBACK").await.unwrap();
-    assert_eq!(value(&s1, A).await, None, "ROLLBACK discards the insert");
-    assert_eq!(value(&s1, C).await, Some(3), "ROLLBACK discards the delete");
+    assert_eq!(t_value(&s1, A).await, None, "ROLLBACK discards the insert");
+    assert_eq!(t_value(&s1, C).await, Some(3), "ROLLBACK discards the delete");
 
     s1.batch_execute("BEGIN").await.unwrap();
     s1.execute(&format!("INSERT INTO t VALUES ('{A}', '{{\"v\":1}}')"), &[]).await.unwrap();
     s1.execute(&format!("INSERT INTO t VALUES ('{B}', '{{\"v\":2}}')"), &[]).await.unwrap();
     s1.execute("UPDATE t SET v = 30 WHERE id() = $1", &[&C]).await.unwrap();
     s1.batch_execute("COMMIT").await.unwrap();
-    assert_eq!(value(&s2, A).await, Some(1));
-    assert_eq!(value(&s2, B).await, Some(2));
-    assert_eq!(value(&s2, C).await, Some(30));
-    assert!(counter(&s2, "two_phase_commits").await >= 1);
+    assert_eq!(t_value(&s2, A).await, Some(1));
+    assert_eq!(t_value(&s2, B).await, Some(2));
+    assert_eq!(t_value(&s2, C).await, Some(30));
+    assert!(tx_counter(&s2, "two_phase_commits").await >= 1);
 
     // One fragment only: the fast path.
-    let before = counter(&s2, "fast_path_commits").await;
+    let before = tx_counter(&s2, "fast_path_commits").await;
     s1.batch_execute("BEGIN").await.unwrap();
     s1.execute("UPDATE t SET v = v + 1 WHERE id() = $1", &[&A]).await.unwrap();
     s1.batch_execute("COMMIT").await.unwrap();
-    assert_eq!(value(&s2, A).await, Some(2));
-    assert_eq!(counter(&s2, "fast_path_commits").await, before + 1);
+    assert_eq!(t_value(&s2, A).await, Some(2));
+    assert_eq!(tx_counter(&s2, "fast_path_commits").await, before + 1);
 }
 
 // Checks the failed-block state: after an error inside a block every statement fails with
@@ -101,8 +88,8 @@ async fn failed_block_refuses_until_rollback() {
         assert_eq!(sqlstate(&refused), "25P02");
         let messages = s.simple_query(end).await.unwrap();
         assert!(!messages.is_empty());
-        assert_eq!(value(&s, A).await, None, "{end} of a failed block applies nothing");
-        assert_eq!(value(&s, B).await, Some(2));
+        assert_eq!(t_value(&s, A).await, None, "{end} of a failed block applies nothing");
+        assert_eq!(t_value(&s, B).await, Some(2));
     }
     s.batch_execute("COMMIT").await.expect("COMMIT outside a block is a warning");
     s.batch_execute("ROLLBACK").await.expect("ROLLBACK outside a block is a warning");
@@ -118,18 +105,18 @@ async fn two_sessions_updating_one_document() {
     s1.batch_execute(&format!("INSERT INTO t VALUES ('{A}', '{{\"v\":100}}')")).await.unwrap();
     for s in [&s1, &s2] {
         s.batch_execute("BEGIN").await.unwrap();
-        assert_eq!(value(s, A).await, Some(100));
+        assert_eq!(t_value(s, A).await, Some(100));
     }
     s1.execute("UPDATE t SET v = v - 30 WHERE id() = $1", &[&A]).await.unwrap();
     s2.execute("UPDATE t SET v = v - 50 WHERE id() = $1", &[&A]).await.unwrap();
     s1.batch_execute("COMMIT").await.unwrap();
     let err = s2.batch_execute("COMMIT").await.unwrap_err();
     assert_eq!(sqlstate(&err), "40001");
-    assert_eq!(value(&s1, A).await, Some(70));
+    assert_eq!(t_value(&s1, A).await, Some(70));
     // After the failed COMMIT the session is out of the block and works.
     s2.execute("UPDATE t SET v = v - 50 WHERE id() = $1", &[&A]).await.unwrap();
-    assert_eq!(value(&s1, A).await, Some(20));
-    assert!(counter(&s1, "conflicts").await >= 1);
+    assert_eq!(t_value(&s1, A).await, Some(20));
+    assert!(tx_counter(&s1, "conflicts").await >= 1);
 }
 
 // Checks the lost update: a block reads a document, another session commits a change to it,
@@ -142,12 +129,12 @@ async fn update_after_a_stale_read_conflicts() {
     let s2 = node.connect().await;
     s1.batch_execute(&format!("INSERT INTO t VALUES ('{A}', '{{\"v\":100}}')")).await.unwrap();
     s1.batch_execute("BEGIN").await.unwrap();
-    assert_eq!(value(&s1, A).await, Some(100));
+    assert_eq!(t_value(&s1, A).await, Some(100));
     s2.execute("UPDATE t SET v = 70 WHERE id() = $1", &[&A]).await.unwrap();
     s1.execute("UPDATE t SET v = 1 WHERE id() = $1", &[&A]).await.unwrap();
     let err = s1.batch_execute("COMMIT").await.unwrap_err();
     assert_eq!(sqlstate(&err), "40001");
-    assert_eq!(value(&s2, A).await, Some(70), "the other session's commit stands");
+    assert_eq!(t_value(&s2, A).await, Some(70), "the other session's commit stands");
 }
 
 // Checks write skew across executors: each session reads both documents (on fragments of
@@ -178,7 +165,7 @@ async fn write_skew_across_executors() {
     let r2 = s2.batch_execute("COMMIT").await;
     assert!(r1.is_ok(), "the first commit wins: {r1:?}");
     assert_eq!(sqlstate(&r2.unwrap_err()), "40001");
-    let on = value(&s1, A).await.unwrap() + value(&s1, B).await.unwrap();
+    let on = t_value(&s1, A).await.unwrap() + t_value(&s1, B).await.unwrap();
     assert_eq!(on, 1, "exactly one write applied");
 }
 
@@ -192,7 +179,7 @@ async fn two_phase_commits_from_both_executors_are_visible_and_reported() {
     const TRANSFERS: i64 = 12;
     let node = Node::start();
     let setup = node.connect().await;
-    let two_phase_before = counter(&setup, "two_phase_commits").await;
+    let two_phase_before = tx_counter(&setup, "two_phase_commits").await;
     let mut tasks = Vec::new();
     for i in 0..SESSIONS {
         let client = node.connect().await;
@@ -210,8 +197,8 @@ async fn two_phase_commits_from_both_executors_are_visible_and_reported() {
                 client.execute("UPDATE t SET v = v - 1 WHERE id() = $1", &[&x]).await.unwrap();
                 client.execute("UPDATE t SET v = v + 1 WHERE id() = $1", &[&y]).await.unwrap();
                 client.batch_execute("COMMIT").await.unwrap();
-                assert_eq!(value(&client, &x).await, Some(100 - n), "{x} after commit {n}");
-                assert_eq!(value(&client, &y).await, Some(100 + n), "{y} after commit {n}");
+                assert_eq!(t_value(&client, &x).await, Some(100 - n), "{x} after commit {n}");
+                assert_eq!(t_value(&client, &y).await, Some(100 + n), "{y} after commit {n}");
             }
         }));
     }
@@ -220,7 +207,7 @@ async fn two_phase_commits_from_both_executors_are_visible_and_reported() {
     }
     // Each session's INSERT spans both executors too: one more two-phase commit each.
     let expected = two_phase_before + (SESSIONS as i64) * (TRANSFERS + 1);
-    assert_eq!(counter(&setup, "two_phase_commits").await, expected);
+    assert_eq!(tx_counter(&setup, "two_phase_commits").await, expected);
     // Reports follow the Commit records' fdatasyncs, after the acknowledgements.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
@@ -251,7 +238,7 @@ async fn multi_row_insert_across_executors_is_atomic() {
         .unwrap_err();
     assert_eq!(sqlstate(&err), "23505");
     assert_eq!(count(&s).await, 1, "a duplicate on one fragment aborts every row");
-    let before = counter(&s, "two_phase_commits").await;
+    let before = tx_counter(&s, "two_phase_commits").await;
     let n = s
         .execute(
             &format!("INSERT INTO t VALUES ('{A}', '{{\"v\":1}}'), ('{B}', '{{\"v\":2}}')"),
@@ -261,7 +248,7 @@ async fn multi_row_insert_across_executors_is_atomic() {
         .unwrap();
     assert_eq!(n, 2);
     assert_eq!(count(&s).await, 3);
-    assert_eq!(counter(&s, "two_phase_commits").await, before + 1);
+    assert_eq!(tx_counter(&s, "two_phase_commits").await, before + 1);
     // A scatter UPDATE over every fragment is one transaction too.
     let n = s.execute("UPDATE t SET v = v * 10", &[]).await.unwrap();
     assert_eq!(n, 3);

@@ -11,24 +11,11 @@
 
 mod support;
 
-use support::{Node, simple_rows, sqlstate};
+use support::{Node, simple_rows, sqlstate, t_value, tx_counter};
 
 /// Two documents on fragment 0 (executor 0) and two on fragment 1 (executor 1).
 const ON_0: [&str; 2] = ["a$@0", "c$@7"];
 const ON_1: [&str; 2] = ["b$@131072", "d$@131079"];
-
-async fn value(client: &tokio_postgres::Client, id: &str) -> Option<i64> {
-    client
-        .query_opt("SELECT v::int8 FROM t WHERE id() = $1", &[&id])
-        .await
-        .unwrap()
-        .map(|r| r.get(0))
-}
-
-async fn counter(client: &tokio_postgres::Client, name: &str) -> i64 {
-    let rows = client.query("SHOW transaction_counters", &[]).await.unwrap();
-    rows.iter().find(|r| r.get::<_, String>(0) == name).map(|r| r.get(1)).unwrap()
-}
 
 /// Mesh calls made so far, summed over executors.
 async fn mesh_calls(client: &tokio_postgres::Client) -> i64 {
@@ -100,7 +87,7 @@ async fn one_query_block_on_a_remote_fragment_is_one_hop() {
     one_by_one.sort_unstable();
     assert_eq!(one_by_one, [0, 3], "statement by statement: local 0, remote 3");
 
-    let fast = counter(&s, "fast_path_commits").await;
+    let fast = tx_counter(&s, "fast_path_commits").await;
     let mut shipped = Vec::new();
     for [first, second] in [ON_0, ON_1] {
         let hops = hops_of(&s, show, async {
@@ -119,10 +106,10 @@ async fn one_query_block_on_a_remote_fragment_is_one_hop() {
     }
     shipped.sort_unstable();
     assert_eq!(shipped, [0, 1], "one Query: local 0, remote 1");
-    assert_eq!(counter(&s, "fast_path_commits").await, fast + 2);
+    assert_eq!(tx_counter(&s, "fast_path_commits").await, fast + 2);
     for [first, second] in [ON_0, ON_1] {
-        assert_eq!(value(&s, first).await, Some(80));
-        assert_eq!(value(&s, second).await, Some(120));
+        assert_eq!(t_value(&s, first).await, Some(80));
+        assert_eq!(t_value(&s, second).await, Some(120));
     }
     assert!(s.simple_query("SHOW TRANSACTIONS").await.is_ok());
 }
@@ -153,9 +140,9 @@ async fn shipped_block_reads_its_own_writes() {
             })
             .collect();
         assert_eq!(tags, [0, 1, 1, 1, 1, 0, 0], "the deleted document is not updated");
-        assert_eq!(value(&s, &new).await, Some(33));
-        assert_eq!(value(&s, gone).await, None);
-        assert_eq!(value(&s, kept).await, Some(100));
+        assert_eq!(t_value(&s, &new).await, Some(33));
+        assert_eq!(t_value(&s, gone).await, None);
+        assert_eq!(t_value(&s, kept).await, Some(100));
     }
 }
 
@@ -180,13 +167,13 @@ async fn failed_statement_fails_the_shipped_block() {
             assert_eq!(sqlstate(&refused), "25P02");
             let messages = s.simple_query(end).await.unwrap();
             assert!(!messages.is_empty());
-            assert_eq!(value(&s, first).await, Some(100), "{end}: nothing applied");
-            assert_eq!(value(&s, second).await, Some(100), "{end}: nothing applied");
+            assert_eq!(t_value(&s, first).await, Some(100), "{end}: nothing applied");
+            assert_eq!(t_value(&s, second).await, Some(100), "{end}: nothing applied");
         }
     }
     // The session works normally afterwards, in and out of blocks.
     s.simple_query(&transfer(ON_1[0], ON_1[1])).await.unwrap();
-    assert_eq!(value(&s, ON_1[0]).await, Some(90));
+    assert_eq!(t_value(&s, ON_1[0]).await, Some(90));
 }
 
 // Checks that a block over fragments of both executors is not shipped: it commits by
@@ -196,11 +183,11 @@ async fn block_over_two_executors_runs_as_before() {
     let node = Node::start();
     let s = node.connect().await;
     load(&s).await;
-    let two_phase = counter(&s, "two_phase_commits").await;
+    let two_phase = tx_counter(&s, "two_phase_commits").await;
     s.simple_query(&transfer(ON_0[0], ON_1[0])).await.unwrap();
-    assert_eq!(counter(&s, "two_phase_commits").await, two_phase + 1);
-    assert_eq!(value(&s, ON_0[0]).await, Some(90));
-    assert_eq!(value(&s, ON_1[0]).await, Some(110));
+    assert_eq!(tx_counter(&s, "two_phase_commits").await, two_phase + 1);
+    assert_eq!(t_value(&s, ON_0[0]).await, Some(90));
+    assert_eq!(t_value(&s, ON_1[0]).await, Some(110));
 }
 
 // Checks that shipped blocks stay serializable under contention: sessions on both executors
@@ -239,8 +226,8 @@ async fn concurrent_shipped_transfers_keep_the_total() {
         done[1] += d[1];
     }
     for (pair, n) in [(ON_0, done[0]), (ON_1, done[1])] {
-        assert_eq!(value(&setup, pair[0]).await, Some(100 - 10 * n));
-        assert_eq!(value(&setup, pair[1]).await, Some(100 + 10 * n));
+        assert_eq!(t_value(&setup, pair[0]).await, Some(100 - 10 * n));
+        assert_eq!(t_value(&setup, pair[1]).await, Some(100 + 10 * n));
     }
     assert_eq!(done[0] + done[1], 160);
 }

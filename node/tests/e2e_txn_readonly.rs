@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use support::{Node, NodeOptions, simple_rows};
+use support::{Node, NodeOptions, simple_rows, t_value, tx_counter};
 
 /// Fragment 0 (executor 0), fragment 1 (executor 1), fragment 2 (executor 0), fragment 3
 /// (executor 1).
@@ -36,19 +36,6 @@ fn sample(addr: SocketAddr, name: &str, label: &str) -> f64 {
         .find(|l| l.starts_with(&prefix) && l.contains(label))
         .unwrap_or_else(|| panic!("no {name} with {label} in:\n{text}"));
     line.rsplit(' ').next().unwrap().parse().unwrap()
-}
-
-async fn counter(client: &tokio_postgres::Client, name: &str) -> i64 {
-    let rows = client.query("SHOW transaction_counters", &[]).await.unwrap();
-    rows.iter().find(|r| r.get::<_, String>(0) == name).map(|r| r.get(1)).unwrap()
-}
-
-async fn value(client: &tokio_postgres::Client, id: &str) -> Option<i64> {
-    client
-        .query_opt("SELECT v::int8 FROM t WHERE id() = $1", &[&id])
-        .await
-        .unwrap()
-        .map(|r| r.get(0))
 }
 
 /// Waits (bounded) until the coordinator holds no committed decision that is still applying:
@@ -86,7 +73,7 @@ async fn read_only_participants_log_nothing() {
     }
     let lsn = |f: u32| sample(addr, "tessera_fragment_lsn_durable", &format!("fragment=\"{f}\""));
     let (b_lsn, c_lsn) = (lsn(1), lsn(2));
-    let two_phase = counter(&client, "two_phase_commits").await;
+    let two_phase = tx_counter(&client, "two_phase_commits").await;
     // Writers A (executor 0) and D (executor 1); B (executor 1) and C (executor 0) only read.
     for n in 1..=5 {
         client.batch_execute("BEGIN").await.unwrap();
@@ -99,16 +86,16 @@ async fn read_only_participants_log_nothing() {
         client.execute("UPDATE t SET v = v - 1 WHERE id() = $1", &[&A]).await.unwrap();
         client.execute("UPDATE t SET v = v + 1 WHERE id() = $1", &[&D]).await.unwrap();
         client.batch_execute("COMMIT").await.unwrap();
-        assert_eq!(value(&client, A).await, Some(100 - n));
-        assert_eq!(value(&client, D).await, Some(100 + n));
+        assert_eq!(t_value(&client, A).await, Some(100 - n));
+        assert_eq!(t_value(&client, D).await, Some(100 + n));
     }
-    assert_eq!(counter(&client, "two_phase_commits").await, two_phase + 5);
+    assert_eq!(tx_counter(&client, "two_phase_commits").await, two_phase + 5);
     assert_eq!(lsn(1), b_lsn, "the read-only fragment of executor 1 logged nothing");
     assert_eq!(lsn(2), c_lsn, "the read-only fragment of executor 0 logged nothing");
     decisions_forgotten(&client).await;
     client.execute("UPDATE t SET v = 0 WHERE id() IN ($1, $2)", &[&B, &C]).await.unwrap();
-    assert_eq!(value(&client, B).await, Some(0), "no hold left on B");
-    assert_eq!(value(&client, C).await, Some(0), "no hold left on C");
+    assert_eq!(t_value(&client, B).await, Some(0), "no hold left on B");
+    assert_eq!(t_value(&client, C).await, Some(0), "no hold left on C");
 }
 
 // Checks that a transaction whose read-only participant's check fails (the document it read
@@ -135,17 +122,17 @@ async fn failed_hold_aborts_the_writers() {
     s2.execute("UPDATE t SET v = 7 WHERE id() = $1", &[&B]).await.unwrap();
     let err = s1.batch_execute("COMMIT").await.unwrap_err();
     assert_eq!(support::sqlstate(&err), "40001");
-    assert_eq!(value(&s2, A).await, Some(100), "nothing applied on A");
-    assert_eq!(value(&s2, D).await, Some(100), "nothing applied on D");
+    assert_eq!(t_value(&s2, A).await, Some(100), "nothing applied on A");
+    assert_eq!(t_value(&s2, D).await, Some(100), "nothing applied on D");
     decisions_forgotten(&s2).await;
     s2.execute("UPDATE t SET v = 8 WHERE id() IN ($1, $2, $3)", &[&A, &B, &D]).await.unwrap();
     s1.batch_execute("BEGIN").await.unwrap();
-    assert_eq!(value(&s1, B).await, Some(8));
+    assert_eq!(t_value(&s1, B).await, Some(8));
     s1.execute("UPDATE t SET v = 2 WHERE id() = $1", &[&A]).await.unwrap();
     s1.execute("UPDATE t SET v = 2 WHERE id() = $1", &[&D]).await.unwrap();
     s1.batch_execute("COMMIT").await.unwrap();
-    assert_eq!(value(&s2, A).await, Some(2));
-    assert_eq!(value(&s2, D).await, Some(2));
+    assert_eq!(t_value(&s2, A).await, Some(2));
+    assert_eq!(t_value(&s2, D).await, Some(2));
 }
 
 /// Arms `fault`, runs one two-phase commit that reads `B` (fragment 1, executor 1: a
@@ -173,7 +160,7 @@ async fn crash_with_a_reader(fault: &str) -> usize {
     let client = node.connect().await;
     let mut present = 0;
     for id in [A, D] {
-        present += usize::from(value(&client, id).await.is_some());
+        present += usize::from(t_value(&client, id).await.is_some());
     }
     let rows = simple_rows(&client.simple_query("SHOW TRANSACTIONS").await.unwrap());
     assert!(
@@ -181,7 +168,7 @@ async fn crash_with_a_reader(fault: &str) -> usize {
         "nothing stays prepared or held after recovery: {rows:?}"
     );
     client.execute("UPDATE t SET v = 7 WHERE id() = $1", &[&B]).await.unwrap();
-    assert_eq!(value(&client, B).await, Some(7), "no hold survives a restart");
+    assert_eq!(t_value(&client, B).await, Some(7), "no hold survives a restart");
     node.stop();
     present
 }

@@ -593,3 +593,18 @@ pub fn simple_rows(messages: &[tokio_postgres::SimpleQueryMessage]) -> Vec<Vec<O
         })
         .collect()
 }
+
+/// Field `v` (as int8) of document `id` in collection `t`, the transaction tests' documents.
+pub async fn t_value(client: &tokio_postgres::Client, id: &str) -> Option<i64> {
+    client
+        .query_opt("SELECT v::int8 FROM t WHERE id() = $1", &[&id])
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+/// The counter `name` of `SHOW transaction_counters`.
+pub async fn tx_counter(client: &tokio_postgres::Client, name: &str) -> i64 {
+    let rows = client.query("SHOW transaction_counters", &[]).await.unwrap();
+    rows.iter().find(|r| r.get::<_, String>(0) == name).map(|r| r.get(1)).unwrap()
+}
