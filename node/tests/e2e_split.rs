@@ -20,7 +20,8 @@ use support::{Node, NodeOptions, free_loopback_port};
 const CLUSTER_NOISE: &[&str] = &[
     "is unreachable",
     "split or merge failed",
-    "decision not committed",
+    "decision not confirmed",
+    "decision refused",
     "reconcile step",
     "cannot list this node's fragments",
     "TESSERA_HANDOFF_FAULT",

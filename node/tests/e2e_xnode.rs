@@ -30,11 +30,12 @@ fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
 /// and forwarding to a killed node fails (WARN on phase two, ERROR nowhere). Each test stops
 /// its nodes one after another, and a stopping node first hands its fragments off to the
 /// others: on a loaded machine a handoff's decision can take longer than the proposal bound
-/// (`PEER_REQUEST_TIMEOUT_MS`) to commit, which the driver logs as a WARN and settles on the
+/// (`PEER_REQUEST_TIMEOUT_MS`) to commit, which the driver logs as a WARN ("not confirmed") and settles on the
 /// next coordinator tick (seen: the WARN, then the same handoff committed 0.3 s later).
 fn start(options: NodeOptions) -> Node {
     let mut node = Node::start_with(options);
-    node.expect_log("handoff decision not committed");
+    node.expect_log("handoff decision not confirmed");
+    node.expect_log("handoff decision refused");
     node.expect_log("is unreachable");
     node.expect_log("phase two not");
     node.expect_log("cannot resolve a transaction prepared too long");
@@ -480,7 +481,8 @@ async fn e2e_xnode_bank_survives_sigkills_of_nodes() {
 const HANDOFF_NOISE: &[&str] = &[
     "handoff failed",
     "aborted a handoff",
-    "decision not committed",
+    "decision not confirmed",
+    "decision refused",
     "source answered",
     "reconcile step",
     "cannot list this node's fragments",

@@ -936,7 +936,7 @@ async fn drive_one(ctx: Arc<Ctx>, h: Handoff) {
         }
     };
     let aborting = matches!(command, Command::AbortHandoff { .. });
-    let decided = propose(&ctx, command).await;
+    let decided = propose_outcome(&ctx, command).await;
     if aborting {
         ctx.aborted_at
             .lock()
@@ -944,7 +944,7 @@ async fn drive_one(ctx: Arc<Ctx>, h: Handoff) {
             .insert(h.fragment, Instant::now());
     }
     match (done, decided) {
-        (Some((docs, bytes)), true) => tracing::info!(
+        (Some((docs, bytes)), Proposal::Committed) => tracing::info!(
             handoff = h.id,
             fragment = h.fragment,
             from = h.from,
@@ -956,17 +956,24 @@ async fn drive_one(ctx: Arc<Ctx>, h: Handoff) {
             h.to,
             h.fragment
         ),
-        (None, true) => tracing::info!(
+        (None, Proposal::Committed) => tracing::info!(
             handoff = h.id,
             fragment = h.fragment,
             "handoff aborted: node {} keeps fragment ${}",
             h.from,
             h.fragment
         ),
-        (_, false) => tracing::warn!(
+        (_, Proposal::Refused(why)) => tracing::warn!(
             handoff = h.id,
             fragment = h.fragment,
-            "handoff decision not committed; the next coordinator tick aborts it if it is still in flight"
+            "handoff decision refused by the coordinator's state ({why}); the next coordinator tick \
+             aborts the handoff if it is still in flight"
+        ),
+        (_, Proposal::Unconfirmed(why)) => tracing::warn!(
+            handoff = h.id,
+            fragment = h.fragment,
+            "handoff decision not confirmed ({why}); it may still commit, and the next coordinator \
+             tick aborts the handoff only if it is still in flight"
         ),
     }
     ctx.driving.lock().unwrap_or_else(PoisonError::into_inner).remove(&h.fragment);
@@ -1516,9 +1523,9 @@ async fn drive_reshape(ctx: Arc<Ctx>, r: crate::cluster::state::Reshape) {
             (Command::AbortReshape { reshape: r.id }, None)
         }
     };
-    let decided = propose(&ctx, command).await;
+    let decided = propose_outcome(&ctx, command).await;
     match (docs, decided) {
-        (Some(docs), true) => tracing::info!(
+        (Some(docs), Proposal::Committed) => tracing::info!(
             reshape = r.id,
             sources = ?r.sources,
             targets = ?r.targets.iter().map(|t| t.id).collect::<Vec<_>>(),
@@ -1526,10 +1533,18 @@ async fn drive_reshape(ctx: Arc<Ctx>, r: crate::cluster::state::Reshape) {
             ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
             "split or merge committed"
         ),
-        (None, true) => tracing::info!(reshape = r.id, "split or merge aborted: the sources stay"),
-        (_, false) => tracing::warn!(
+        (None, Proposal::Committed) => {
+            tracing::info!(reshape = r.id, "split or merge aborted: the sources stay")
+        }
+        (_, Proposal::Refused(why)) => tracing::warn!(
             reshape = r.id,
-            "split or merge decision not committed; the next coordinator tick drives it again"
+            "split or merge decision refused by the coordinator's state ({why}); the next \
+             coordinator tick drives it again"
+        ),
+        (_, Proposal::Unconfirmed(why)) => tracing::warn!(
+            reshape = r.id,
+            "split or merge decision not confirmed ({why}); it may still commit, and the next \
+             coordinator tick drives it again if not"
         ),
     }
     ctx.reshaping.lock().unwrap_or_else(PoisonError::into_inner).remove(&r.id);
@@ -1620,22 +1635,39 @@ async fn adopt_prior(ctx: &Ctx, prior: &PriorMap, state: &ClusterState) {
 /// Proposes a command; true if it was committed and applied without a refusal. Bounded: a
 /// leader that lost its quorum does not know it yet, and its proposal would wait forever.
 async fn propose(ctx: &Ctx, command: Command) -> bool {
+    matches!(propose_outcome(ctx, command).await, Proposal::Committed)
+}
+
+/// What became of a proposed coordinator command.
+#[derive(Debug)]
+enum Proposal {
+    /// Committed and applied.
+    Committed,
+    /// Committed, and the state machine refused it (the state had moved on).
+    Refused(String),
+    /// Not confirmed: the proposal timed out or failed (no leader, leader changed). It may
+    /// still commit later.
+    Unconfirmed(String),
+}
+
+/// Proposes `command` and says what became of it, bounded by the peer request timeout.
+async fn propose_outcome(ctx: &Ctx, command: Command) -> Proposal {
     let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
     let Ok(written) = tokio::time::timeout(bound, ctx.raft.client_write(command)).await else {
         tracing::debug!("coordinator proposal not committed within {bound:?}");
-        return false;
+        return Proposal::Unconfirmed(format!("not confirmed within {bound:?}"));
     };
     match written {
         Ok(r) => match r.data {
-            Ok(_) => true,
+            Ok(_) => Proposal::Committed,
             Err(e) => {
                 tracing::debug!("coordinator command refused: {e}");
-                false
+                Proposal::Refused(e.to_string())
             }
         },
         Err(e) => {
             tracing::debug!("coordinator proposal failed: {e}");
-            false
+            Proposal::Unconfirmed(e.to_string())
         }
     }
 }
