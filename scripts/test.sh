@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite, as a newcomer and CI run it: installs what the tests need (idempotent),
 # checks formatting and lints, runs every test (the fuzz corpora are replayed as unit tests),
-# then gives every fuzz target a short bounded run.
+# then gives every fuzz target a short bounded run. Each phase prints its wall time, so a slow
+# phase shows in the CI log (CI's budget is 20 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-scripts/check.sh
-scripts/fuzz.sh "${TESSERA_FUZZ_SECONDS:-20}"
+phase() {
+  local began=$SECONDS
+  "$@"
+  echo "test.sh: '$*' took $((SECONDS - began)) s (total $SECONDS s)"
+}
+phase scripts/install-deps.sh
+phase scripts/check.sh
+phase scripts/fuzz.sh "${TESSERA_FUZZ_SECONDS:-20}"
