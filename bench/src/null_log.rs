@@ -754,6 +754,22 @@ mod tests {
         assert_eq!(cursor.place(b"mnopq"), (0, b"mnopq\0\0\0".to_vec()));
     }
 
+    /// A prepared 64 KiB log file in a fresh directory (kept alive by the first element) and
+    /// the stats its log will count into.
+    fn log_file() -> (tempfile::TempDir, std::path::PathBuf, u64, Arc<DurableStats>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let capacity = 1 << 16;
+        prepare_file(&path, capacity).unwrap();
+        (dir, path, capacity, Arc::new(DurableStats::default()))
+    }
+
+    /// An executor as the null server builds them.
+    fn executor() -> glommio::LocalExecutorBuilder {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(crate::limits::NULL_GLOMMIO_IO_MEMORY_BYTES)
+    }
+
     /// A sink whose every sync waits for the test's go-ahead and reports what it wrote.
     struct GatedSink {
         started: mpsc::Sender<Vec<u8>>,
@@ -830,13 +846,8 @@ mod tests {
     /// the records end to end.
     #[test]
     fn unit_local_log_groups_on_a_real_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let capacity = 1 << 16;
-        prepare_file(&path, capacity).unwrap();
-        let stats = Arc::new(DurableStats::default());
-        let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(crate::limits::NULL_GLOMMIO_IO_MEMORY_BYTES);
+        let (_dir, path, capacity, stats) = log_file();
+        let executor = executor();
         let task_stats = Arc::clone(&stats);
         let task_path = path.clone();
         executor
@@ -868,25 +879,17 @@ mod tests {
     #[test]
     fn unit_remote_log_forwards_to_the_owner() {
         use glommio::channels::shared_channel;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let capacity = 1 << 16;
-        prepare_file(&path, capacity).unwrap();
-        let stats = Arc::new(DurableStats::default());
+        let (_dir, path, capacity, stats) = log_file();
         let (to_owner, requests) = shared_channel::new_bounded(4);
         let (acks, from_owner) = shared_channel::new_bounded(4);
-        let builder = || {
-            glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-                .io_memory(crate::limits::NULL_GLOMMIO_IO_MEMORY_BYTES)
-        };
         let (owner_stats, owner_path) = (Arc::clone(&stats), path.clone());
-        let owner = builder()
+        let owner = executor()
             .spawn(move || async move {
                 let log = LocalLog::open(&owner_path, capacity, 1, owner_stats).await.unwrap();
                 serve_forwarded(log, requests, acks).await;
             })
             .unwrap();
-        let writer = builder()
+        let writer = executor()
             .spawn(move || async move {
                 let log = RemoteLog::start(to_owner, from_owner).await;
                 let a = log.append(b"one;", 1);
@@ -913,11 +916,7 @@ mod tests {
     /// and the file holds the records end to end.
     #[test]
     fn unit_group_log_direct_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let capacity = 1 << 16;
-        prepare_file(&path, capacity).unwrap();
-        let stats = Arc::new(DurableStats::default());
+        let (_dir, path, capacity, stats) = log_file();
         let sink = FileSink::open(&path, true).unwrap();
         let log =
             GroupLog::start(sink, capacity, "test-direct".into(), Arc::clone(&stats)).unwrap();
@@ -945,13 +944,8 @@ mod tests {
     /// waits for one of them; each group has blocks of its own.
     #[test]
     fn unit_local_log_two_syncs_in_flight() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let capacity = 1 << 16;
-        prepare_file(&path, capacity).unwrap();
-        let stats = Arc::new(DurableStats::default());
-        let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(crate::limits::NULL_GLOMMIO_IO_MEMORY_BYTES);
+        let (_dir, path, capacity, stats) = log_file();
+        let executor = executor();
         let (task_stats, task_path) = (Arc::clone(&stats), path.clone());
         executor
             .spawn(move || async move {
