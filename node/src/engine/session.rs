@@ -1915,6 +1915,22 @@ impl Session {
         R: Send + 'static,
     {
         let here = self.core.index();
+        // One share, on another executor (half of the random-id autocommit writes on a
+        // 2-executor node): nothing runs here meanwhile, so the call is awaited in this task
+        // rather than in a spawned one (no task to allocate, schedule and join per hop).
+        if groups.len() == 1
+            && let Some((&executor, _)) = groups.first_key_value()
+            && executor != here
+        {
+            let Some((_, targets)) = groups.into_iter().next() else {
+                return Ok(Vec::new());
+            };
+            self.core.metrics().mesh_call();
+            let with = with.clone();
+            let answer =
+                self.ctx.mesh.call(executor, move |core| work(core, with, targets)).await?;
+            return Ok(vec![answer?]);
+        }
         let mut local = None;
         let mut remote = Vec::new();
         for (executor, targets) in groups {
