@@ -1903,7 +1903,7 @@ impl Session {
     /// (one call each) and run while this executor does its own share in place.
     async fn fan_out<T, C, W, Fut, R>(
         &self,
-        groups: BTreeMap<ExecutorIndex, Vec<T>>,
+        mut groups: BTreeMap<ExecutorIndex, Vec<T>>,
         with: &C,
         work: W,
     ) -> Result<Vec<R>, EngineError>
@@ -1919,12 +1919,9 @@ impl Session {
         // 2-executor node): nothing runs here meanwhile, so the call is awaited in this task
         // rather than in a spawned one (no task to allocate, schedule and join per hop).
         if groups.len() == 1
-            && let Some((&executor, _)) = groups.first_key_value()
-            && executor != here
+            && !groups.contains_key(&here)
+            && let Some((executor, targets)) = groups.pop_first()
         {
-            let Some((_, targets)) = groups.into_iter().next() else {
-                return Ok(Vec::new());
-            };
             self.core.metrics().mesh_call();
             let with = with.clone();
             let answer =
