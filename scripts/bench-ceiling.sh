@@ -52,6 +52,9 @@
 #   CEIL_SYSCALLS    1: also count syscalls per transaction with `perf stat` tracepoints (needs
 #                    root): the server's io_uring_enter, epoll_wait, sendto, recvfrom and context
 #                    switches, and pgbench's ppoll (a few % overhead; default 0)
+#   CEIL_SERVER_EVENTS with CEIL_SYSCALLS=1: the server's perf events instead of those (comma-
+#                    separated, e.g. add syscalls:sys_enter_write for glommio's eventfd wakes,
+#                    syscalls:sys_enter_futex, cpu-migrations)
 #   CEIL_SAMPLING    pgbench --sampling-rate of the per-transaction log for the p99 (default 0.1)
 # Without TESSERA_VARIANTS or NULL_BIN the release binaries are built first.
 # An A/B of two builds in the same load: TESSERA_VARIANTS="old /tmp/tessera-old; new
@@ -219,7 +222,7 @@ perf stat -e ext4:ext4_sync_file_enter -x, -o /dev/null -- true 2>/dev/null && c
 pg_wal_syncs() {
   psql -X -qAt -h 127.0.0.1 -p "$pg_port" -U bench postgres -c "SELECT wal_sync FROM pg_stat_wal"
 }
-server_events=syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom,context-switches
+server_events=${CEIL_SERVER_EVENTS:-syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom,context-switches}
 # per_tx FILE N: "event=count/N ..." of a perf stat -x, file.
 per_tx() { awk -F, -v n="$2" '$1 ~ /^[0-9]+$/ {sub(/^syscalls:sys_enter_/, "", $3); printf "%s%s=%.2f", sep, $3, $1 / n; sep = " "}' "$1"; }
 for round in $(seq 1 "$rounds"); do

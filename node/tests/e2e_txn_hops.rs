@@ -114,6 +114,34 @@ async fn one_query_block_on_a_remote_fragment_is_one_hop() {
     assert!(s.simple_query("SHOW TRANSACTIONS").await.is_ok());
 }
 
+// Checks that autocommit statements on one fragment cost one mesh call each when the fragment
+// is on the other executor and none when it is local, and answer the same either way: an
+// INSERT, a duplicate INSERT (23505 from the remote share), an UPDATE, a point SELECT and a
+// DELETE, on a document of each executor.
+#[tokio::test]
+async fn autocommit_statements_on_a_remote_fragment_are_one_hop_each() {
+    let node = Node::start();
+    let s = node.connect().await;
+    let show = show_cost(&s).await;
+    let mut hops = Vec::new();
+    for id in ["e$@0", "f$@131072"] {
+        let n = hops_of(&s, show, async {
+            let insert = format!("INSERT INTO t VALUES ('{id}', '{{\"v\":5}}')");
+            assert_eq!(s.execute(insert.as_str(), &[]).await.unwrap(), 1);
+            let again = s.execute(insert.as_str(), &[]).await.unwrap_err();
+            assert_eq!(sqlstate(&again), "23505", "{id}: {again:?}");
+            let update = "UPDATE t SET v = v + 1 WHERE id() = $1";
+            assert_eq!(s.execute(update, &[&id]).await.unwrap(), 1);
+            assert_eq!(t_value(&s, id).await, Some(6));
+            assert_eq!(s.execute("DELETE FROM t WHERE id() = $1", &[&id]).await.unwrap(), 1);
+        })
+        .await;
+        hops.push(n);
+    }
+    hops.sort_unstable();
+    assert_eq!(hops, [0, 5], "five statements: local 0 hops, remote 1 each");
+}
+
 // Checks that a shipped block sees its own writes from statement to statement: an INSERT then
 // UPDATEs of the new document and a DELETE of another, all on one fragment, then COMMIT; and
 // that the command tags are the block's.

@@ -1903,7 +1903,7 @@ impl Session {
     /// (one call each) and run while this executor does its own share in place.
     async fn fan_out<T, C, W, Fut, R>(
         &self,
-        groups: BTreeMap<ExecutorIndex, Vec<T>>,
+        mut groups: BTreeMap<ExecutorIndex, Vec<T>>,
         with: &C,
         work: W,
     ) -> Result<Vec<R>, EngineError>
@@ -1915,6 +1915,19 @@ impl Session {
         R: Send + 'static,
     {
         let here = self.core.index();
+        // One share, on another executor (half of the random-id autocommit writes on a
+        // 2-executor node): nothing runs here meanwhile, so the call is awaited in this task
+        // rather than in a spawned one (no task to allocate, schedule and join per hop).
+        if groups.len() == 1
+            && !groups.contains_key(&here)
+            && let Some((executor, targets)) = groups.pop_first()
+        {
+            self.core.metrics().mesh_call();
+            let with = with.clone();
+            let answer =
+                self.ctx.mesh.call(executor, move |core| work(core, with, targets)).await?;
+            return Ok(vec![answer?]);
+        }
         let mut local = None;
         let mut remote = Vec::new();
         for (executor, targets) in groups {

@@ -523,3 +523,67 @@ fn relayed_waits_complete_from_a_plain_thread() {
     got.sort_unstable();
     assert_eq!(got, (0..WAITERS).collect::<Vec<_>>());
 }
+
+/// An executor's state that counts the requests it ran.
+struct Tally {
+    index: usize,
+    runs: std::cell::Cell<usize>,
+}
+
+// Checks that a burst of requests that piles up in an inbox is run exactly once each and
+// each answer reaches its own caller: 256 tasks on executor 0 call executor 1 at once; each
+// request counts itself there and returns its own number; then one more call reads the count.
+#[test]
+fn burst_of_calls_runs_each_request_once() {
+    const BURST: usize = 256;
+    let seen: Arc<Mutex<(Vec<usize>, usize)>> = Arc::default();
+    let s1 = Arc::clone(&seen);
+    run(
+        2,
+        Shutdown::new(),
+        |ctx: ExecutorContext<Tally>| async move {
+            Ok(Tally { index: ctx.index.get(), runs: std::cell::Cell::new(0) })
+        },
+        move |state, ctx| {
+            let seen = Arc::clone(&s1);
+            async move {
+                if state.index != 0 {
+                    ctx.shutdown.wait().await;
+                    return;
+                }
+                let one = ExecutorIndex::new(1);
+                let tasks: Vec<_> = (0..BURST)
+                    .map(|n| {
+                        let mesh = ctx.mesh.clone();
+                        glommio::spawn_local(async move {
+                            mesh.call(one, move |s: Rc<Tally>| async move {
+                                s.runs.set(s.runs.get() + 1);
+                                (s.index, n)
+                            })
+                            .await
+                        })
+                    })
+                    .collect();
+                let mut answers = Vec::with_capacity(BURST);
+                for t in tasks {
+                    let (index, n) = t.await.expect("executor 1 answers");
+                    assert_eq!(index, 1);
+                    answers.push(n);
+                }
+                let runs = ctx
+                    .mesh
+                    .call(one, |s: Rc<Tally>| async move { s.runs.get() })
+                    .await
+                    .expect("executor 1 answers");
+                *seen.lock().expect("lock") = (answers, runs);
+                ctx.shutdown.trigger();
+            }
+        },
+        |_, _| async {},
+    )
+    .expect("runtime ends cleanly");
+    let (mut answers, runs) = seen.lock().expect("lock").clone();
+    answers.sort_unstable();
+    assert_eq!(answers, (0..BURST).collect::<Vec<_>>(), "each request answered once");
+    assert_eq!(runs, BURST, "each request ran once");
+}
