@@ -24,7 +24,7 @@ use crate::cluster::limits::{
     RESHAPE_SOURCE_OPEN_WAIT_MS, RESHAPE_SOURCE_POLL_MS,
 };
 use crate::cluster::ops::{MoveError, MoveRequest, MoveResult, Op};
-use crate::cluster::peer::{PeerConn, PeerError, read_message, write_message};
+use crate::cluster::peer::{DialerRefusal, PeerConn, PeerError, read_message, write_message};
 use crate::cluster::prior::{PriorDecision, PriorMap};
 use crate::cluster::raft_net::{RaftNet, serve_rpc};
 use crate::cluster::state::{ClusterState, Command, Handoff, Member};
@@ -408,10 +408,17 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
             dialer,
         )
         .await;
-        if let Err(reason) = proved {
-            ctx.log_refusal(addr, &reason);
-            let _ = write_message(&mut stream, addr, &Message::Refused { reason }).await;
-            return Ok(());
+        match proved {
+            Ok(()) => {}
+            Err(DialerRefusal::Refused(reason)) => {
+                ctx.log_refusal(addr, &reason);
+                let _ = write_message(&mut stream, addr, &Message::Refused { reason }).await;
+                return Ok(());
+            }
+            Err(DialerRefusal::Abandoned(reason)) => {
+                tracing::debug!(%addr, "{reason}");
+                return Ok(());
+            }
         }
     }
     write_message(&mut stream, addr, &Message::Hello(ctx.hello.clone())).await?;

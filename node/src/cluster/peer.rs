@@ -108,38 +108,78 @@ pub async fn write_message(
     stream.write_all(&frame).await.map_err(|source| PeerError::Io { addr: addr.to_owned(), source })
 }
 
+/// Why the listener did not admit a dialer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DialerRefusal {
+    /// The dialer failed authentication, refused the challenge or answered something else:
+    /// the operator needs to know (WARN), and the dialer is told why.
+    Refused(String),
+    /// The dialer hung up before answering: it gave up (its own timeout, shutdown) and logs
+    /// its own reason, so this side has nothing to warn about or tell.
+    Abandoned(String),
+}
+
+impl std::fmt::Display for DialerRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DialerRefusal::Refused(reason) | DialerRefusal::Abandoned(reason) => {
+                f.write_str(reason)
+            }
+        }
+    }
+}
+
+/// What a dialer without a cluster secret answers a challenge with before it hangs up.
+const NO_SECRET_ANSWER: &str = "this node has no --cluster-secret-file";
+
 /// The listener's side of authentication, after the dialer's `Hello` passed its checks:
-/// challenge, check the dialer's proof, prove back. `Err` carries the reason to log and send
-/// in `Refused`; the caller then closes the connection.
+/// challenge, check the dialer's proof, prove back. On `Refused` the caller logs the reason,
+/// sends it in `Refused` and closes the connection; on `Abandoned` it only closes it.
 pub async fn authenticate_dialer(
     stream: &mut TcpStream,
     addr: &str,
     secret: &ClusterSecret,
     cluster: &str,
     dialer: u64,
-) -> Result<(), String> {
-    let listener_nonce = auth::nonce()?;
+) -> Result<(), DialerRefusal> {
+    let refused = |e: String| DialerRefusal::Refused(e);
+    let listener_nonce = auth::nonce().map_err(refused)?;
     let exchange = async {
         write_message(stream, addr, &Message::Challenge { nonce: listener_nonce.clone() }).await?;
         read_message(stream, addr).await
     };
-    let answer =
-        bounded(addr, PEER_REQUEST_TIMEOUT_MS, exchange).await.map_err(|e| e.to_string())?;
-    let Some(Message::Proof { nonce: dialer_nonce, proof }) = answer else {
-        return Err(format!(
-            "peer node {dialer} did not answer the authentication challenge (no \
-             --cluster-secret-file?)"
-        ));
+    let answer = bounded(addr, PEER_REQUEST_TIMEOUT_MS, exchange)
+        .await
+        .map_err(|e| refused(e.to_string()))?;
+    let (dialer_nonce, proof) = match answer {
+        Some(Message::Proof { nonce, proof }) => (nonce, proof),
+        Some(Message::Refused { reason }) => {
+            return Err(refused(format!(
+                "peer node {dialer} did not answer the authentication challenge: {reason}"
+            )));
+        }
+        Some(other) => {
+            return Err(refused(format!(
+                "peer node {dialer} did not answer the authentication challenge (it sent {})",
+                other.kind()
+            )));
+        }
+        None => {
+            return Err(DialerRefusal::Abandoned(format!(
+                "peer node {dialer} closed the connection before answering the authentication \
+                 challenge"
+            )));
+        }
     };
     if !auth::verify(secret, Side::Dialer, cluster, &listener_nonce, &dialer_nonce, &proof) {
-        return Err(format!(
+        return Err(refused(format!(
             "peer node {dialer} failed authentication: it does not know the cluster secret"
-        ));
+        )));
     }
     let ours = auth::prove(secret, Side::Listener, cluster, &listener_nonce, &dialer_nonce);
     write_message(stream, addr, &Message::Proof { nonce: listener_nonce, proof: ours })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| refused(e.to_string()))
 }
 
 async fn bounded<T>(
@@ -228,6 +268,10 @@ impl PeerConn {
                     ));
                 }
                 (None, Some(Message::Challenge { .. })) => {
+                    // Best effort: tell the listener why, so it does not take this for a
+                    // dialer that gave up.
+                    let reason = NO_SECRET_ANSWER.to_owned();
+                    let _ = write_message(&mut stream, addr, &Message::Refused { reason }).await;
                     return Err(auth_failed(
                         "the peer requires a cluster secret; this node has no --cluster-secret-file",
                     ));
@@ -363,7 +407,7 @@ mod tests {
     /// what it concluded (`Ok` or the refusal reason).
     async fn auth_listener(
         secret: Option<ClusterSecret>,
-    ) -> (String, tokio::sync::oneshot::Receiver<Result<(), String>>) {
+    ) -> (String, tokio::sync::oneshot::Receiver<Result<(), DialerRefusal>>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         let shown = addr.clone();
@@ -372,11 +416,11 @@ mod tests {
             let (mut s, _) = listener.accept().await.expect("accept");
             let _ = read_message(&mut s, &addr).await;
             if let Some(secret) = &secret
-                && let Err(reason) = authenticate_dialer(&mut s, &addr, secret, "c", 1).await
+                && let Err(refusal) = authenticate_dialer(&mut s, &addr, secret, "c", 1).await
             {
-                let _ = write_message(&mut s, &addr, &Message::Refused { reason: reason.clone() })
-                    .await;
-                let _ = tx.send(Err(reason));
+                let reason = refusal.to_string();
+                let _ = write_message(&mut s, &addr, &Message::Refused { reason }).await;
+                let _ = tx.send(Err(refusal));
                 return;
             }
             let _ = tx.send(Ok(()));
@@ -422,9 +466,12 @@ mod tests {
             );
             assert!(e.to_string().contains("did not authenticate"), "{e}");
 
-            let (addr, _) = auth_listener(Some(good)).await;
+            let (addr, seen) = auth_listener(Some(good)).await;
             let e = PeerConn::dial_with(&addr, &hello("c", 1), None).await.expect_err("no secret");
             assert!(e.to_string().contains("requires a cluster secret"), "{e}");
+            let refusal = seen.await.expect("listener").expect_err("refused");
+            assert!(matches!(&refusal, DialerRefusal::Refused(_)), "{refusal:?}");
+            assert!(refusal.to_string().contains(NO_SECRET_ANSWER), "{refusal}");
         });
     }
 
@@ -460,8 +507,22 @@ mod tests {
             let challenge = read_message(&mut s, &addr).await.expect("read").expect("challenge");
             assert_eq!(challenge.kind(), "challenge");
             write_message(&mut s, &addr, &Message::Ping).await.expect("ping");
-            let reason = seen.await.expect("listener").expect_err("refused");
-            assert!(reason.contains("did not answer the authentication challenge"), "{reason}");
+            let refusal = seen.await.expect("listener").expect_err("refused");
+            assert!(matches!(&refusal, DialerRefusal::Refused(_)), "{refusal:?}");
+            assert!(
+                refusal.to_string().contains("did not answer the authentication challenge"),
+                "{refusal}"
+            );
+
+            // A dialer that hangs up after the challenge (it gave up) is abandoned, not refused.
+            let (addr, seen) = auth_listener(Some(secret("the-cluster-secret-0123"))).await;
+            let mut s = TcpStream::connect(&addr).await.expect("connect");
+            write_message(&mut s, &addr, &Message::Hello(hello("c", 1))).await.expect("hello");
+            let challenge = read_message(&mut s, &addr).await.expect("read").expect("challenge");
+            assert_eq!(challenge.kind(), "challenge");
+            drop(s);
+            let refusal = seen.await.expect("listener").expect_err("abandoned");
+            assert!(matches!(&refusal, DialerRefusal::Abandoned(_)), "{refusal:?}");
         });
     }
 
