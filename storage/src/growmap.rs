@@ -11,16 +11,16 @@
 //! reachable by that arithmetic), the rest is moved at once before the table grows again.
 //!
 //! Each slot keeps its key's hash, so moving an entry hashes nothing and a probe compares
-//! hashes before keys. The hasher is `std`'s `RandomState` (SipHash-1-3, random keys per
-//! process): document ids come from clients, so a keyed hash is what keeps a client from
+//! hashes before keys. The hasher is keyed (`keyhash`: foldhash with secret seeds from the OS
+//! random source): document ids come from clients, so a keyed hash is what keeps a client from
 //! choosing ids that collide (HashDoS).
 
 use std::borrow::Borrow;
-use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash};
 
 use hashbrown::HashTable;
 
+use crate::keyhash::{KeyedState, keyed_state};
 use crate::limits::GROW_MOVE_BUCKETS;
 
 /// One entry and its key's hash.
@@ -34,7 +34,7 @@ struct Slot<K, V> {
 /// A hash map with incremental growth (module docs).
 #[derive(Debug)]
 pub(crate) struct GrowMap<K, V> {
-    hasher: RandomState,
+    hasher: KeyedState,
     /// Where new entries go.
     cur: HashTable<Slot<K, V>>,
     /// The table before the last growth, being emptied into `cur` (empty when not growing).
@@ -45,12 +45,7 @@ pub(crate) struct GrowMap<K, V> {
 
 impl<K, V> Default for GrowMap<K, V> {
     fn default() -> Self {
-        GrowMap {
-            hasher: RandomState::new(),
-            cur: HashTable::new(),
-            old: HashTable::new(),
-            cursor: 0,
-        }
+        GrowMap { hasher: keyed_state(), cur: HashTable::new(), old: HashTable::new(), cursor: 0 }
     }
 }
 
@@ -167,6 +162,39 @@ impl<K: Hash + Eq, V> GrowMap<K, V> {
         Upsert::Inserted(&entry.into_mut().key)
     }
 
+    /// Calls `update` on the value of `q`, inserted first (under `key()`, as `value()`) when
+    /// absent. One hash of `q`; at most `GROW_MOVE_BUCKETS` buckets of an earlier table moved.
+    pub fn update_or_insert<Q>(
+        &mut self,
+        q: &Q,
+        key: impl FnOnce() -> K,
+        value: impl FnOnce() -> V,
+        update: impl FnOnce(&mut V),
+    ) where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(q);
+        let eq = |s: &Slot<K, V>| s.hash == hash && s.key.borrow() == q;
+        let at = match self.cur.find_bucket_index(hash, eq) {
+            Some(i) => Some((true, i)),
+            None if !self.old.is_empty() => {
+                self.old.find_bucket_index(hash, eq).map(|i| (false, i))
+            }
+            None => None,
+        };
+        if let Some((in_cur, i)) = at {
+            let table = if in_cur { &mut self.cur } else { &mut self.old };
+            if let Some(s) = table.get_bucket_mut(i) {
+                update(&mut s.value);
+                return;
+            }
+        }
+        self.make_room();
+        let slot = Slot { hash, key: key(), value: value() };
+        update(&mut self.cur.insert_unique(hash, slot, |s| s.hash).into_mut().value);
+    }
+
     /// Before an insert: moves a few buckets of the earlier table, or, when the current table
     /// is full, starts moving it to one twice its size.
     fn make_room(&mut self) {
@@ -281,18 +309,26 @@ mod tests {
     }
 
     proptest! {
-        // Against std's HashMap: random upserts and removals over a small key space, enough
-        // of them to grow through several sizes.
+        // Against std's HashMap: random upserts, removals and in-place updates over a small
+        // key space, enough of them to grow through several sizes.
         #[test]
-        fn model_matches_hashmap(ops in proptest::collection::vec((0u16..3000, any::<bool>(), any::<u64>()), 0..6000)) {
+        fn model_matches_hashmap(ops in proptest::collection::vec((0u16..3000, 0u8..3, any::<u64>()), 0..6000)) {
             let mut m = GrowMap::default();
             let mut model = HashMap::new();
-            for (k, insert, v) in ops {
+            for (k, what, v) in ops {
                 let key = format!("key-{k}");
-                if insert {
-                    prop_assert_eq!(put(&mut m, &key, v), model.insert(key.clone(), v));
-                } else {
-                    prop_assert_eq!(m.remove_entry(key.as_str()).map(|(_, v)| v), model.remove(&key));
+                match what {
+                    0 => prop_assert_eq!(put(&mut m, &key, v), model.insert(key.clone(), v)),
+                    1 => prop_assert_eq!(
+                        m.remove_entry(key.as_str()).map(|(_, v)| v),
+                        model.remove(&key)
+                    ),
+                    _ => {
+                        // Adds `v` to the value, which starts at 1 when absent.
+                        let add = |x: &mut u64| *x = x.wrapping_add(v);
+                        m.update_or_insert(key.as_str(), || key.clone(), || 1, add);
+                        add(model.entry(key.clone()).or_insert(1));
+                    }
                 }
                 prop_assert_eq!(m.len(), model.len());
             }

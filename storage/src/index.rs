@@ -3,7 +3,7 @@
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
@@ -137,7 +137,9 @@ struct Collection {
 #[derive(Debug, Default)]
 pub struct Index {
     collections: BTreeMap<Box<str>, Collection>,
-    shards: HashMap<ShardId, ShardStats>,
+    /// Per-shard counters. Grows incrementally too: ids spread over up to `SHARD_COUNT`
+    /// shards, so this table can hold about as many entries as the id table.
+    shards: GrowMap<ShardId, ShardStats>,
     docs: u64,
     live_bytes: u64,
 }
@@ -182,9 +184,15 @@ impl Index {
             Some(o) => self.forget(o.shard, o.bytes),
             None => {}
         }
-        let s = self.shards.entry(shard).or_default();
-        s.docs += 1;
-        s.bytes += bytes;
+        self.shards.update_or_insert(
+            &shard,
+            || shard,
+            ShardStats::default,
+            |s| {
+                s.docs += 1;
+                s.bytes += bytes;
+            },
+        );
         self.docs += 1;
         self.live_bytes += bytes;
         old
@@ -196,7 +204,7 @@ impl Index {
             s.docs -= 1;
             s.bytes -= bytes;
             if s.docs == 0 {
-                self.shards.remove(&shard);
+                self.shards.remove_entry(&shard);
             }
         }
         self.docs -= 1;
