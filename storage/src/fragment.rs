@@ -809,6 +809,8 @@ impl Fragment {
                 };
                 let key = doc_key(id);
                 lk.clear();
+                // One allocation at most, not one per push.
+                lk.reserve(collection.len() + 1 + key.len());
                 lk.push_str(collection);
                 lk.push('\0');
                 lk.push_str(&key);

@@ -49,14 +49,6 @@ impl<K, V> Default for GrowMap<K, V> {
     }
 }
 
-/// What `GrowMap::upsert` did.
-pub(crate) enum Upsert<'a, K, V> {
-    /// The key was there: its value was replaced; the previous one.
-    Replaced(V),
-    /// The key is new.
-    Inserted(&'a K),
-}
-
 impl<K: Hash + Eq, V> GrowMap<K, V> {
     fn hash<Q: Hash + ?Sized>(&self, q: &Q) -> u64 {
         self.hasher.hash_one(q)
@@ -132,10 +124,10 @@ impl<K: Hash + Eq, V> GrowMap<K, V> {
         Some((slot.key, slot.value))
     }
 
-    /// Inserts `value` under `q`, or replaces the value there. `key` makes the stored key of a
-    /// new entry (called only then). One hash of `q`; at most `GROW_MOVE_BUCKETS` buckets of
-    /// an earlier table moved.
-    pub fn upsert<Q>(&mut self, q: &Q, key: impl FnOnce() -> K, value: V) -> Upsert<'_, K, V>
+    /// Inserts `value` under `q`, or replaces the value there (returns the previous one). `key`
+    /// makes the stored key of a new entry (called only then). One hash of `q`; at most
+    /// `GROW_MOVE_BUCKETS` buckets of an earlier table moved.
+    pub fn upsert<Q>(&mut self, q: &Q, key: impl FnOnce() -> K, value: V) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -153,17 +145,18 @@ impl<K: Hash + Eq, V> GrowMap<K, V> {
         if let Some((in_cur, i)) = at {
             let table = if in_cur { &mut self.cur } else { &mut self.old };
             if let Some(s) = table.get_bucket_mut(i) {
-                return Upsert::Replaced(std::mem::replace(&mut s.value, value));
+                return Some(std::mem::replace(&mut s.value, value));
             }
         }
         self.make_room();
         let slot = Slot { hash, key: key(), value };
-        let entry = self.cur.insert_unique(hash, slot, |s| s.hash);
-        Upsert::Inserted(&entry.into_mut().key)
+        self.cur.insert_unique(hash, slot, |s| s.hash);
+        None
     }
 
-    /// Calls `update` on the value of `q`, inserted first (under `key()`, as `value()`) when
-    /// absent. One hash of `q`; at most `GROW_MOVE_BUCKETS` buckets of an earlier table moved.
+    /// Calls `update` on the value of `q`, or inserts `value()` under `key()` when there is
+    /// none (without calling `update`: a new slot is written once). One hash of `q`; at most
+    /// `GROW_MOVE_BUCKETS` buckets of an earlier table moved.
     pub fn update_or_insert<Q>(
         &mut self,
         q: &Q,
@@ -192,7 +185,7 @@ impl<K: Hash + Eq, V> GrowMap<K, V> {
         }
         self.make_room();
         let slot = Slot { hash, key: key(), value: value() };
-        update(&mut self.cur.insert_unique(hash, slot, |s| s.hash).into_mut().value);
+        self.cur.insert_unique(hash, slot, |s| s.hash);
     }
 
     /// Before an insert: moves a few buckets of the earlier table, or, when the current table
@@ -246,16 +239,10 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::{GrowMap, Upsert};
+    use super::GrowMap;
 
     fn put(m: &mut GrowMap<String, u64>, k: &str, v: u64) -> Option<u64> {
-        match m.upsert(k, || k.to_owned(), v) {
-            Upsert::Replaced(old) => Some(old),
-            Upsert::Inserted(key) => {
-                assert_eq!(key, k);
-                None
-            }
-        }
+        m.upsert(k, || k.to_owned(), v)
     }
 
     // Growth is spread over later inserts: the table is growing right after it grew, and every
@@ -324,10 +311,10 @@ mod tests {
                         model.remove(&key)
                     ),
                     _ => {
-                        // Adds `v` to the value, which starts at 1 when absent.
+                        // Adds `v` to the value, which starts at `v` when absent.
                         let add = |x: &mut u64| *x = x.wrapping_add(v);
-                        m.update_or_insert(key.as_str(), || key.clone(), || 1, add);
-                        add(model.entry(key.clone()).or_insert(1));
+                        m.update_or_insert(key.as_str(), || key.clone(), || v, add);
+                        model.entry(key.clone()).and_modify(add).or_insert(v);
                     }
                 }
                 prop_assert_eq!(m.len(), model.len());

@@ -11,7 +11,7 @@ use router::{ShardId, ShardRange};
 
 use crate::Version;
 use crate::archive::RecordSpan;
-use crate::growmap::{GrowMap, Upsert};
+use crate::growmap::GrowMap;
 use crate::segment::Segment;
 
 /// Where a document's current version lives: a record of a segment, and the op inside it.
@@ -158,8 +158,16 @@ impl Index {
             None => self.collections.entry(collection.into()).or_default(),
         };
         let (shard, bytes) = (entry.shard, entry.bytes);
-        let old = match coll.by_key.upsert(key, || Key::new(key), entry) {
-            Upsert::Replaced(old) => {
+        // A new key is made once and copied here for the ordered set: reading it back from the
+        // table slot just written waits for that (cold) cache line.
+        let mut made = None;
+        let make = || {
+            let k = Key::new(key);
+            made = Some(k.clone());
+            k
+        };
+        let old = match coll.by_key.upsert(key, make, entry) {
+            Some(old) => {
                 if old.shard != shard {
                     let k = Key::new(key);
                     coll.by_shard.remove(&(old.shard, k.clone()));
@@ -167,8 +175,10 @@ impl Index {
                 }
                 Some(old)
             }
-            Upsert::Inserted(k) => {
-                coll.by_shard.insert((shard, k.clone()));
+            None => {
+                if let Some(k) = made {
+                    coll.by_shard.insert((shard, k));
+                }
                 None
             }
         };
@@ -187,7 +197,7 @@ impl Index {
         self.shards.update_or_insert(
             &shard,
             || shard,
-            ShardStats::default,
+            || ShardStats { docs: 1, bytes },
             |s| {
                 s.docs += 1;
                 s.bytes += bytes;
