@@ -124,6 +124,23 @@ impl<K: Hash + Eq, V> GrowMap<K, V> {
         Some((slot.key, slot.value))
     }
 
+    /// The bucket of `q` (whose hash is `hash`): whether it is in the current table, and its
+    /// index there.
+    fn find_bucket<Q>(&self, hash: u64, q: &Q) -> Option<(bool, usize)>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let eq = |s: &Slot<K, V>| s.hash == hash && s.key.borrow() == q;
+        match self.cur.find_bucket_index(hash, eq) {
+            Some(i) => Some((true, i)),
+            None if !self.old.is_empty() => {
+                self.old.find_bucket_index(hash, eq).map(|i| (false, i))
+            }
+            None => None,
+        }
+    }
+
     /// Inserts `value` under `q`, or replaces the value there (returns the previous one). `key`
     /// makes the stored key of a new entry (called only then). One hash of `q`; at most
     /// `GROW_MOVE_BUCKETS` buckets of an earlier table moved.
@@ -133,16 +150,8 @@ impl<K: Hash + Eq, V> GrowMap<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(q);
-        let eq = |s: &Slot<K, V>| s.hash == hash && s.key.borrow() == q;
         // Replacing in place: no table changes shape.
-        let at = match self.cur.find_bucket_index(hash, eq) {
-            Some(i) => Some((true, i)),
-            None if !self.old.is_empty() => {
-                self.old.find_bucket_index(hash, eq).map(|i| (false, i))
-            }
-            None => None,
-        };
-        if let Some((in_cur, i)) = at {
+        if let Some((in_cur, i)) = self.find_bucket(hash, q) {
             let table = if in_cur { &mut self.cur } else { &mut self.old };
             if let Some(s) = table.get_bucket_mut(i) {
                 return Some(std::mem::replace(&mut s.value, value));
@@ -168,15 +177,7 @@ impl<K: Hash + Eq, V> GrowMap<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(q);
-        let eq = |s: &Slot<K, V>| s.hash == hash && s.key.borrow() == q;
-        let at = match self.cur.find_bucket_index(hash, eq) {
-            Some(i) => Some((true, i)),
-            None if !self.old.is_empty() => {
-                self.old.find_bucket_index(hash, eq).map(|i| (false, i))
-            }
-            None => None,
-        };
-        if let Some((in_cur, i)) = at {
+        if let Some((in_cur, i)) = self.find_bucket(hash, q) {
             let table = if in_cur { &mut self.cur } else { &mut self.old };
             if let Some(s) = table.get_bucket_mut(i) {
                 update(&mut s.value);
