@@ -17,6 +17,7 @@ use crate::error::{AppendError, CompactError, ImportError, InputError, OpenError
 use crate::export::Export;
 use crate::format::frame_bytes;
 use crate::index::{Index, Loc, ShardStats};
+use crate::keyhash::KeyedState;
 use crate::limits::{
     BATCH_OPS_MAX, BLOCK_BYTES, CHUNK_HEADER_BYTES, COLLECTION_BYTES_MAX,
     COMPACT_DEAD_BYTES_DEFAULT, DOC_BYTES_MAX, GROUP_COMMIT_BATCH_BYTES_MAX, ID_BYTES_MAX,
@@ -378,9 +379,10 @@ pub(crate) struct State {
     pub index: Index,
     pub txns: BTreeMap<TxId, Prepared>,
     /// Keys locked by prepared transactions: `collection \0 key` to the transaction.
-    pub locks: HashMap<String, TxId>,
-    /// Versions of writes queued but not yet durable (`None`: a delete), by lock key.
-    pub pending: HashMap<Rc<str>, Option<Version>>,
+    pub locks: HashMap<String, TxId, KeyedState>,
+    /// Versions of writes queued but not yet durable (`None`: a delete), by lock key. Keyed
+    /// hasher (`keyhash`): two probes per write.
+    pub pending: HashMap<Rc<str>, Option<Version>, KeyedState>,
     pub next_lsn: u64,
     pub lsn_durable: u64,
     pub queue: VecDeque<Pending>,
@@ -807,6 +809,8 @@ impl Fragment {
                 };
                 let key = doc_key(id);
                 lk.clear();
+                // One allocation at most, not one per push.
+                lk.reserve(collection.len() + 1 + key.len());
                 lk.push_str(collection);
                 lk.push('\0');
                 lk.push_str(&key);
@@ -881,11 +885,13 @@ impl Fragment {
                 if let Some(txn) = st.txns.get_mut(&txid) {
                     txn.read_locks = read_locks;
                 }
-            } else if let Some(Effect::Ops(metas)) = st.queue.back().map(|p| &p.effect) {
-                // In batch order: a document written twice keeps its last write.
-                let versions: Vec<(Rc<str>, Option<Version>)> =
-                    metas.iter().map(|m| (m.lk.clone(), m.put.then_some(m.version))).collect();
-                st.pending.extend(versions);
+            } else {
+                let State { queue, pending, .. } = &mut *st;
+                if let Some(Effect::Ops(metas)) = queue.back().map(|p| &p.effect) {
+                    // In batch order: a document written twice keeps its last write.
+                    pending
+                        .extend(metas.iter().map(|m| (m.lk.clone(), m.put.then_some(m.version))));
+                }
             }
             done
         };

@@ -11,16 +11,16 @@
 //! reachable by that arithmetic), the rest is moved at once before the table grows again.
 //!
 //! Each slot keeps its key's hash, so moving an entry hashes nothing and a probe compares
-//! hashes before keys. The hasher is `std`'s `RandomState` (SipHash-1-3, random keys per
-//! process): document ids come from clients, so a keyed hash is what keeps a client from
+//! hashes before keys. The hasher is keyed (`keyhash`: foldhash with secret seeds from the OS
+//! random source): document ids come from clients, so a keyed hash is what keeps a client from
 //! choosing ids that collide (HashDoS).
 
 use std::borrow::Borrow;
-use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash};
 
 use hashbrown::HashTable;
 
+use crate::keyhash::{KeyedState, keyed_state};
 use crate::limits::GROW_MOVE_BUCKETS;
 
 /// One entry and its key's hash.
@@ -34,7 +34,7 @@ struct Slot<K, V> {
 /// A hash map with incremental growth (module docs).
 #[derive(Debug)]
 pub(crate) struct GrowMap<K, V> {
-    hasher: RandomState,
+    hasher: KeyedState,
     /// Where new entries go.
     cur: HashTable<Slot<K, V>>,
     /// The table before the last growth, being emptied into `cur` (empty when not growing).
@@ -45,21 +45,8 @@ pub(crate) struct GrowMap<K, V> {
 
 impl<K, V> Default for GrowMap<K, V> {
     fn default() -> Self {
-        GrowMap {
-            hasher: RandomState::new(),
-            cur: HashTable::new(),
-            old: HashTable::new(),
-            cursor: 0,
-        }
+        GrowMap { hasher: keyed_state(), cur: HashTable::new(), old: HashTable::new(), cursor: 0 }
     }
-}
-
-/// What `GrowMap::upsert` did.
-pub(crate) enum Upsert<'a, K, V> {
-    /// The key was there: its value was replaced; the previous one.
-    Replaced(V),
-    /// The key is new.
-    Inserted(&'a K),
 }
 
 impl<K: Hash + Eq, V> GrowMap<K, V> {
@@ -137,34 +124,69 @@ impl<K: Hash + Eq, V> GrowMap<K, V> {
         Some((slot.key, slot.value))
     }
 
-    /// Inserts `value` under `q`, or replaces the value there. `key` makes the stored key of a
-    /// new entry (called only then). One hash of `q`; at most `GROW_MOVE_BUCKETS` buckets of
-    /// an earlier table moved.
-    pub fn upsert<Q>(&mut self, q: &Q, key: impl FnOnce() -> K, value: V) -> Upsert<'_, K, V>
+    /// The bucket of `q` (whose hash is `hash`): whether it is in the current table, and its
+    /// index there.
+    fn find_bucket<Q>(&self, hash: u64, q: &Q) -> Option<(bool, usize)>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Eq + ?Sized,
     {
-        let hash = self.hash(q);
         let eq = |s: &Slot<K, V>| s.hash == hash && s.key.borrow() == q;
-        // Replacing in place: no table changes shape.
-        let at = match self.cur.find_bucket_index(hash, eq) {
+        match self.cur.find_bucket_index(hash, eq) {
             Some(i) => Some((true, i)),
             None if !self.old.is_empty() => {
                 self.old.find_bucket_index(hash, eq).map(|i| (false, i))
             }
             None => None,
-        };
-        if let Some((in_cur, i)) = at {
+        }
+    }
+
+    /// Inserts `value` under `q`, or replaces the value there (returns the previous one). `key`
+    /// makes the stored key of a new entry (called only then). One hash of `q`; at most
+    /// `GROW_MOVE_BUCKETS` buckets of an earlier table moved.
+    pub fn upsert<Q>(&mut self, q: &Q, key: impl FnOnce() -> K, value: V) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(q);
+        // Replacing in place: no table changes shape.
+        if let Some((in_cur, i)) = self.find_bucket(hash, q) {
             let table = if in_cur { &mut self.cur } else { &mut self.old };
             if let Some(s) = table.get_bucket_mut(i) {
-                return Upsert::Replaced(std::mem::replace(&mut s.value, value));
+                return Some(std::mem::replace(&mut s.value, value));
             }
         }
         self.make_room();
         let slot = Slot { hash, key: key(), value };
-        let entry = self.cur.insert_unique(hash, slot, |s| s.hash);
-        Upsert::Inserted(&entry.into_mut().key)
+        self.cur.insert_unique(hash, slot, |s| s.hash);
+        None
+    }
+
+    /// Calls `update` on the value of `q`, or inserts `value()` under `key()` when there is
+    /// none (without calling `update`: a new slot is written once). One hash of `q`; at most
+    /// `GROW_MOVE_BUCKETS` buckets of an earlier table moved.
+    pub fn update_or_insert<Q>(
+        &mut self,
+        q: &Q,
+        key: impl FnOnce() -> K,
+        value: impl FnOnce() -> V,
+        update: impl FnOnce(&mut V),
+    ) where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(q);
+        if let Some((in_cur, i)) = self.find_bucket(hash, q) {
+            let table = if in_cur { &mut self.cur } else { &mut self.old };
+            if let Some(s) = table.get_bucket_mut(i) {
+                update(&mut s.value);
+                return;
+            }
+        }
+        self.make_room();
+        let slot = Slot { hash, key: key(), value: value() };
+        self.cur.insert_unique(hash, slot, |s| s.hash);
     }
 
     /// Before an insert: moves a few buckets of the earlier table, or, when the current table
@@ -218,16 +240,10 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::{GrowMap, Upsert};
+    use super::GrowMap;
 
     fn put(m: &mut GrowMap<String, u64>, k: &str, v: u64) -> Option<u64> {
-        match m.upsert(k, || k.to_owned(), v) {
-            Upsert::Replaced(old) => Some(old),
-            Upsert::Inserted(key) => {
-                assert_eq!(key, k);
-                None
-            }
-        }
+        m.upsert(k, || k.to_owned(), v)
     }
 
     // Growth is spread over later inserts: the table is growing right after it grew, and every
@@ -281,18 +297,26 @@ mod tests {
     }
 
     proptest! {
-        // Against std's HashMap: random upserts and removals over a small key space, enough
-        // of them to grow through several sizes.
+        // Against std's HashMap: random upserts, removals and in-place updates over a small
+        // key space, enough of them to grow through several sizes.
         #[test]
-        fn model_matches_hashmap(ops in proptest::collection::vec((0u16..3000, any::<bool>(), any::<u64>()), 0..6000)) {
+        fn model_matches_hashmap(ops in proptest::collection::vec((0u16..3000, 0u8..3, any::<u64>()), 0..6000)) {
             let mut m = GrowMap::default();
             let mut model = HashMap::new();
-            for (k, insert, v) in ops {
+            for (k, what, v) in ops {
                 let key = format!("key-{k}");
-                if insert {
-                    prop_assert_eq!(put(&mut m, &key, v), model.insert(key.clone(), v));
-                } else {
-                    prop_assert_eq!(m.remove_entry(key.as_str()).map(|(_, v)| v), model.remove(&key));
+                match what {
+                    0 => prop_assert_eq!(put(&mut m, &key, v), model.insert(key.clone(), v)),
+                    1 => prop_assert_eq!(
+                        m.remove_entry(key.as_str()).map(|(_, v)| v),
+                        model.remove(&key)
+                    ),
+                    _ => {
+                        // Adds `v` to the value, which starts at `v` when absent.
+                        let add = |x: &mut u64| *x = x.wrapping_add(v);
+                        m.update_or_insert(key.as_str(), || key.clone(), || v, add);
+                        model.entry(key.clone()).and_modify(add).or_insert(v);
+                    }
                 }
                 prop_assert_eq!(m.len(), model.len());
             }

@@ -3,7 +3,7 @@
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
@@ -11,7 +11,7 @@ use router::{ShardId, ShardRange};
 
 use crate::Version;
 use crate::archive::RecordSpan;
-use crate::growmap::{GrowMap, Upsert};
+use crate::growmap::GrowMap;
 use crate::segment::Segment;
 
 /// Where a document's current version lives: a record of a segment, and the op inside it.
@@ -137,7 +137,9 @@ struct Collection {
 #[derive(Debug, Default)]
 pub struct Index {
     collections: BTreeMap<Box<str>, Collection>,
-    shards: HashMap<ShardId, ShardStats>,
+    /// Per-shard counters. Grows incrementally too: ids spread over up to `SHARD_COUNT`
+    /// shards, so this table can hold about as many entries as the id table.
+    shards: GrowMap<ShardId, ShardStats>,
     docs: u64,
     live_bytes: u64,
 }
@@ -156,8 +158,16 @@ impl Index {
             None => self.collections.entry(collection.into()).or_default(),
         };
         let (shard, bytes) = (entry.shard, entry.bytes);
-        let old = match coll.by_key.upsert(key, || Key::new(key), entry) {
-            Upsert::Replaced(old) => {
+        // A new key is made once and copied here for the ordered set: reading it back from the
+        // table slot just written waits for that (cold) cache line.
+        let mut made = None;
+        let make = || {
+            let k = Key::new(key);
+            made = Some(k.clone());
+            k
+        };
+        let old = match coll.by_key.upsert(key, make, entry) {
+            Some(old) => {
                 if old.shard != shard {
                     let k = Key::new(key);
                     coll.by_shard.remove(&(old.shard, k.clone()));
@@ -165,15 +175,20 @@ impl Index {
                 }
                 Some(old)
             }
-            Upsert::Inserted(k) => {
-                coll.by_shard.insert((shard, k.clone()));
+            None => {
+                if let Some(k) = made {
+                    coll.by_shard.insert((shard, k));
+                }
                 None
             }
         };
         match &old {
-            // Overwritten in place (the common case): one counter changes its bytes.
+            // Overwritten in place (the common case): one counter changes its bytes, and only
+            // when they differ (a same-size rewrite does not probe the shard table).
             Some(o) if o.shard == shard => {
-                if let Some(s) = self.shards.get_mut(&shard) {
+                if o.bytes != bytes
+                    && let Some(s) = self.shards.get_mut(&shard)
+                {
                     s.bytes = s.bytes - o.bytes + bytes;
                 }
                 self.live_bytes = self.live_bytes - o.bytes + bytes;
@@ -182,9 +197,15 @@ impl Index {
             Some(o) => self.forget(o.shard, o.bytes),
             None => {}
         }
-        let s = self.shards.entry(shard).or_default();
-        s.docs += 1;
-        s.bytes += bytes;
+        self.shards.update_or_insert(
+            &shard,
+            || shard,
+            || ShardStats { docs: 1, bytes },
+            |s| {
+                s.docs += 1;
+                s.bytes += bytes;
+            },
+        );
         self.docs += 1;
         self.live_bytes += bytes;
         old
@@ -196,7 +217,7 @@ impl Index {
             s.docs -= 1;
             s.bytes -= bytes;
             if s.docs == 0 {
-                self.shards.remove(&shard);
+                self.shards.remove_entry(&shard);
             }
         }
         self.docs -= 1;
@@ -309,5 +330,126 @@ impl Index {
     /// Log bytes of live documents.
     pub fn live_bytes(&self) -> u64 {
         self.live_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+    use std::rc::Rc;
+
+    use proptest::prelude::*;
+    use router::{ShardId, ShardRange};
+
+    use super::{Entry, Index, Loc, ShardStats};
+    use crate::Version;
+    use crate::archive::written;
+    use crate::format::{SegmentHeader, SegmentKind};
+    use crate::segment::Segment;
+
+    fn segment() -> Rc<Segment> {
+        let map = memmap2::MmapMut::map_anon(4096).and_then(|m| m.make_read_only()).expect("map");
+        let header = SegmentHeader {
+            fragment: 1,
+            kind: SegmentKind::Normal,
+            seq: 1,
+            generation: 0,
+            salt: 0,
+            lsn_through: 0,
+        };
+        Rc::new(Segment::from_map(map, PathBuf::from("index-test"), header))
+    }
+
+    fn shard(s: u32) -> ShardId {
+        ShardId::new(s).expect("shard")
+    }
+
+    /// Short keys live inline, the last one on the heap (over `KEY_INLINE_BYTES`).
+    fn key(k: u8) -> String {
+        if k == 7 { "k7-a-key-longer-than-twenty-two-bytes".to_owned() } else { format!("k{k}") }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put { coll: u8, key: u8, shard: u32, bytes: u64 },
+        Remove { coll: u8, key: u8 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0u8..2, 0u8..8, 0u32..5, 1u64..4)
+                .prop_map(|(coll, key, shard, bytes)| Op::Put { coll, key, shard, bytes }),
+            1 => (0u8..2, 0u8..8).prop_map(|(coll, key)| Op::Remove { coll, key }),
+        ]
+    }
+
+    proptest! {
+        // Against a map of (collection, key) to (shard, bytes): overwrites of the same and of
+        // another size, moves to another shard, removals; then the counters, the per-shard
+        // counters and every scan form agree with the model.
+        #[test]
+        fn model_counters_and_scans(ops in proptest::collection::vec(op(), 0..200), from in 0u32..6, after in proptest::option::of((0u32..5, 0u8..8))) {
+            let seg = segment();
+            let mut index = Index::default();
+            let mut model: BTreeMap<(String, String), (u32, u64)> = BTreeMap::new();
+            for (i, op) in ops.into_iter().enumerate() {
+                match op {
+                    Op::Put { coll, key: k, shard: s, bytes } => {
+                        let entry = Entry {
+                            loc: Loc { seg: seg.clone(), span: written(0, 0), op: 0 },
+                            version: Version::new(i as u64 + 1),
+                            shard: shard(s),
+                            bytes,
+                        };
+                        let old = index.put(&format!("c{coll}"), &key(k), entry);
+                        let want = model.insert((format!("c{coll}"), key(k)), (s, bytes));
+                        prop_assert_eq!(old.map(|o| (o.shard.get(), o.bytes)), want);
+                    }
+                    Op::Remove { coll, key: k } => {
+                        let old = index.remove(&format!("c{coll}"), &key(k));
+                        let want = model.remove(&(format!("c{coll}"), key(k)));
+                        prop_assert_eq!(old.map(|o| (o.shard.get(), o.bytes)), want);
+                    }
+                }
+            }
+            prop_assert_eq!(index.docs(), model.len() as u64);
+            prop_assert_eq!(index.live_bytes(), model.values().map(|v| v.1).sum::<u64>());
+            let mut shards: BTreeMap<ShardId, ShardStats> = BTreeMap::new();
+            for (s, bytes) in model.values() {
+                let st = shards.entry(shard(*s)).or_default();
+                st.docs += 1;
+                st.bytes += bytes;
+            }
+            prop_assert_eq!(&index.shards_in(ShardRange::ALL), &shards);
+            let range = ShardRange::new(from, 5).unwrap_or(ShardRange::ALL);
+            let in_range: BTreeMap<_, _> =
+                shards.into_iter().filter(|(s, _)| range.contains(*s)).collect();
+            prop_assert_eq!(index.shards_in(range), in_range);
+            for coll in ["c0", "c1"] {
+                let mut want: Vec<(u32, String)> = model
+                    .iter()
+                    .filter(|((c, _), (s, _))| c == coll && range.contains(shard(*s)))
+                    .map(|((_, k), (s, _))| (*s, k.clone()))
+                    .collect();
+                want.sort();
+                let got: Vec<(u32, String)> =
+                    index.scan(coll, range).map(|(k, e)| (e.shard.get(), k.to_owned())).collect();
+                prop_assert_eq!(&got, &want);
+                if let Some((s, k)) = after {
+                    let cursor = (s, key(k));
+                    let rest: Vec<_> = want
+                        .iter()
+                        .filter(|w| s < range.start() || **w > cursor)
+                        .cloned()
+                        .collect();
+                    let got: Vec<(u32, String)> = index
+                        .scan_after(coll, range, Some((shard(s), cursor.1.as_str())))
+                        .map(|(k, e)| (e.shard.get(), k.to_owned()))
+                        .collect();
+                    prop_assert_eq!(got, rest);
+                }
+            }
+        }
     }
 }

@@ -24,6 +24,7 @@ mod growmap;
 mod index;
 pub mod iostats;
 pub mod journal;
+mod keyhash;
 pub mod limits;
 mod log;
 pub mod record;

@@ -26,6 +26,7 @@ use crate::format::{
 };
 use crate::fragment::{Active, FragmentOptions, State};
 use crate::index::Index;
+use crate::keyhash::keyed_state;
 use crate::limits::{BLOCK_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
 use crate::log::{Effect, OpMeta, apply_effect, new_salt};
 use crate::record::{ArchivedDeleteOp, ArchivedOp, ArchivedPutOp, ArchivedRecordBody};
@@ -116,8 +117,8 @@ pub(crate) fn empty_state() -> State {
     State {
         index: Index::default(),
         txns: BTreeMap::new(),
-        locks: HashMap::new(),
-        pending: HashMap::new(),
+        locks: HashMap::with_hasher(keyed_state()),
+        pending: HashMap::with_hasher(keyed_state()),
         next_lsn: 1,
         lsn_durable: 0,
         queue: VecDeque::new(),
