@@ -23,6 +23,10 @@ use router::{FragmentId, ShardId, ShardRange};
 use serde_json::json;
 use storage::{Disk, DmaDisk, Fragment, FragmentOptions, WriteBatch};
 
+/// Heartbeat period of the bench's executor, the node's `EXECUTOR_HEARTBEAT`: the park
+/// watchdog reads its ticks.
+const BENCH_HEARTBEAT: Duration = Duration::from_millis(5);
+
 const SEGMENT_BYTES: u64 = 1 << 30;
 const DOC_PAD_BYTES: usize = 1000;
 
@@ -350,13 +354,26 @@ fn main() {
     let limit: Option<u64> =
         std::env::var("TESSERA_BENCH_WRITES").ok().and_then(|v| v.parse().ok());
     let only: Option<String> = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
-    glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
-        .io_memory(1 << 20)
-        // The log starts chunks of split waves on glommio's blocking thread; for a pinned
-        // executor glommio would pin that thread to the same CPU. The node's executors are
-        // unbound, and so are their blocking threads.
-        .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(1))
+    // Under the park watchdog like the node's executors: glommio 0.9.0 can park this executor
+    // with runnable tasks (`storage::park`), and one run of this bench once hung that way.
+    let watchdog = storage::park::ParkWatchdog::start(BENCH_HEARTBEAT).expect("park watchdog");
+    let pulse = std::sync::Arc::new(storage::park::Pulse::default());
+    let bench_thread = storage::park::ExecutorThread {
+        name: "storage-bench".to_owned(),
+        builder: || {
+            glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
+                .io_memory(1 << 20)
+                // The log starts chunks of split waves on glommio's blocking thread; for a
+                // pinned executor glommio would pin that thread to the same CPU. The node's
+                // executors are unbound, and so are their blocking threads.
+                .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(1))
+        },
+        cannot_start: |e| panic!("cannot build the executor: {e}"),
+        watch: Some((watchdog.watcher(), std::sync::Arc::clone(&pulse))),
+    };
+    bench_thread
         .spawn(move || async move {
+            glommio::spawn_local(storage::park::heartbeat(BENCH_HEARTBEAT, pulse)).detach();
             let dir = tempfile::tempdir().expect("tempdir");
             let want = |name: &str| only.as_deref().is_none_or(|o| o == name);
             if want("raw") || want("writes") {
@@ -387,4 +404,5 @@ fn main() {
         .expect("executor")
         .join()
         .expect("join");
+    drop(watchdog);
 }

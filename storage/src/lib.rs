@@ -26,6 +26,7 @@ pub mod iostats;
 pub mod journal;
 pub mod limits;
 mod log;
+pub mod park;
 pub mod record;
 mod recovery;
 pub mod segment;

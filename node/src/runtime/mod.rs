@@ -14,7 +14,6 @@
 //! come back through the caller executor's relay, and waits on other threads go through
 //! [`relayed`]; only each executor's permanent inbox and relay tasks are woken from outside.
 
-mod park;
 mod relay;
 mod shutdown;
 
@@ -23,7 +22,9 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 
-pub use park::{PARK_WATCHDOG_HEARTBEATS, PARK_WATCHDOG_SIGNAL};
+use glommio::{LocalExecutorBuilder, Placement};
+use storage::park;
+
 pub use relay::{Relayed, relayed};
 pub use shutdown::{Countdown, Shutdown};
 
@@ -36,12 +37,12 @@ pub const MESH_INBOX_MAX: usize = 1024;
 /// round starts, it runs nothing and then parks until the next I/O or timer event). A pending
 /// timer bounds such a stall to this period; when no timer is pending (the heartbeat's own
 /// timer has fired and the heartbeat is one of the runnable tasks), the park watchdog ends it
-/// (see `park`), and the heartbeat's ticks are what the watchdog watches.
+/// (`storage::park`), and the heartbeat's ticks are what the watchdog watches.
 pub const EXECUTOR_HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// glommio's preempt timer for every executor: a task queue runs this long before
 /// `need_preempt` turns true. glommio 0.9.0's own default, named here because a shorter one
-/// widens the park race (see `park`) and a test shortens it on purpose.
+/// widens the park race (`storage::park`) and a test shortens it on purpose.
 pub const EXECUTOR_PREEMPT_TIMER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Bytes of io_uring buffer memory per executor. `ulimit -l` is 8 MiB on our machines, and the
@@ -199,7 +200,7 @@ pub struct RuntimeOptions {
     pub heartbeat: std::time::Duration,
     /// glommio's preempt timer (see [`EXECUTOR_PREEMPT_TIMER`]).
     pub preempt_timer: std::time::Duration,
-    /// Whether the park watchdog runs (see `park`). Only tests that show the hang turn it off.
+    /// Whether the park watchdog runs (`storage::park`). Only tests that show the hang turn it off.
     pub park_watchdog: bool,
 }
 
@@ -315,10 +316,14 @@ where
             (ready.clone(), served.clone(), Arc::clone(&first_error));
         let init_failed = Arc::clone(&init_failed);
         let pulse = Arc::new(park::Pulse::default());
+        let preempt_timer = options.preempt_timer;
         let thread = park::ExecutorThread {
             name: format!("tessera-{i}"),
-            preempt_timer: options.preempt_timer,
-            io_memory: EXECUTOR_IO_MEMORY_BYTES,
+            builder: move || {
+                LocalExecutorBuilder::new(Placement::Unbound)
+                    .io_memory(EXECUTOR_IO_MEMORY_BYTES)
+                    .preempt_timer(preempt_timer)
+            },
             watch: watchdog.as_ref().map(|w| (w.watcher(), Arc::clone(&pulse))),
             // If glommio cannot build this executor, the others must not wait for it.
             cannot_start: {
@@ -343,12 +348,7 @@ where
                 // From the start, init included: opening fragments waits on I/O too, and an
                 // executor once parked for good there (no timer armed) under heavy load. The
                 // park watchdog watches its ticks.
-                let heartbeat = glommio::spawn_local(async move {
-                    loop {
-                        glommio::timer::sleep(heartbeat_period).await;
-                        beats.beat();
-                    }
-                });
+                let heartbeat = glommio::spawn_local(park::heartbeat(heartbeat_period, beats));
                 let (init, serve, close) = &*hooks;
                 let state = match init(ctx.clone()).await {
                     Ok(state) => Rc::new(state),
