@@ -26,7 +26,10 @@
 //! the interruption.
 //!
 //! Use: [`ParkWatchdog::start`] once per set of executors, then build each executor with
-//! [`ExecutorThread`] (a watched thread of our own) and spawn [`heartbeat`] on it first.
+//! [`ExecutorThread`] (a watched thread of our own) and spawn [`heartbeat`] on it first. An
+//! executor without a heartbeat is signalled at every check (its count never moves): one
+//! wake-up per watchdog period, and no pending timer, whose cost is that every park arms and
+//! cancels a timeout (storage's bench runs so, see BENCHMARKS.md, branch `park`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
