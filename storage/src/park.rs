@@ -1,6 +1,6 @@
-//! The park watchdog: ends glommio 0.9.0's park with a runnable task. Every executor we build
-//! (the node's runtime, storage's benches and tests) runs under it; it lives here, the lowest
-//! crate that runs glommio, so storage's own executors can use it too.
+//! The park watchdog: ends glommio 0.9.0's park with a runnable task. The node's executors and
+//! storage's bench run under it (storage's integration tests keep a 60 s preempt timer
+//! instead); it lives here, the lowest crate that runs glommio, so storage can use it too.
 //!
 //! **The race** (glommio 0.9.0, `LocalExecutor::run`, `executor/mod.rs`): every turn of the loop
 //! calls `poll_io`, which arms the preempt timer (a timeout in the latency ring, due
