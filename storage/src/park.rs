@@ -254,7 +254,8 @@ where
             // Held until the thread ends, even by a panic.
             let _watched = watch.map(|(watcher, pulse)| watcher.watch_this_thread(pulse));
             match builder().make() {
-                Ok(executor) => Some(executor.run(fut_gen())),
+                // `fut_gen` runs inside the executor, as with glommio's own `spawn`.
+                Ok(executor) => Some(executor.run(async move { fut_gen().await })),
                 Err(source) => {
                     cannot_start(source);
                     None
