@@ -23,6 +23,10 @@ use router::{FragmentId, ShardId, ShardRange};
 use serde_json::json;
 use storage::{Disk, DmaDisk, Fragment, FragmentOptions, WriteBatch};
 
+/// The park watchdog's heartbeat period for the bench (it checks every 4 periods, 20 ms, like
+/// the node's); the bench runs no heartbeat, so each check signals its executor.
+const BENCH_WATCHDOG_TICK: Duration = Duration::from_millis(5);
+
 const SEGMENT_BYTES: u64 = 1 << 30;
 const DOC_PAD_BYTES: usize = 1000;
 
@@ -350,12 +354,28 @@ fn main() {
     let limit: Option<u64> =
         std::env::var("TESSERA_BENCH_WRITES").ok().and_then(|v| v.parse().ok());
     let only: Option<String> = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
-    glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
-        .io_memory(1 << 20)
-        // The log starts chunks of split waves on glommio's blocking thread; for a pinned
-        // executor glommio would pin that thread to the same CPU. The node's executors are
-        // unbound, and so are their blocking threads.
-        .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(1))
+    // Under the park watchdog like the node's executors: glommio 0.9.0 can park this executor
+    // with runnable tasks (`storage::park`), and one run of this bench once hung that way. No
+    // heartbeat: its always-pending timer makes every park arm and cancel a timeout, which
+    // costs a 1-writer run about a fifth of its CPU per write (BENCHMARKS.md, branch `park`),
+    // so the watchdog, seeing no ticks, signals the executor every period instead.
+    // `TESSERA_BENCH_PARK=off` runs without the watchdog, to measure what it costs.
+    let park = std::env::var("TESSERA_BENCH_PARK").map_or(true, |v| v != "off");
+    let watchdog = storage::park::ParkWatchdog::start(BENCH_WATCHDOG_TICK).expect("watchdog");
+    let bench_thread = storage::park::ExecutorThread {
+        name: "storage-bench".to_owned(),
+        builder: || {
+            glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
+                .io_memory(1 << 20)
+                // The log starts chunks of split waves on glommio's blocking thread; for a
+                // pinned executor glommio would pin that thread to the same CPU. The node's
+                // executors are unbound, and so are their blocking threads.
+                .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(1))
+        },
+        cannot_start: |e| panic!("cannot build the executor: {e}"),
+        watch: park.then(|| (watchdog.watcher(), std::sync::Arc::default())),
+    };
+    bench_thread
         .spawn(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
             let want = |name: &str| only.as_deref().is_none_or(|o| o == name);
@@ -387,4 +407,5 @@ fn main() {
         .expect("executor")
         .join()
         .expect("join");
+    drop(watchdog);
 }

@@ -23,6 +23,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use glommio::{LocalExecutorBuilder, Placement};
+use storage::park;
 
 pub use relay::{Relayed, relayed};
 pub use shutdown::{Countdown, Shutdown};
@@ -33,9 +34,16 @@ pub const MESH_INBOX_MAX: usize = 1024;
 
 /// Period of each executor's heartbeat timer. glommio 0.9.0's scheduler can park while a
 /// locally woken task is runnable (when the preemption flag is already set as a scheduling
-/// round starts, it runs nothing and then parks until the next I/O or timer event). An armed
-/// timer bounds any such stall to this period.
+/// round starts, it runs nothing and then parks until the next I/O or timer event). A pending
+/// timer bounds such a stall to this period; when no timer is pending (the heartbeat's own
+/// timer has fired and the heartbeat is one of the runnable tasks), the park watchdog ends it
+/// (`storage::park`), and the heartbeat's ticks are what the watchdog watches.
 pub const EXECUTOR_HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// glommio's preempt timer for every executor: a task queue runs this long before
+/// `need_preempt` turns true. glommio 0.9.0's own default, named here because a shorter one
+/// widens the park race (`storage::park`) and a test shortens it on purpose.
+pub const EXECUTOR_PREEMPT_TIMER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Bytes of io_uring buffer memory per executor. `ulimit -l` is 8 MiB on our machines, and the
 /// locked memory of all executors must fit under it.
@@ -156,15 +164,21 @@ pub struct ExecutorContext<S> {
     pub mesh: Mesh<S>,
     /// Fires when the node starts shutting down.
     pub shutdown: Shutdown,
-    /// Times this executor's heartbeat timer has fired.
-    heartbeats: Rc<std::cell::Cell<u64>>,
+    /// This executor's heartbeat count and park-watchdog signals.
+    pulse: Arc<park::Pulse>,
 }
 
 impl<S> ExecutorContext<S> {
     /// Times this executor's heartbeat timer has fired so far. Work that waits for a timer
     /// tick instead of its own wake-up shows here (tests count ticks during cross-core calls).
     pub fn heartbeats(&self) -> u64 {
-        self.heartbeats.get()
+        self.pulse.heartbeats()
+    }
+
+    /// Times the park watchdog has signalled this executor so far: once per watchdog period
+    /// in which its heartbeat did not tick (a park with runnable work, or a long busy stretch).
+    pub fn park_kicks(&self) -> u64 {
+        self.pulse.kicks()
     }
 }
 
@@ -174,7 +188,7 @@ impl<S> Clone for ExecutorContext<S> {
             index: self.index,
             mesh: self.mesh.clone(),
             shutdown: self.shutdown.clone(),
-            heartbeats: Rc::clone(&self.heartbeats),
+            pulse: Arc::clone(&self.pulse),
         }
     }
 }
@@ -184,11 +198,19 @@ impl<S> Clone for ExecutorContext<S> {
 pub struct RuntimeOptions {
     /// Period of each executor's heartbeat timer (see [`EXECUTOR_HEARTBEAT`]).
     pub heartbeat: std::time::Duration,
+    /// glommio's preempt timer (see [`EXECUTOR_PREEMPT_TIMER`]).
+    pub preempt_timer: std::time::Duration,
+    /// Whether the park watchdog runs (`storage::park`). Only tests that show the hang turn it off.
+    pub park_watchdog: bool,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
-        RuntimeOptions { heartbeat: EXECUTOR_HEARTBEAT }
+        RuntimeOptions {
+            heartbeat: EXECUTOR_HEARTBEAT,
+            preempt_timer: EXECUTOR_PREEMPT_TIMER,
+            park_watchdog: true,
+        }
     }
 }
 
@@ -215,6 +237,9 @@ pub enum RuntimeError {
     /// An executor thread panicked (a bug).
     #[error("{0} panicked")]
     Panicked(ExecutorIndex),
+    /// The park watchdog could not start (its signal handler or its thread).
+    #[error("cannot start the park watchdog: {0}")]
+    Watchdog(std::io::Error),
 }
 
 /// Starts `executors` executors and blocks until all have finished.
@@ -276,6 +301,12 @@ where
     let first_error: Arc<std::sync::Mutex<Option<RuntimeError>>> = Arc::default();
     let init_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
 
+    // Before any executor starts: each one puts itself under watch as its thread begins.
+    let watchdog = if options.park_watchdog {
+        Some(park::ParkWatchdog::start(options.heartbeat).map_err(RuntimeError::Watchdog)?)
+    } else {
+        None
+    };
     let mut handles = Vec::with_capacity(executors);
     for (i, inbox) in receivers.into_iter().enumerate() {
         let index = ExecutorIndex::new(i);
@@ -284,25 +315,40 @@ where
         let (ready, served, first_error) =
             (ready.clone(), served.clone(), Arc::clone(&first_error));
         let init_failed = Arc::clone(&init_failed);
-        let builder = LocalExecutorBuilder::new(Placement::Unbound)
-            .name(&format!("tessera-{i}"))
-            .io_memory(EXECUTOR_IO_MEMORY_BYTES);
-        let (mesh, shutdown) = (mesh.clone(), shutdown.clone());
-        let handle = builder
+        let pulse = Arc::new(park::Pulse::default());
+        let preempt_timer = options.preempt_timer;
+        let thread = park::ExecutorThread {
+            name: format!("tessera-{i}"),
+            builder: move || {
+                LocalExecutorBuilder::new(Placement::Unbound)
+                    .io_memory(EXECUTOR_IO_MEMORY_BYTES)
+                    .preempt_timer(preempt_timer)
+            },
+            watch: watchdog.as_ref().map(|w| (w.watcher(), Arc::clone(&pulse))),
+            // If glommio cannot build this executor, the others must not wait for it.
+            cannot_start: {
+                let (ready, served) = (ready.clone(), served.clone());
+                let (first_error, failed) = (Arc::clone(&first_error), Arc::clone(&init_failed));
+                let shutdown = shutdown.clone();
+                move |source| {
+                    failed.store(true, std::sync::atomic::Ordering::SeqCst);
+                    record_first(&first_error, RuntimeError::Spawn { index, source });
+                    shutdown.trigger();
+                    ready.arrive();
+                    served.arrive();
+                }
+            },
+        };
+        let (mesh, shutdown, beats) = (mesh.clone(), shutdown.clone(), Arc::clone(&pulse));
+        let handle = thread
             .spawn(move || async move {
                 // First of all: every wait on another thread goes through it.
                 let relay = relay::install();
-                let heartbeats = Rc::new(std::cell::Cell::new(0));
-                let ctx =
-                    ExecutorContext { index, mesh, shutdown, heartbeats: Rc::clone(&heartbeats) };
+                let ctx = ExecutorContext { index, mesh, shutdown, pulse: Arc::clone(&beats) };
                 // From the start, init included: opening fragments waits on I/O too, and an
-                // executor once parked for good there (no timer armed) under heavy load.
-                let heartbeat = glommio::spawn_local(async move {
-                    loop {
-                        glommio::timer::sleep(heartbeat_period).await;
-                        heartbeats.set(heartbeats.get() + 1);
-                    }
-                });
+                // executor once parked for good there (no timer armed) under heavy load. The
+                // park watchdog watches its ticks.
+                let heartbeat = glommio::spawn_local(park::heartbeat(heartbeat_period, beats));
                 let (init, serve, close) = &*hooks;
                 let state = match init(ctx.clone()).await {
                     Ok(state) => Rc::new(state),
@@ -347,7 +393,7 @@ where
                 // Only this thread's timer wakes the heartbeat: dropping its handle is safe.
                 drop(heartbeat);
             })
-            .map_err(|source| RuntimeError::Spawn { index, source })?;
+            .map_err(|e| RuntimeError::Spawn { index, source: e.into() })?;
         handles.push((index, handle));
     }
     for (index, handle) in handles {
@@ -355,6 +401,7 @@ where
             record_first(&first_error, RuntimeError::Panicked(index));
         }
     }
+    drop(watchdog);
     let mut slot = first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     match slot.take() {
         Some(e) => Err(e),

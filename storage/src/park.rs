@@ -1,0 +1,358 @@
+//! The park watchdog: ends glommio 0.9.0's park with a runnable task. The node's executors and
+//! storage's bench run under it (storage's integration tests keep a 60 s preempt timer
+//! instead); it lives here, the lowest crate that runs glommio, so storage can use it too.
+//!
+//! **The race** (glommio 0.9.0, `LocalExecutor::run`, `executor/mod.rs`): every turn of the loop
+//! calls `poll_io`, which arms the preempt timer (a timeout in the latency ring, due
+//! `preempt_timer` from now), and then `run_task_queues`, whose first step is
+//! `if need_preempt() { break }` (the latency ring holds a completion nobody consumed yet). If
+//! the preempt timer fires between the two (the thread was descheduled for the whole preempt
+//! period, which a loaded machine does with the default 100 ms, or the period is tiny), the round
+//! runs nothing and reports "ran nothing". `spin_poll_io` then consumes the timer's completion,
+//! which wakes no task, so the loop calls `park()`, and parking (`sys/uring.rs`
+//! `Reactor::wait`) looks only at the rings, never at the task queues: it sleeps in
+//! `io_uring_enter` until an I/O completion, a foreign wake or the next *pending* timer. A
+//! heartbeat timer bounds that sleep only while its timer is pending; once it has fired, the
+//! heartbeat is itself one of the runnable tasks, nothing is armed, and the executor sleeps until
+//! unrelated I/O arrives, or forever (the hang sessions 3-5 saw, `io_cqring_wait` with no timeout).
+//!
+//! **The workaround:** one watchdog thread per runtime reads every executor's heartbeat count
+//! each [`PARK_WATCHDOG_HEARTBEATS`] heartbeat periods. An executor whose count has not moved
+//! gets [`PARK_WATCHDOG_SIGNAL`], whose handler does nothing: `io_uring_enter` returns `EINTR`,
+//! glommio takes that as a wake-up, and its next turn arms a fresh preempt timer and runs the
+//! task queues. The signal needs nothing registered inside the executor, so it also covers a
+//! park before the executor's first task ever ran. A busy executor that did not tick gets a
+//! signal too; the handler is installed with `SA_RESTART`, so the signal costs it nothing but
+//! the interruption.
+//!
+//! Use: [`ParkWatchdog::start`] once per set of executors, then build each executor with
+//! [`ExecutorThread`] (a watched thread of our own) and spawn [`heartbeat`] on it first. An
+//! executor without a heartbeat is signalled at every check (its count never moves): one
+//! wake-up per watchdog period, and no pending timer, whose cost is that every park arms and
+//! cancels a timeout (storage's bench runs so, see BENCHMARKS.md, branch `park`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
+use std::time::Duration;
+
+/// Heartbeat periods without a tick after which the watchdog interrupts an executor's sleep.
+/// With the 5 ms heartbeat, an executor parked with runnable work sleeps at most about two
+/// watchdog periods (40 ms) instead of forever; a healthy executor ticks 4 times per check.
+pub const PARK_WATCHDOG_HEARTBEATS: u32 = 4;
+
+/// The signal that interrupts a parked executor. Its default action is to ignore it, and the
+/// node uses no out-of-band TCP data, so nothing else in the process expects it.
+pub const PARK_WATCHDOG_SIGNAL: libc::c_int = libc::SIGURG;
+
+/// What one executor and the watchdog share: the executor's heartbeat count and the signals
+/// the watchdog sent it.
+#[derive(Default, Debug)]
+pub struct Pulse {
+    /// Times the executor's heartbeat timer has fired.
+    heartbeats: AtomicU64,
+    /// Times the watchdog signalled the executor.
+    kicks: AtomicU64,
+}
+
+impl Pulse {
+    /// Counts one heartbeat tick (called on the executor).
+    fn beat(&self) {
+        self.heartbeats.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Heartbeat ticks so far.
+    pub fn heartbeats(&self) -> u64 {
+        self.heartbeats.load(Ordering::Relaxed)
+    }
+
+    /// Signals the watchdog has sent this executor so far.
+    pub fn kicks(&self) -> u64 {
+        self.kicks.load(Ordering::Relaxed)
+    }
+}
+
+/// One watched executor thread.
+struct Slot {
+    thread: libc::pthread_t,
+    pulse: Arc<Pulse>,
+    /// The heartbeat count at the previous check.
+    seen: u64,
+}
+
+/// The watched executor threads. A thread adds itself as it starts and removes itself as it
+/// ends ([`Watched`]), so a slot exists only while its thread runs, and the lock is held while
+/// signalling: a thread is never signalled after it ended (its `pthread_t` could dangle).
+type Slots = Arc<Mutex<Vec<Option<Slot>>>>;
+
+/// The watchdog thread and the executors it watches. Dropping it stops the thread.
+pub struct ParkWatchdog {
+    slots: Slots,
+    /// Dropped to stop the thread.
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ParkWatchdog {
+    /// Installs the signal handler (once per process) and starts the watchdog thread, which
+    /// checks every `PARK_WATCHDOG_HEARTBEATS * heartbeat`.
+    pub fn start(heartbeat: Duration) -> std::io::Result<ParkWatchdog> {
+        install_handler()?;
+        let period = heartbeat.saturating_mul(PARK_WATCHDOG_HEARTBEATS);
+        let slots: Slots = Arc::default();
+        let (stop, stopped) = mpsc::channel::<()>();
+        let watched = Arc::clone(&slots);
+        let thread =
+            std::thread::Builder::new().name("tessera-watchdog".to_owned()).spawn(move || {
+                // Only the timeout keeps it going: a message or the sender's drop stops it.
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
+                    check(&watched);
+                }
+            })?;
+        Ok(ParkWatchdog { slots, stop: Some(stop), thread: Some(thread) })
+    }
+
+    /// A handle executor threads use to put themselves under watch.
+    pub fn watcher(&self) -> Watcher {
+        Watcher { slots: Arc::clone(&self.slots) }
+    }
+}
+
+/// Puts the calling thread under the watchdog's watch. `Send`, so it can move to the thread.
+#[derive(Clone)]
+pub struct Watcher {
+    slots: Slots,
+}
+
+impl Watcher {
+    /// Watches the calling thread, whose executor's heartbeat counts into `pulse`, until the
+    /// returned guard drops. Call it on the executor's thread before the executor runs.
+    fn watch_this_thread(&self, pulse: Arc<Pulse>) -> Watched {
+        // SAFETY: `pthread_self` has no preconditions.
+        let thread = unsafe { libc::pthread_self() };
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots.push(Some(Slot { thread, pulse, seen: 0 }));
+        Watched { slots: Arc::clone(&self.slots), at: slots.len() - 1 }
+    }
+}
+
+/// A watched thread's slot; dropping it (on that thread, as it ends) ends the watch.
+struct Watched {
+    slots: Slots,
+    at: usize,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slot) = slots.get_mut(self.at) {
+            *slot = None;
+        }
+    }
+}
+
+/// The executor's heartbeat: ticks `pulse` every `period`, forever. Spawn it first on every
+/// watched executor (`glommio::spawn_local(heartbeat(..))`): the watchdog reads its ticks, and
+/// its pending timer also bounds most parks by itself.
+pub async fn heartbeat(period: Duration, pulse: Arc<Pulse>) {
+    loop {
+        glommio::timer::sleep(period).await;
+        pulse.beat();
+    }
+}
+
+impl Drop for ParkWatchdog {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            // The loop cannot panic; a join error would only repeat a panic already reported.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One round of the watchdog: signal every executor whose heartbeat did not move.
+fn check(slots: &Slots) {
+    let mut slots = slots.lock().unwrap_or_else(PoisonError::into_inner);
+    for slot in slots.iter_mut().flatten() {
+        let now = slot.pulse.heartbeats();
+        if now != slot.seen {
+            slot.seen = now;
+            continue;
+        }
+        // SAFETY: the slot's thread is running: it removes its slot (under this lock) before
+        // it ends, so its `pthread_t` is valid here.
+        let rc = unsafe { libc::pthread_kill(slot.thread, PARK_WATCHDOG_SIGNAL) };
+        if rc == 0 {
+            slot.pulse.kicks.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The handler: its only job is to exist, so that the signal interrupts `io_uring_enter`.
+extern "C" fn interrupt_only(_signal: libc::c_int) {}
+
+/// Installs [`interrupt_only`] for [`PARK_WATCHDOG_SIGNAL`] unless the process already handles
+/// that signal (any handler interrupts the sleep). Once per process.
+fn install_handler() -> std::io::Result<()> {
+    static INSTALLED: OnceLock<Result<(), i32>> = OnceLock::new();
+    let outcome = INSTALLED.get_or_init(|| {
+        // SAFETY: `sigaction` is plain data; all-zero is a valid "no handler, empty mask".
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a null new action only reads the current one into `old`, a valid pointer.
+        if unsafe { libc::sigaction(PARK_WATCHDOG_SIGNAL, std::ptr::null(), &mut old) } != 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
+        }
+        if old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN {
+            return Ok(());
+        }
+        // SAFETY: as above, all-zero is a valid `sigaction`.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = interrupt_only as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        // SAFETY: `action.sa_mask` is a valid sigset owned by this frame; the handler does
+        // nothing, so it is async-signal-safe; `action` is fully initialised.
+        let rc = unsafe {
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(PARK_WATCHDOG_SIGNAL, &action, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
+        }
+        Ok(())
+    });
+    (*outcome).map_err(std::io::Error::from_raw_os_error)
+}
+
+/// One executor on a thread of our own (glommio's `LocalExecutorBuilder::spawn` hides the
+/// thread's `pthread_t`, which the watchdog needs).
+pub struct ExecutorThread<B, E> {
+    /// The thread's name.
+    pub name: String,
+    /// Makes the executor's builder, on the thread (a builder is not `Send`).
+    pub builder: B,
+    /// Runs on the thread instead of the executor when glommio cannot build it.
+    pub cannot_start: E,
+    /// The park watchdog, if it runs, and what it reads (the pulse [`heartbeat`] ticks).
+    pub watch: Option<(Watcher, Arc<Pulse>)>,
+}
+
+impl<B, E> ExecutorThread<B, E>
+where
+    B: FnOnce() -> glommio::LocalExecutorBuilder + Send + 'static,
+    E: FnOnce(glommio::GlommioError<()>) + Send + 'static,
+{
+    /// Starts the thread, puts it under watch, builds the executor on it and runs `fut_gen()`
+    /// there. The thread ends when that future does.
+    pub fn spawn<G, F, T>(self, fut_gen: G) -> std::io::Result<std::thread::JoinHandle<Option<T>>>
+    where
+        G: FnOnce() -> F + Send + 'static,
+        F: std::future::Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        let ExecutorThread { name, builder, cannot_start, watch } = self;
+        std::thread::Builder::new().name(name).spawn(move || {
+            // Held until the thread ends, even by a panic.
+            let _watched = watch.map(|(watcher, pulse)| watcher.watch_this_thread(pulse));
+            match builder().make() {
+                // `fut_gen` runs inside the executor, as with glommio's own `spawn`.
+                Ok(executor) => Some(executor.run(async move { fut_gen().await })),
+                Err(source) => {
+                    cannot_start(source);
+                    None
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A preempt timer short enough that rounds often start already preempted, as the default
+    /// 100 ms does when a loaded machine deschedules the thread for that long.
+    const TEST_PREEMPT_TIMER: Duration = Duration::from_micros(20);
+
+    /// Heartbeat period in these tests (the node's).
+    const TEST_HEARTBEAT: Duration = Duration::from_millis(5);
+
+    /// How long a test waits before it calls the executor hung. Only a hang gets here.
+    const TEST_HANG_BOUND: Duration = Duration::from_secs(120);
+
+    /// Rounds of local work (override with `TESSERA_STRESS_ITERATIONS` to soak).
+    fn rounds() -> u64 {
+        std::env::var("TESSERA_STRESS_ITERATIONS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100_000)
+    }
+
+    // Checks that a watched executor parked with runnable tasks is woken: with a 20 us preempt
+    // timer glommio 0.9.0 often starts a round already preempted and parks with no timer
+    // armed. One executor spawns and awaits local tasks and sleeps on short timers; it must
+    // finish. With `TESSERA_PARK_WATCHDOG=off` (no watchdog) it hangs in a large share of runs
+    // and the test fails at its hang bound.
+    #[test]
+    fn watched_executor_parked_with_runnable_tasks_is_woken() {
+        let rounds = rounds();
+        let on = std::env::var("TESSERA_PARK_WATCHDOG").map_or(true, |v| v != "off");
+        let watchdog = ParkWatchdog::start(TEST_HEARTBEAT).expect("watchdog");
+        let pulse = Arc::new(Pulse::default());
+        let (done_tx, done_rx) = mpsc::channel();
+        let beats = Arc::clone(&pulse);
+        let thread = ExecutorThread {
+            name: "park-test".to_owned(),
+            builder: || {
+                glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+                    .io_memory(1 << 20)
+                    .preempt_timer(TEST_PREEMPT_TIMER)
+            },
+            cannot_start: |e| panic!("cannot build the executor: {e}"),
+            watch: on.then(|| (watchdog.watcher(), Arc::clone(&pulse))),
+        };
+        // Not joined: a hung executor thread is left behind and the test fails.
+        let _executor = thread
+            .spawn(move || async move {
+                glommio::spawn_local(heartbeat(TEST_HEARTBEAT, beats)).detach();
+                let mut sum = 0;
+                for n in 0..rounds {
+                    sum += glommio::spawn_local(async move { n % 3 }).await;
+                    if n % 100 == 0 {
+                        glommio::timer::sleep(Duration::from_micros(10)).await;
+                    }
+                }
+                let _ = done_tx.send(sum);
+            })
+            .expect("thread");
+        let sum = done_rx.recv_timeout(TEST_HANG_BOUND).unwrap_or_else(|_| {
+            panic!("the executor hung for {TEST_HANG_BOUND:?} (watchdog {on})")
+        });
+        assert_eq!(sum, (0..rounds).map(|n| n % 3).sum::<u64>());
+        // Not asserted: whether the race happened in this run depends on the machine.
+        eprintln!("park watchdog signals: {}", pulse.kicks());
+    }
+
+    // Checks that a thread leaves the watchdog's table as it ends (it must never be signalled
+    // once gone): while the executor runs its slot is in use, after the join it is empty.
+    #[test]
+    fn an_ended_thread_is_no_longer_watched() {
+        let watched = |slots: &Slots| {
+            slots.lock().unwrap_or_else(PoisonError::into_inner).iter().flatten().count()
+        };
+        let watchdog = ParkWatchdog::start(TEST_HEARTBEAT).expect("watchdog");
+        let thread = ExecutorThread {
+            name: "park-test-end".to_owned(),
+            builder: glommio::LocalExecutorBuilder::default,
+            cannot_start: |e| panic!("cannot build the executor: {e}"),
+            watch: Some((watchdog.watcher(), Arc::new(Pulse::default()))),
+        };
+        let slots = Arc::clone(&watchdog.slots);
+        let during = thread
+            .spawn(move || async move { watched(&slots) })
+            .expect("thread")
+            .join()
+            .expect("join");
+        assert_eq!(during, Some(1));
+        assert_eq!(watched(&watchdog.slots), 0);
+    }
+}
