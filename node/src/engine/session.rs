@@ -1645,23 +1645,23 @@ impl Session {
         let rest: Vec<(ExecutorIndex, Vec<FragmentId>)> =
             groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
         let (others_tx, others_rx) = flume::bounded::<bool>(1);
-        let mesh = self.ctx.mesh.clone();
         self.core.metrics().mesh_call();
-        // Spawned so the call is on its way while the other shares prepare; if this session
-        // goes away meanwhile the sender is dropped and the coordinator's side aborts.
-        let call = glommio::spawn_local(async move {
-            mesh.call(coordinator, move |core| async move {
-                core.prepare_and_decide(txid, there, others_rx, fragments, reporting).await
-            })
-            .await
+        // Polled first, so the call is on its way before the other shares start preparing;
+        // awaited in this task (no task of its own to wake). If this session goes away
+        // meanwhile the sender is dropped and the coordinator's side aborts.
+        let call = self.ctx.mesh.call(coordinator, move |core| async move {
+            core.prepare_and_decide(txid, there, others_rx, fragments, reporting).await
         });
-        let prepared =
-            self.fan_out(groups, &txid, |core, txid, list| async move {
-                core.prepare_txn(txid, list).await
-            })
-            .await;
-        let _ = others_tx.send(prepared.is_ok());
-        let outcome = call.await;
+        let others = async {
+            let prepared = self
+                .fan_out(groups, &txid, |core, txid, list| async move {
+                    core.prepare_txn(txid, list).await
+                })
+                .await;
+            let _ = others_tx.send(prepared.is_ok());
+            prepared
+        };
+        let (outcome, prepared) = futures_lite::future::zip(call, others).await;
         let commit = match (prepared, outcome) {
             (Ok(_), Ok(Ok(commit))) => commit,
             (Ok(_), Ok(Err(e))) => {
