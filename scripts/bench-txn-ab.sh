@@ -9,7 +9,9 @@
 #
 # Usage: scripts/bench-txn-ab.sh OLD_BIN NEW_BIN
 # Environment: TXN_CLIENTS (default "1 32"), TXN_DURATION (default 10s), TXN_DOCS (50000),
-#   TXN_WORKLOADS (comma-separated), BENCH_RESULTS (default bench/results/txn-ab-<UTC>).
+#   TXN_WORKLOADS (comma-separated), BENCH_RESULTS (default bench/results/txn-ab-<UTC>),
+#   TXN_AB_POSTGRES=1: a private PostgreSQL (scripts/pg-local.sh) is a third target of every
+#   invocation, so old, new and PostgreSQL alternate in the same rounds (session 6).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=$1
@@ -18,8 +20,10 @@ stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
 out=${BENCH_RESULTS:-bench/results/txn-ab-$stamp}
 work=$(mktemp -d /tmp/bench-txn-ab.XXXXXX)
 pids=()
+pg=()
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  [ ${#pg[@]} -eq 0 ] || scripts/pg-local.sh stop "$work/pg" || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -41,6 +45,11 @@ start() {
   done
   grep -q 'ready: listening on' "$work/$name/log" || { tail -n 20 "$work/$name/log" >&2; exit 1; }
 }
+if [ "${TXN_AB_POSTGRES:-0}" = 1 ]; then
+  chmod 755 "$work"   # as root, PostgreSQL runs as the postgres user and must enter it
+  scripts/install-deps.sh postgres
+  pg=(--target "postgres=$(scripts/pg-local.sh start "$work/pg")")
+fi
 start old "$old"
 old_port=$port
 old_pid=$pid
@@ -70,7 +79,7 @@ for c in "${clients[@]}"; do
     o0=$(cpu "$old_pid"); n0=$(cpu "$new_pid")
     om0=$(mesh_calls "$old_port"); nm0=$(mesh_calls "$new_port")
     target/release/bench --target "old:tessera=postgres://bench@127.0.0.1:$old_port/bench" \
-      --target "new:tessera=postgres://bench@127.0.0.1:$new_port/bench" --out "$out/clients-$c/$w" \
+      --target "new:tessera=postgres://bench@127.0.0.1:$new_port/bench" "${pg[@]}" --out "$out/clients-$c/$w" \
       --workloads "$w" --docs "${TXN_DOCS:-50000}" "${load[@]}" --duration "${TXN_DURATION:-10s}" \
       --warmup 2s --rounds 2 --connections "$c" --no-progress >/dev/null
     o1=$(cpu "$old_pid"); n1=$(cpu "$new_pid")
@@ -89,6 +98,9 @@ for t in ("old", "new"):
     print(f"{w} clients={c} {t}: {r['ops_per_sec']:.0f} ops/s p99 {r['latency']['p99_ms']:.3f} ms, "
           f"node CPU {cpu[t] / n:.1f} us/op, mesh calls {mesh[t] / n:.3f}/op over {n} ops "
           f"(warm-up included{', load too' if 'load' in run and run['load'] else ''})")
+for r in run["results"]:
+    if r["target"] not in ("old", "new"):
+        print(f"{w} clients={c} {r['target']}: {r['ops_per_sec']:.0f} ops/s p99 {r['latency']['p99_ms']:.3f} ms")
 PY
   done
 done

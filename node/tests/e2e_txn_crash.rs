@@ -11,17 +11,19 @@ use support::{Node, NodeOptions};
 /// Fragment 0 (executor 0), fragment 1 (executor 1), fragment 3 (executor 1).
 const IDS: [&str; 3] = ["a$@0", "b$@131072", "d$@393216"];
 
-/// Arms `fault`, runs one cross-executor transaction (which kills the node), restarts without
-/// the fault and returns how many of its documents exist, after checking the pre-existing
-/// document the transaction updated moved with them.
-async fn crash_at(fault: &str) -> usize {
+/// Arms `fault`, runs one cross-executor transaction from a session on executor 1 (`on_1`,
+/// where the coordinator's share prepares and decides in one call) or 0 (which prepares, then
+/// decides, then finishes executor 1's share), which kills the node; restarts without the
+/// fault and returns how many of its documents exist, after checking the pre-existing document
+/// the transaction updated moved with them.
+async fn crash_at(fault: &str, on_1: bool) -> usize {
     let mut node = Node::start_with(NodeOptions {
         env: vec![("TESSERA_FAULT".to_owned(), fault.to_owned())],
         ..NodeOptions::default()
     });
     node.expect_log("TESSERA_FAULT");
     node.expect_log("torn tail");
-    let client = node.connect().await;
+    let client = support::connect_on_executor(&node, on_1).await;
     // An autocommit write on one fragment: the fast path, no two-phase commit, no fault.
     client.batch_execute(r#"INSERT INTO t VALUES ('c$@262144', '{"v":0}')"#).await.unwrap();
     let sql = format!(
@@ -73,43 +75,66 @@ async fn crash_at(fault: &str) -> usize {
 // nothing of the transaction is there.
 #[tokio::test]
 async fn crash_after_first_prepare_aborts() {
-    assert_eq!(crash_at("2pc-after-prepare:1").await, 0);
+    assert_eq!(crash_at("2pc-after-prepare:1", false).await, 0);
 }
 
 // Checks a crash once every participant's PREPARE is durable but before the decision: still
 // no decision, so it aborts.
 #[tokio::test]
 async fn crash_after_all_prepares_aborts() {
-    assert_eq!(crash_at("2pc-after-prepare:3").await, 0);
+    assert_eq!(crash_at("2pc-after-prepare:3", true).await, 0);
 }
 
 // Checks a crash right after the COMMIT decision is durable, before any participant applied
-// it: recovery commits every participant from the coordinator's journal.
+// it: recovery commits every participant from the coordinator's journal. From a session on
+// each executor (the decision is recorded inside the coordinator's prepare call from
+// executor 1).
 #[tokio::test]
 async fn crash_after_decision_commits() {
-    assert_eq!(crash_at("2pc-after-decision").await, IDS.len());
+    assert_eq!(crash_at("2pc-after-decision", false).await, IDS.len());
+}
+
+#[tokio::test]
+async fn crash_after_decision_from_executor_1_commits() {
+    assert_eq!(crash_at("2pc-after-decision", true).await, IDS.len());
 }
 
 // Checks a crash after the first participant's Commit record is durable and before the
-// others': recovery commits the rest.
+// others': recovery commits the rest. From a session on each executor.
 #[tokio::test]
 async fn crash_during_apply_commits() {
-    assert_eq!(crash_at("2pc-during-apply").await, IDS.len());
+    assert_eq!(crash_at("2pc-during-apply", false).await, IDS.len());
+}
+
+#[tokio::test]
+async fn crash_during_apply_from_executor_1_commits() {
+    assert_eq!(crash_at("2pc-during-apply", true).await, IDS.len());
 }
 
 // Checks the prepared-transaction timeout: a session stalls between its prepares and its
 // decision for longer than TXN_PREPARED_TIMEOUT (a test-only hook). The timeout records ABORT
 // and aborts the participants, so the late session's COMMIT finds the abort and fails with
-// 40001; nothing is applied and nothing stays prepared. Takes about 2 × the timeout.
+// 40001; nothing is applied and nothing stays prepared. Takes about 2 × the timeout. From a
+// session on each executor (from executor 1 the stall is inside the coordinator's prepare
+// call, session 6).
 #[tokio::test]
 async fn prepared_too_long_is_aborted_by_the_timeout() {
+    stalled_commit_is_aborted(false).await;
+}
+
+#[tokio::test]
+async fn prepared_too_long_from_executor_1_is_aborted_by_the_timeout() {
+    stalled_commit_is_aborted(true).await;
+}
+
+async fn stalled_commit_is_aborted(on_1: bool) {
     let mut node = Node::start_with(NodeOptions {
         env: vec![("TESSERA_FAULT".to_owned(), "2pc-stall-before-decision".to_owned())],
         ..NodeOptions::default()
     });
     node.expect_log("TESSERA_FAULT");
     node.expect_log("transaction prepared too long");
-    let client = node.connect().await;
+    let client = support::connect_on_executor(&node, on_1).await;
     let err = client
         .batch_execute(&format!(
             "BEGIN; INSERT INTO t VALUES ('{}', '{{\"v\":1}}'), ('{}', '{{\"v\":1}}'); COMMIT",

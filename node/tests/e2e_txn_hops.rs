@@ -11,20 +11,13 @@
 
 mod support;
 
-use support::{Node, simple_rows, sqlstate, t_value, tx_counter};
+use support::{
+    Node, mesh_calls, session_on_executor_1, simple_rows, sqlstate, t_value, tx_counter,
+};
 
 /// Two documents on fragment 0 (executor 0) and two on fragment 1 (executor 1).
 const ON_0: [&str; 2] = ["a$@0", "c$@7"];
 const ON_1: [&str; 2] = ["b$@131072", "d$@131079"];
-
-/// Mesh calls made so far, summed over executors.
-async fn mesh_calls(client: &tokio_postgres::Client) -> i64 {
-    let rows = simple_rows(&client.simple_query("SHOW STATS").await.unwrap());
-    rows.iter()
-        .filter(|r| r[0].as_deref() == Some("tessera_mesh_calls_total"))
-        .map(|r| r[2].as_deref().unwrap().parse::<i64>().unwrap())
-        .sum()
-}
 
 /// Mesh calls `work` makes, net of what reading the counter itself costs (`show`).
 async fn hops_of<F: std::future::Future<Output = ()>>(
@@ -258,4 +251,85 @@ async fn concurrent_shipped_transfers_keep_the_total() {
         assert_eq!(t_value(&setup, pair[1]).await, Some(100 + 10 * n));
     }
     assert_eq!(done[0] + done[1], 160);
+}
+
+// Checks the hops of a two-phase commit over both executors (session 6): a session on
+// executor 0 (the coordinator's) pays the remote UPDATE, the prepare call and the phase-two
+// call (3); a session on executor 1 pays the remote UPDATE and one call that prepares executor
+// 0's share, waits for its own share's prepare and records the decision (2, was 3). Which
+// executor a session runs on is read from the hops of a one-Query block on fragment 0 (shipped
+// from executor 1, local on executor 0). Connections are opened until both kinds were seen.
+#[tokio::test]
+async fn two_phase_commit_from_either_executor_hops() {
+    let node = Node::start();
+    let setup = node.connect().await;
+    load(&setup).await;
+    let show = show_cost(&setup).await;
+    let mut seen = [0i64; 2];
+    let mut moved = 0;
+    for _ in 0..64 {
+        let s = node.connect().await;
+        let on_1 = session_on_executor_1(&s).await;
+        let two_phase = tx_counter(&s, "two_phase_commits").await;
+        let hops = hops_of(&s, show, async {
+            s.simple_query(&transfer(ON_0[0], ON_1[0])).await.unwrap();
+        })
+        .await;
+        assert_eq!(tx_counter(&s, "two_phase_commits").await, two_phase + 1);
+        assert_eq!(hops, if on_1 { 2 } else { 3 }, "session on executor {}", u8::from(on_1));
+        moved += 1;
+        seen[usize::from(on_1)] += 1;
+        if seen[0] > 0 && seen[1] > 0 {
+            break;
+        }
+    }
+    assert!(seen[0] > 0 && seen[1] > 0, "sessions seen per executor: {seen:?}");
+    assert_eq!(t_value(&setup, ON_0[0]).await, Some(100 - 10 * moved));
+    assert_eq!(t_value(&setup, ON_1[0]).await, Some(100 + 10 * moved));
+}
+
+// Checks that a two-phase commit whose share on either executor conflicts applies nothing and
+// leaves nothing prepared or held, from sessions on both executors: on executor 1 the
+// coordinator's share prepares in the same call that waits for the session's word on the
+// other share (session 6), so both "the coordinator's share failed" and "the other share
+// failed, the coordinator's share is undone" run. Each block reads both documents, another
+// session then changes one of them, and the COMMIT must fail with 40001.
+#[tokio::test]
+async fn two_phase_conflict_on_either_share_applies_nothing() {
+    let node = Node::start();
+    let setup = node.connect().await;
+    load(&setup).await;
+    let mut seen = [0; 2];
+    let mut bumped = [0i64; 2];
+    for _ in 0..64 {
+        let s = node.connect().await;
+        let on_1 = session_on_executor_1(&s).await;
+        for (i, stale) in [ON_0[0], ON_1[0]].into_iter().enumerate() {
+            s.batch_execute("BEGIN").await.unwrap();
+            assert!(t_value(&s, ON_0[0]).await.is_some());
+            assert!(t_value(&s, ON_1[0]).await.is_some());
+            s.execute("UPDATE t SET v = v - 10 WHERE id() = $1", &[&ON_0[0]]).await.unwrap();
+            s.execute("UPDATE t SET v = v + 10 WHERE id() = $1", &[&ON_1[0]]).await.unwrap();
+            setup.execute("UPDATE t SET v = v + 1 WHERE id() = $1", &[&stale]).await.unwrap();
+            bumped[i] += 1;
+            let err = s.batch_execute("COMMIT").await.unwrap_err();
+            assert_eq!(sqlstate(&err), "40001", "stale {stale}: {err:?}");
+            let rows = simple_rows(&setup.simple_query("SHOW TRANSACTIONS").await.unwrap());
+            let left: Vec<_> = rows
+                .iter()
+                .filter(|r| matches!(r[1].as_deref(), Some("prepared" | "held" | "finishing")))
+                .collect();
+            assert!(left.is_empty(), "nothing stays prepared or held: {left:?}");
+        }
+        seen[usize::from(on_1)] += 1;
+        if seen[0] > 0 && seen[1] > 0 {
+            break;
+        }
+    }
+    assert!(seen[0] > 0 && seen[1] > 0, "sessions seen per executor: {seen:?}");
+    assert_eq!(t_value(&setup, ON_0[0]).await, Some(100 + bumped[0]), "no transfer applied");
+    assert_eq!(t_value(&setup, ON_1[0]).await, Some(100 + bumped[1]), "no transfer applied");
+    // Nothing is held: a transfer over both executors commits at once.
+    setup.simple_query(&transfer(ON_0[0], ON_1[0])).await.unwrap();
+    assert_eq!(t_value(&setup, ON_1[0]).await, Some(110 + bumped[1]));
 }

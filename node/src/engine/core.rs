@@ -971,6 +971,49 @@ impl Core {
         }
     }
 
+    /// Phase one of this executor's share and the decision in one call, on the coordinator's
+    /// executor, for a session that runs elsewhere: prepares `batches` while the session
+    /// prepares every other share, waits for its word on them (`others`: `true` once all are
+    /// prepared; `false`, or the sender dropped, means abort), then records COMMIT (the commit
+    /// point) and makes this executor's share visible. One cross-executor round trip instead
+    /// of two (a prepare call, then a decision call). `Ok(true)`: committed, this share
+    /// visible; `Ok(false)`: aborted (another share failed, or the timeout decided ABORT
+    /// first), this share's prepares undone; `Err`: this share failed to prepare (already
+    /// undone) or the decision could not be recorded (this share then stays prepared, and the
+    /// timeout resolves it from the coordinator's log).
+    pub async fn prepare_and_decide(
+        self: &Rc<Self>,
+        txid: TxId,
+        batches: Vec<(FragmentId, WriteBatch)>,
+        others: flume::Receiver<bool>,
+        fragments: Vec<FragmentId>,
+        executors: usize,
+    ) -> Result<bool, EngineError> {
+        let mine: Vec<FragmentId> = batches.iter().map(|(f, _)| *f).collect();
+        let (own, others) = futures_lite::future::zip(
+            self.prepare_txn(txid, batches),
+            crate::runtime::relayed(others.recv_async()),
+        )
+        .await;
+        // `prepare_txn` undid this share itself when it failed.
+        own?;
+        if others != Ok(true) {
+            self.finish_txn(txid, mine, false, None).await;
+            return Ok(false);
+        }
+        let Some(c) = self.coordinator() else {
+            return Err(EngineError::Call(crate::runtime::CallError::Stopped(self.index)));
+        };
+        fault::before_decision().await;
+        let commit =
+            c.decide(self.shared.two_phase_gate(), txid, true, &fragments, executors).await?;
+        if commit {
+            fault::decided();
+        }
+        self.finish_txn_visible(txid, mine, commit).await;
+        Ok(commit)
+    }
+
     /// Tells the coordinator that this executor's Commit records of `txid` are durable. From
     /// another executor, one report is in flight at a time and carries every transaction
     /// finished meanwhile: one mesh call per batch, not per transaction. The caller that sends

@@ -1582,6 +1582,13 @@ impl Session {
         fragments.extend(
             remote_fragments.iter().flat_map(|(_, f)| f.iter().map(|f| FragmentId::new(*f))),
         );
+        let coordinator = ExecutorIndex::new(0);
+        if remote.is_empty()
+            && self.core.index() != coordinator
+            && groups.contains_key(&coordinator)
+        {
+            return self.two_phase_joined(txid, groups, fragments, writing).await;
+        }
         let mut asked = Vec::with_capacity(remote.len());
         for (node, targets) in remote {
             let request = self.request(epoch, Share::TxnPrepare { txid: txid.get(), targets })?;
@@ -1602,7 +1609,6 @@ impl Session {
         // The coordinator's executor does its own share of phase two inside the decision's
         // call when the session runs elsewhere: one cross-executor round trip less. Every
         // local executor and every remote node reports its share finished.
-        let coordinator = ExecutorIndex::new(0);
         let reporting = writing + remote_fragments.len() - remote_readers.len();
         let (there, rest): (Vec<_>, Vec<_>) = participants
             .into_iter()
@@ -1612,6 +1618,71 @@ impl Session {
         let local = self.phase_two(txid, &rest, commit);
         let other = self.remote_phase_two(txid, &remote_fragments, commit, &remote_readers);
         futures_lite::future::zip(local, other).await;
+        if commit {
+            self.core.count_tx(|c| c.two_phase_commits += 1);
+            Ok(())
+        } else {
+            Err(EngineError::TxnAborted)
+        }
+    }
+
+    /// Two-phase commit on this node when the coordinator's executor holds a share and this
+    /// session runs on another executor: one call there prepares that share and, once this
+    /// session reports every other share prepared, records the decision and makes that share
+    /// visible (`Core::prepare_and_decide`); the other shares are prepared meanwhile and
+    /// finished after it. The prepares still run in parallel and the decision still follows
+    /// them all (two fdatasync rounds), with one cross-executor round trip less than a
+    /// prepare call followed by a decision call.
+    async fn two_phase_joined(
+        &self,
+        txid: storage::TxId,
+        mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>>,
+        fragments: Vec<FragmentId>,
+        reporting: usize,
+    ) -> Result<(), EngineError> {
+        let coordinator = ExecutorIndex::new(0);
+        let there = groups.remove(&coordinator).ok_or_else(|| internal("no coordinator share"))?;
+        let rest: Vec<(ExecutorIndex, Vec<FragmentId>)> =
+            groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
+        let (others_tx, others_rx) = flume::bounded::<bool>(1);
+        self.core.metrics().mesh_call();
+        // Polled first, so the call is on its way before the other shares start preparing;
+        // awaited in this task (no task of its own to wake). If this session goes away
+        // meanwhile the sender is dropped and the coordinator's side aborts.
+        let call = self.ctx.mesh.call(coordinator, move |core| async move {
+            core.prepare_and_decide(txid, there, others_rx, fragments, reporting).await
+        });
+        let others = async {
+            let prepared = self
+                .fan_out(groups, &txid, |core, txid, list| async move {
+                    core.prepare_txn(txid, list).await
+                })
+                .await;
+            let _ = others_tx.send(prepared.is_ok());
+            prepared
+        };
+        let (outcome, prepared) = futures_lite::future::zip(call, others).await;
+        let commit = match (prepared, outcome) {
+            (Ok(_), Ok(Ok(commit))) => commit,
+            (Ok(_), Ok(Err(e))) => {
+                // The coordinator's share did not prepare (and is undone), or the decision
+                // could not be recorded: in both cases no COMMIT is durable unless the
+                // journal failed after writing it, which the timeout resolves from the log.
+                if !matches!(e, EngineError::Journal(_) | EngineError::Call(_)) {
+                    self.phase_two(txid, &rest, false).await;
+                }
+                return Err(e);
+            }
+            // The call was lost with the decision unknown: the timeout resolves the shares
+            // prepared here from the coordinator's log.
+            (Ok(_), Err(e)) => return Err(e.into()),
+            // Nothing can be committed: the coordinator was told these shares failed.
+            (Err(e), _) => {
+                self.phase_two(txid, &rest, false).await;
+                return Err(e);
+            }
+        };
+        self.phase_two(txid, &rest, commit).await;
         if commit {
             self.core.count_tx(|c| c.two_phase_commits += 1);
             Ok(())
@@ -1691,6 +1762,7 @@ impl Session {
                 .detach()
             } else {
                 let (mesh, executor) = (self.ctx.mesh.clone(), *executor);
+                self.core.metrics().mesh_call();
                 glommio::spawn_local(async move {
                     let _ = mesh
                         .call(executor, move |core| async move {
@@ -1729,6 +1801,7 @@ impl Session {
             }
             return Ok(commit);
         }
+        self.core.metrics().mesh_call();
         self.ctx
             .mesh
             .call(ExecutorIndex::new(0), move |core| async move {

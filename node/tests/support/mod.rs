@@ -608,3 +608,41 @@ pub async fn tx_counter(client: &tokio_postgres::Client, name: &str) -> i64 {
     let rows = client.query("SHOW transaction_counters", &[]).await.unwrap();
     rows.iter().find(|r| r.get::<_, String>(0) == name).map(|r| r.get(1)).unwrap()
 }
+
+/// Cross-executor hops the node has made so far (`tessera_mesh_calls_total` of SHOW STATS,
+/// summed over executors).
+pub async fn mesh_calls(client: &tokio_postgres::Client) -> i64 {
+    let rows = simple_rows(&client.simple_query("SHOW STATS").await.unwrap());
+    rows.iter()
+        .filter(|r| r[0].as_deref() == Some("tessera_mesh_calls_total"))
+        .map(|r| r[2].as_deref().unwrap().parse::<i64>().unwrap())
+        .sum()
+}
+
+/// Whether `client`'s session runs on executor 1 of a node with the default layout (fragment
+/// 0 on executor 0): a one-Query block writing a document of fragment 0 is shipped from
+/// executor 1 (one hop) and runs in place on executor 0 (none). Counted with the node's own
+/// hop counter, net of what reading it costs; writes nothing (the document does not exist).
+pub async fn session_on_executor_1(client: &tokio_postgres::Client) -> bool {
+    let a = mesh_calls(client).await;
+    let show = mesh_calls(client).await - a;
+    let before = mesh_calls(client).await;
+    client.simple_query("BEGIN; UPDATE t SET v = 0 WHERE id() = 'probe$@0'; COMMIT").await.unwrap();
+    match mesh_calls(client).await - before - show {
+        0 => false,
+        1 => true,
+        other => panic!("a one-Query block on fragment 0 cost {other} hops"),
+    }
+}
+
+/// A connection whose session runs on executor 1 (`on_1`) or 0, trying up to 64 connections
+/// (the kernel spreads them over the executors' listening sockets).
+pub async fn connect_on_executor(node: &Node, on_1: bool) -> tokio_postgres::Client {
+    for _ in 0..64 {
+        let client = node.connect().await;
+        if session_on_executor_1(&client).await == on_1 {
+            return client;
+        }
+    }
+    panic!("no session on executor {} in 64 connections", u8::from(on_1));
+}
