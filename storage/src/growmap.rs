@@ -151,15 +151,10 @@ impl<K: Hash + Eq, V> GrowMap<K, V> {
     {
         let hash = self.hash(q);
         // Replacing in place: no table changes shape.
-        if let Some((in_cur, i)) = self.find_bucket(hash, q) {
-            let table = if in_cur { &mut self.cur } else { &mut self.old };
-            if let Some(s) = table.get_bucket_mut(i) {
-                return Some(std::mem::replace(&mut s.value, value));
-            }
+        if let Some(v) = self.value_mut(hash, q) {
+            return Some(std::mem::replace(v, value));
         }
-        self.make_room();
-        let slot = Slot { hash, key: key(), value };
-        self.cur.insert_unique(hash, slot, |s| s.hash);
+        self.insert_new(hash, key(), value);
         None
     }
 
@@ -177,16 +172,27 @@ impl<K: Hash + Eq, V> GrowMap<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(q);
-        if let Some((in_cur, i)) = self.find_bucket(hash, q) {
-            let table = if in_cur { &mut self.cur } else { &mut self.old };
-            if let Some(s) = table.get_bucket_mut(i) {
-                update(&mut s.value);
-                return;
-            }
+        match self.value_mut(hash, q) {
+            Some(v) => update(v),
+            None => self.insert_new(hash, key(), value()),
         }
+    }
+
+    /// The value under `q` (hashing to `hash`), in whichever table holds it.
+    fn value_mut<Q>(&mut self, hash: u64, q: &Q) -> Option<&mut V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let (in_cur, i) = self.find_bucket(hash, q)?;
+        let table = if in_cur { &mut self.cur } else { &mut self.old };
+        table.get_bucket_mut(i).map(|s| &mut s.value)
+    }
+
+    /// Inserts a key known to be absent, after moving some buckets of an earlier table.
+    fn insert_new(&mut self, hash: u64, key: K, value: V) {
         self.make_room();
-        let slot = Slot { hash, key: key(), value: value() };
-        self.cur.insert_unique(hash, slot, |s| s.hash);
+        self.cur.insert_unique(hash, Slot { hash, key, value }, |s| s.hash);
     }
 
     /// Before an insert: moves a few buckets of the earlier table, or, when the current table
