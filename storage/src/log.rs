@@ -893,12 +893,12 @@ mod tests {
     {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().to_path_buf();
-        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(1 << 20)
-            .spawn(move || f(path))
-            .expect("executor")
-            .join()
-            .expect("join");
+        crate::park::run_watched(
+            "log-test",
+            || glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).io_memory(1 << 20),
+            move || f(path),
+        )
+        .expect("executor");
     }
 
     fn spare_options(segment_bytes: u64) -> FragmentOptions {

@@ -265,6 +265,49 @@ where
     }
 }
 
+/// Heartbeat period of [`run_watched`]'s executor (the node's, `EXECUTOR_HEARTBEAT`, is the same).
+pub const RUN_WATCHED_HEARTBEAT: Duration = Duration::from_millis(5);
+
+/// Runs the future `fut_gen` makes on a new executor thread `name`, built by `builder`, with a
+/// heartbeat and a watchdog of its own, and returns its output once it ends. For executors
+/// that do one job and end (tests, tools); a node's runtime watches its executors itself. A
+/// panic on the executor is resumed on the caller, so a test's assertion failure reads as
+/// usual. `Err`: the watchdog, the thread or the executor could not start.
+pub fn run_watched<B, G, F, T>(name: &str, builder: B, fut_gen: G) -> std::io::Result<T>
+where
+    B: FnOnce() -> glommio::LocalExecutorBuilder + Send + 'static,
+    G: FnOnce() -> F + Send + 'static,
+    F: std::future::Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    let watchdog = ParkWatchdog::start(RUN_WATCHED_HEARTBEAT)?;
+    let pulse = Arc::new(Pulse::default());
+    let (failed, why) = mpsc::channel();
+    let thread = ExecutorThread {
+        name: name.to_owned(),
+        builder,
+        cannot_start: move |e: glommio::GlommioError<()>| {
+            let _ = failed.send(e.to_string());
+        },
+        watch: Some((watchdog.watcher(), Arc::clone(&pulse))),
+    };
+    let handle = thread.spawn(move || async move {
+        // Detached: the executor ends with `fut_gen`'s future, not with this.
+        glommio::spawn_local(heartbeat(RUN_WATCHED_HEARTBEAT, pulse)).detach();
+        fut_gen().await
+    })?;
+    let ended = handle.join();
+    drop(watchdog);
+    match ended {
+        Ok(Some(out)) => Ok(out),
+        Ok(None) => Err(std::io::Error::other(format!(
+            "cannot build executor {name}: {}",
+            why.try_recv().unwrap_or_else(|_| "no reason given".to_owned())
+        ))),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,6 +328,26 @@ mod tests {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(100_000)
+    }
+
+    // Checks run_watched returns the future's output, and resumes an executor's panic on the
+    // caller with its own message (so a test assertion inside still reads as itself).
+    #[test]
+    fn unit_run_watched_returns_output_and_resumes_panics() {
+        let builder = || glommio::LocalExecutorBuilder::default().io_memory(1 << 20);
+        let out = run_watched("run-watched-ok", builder, || async {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+            41 + 1
+        });
+        assert_eq!(out.expect("runs"), 42);
+        let caught = std::panic::catch_unwind(|| {
+            run_watched("run-watched-panics", builder, || async {
+                panic!("assertion inside the executor");
+            })
+        });
+        let payload = caught.expect_err("the panic reaches the caller");
+        let message = payload.downcast_ref::<&str>().copied().unwrap_or_default();
+        assert_eq!(message, "assertion inside the executor");
     }
 
     // Checks that a watched executor parked with runnable tasks is woken: with a 20 us preempt

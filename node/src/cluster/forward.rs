@@ -1051,8 +1051,10 @@ mod tests {
     // it, and then it is not reused.
     #[test]
     fn unit_pool_drops_closed_connections() {
-        glommio::LocalExecutorBuilder::default()
-            .spawn(|| async {
+        storage::park::run_watched(
+            "forward-test",
+            glommio::LocalExecutorBuilder::default,
+            || async {
                 let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
                 let addr = listener.local_addr().unwrap();
                 let stream = TcpStream::connect(addr).await.unwrap();
@@ -1070,10 +1072,9 @@ mod tests {
                     std::thread::yield_now();
                 }
                 assert!(closed, "a closed connection must not look quiet");
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+            },
+        )
+        .unwrap();
     }
 
     // Checks a transaction's state survives the wire exactly: buffered writes (a put, a

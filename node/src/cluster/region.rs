@@ -408,8 +408,10 @@ mod tests {
     // Checks a waiter gets the value once ready, holds a place meanwhile, and expires.
     #[test]
     fn unit_buffer_wait_delivers_and_expires() {
-        glommio::LocalExecutorBuilder::default()
-            .spawn(|| async {
+        storage::park::run_watched(
+            "region-test",
+            glommio::LocalExecutorBuilder::default,
+            || async {
                 let b = Buffers::new(limits(4, 4));
                 let polls = std::cell::Cell::new(0);
                 let got = b
@@ -432,18 +434,19 @@ mod tests {
                     b.wait_for(BufferKey::Fragment(FragmentId::new(1)), || None::<()>).await;
                 assert!(matches!(never, Err(RegionError::WaitExpired { .. })));
                 assert!(b.held().is_empty());
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+            },
+        )
+        .unwrap();
     }
 
     // Checks the stale-epoch retry: the region waits until its map is newer than the one the
     // owner refused (and at least the owner's), then routes again; the attempts are bounded.
     #[test]
     fn unit_stale_epoch_refresh_waits_and_is_bounded() {
-        glommio::LocalExecutorBuilder::default()
-            .spawn(|| async {
+        storage::park::run_watched(
+            "region-test",
+            glommio::LocalExecutorBuilder::default,
+            || async {
                 let b = Buffers::new(limits(4, 4));
                 let polls = std::cell::Cell::new(0u64);
                 // The map reaches epoch 3 on the third look.
@@ -466,18 +469,19 @@ mod tests {
                 let mut last = crate::cluster::limits::REGION_RETRIES_MAX;
                 let churn = refresh(&b, || 9, 1, 0, &mut last).await;
                 assert_eq!(churn, Err(RegionError::MapChurn { attempts: last }));
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+            },
+        )
+        .unwrap();
     }
 
     // Checks a statement for a fragment being moved waits in that fragment's buffer until it
     // has a location again, and one for other fragments does not wait.
     #[test]
     fn unit_wait_located_buffers_per_fragment() {
-        glommio::LocalExecutorBuilder::default()
-            .spawn(|| async {
+        storage::park::run_watched(
+            "region-test",
+            glommio::LocalExecutorBuilder::default,
+            || async {
                 let b = Buffers::new(limits(1, 4));
                 let f = FragmentId::new;
                 let looks = std::cell::Cell::new(0);
@@ -498,10 +502,9 @@ mod tests {
                 assert!(wait_located(&b, &[f(1), f(2)], moving).await.unwrap());
                 assert!(looks.get() >= 4);
                 assert!(b.held().is_empty());
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+            },
+        )
+        .unwrap();
     }
 
     // Checks which fragments an executor of a node opens from a map.
