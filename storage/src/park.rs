@@ -130,8 +130,20 @@ impl Watcher {
         // SAFETY: `pthread_self` has no preconditions.
         let thread = unsafe { libc::pthread_self() };
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        slots.push(Some(Slot { thread, pulse, seen: 0 }));
-        Watched { slots: Arc::clone(&self.slots), at: slots.len() - 1 }
+        let slot = Some(Slot { thread, pulse, seen: 0 });
+        // An ended thread's slot is reused, so the table stays as long as the most threads
+        // watched at once.
+        let at = match slots.iter_mut().enumerate().find(|(_, s)| s.is_none()) {
+            Some((free, s)) => {
+                *s = slot;
+                free
+            }
+            None => {
+                slots.push(slot);
+                slots.len() - 1
+            }
+        };
+        Watched { slots: Arc::clone(&self.slots), at }
     }
 }
 
