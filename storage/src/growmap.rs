@@ -182,7 +182,7 @@ impl<K: Hash + Eq, V> GrowMap<K, V> {
     fn value_mut<Q>(&mut self, hash: u64, q: &Q) -> Option<&mut V>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Eq + ?Sized,
     {
         let (in_cur, i) = self.find_bucket(hash, q)?;
         let table = if in_cur { &mut self.cur } else { &mut self.old };
