@@ -1090,7 +1090,7 @@ impl Core {
                     break;
                 }
                 let _ = mesh
-                    .call(ExecutorIndex::new(0), move |core| async move {
+                    .call_background(ExecutorIndex::new(0), move |core| async move {
                         if let Some(c) = core.coordinator() {
                             for txid in batch {
                                 c.finished(core.shared().two_phase_gate(), txid).await;
@@ -1116,7 +1116,7 @@ impl Core {
         let Some(mesh) = mesh else {
             return Err(EngineError::Call(crate::runtime::CallError::Stopped(self.index)));
         };
-        mesh.call(ExecutorIndex::new(0), move |core| async move {
+        mesh.call_background(ExecutorIndex::new(0), move |core| async move {
             match core.coordinator() {
                 Some(c) => c.decide(gate_shared.txn.two_phase_gate(), txid, false, &[], 0).await,
                 None => Err(EngineError::Call(crate::runtime::CallError::Stopped(core.index()))),

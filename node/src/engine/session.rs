@@ -1509,7 +1509,6 @@ impl Session {
         if executor == self.core.index() {
             return self.core.wait_released(txid).await;
         }
-        self.core.metrics().mesh_call();
         self.ctx
             .mesh
             .call(executor, move |core| async move { core.wait_released(txid).await })
@@ -1690,7 +1689,6 @@ impl Session {
         let rest: Vec<(ExecutorIndex, Vec<FragmentId>)> =
             groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
         let (others_tx, others_rx) = flume::bounded::<bool>(1);
-        self.core.metrics().mesh_call();
         // Polled first, so the call is on its way before the other shares start preparing;
         // awaited in this task (no task of its own to wake). If this session goes away
         // meanwhile the sender is dropped and the coordinator's side aborts.
@@ -1807,7 +1805,6 @@ impl Session {
                 .detach()
             } else {
                 let (mesh, executor) = (self.ctx.mesh.clone(), *executor);
-                self.core.metrics().mesh_call();
                 glommio::spawn_local(async move {
                     let _ = mesh
                         .call(executor, move |core| async move {
@@ -1846,7 +1843,6 @@ impl Session {
             }
             return Ok(commit);
         }
-        self.core.metrics().mesh_call();
         self.ctx
             .mesh
             .call(ExecutorIndex::new(0), move |core| async move {
@@ -2041,7 +2037,6 @@ impl Session {
             && !groups.contains_key(&here)
             && let Some((executor, targets)) = groups.pop_first()
         {
-            self.core.metrics().mesh_call();
             let with = with.clone();
             let answer =
                 self.ctx.mesh.call(executor, move |core| work(core, with, targets)).await?;
@@ -2057,7 +2052,6 @@ impl Session {
             let mesh = self.ctx.mesh.clone();
             let with = with.clone();
             let work = work.clone();
-            self.core.metrics().mesh_call();
             remote.push(glommio::spawn_local(async move {
                 mesh.call(executor, move |core| work(core, with, targets)).await
             }));
@@ -2358,7 +2352,6 @@ impl Session {
         if self.core.index() == catalog_owner {
             return self.core.change_catalog(collection, decide).await;
         }
-        self.core.metrics().mesh_call();
         self.ctx
             .mesh
             .call(catalog_owner, move |core| async move {
