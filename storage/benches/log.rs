@@ -200,10 +200,12 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
     }
     let io = f.io_stats();
     println!(
-        "  group commits: {} fdatasyncs, {:.1} writes each, {} pipelined (started behind another)",
+        "  group commits: {} fdatasyncs, {:.1} writes each, {} pipelined (started behind another), rolls waiting for a late spare {}, without a spare {}",
         io.fdatasyncs,
         io.writes_synced as f64 / io.fdatasyncs.max(1) as f64,
-        io.pipelined
+        io.pipelined,
+        io.spare_late,
+        io.spare_missed
     );
     Rc::try_unwrap(f).expect("sole owner").close().await;
     std::fs::remove_dir_all(&fdir).expect("cleanup");

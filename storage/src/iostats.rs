@@ -112,9 +112,12 @@ pub struct IoStats {
     /// Group commits whose write started while the previous chunk's write or fdatasync was
     /// still under way (the pipeline's second chunk).
     pub pipelined: u64,
-    /// Segment rolls that found no zero-filled spare ready and wrote the new segment's zeros
-    /// while writers waited.
+    /// Segment rolls that found no spare (none started, or its fill failed) and wrote the new
+    /// segment's zeros while writers waited.
     pub spare_missed: u64,
+    /// Segment rolls that found the spare's paced zero-fill still under way and waited for
+    /// the rest of it at full speed.
+    pub spare_late: u64,
 }
 
 /// The live counters, updated by the group-commit writer.
@@ -127,6 +130,7 @@ pub(crate) struct IoCounters {
     fdatasync_micros: RefCell<Histogram>,
     pipelined: Cell<u64>,
     spare_missed: Cell<u64>,
+    spare_late: Cell<u64>,
 }
 
 impl Default for IoCounters {
@@ -139,6 +143,7 @@ impl Default for IoCounters {
             fdatasync_micros: RefCell::new(Histogram::latency()),
             pipelined: Cell::new(0),
             spare_missed: Cell::new(0),
+            spare_late: Cell::new(0),
         }
     }
 }
@@ -158,7 +163,12 @@ impl IoCounters {
         self.pipelined.set(self.pipelined.get() + 1);
     }
 
-    /// A roll found no spare ready.
+    /// A roll waited for the spare's fill to finish.
+    pub(crate) fn spare_late(&self) {
+        self.spare_late.set(self.spare_late.get() + 1);
+    }
+
+    /// A roll found no spare at all.
     pub(crate) fn spare_missed(&self) {
         self.spare_missed.set(self.spare_missed.get() + 1);
     }
@@ -172,6 +182,7 @@ impl IoCounters {
             fdatasync_micros: self.fdatasync_micros.borrow().clone(),
             pipelined: self.pipelined.get(),
             spare_missed: self.spare_missed.get(),
+            spare_late: self.spare_late.get(),
         }
     }
 }
