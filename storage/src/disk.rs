@@ -38,6 +38,14 @@ pub trait DiskFile {
         let _ = how;
         write_then_sync(self, buf, offset)
     }
+    /// Writes all of `buf` at `offset`, started at once rather than when the executor next
+    /// hands its ring requests to the kernel (on [`DmaDisk`]: on glommio's blocking thread).
+    /// For background writes that should overlap the CPU of the tasks that run now (a spare
+    /// segment's zero-fill) instead of meeting the next chunk's write on the disk.
+    /// By default `write_at`.
+    fn write_at_now(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()> {
+        self.write_at(buf, offset)
+    }
     /// Closes the file.
     fn close(self: Rc<Self>) -> IoFuture<'static, ()>;
 }
@@ -110,6 +118,35 @@ impl DmaDiskFile {
     }
 }
 
+impl DmaDiskFile {
+    /// `pwrite` of all of `buf` at `offset`, then with `sync` an fdatasync, on glommio's
+    /// blocking thread.
+    fn on_blocking_thread(&self, buf: DmaBuffer, offset: u64, sync: bool) -> IoFuture<'_, ()> {
+        let file = match self.sync_file() {
+            Ok(file) => file,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        Box::pin(async move {
+            let (addr, len) = (buf.as_ptr() as usize, buf.len());
+            let done = Arc::new(AtomicBool::new(false));
+            let lent = Lent { _buf: buf, done: done.clone() };
+            let result = glommio::executor()
+                .spawn_blocking(move || {
+                    let _finish = SetOnDrop(done);
+                    // SAFETY: `addr..addr + len` is the DmaBuffer held by `lent`, which is not
+                    // touched by anyone else and not freed before `_finish` is dropped at the
+                    // end of this closure (`Lent::drop` waits for it).
+                    let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+                    std::os::unix::fs::FileExt::write_all_at(&*file, bytes, offset)?;
+                    if sync { file.sync_data() } else { Ok(()) }
+                })
+                .await;
+            drop(lent);
+            result
+        })
+    }
+}
+
 /// A chunk buffer lent to the blocking thread. Dropping it (the write's future dropped before
 /// the thread finished) waits for the thread, so the memory is never freed under a write.
 struct Lent {
@@ -166,28 +203,11 @@ impl DiskFile for DmaDiskFile {
         if how == ChunkIo::Ring {
             return write_then_sync(self, buf, offset);
         }
-        let file = match self.sync_file() {
-            Ok(file) => file,
-            Err(e) => return Box::pin(async move { Err(e) }),
-        };
-        Box::pin(async move {
-            let (addr, len) = (buf.as_ptr() as usize, buf.len());
-            let done = Arc::new(AtomicBool::new(false));
-            let lent = Lent { _buf: buf, done: done.clone() };
-            let result = glommio::executor()
-                .spawn_blocking(move || {
-                    let _finish = SetOnDrop(done);
-                    // SAFETY: `addr..addr + len` is the DmaBuffer held by `lent`, which is not
-                    // touched by anyone else and not freed before `_finish` is dropped at the
-                    // end of this closure (`Lent::drop` waits for it).
-                    let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
-                    std::os::unix::fs::FileExt::write_all_at(&*file, bytes, offset)?;
-                    file.sync_data()
-                })
-                .await;
-            drop(lent);
-            result
-        })
+        self.on_blocking_thread(buf, offset, true)
+    }
+
+    fn write_at_now(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()> {
+        self.on_blocking_thread(buf, offset, false)
     }
 
     fn close(self: Rc<Self>) -> IoFuture<'static, ()> {

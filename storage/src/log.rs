@@ -583,7 +583,8 @@ fn complete(inner: &Rc<Inner>, flight: Flight) {
     let Flight { batch, spans, seg, pos, total, started, .. } = flight;
     let Some(last) = batch.last() else { return };
     let took = started.elapsed();
-    inner.io.synced(batch.len(), total, took);
+    let filling = inner.spare_pace.borrow().is_some();
+    inner.io.synced(batch.len(), total, took, filling);
     if inner.writer_own_queue.get() {
         // What `waves_split` decides on (only read when the writer has its own queue).
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);

@@ -297,7 +297,13 @@ pub async fn prepare_zeroed(
         {
             head.copy_from_slice(&header.encode());
         }
-        file.write_at(buf, offset).await?;
+        if pace.is_some() {
+            // Started now, while the writers that the last chunk woke run, instead of with the
+            // next chunk's write at the end of their wave (`DiskFile::write_at_now`).
+            file.write_at_now(buf, offset).await?;
+        } else {
+            file.write_at(buf, offset).await?;
+        }
         offset += len as u64;
     }
     file.fdatasync().await?;

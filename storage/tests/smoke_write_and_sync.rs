@@ -1,7 +1,7 @@
 //! `DiskFile::write_and_sync` on the real disk, both ways (`ChunkIo::Now`: glommio's blocking
 //! thread; `ChunkIo::Ring`: io_uring). The data lands where asked, and dropping the future
 //! while the thread is still writing waits for the thread instead of freeing the buffer under
-//! it.
+//! it. `DiskFile::write_at_now` takes the blocking thread too.
 
 mod common;
 
@@ -38,6 +38,26 @@ fn write_and_sync_writes_the_chunk_at_its_offset() {
         assert!(back[..2 * BLOCK].iter().all(|&b| b == 0xA5));
         assert!(back[2 * BLOCK..3 * BLOCK].iter().all(|&b| b == 0), "the gap stays a hole");
         assert!(back[3 * BLOCK..].iter().all(|&b| b == 0x5A));
+    });
+}
+
+// `write_at_now` (the spare's zero-fill) writes on the blocking thread without a sync: the
+// bytes land at their offset, and a later fdatasync through the ring covers them.
+#[test]
+fn write_at_now_writes_at_its_offset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("seg");
+    run(move || async move {
+        let file = DmaDisk.create(&path).await.expect("create");
+        file.write_at_now(filled(&*file, BLOCK, 0x11), BLOCK as u64).await.expect("now");
+        file.write_at_now(filled(&*file, BLOCK, 0x22), 0).await.expect("now");
+        file.fdatasync().await.expect("sync");
+        file.close().await.expect("close");
+        let std_file = std::fs::File::open(&path).expect("open");
+        let mut back = vec![0u8; 2 * BLOCK];
+        std_file.read_exact_at(&mut back, 0).expect("read");
+        assert!(back[..BLOCK].iter().all(|&b| b == 0x22));
+        assert!(back[BLOCK..].iter().all(|&b| b == 0x11));
     });
 }
 
