@@ -336,6 +336,8 @@ pub enum CrashMode {
 struct FaultState {
     fdatasyncs: Cell<u64>,
     fail_fdatasync_after: Cell<Option<u64>>,
+    /// The one fdatasync call (by number) that fails; the ones after it succeed again.
+    fail_one_fdatasync: Cell<Option<u64>>,
     next_file: Cell<u64>,
     /// Current path of every file opened through this disk (renames update it).
     paths: RefCell<Vec<Rc<RefCell<PathBuf>>>>,
@@ -365,6 +367,13 @@ impl FaultyDisk {
     /// Lets `n` more fdatasync calls succeed; every later one fails with EIO.
     pub fn fail_fdatasync_after(&self, n: u64) {
         self.state.fail_fdatasync_after.set(Some(self.state.fdatasyncs.get() + n));
+    }
+
+    /// Lets `n` more fdatasync calls succeed, fails the next one with EIO, and lets every
+    /// later one succeed again (a transient device error: a later fdatasync must not be taken
+    /// to cover what the failed one did not).
+    pub fn fail_one_fdatasync_after(&self, n: u64) {
+        self.state.fail_one_fdatasync.set(Some(self.state.fdatasyncs.get() + n + 1));
     }
 
     /// Number of fdatasync calls so far.
@@ -421,7 +430,9 @@ impl DiskFile for FaultyFile {
         Box::pin(async move {
             let n = self.state.fdatasyncs.get() + 1;
             self.state.fdatasyncs.set(n);
-            if self.state.fail_fdatasync_after.get().is_some_and(|limit| n > limit) {
+            if self.state.fail_fdatasync_after.get().is_some_and(|limit| n > limit)
+                || self.state.fail_one_fdatasync.get() == Some(n)
+            {
                 return Err(io::Error::from_raw_os_error(5));
             }
             self.inner.fdatasync().await?;
