@@ -148,6 +148,8 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
         Fragment::open(&fdir, FragmentId::new(1), ShardRange::ALL, options).await.expect("open"),
     );
     let hist = Rc::new(RefCell::new(Histogram::<u64>::new(3).expect("histogram")));
+    // The acks that came while the spare segment was being zero-filled.
+    let filling = Rc::new(RefCell::new(Histogram::<u64>::new(3).expect("histogram")));
     let pad = "x".repeat(DOC_PAD_BYTES);
     let start = Instant::now();
     let cpu_start = thread_cpu_seconds();
@@ -156,6 +158,7 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
     let mut tasks = Vec::new();
     for w in 0..writers {
         let (f, hist, pad, started) = (f.clone(), hist.clone(), pad.clone(), started.clone());
+        let filling = filling.clone();
         tasks.push(glommio::spawn_local(async move {
             let mut n = 0u64;
             loop {
@@ -175,7 +178,11 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
                 );
                 let t = Instant::now();
                 f.apply(b).await.expect("apply");
-                hist.borrow_mut().record(nanos(t.elapsed())).expect("record");
+                let lat = t.elapsed();
+                hist.borrow_mut().record(nanos(lat)).expect("record");
+                if f.spare_filling() {
+                    filling.borrow_mut().record(nanos(lat)).expect("record");
+                }
                 n += 1;
             }
             n
@@ -207,14 +214,24 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
         io.spare_late,
         io.spare_missed
     );
-    let (all, filling) = (&io.fdatasync_micros, &io.fdatasync_micros_filling);
-    let rest = all.count() - filling.count();
+    let (all, during) = (&io.fdatasync_micros, &io.fdatasync_micros_filling);
+    let rest = all.count() - during.count();
     println!(
         "  chunk write+fdatasync mean: {:.0}us while a spare segment was zero-filled ({} chunks), {:.0}us otherwise ({rest} chunks)",
-        filling.sum() as f64 / filling.count().max(1) as f64,
-        filling.count(),
-        (all.sum() - filling.sum()) as f64 / rest.max(1) as f64,
+        during.sum() as f64 / during.count().max(1) as f64,
+        during.count(),
+        (all.sum() - during.sum()) as f64 / rest.max(1) as f64,
     );
+    {
+        let (h, fh) = (hist.borrow(), filling.borrow());
+        println!(
+            "  acks while a spare was zero-filled: {} of {}, p50={:.0}us p99={:.0}us",
+            fh.len(),
+            h.len(),
+            micros(&fh, 0.5),
+            micros(&fh, 0.99)
+        );
+    }
     Rc::try_unwrap(f).expect("sole owner").close().await;
     std::fs::remove_dir_all(&fdir).expect("cleanup");
 }

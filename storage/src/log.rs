@@ -933,6 +933,7 @@ mod tests {
     /// returns how many.
     async fn write_until_the_spare_starts(f: &Fragment) -> u64 {
         let mut n = 0;
+        assert!(!f.spare_filling());
         while f.inner.spare_pace.borrow().is_none() {
             put(f, &format!("d{n}"), 900).await;
             n += 1;
@@ -940,6 +941,7 @@ mod tests {
             // The spare task starts at its first poll.
             glommio::executor().yield_now().await;
         }
+        assert!(f.spare_filling());
         n
     }
 
