@@ -5,6 +5,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc instead of glibc malloc: each executor thread allocates and frees from its own heap.
+/// glibc's malloc/free (with `malloc_consolidate` and `unlink_chunk`) were about a tenth of an
+/// executor's CPU under cross-fragment transfers (BENCHMARKS.md, session 7).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Tessera, a sharded document store that speaks the PostgreSQL protocol.
 #[derive(Parser, Debug)]
 #[command(name = "tessera", version, about)]
