@@ -38,13 +38,18 @@ pub trait DiskFile {
         let _ = how;
         write_then_sync(self, buf, offset)
     }
-    /// Writes all of `buf` at `offset`, started at once rather than when the executor next
-    /// hands its ring requests to the kernel (on [`DmaDisk`]: on glommio's blocking thread).
-    /// For background writes that should overlap the CPU of the tasks that run now (a spare
-    /// segment's zero-fill) instead of meeting the next chunk's write on the disk.
-    /// By default `write_at`.
-    fn write_at_now(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()> {
-        self.write_at(buf, offset)
+    /// Writes `len` zero bytes at `offset` (both multiples of `limits::BLOCK_BYTES`), started
+    /// at once rather than when the executor next hands its ring requests to the kernel, and
+    /// without the caller's thread zeroing a buffer: on [`DmaDisk`], `pwrite`s on glommio's
+    /// blocking thread from a static block of zeros. For a spare segment's zero-fill, which
+    /// should overlap the CPU of the tasks running now instead of meeting the next chunk's
+    /// write on the disk. By default a zeroed buffer through `write_at`.
+    fn write_zeros_now(&self, offset: u64, len: usize) -> IoFuture<'_, ()> {
+        Box::pin(async move {
+            let mut buf = self.alloc(len);
+            buf.as_bytes_mut().fill(0);
+            self.write_at(buf, offset).await
+        })
     }
     /// Closes the file.
     fn close(self: Rc<Self>) -> IoFuture<'static, ()>;
@@ -119,9 +124,8 @@ impl DmaDiskFile {
 }
 
 impl DmaDiskFile {
-    /// `pwrite` of all of `buf` at `offset`, then with `sync` an fdatasync, on glommio's
-    /// blocking thread.
-    fn on_blocking_thread(&self, buf: DmaBuffer, offset: u64, sync: bool) -> IoFuture<'_, ()> {
+    /// `pwrite` of all of `buf` at `offset`, then an fdatasync, on glommio's blocking thread.
+    fn on_blocking_thread(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()> {
         let file = match self.sync_file() {
             Ok(file) => file,
             Err(e) => return Box::pin(async move { Err(e) }),
@@ -138,7 +142,7 @@ impl DmaDiskFile {
                     // end of this closure (`Lent::drop` waits for it).
                     let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
                     std::os::unix::fs::FileExt::write_all_at(&*file, bytes, offset)?;
-                    if sync { file.sync_data() } else { Ok(()) }
+                    file.sync_data()
                 })
                 .await;
             drop(lent);
@@ -146,6 +150,12 @@ impl DmaDiskFile {
         })
     }
 }
+
+/// Zeros for `write_zeros_now`, aligned for O_DIRECT: read-only, shared by every thread.
+#[repr(C, align(4096))]
+struct Zeros([u8; 256 << 10]);
+
+static ZEROS: Zeros = Zeros([0; 256 << 10]);
 
 /// A chunk buffer lent to the blocking thread. Dropping it (the write's future dropped before
 /// the thread finished) waits for the thread, so the memory is never freed under a write.
@@ -203,11 +213,32 @@ impl DiskFile for DmaDiskFile {
         if how == ChunkIo::Ring {
             return write_then_sync(self, buf, offset);
         }
-        self.on_blocking_thread(buf, offset, true)
+        self.on_blocking_thread(buf, offset)
     }
 
-    fn write_at_now(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()> {
-        self.on_blocking_thread(buf, offset, false)
+    fn write_zeros_now(&self, offset: u64, len: usize) -> IoFuture<'_, ()> {
+        let file = match self.sync_file() {
+            Ok(file) => file,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        Box::pin(async move {
+            glommio::executor()
+                .spawn_blocking(move || {
+                    let mut at = 0;
+                    while at < len {
+                        let n = (len - at).min(ZEROS.0.len());
+                        let zeros = ZEROS.0.get(..n).unwrap_or_default();
+                        std::os::unix::fs::FileExt::write_all_at(
+                            &*file,
+                            zeros,
+                            offset + at as u64,
+                        )?;
+                        at += n;
+                    }
+                    Ok(())
+                })
+                .await
+        })
     }
 
     fn close(self: Rc<Self>) -> IoFuture<'static, ()> {

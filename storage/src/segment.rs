@@ -289,19 +289,19 @@ pub async fn prepare_zeroed(
             None => rest.min(ZERO_FILL_BYTES as u64),
         };
         let len = usize::try_from(len).map_err(|_| io::Error::other("fill length"))?;
-        let mut buf = file.alloc(len);
-        let b = buf.as_bytes_mut();
-        b.fill(0);
-        if offset == 0
-            && let Some(head) = b.get_mut(..SEGMENT_HEADER_USED_BYTES)
-        {
-            head.copy_from_slice(&header.encode());
-        }
-        if pace.is_some() {
+        if offset > 0 && pace.is_some() {
             // Started now, while the writers that the last chunk woke run, instead of with the
-            // next chunk's write at the end of their wave (`DiskFile::write_at_now`).
-            file.write_at_now(buf, offset).await?;
+            // next chunk's write at the end of their wave; no buffer zeroed on this thread.
+            file.write_zeros_now(offset, len).await?;
         } else {
+            let mut buf = file.alloc(len);
+            let b = buf.as_bytes_mut();
+            b.fill(0);
+            if offset == 0
+                && let Some(head) = b.get_mut(..SEGMENT_HEADER_USED_BYTES)
+            {
+                head.copy_from_slice(&header.encode());
+            }
             file.write_at(buf, offset).await?;
         }
         offset += len as u64;
