@@ -11,7 +11,8 @@
 //! measures the executor CPU of each batch while the index grows (`TESSERA_BENCH_GROW_DOCS`
 //! new documents, default 3,000,000).
 //! `TESSERA_BENCH_SPLIT_WAVES=1` opens the write runs' fragments with
-//! `FragmentOptions::split_waves` (default off).
+//! `FragmentOptions::split_waves` (default off). Allocator: mimalloc, as the node's binary;
+//! transparent huge pages off unless `TESSERA_BENCH_THP=on`.
 
 use std::cell::RefCell;
 use std::ops::ControlFlow;
@@ -22,6 +23,12 @@ use hdrhistogram::Histogram;
 use router::{FragmentId, ShardId, ShardRange};
 use serde_json::json;
 use storage::{Disk, DmaDisk, Fragment, FragmentOptions, WriteBatch};
+
+/// mimalloc, as the node's binary (main `75b36a4`): the write path's allocations are part of
+/// its CPU per write. Transparent huge pages are off for this process unless
+/// `TESSERA_BENCH_THP=on` (see `main`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The park watchdog's heartbeat period for the bench (it checks every 4 periods, 20 ms, like
 /// the node's); the bench runs no heartbeat, so each check signals its executor.
@@ -371,6 +378,15 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         println!("storage bench: skipped outside `cargo bench -p storage --bench log`");
         return;
+    }
+    // With transparent huge pages, mimalloc backs the index's large tables with 2 MiB pages,
+    // and the random inserts into a freshly doubled table fault them all within a few waves:
+    // 0.1-0.5 s acks at each doubling on dev-2c (BENCHMARKS.md, session 7, `s7-ack`).
+    if std::env::var("TESSERA_BENCH_THP").map_or(true, |v| v != "on") {
+        // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integers and only sets a flag of
+        // this process's memory map.
+        let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+        assert_eq!(rc, 0, "PR_SET_THP_DISABLE");
     }
     let seconds: u64 =
         std::env::var("TESSERA_BENCH_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
