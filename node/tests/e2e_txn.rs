@@ -286,7 +286,14 @@ async fn show_transactions_lists_open_blocks() {
     let names: Vec<_> = counters.iter().map(|r| r[0].clone().unwrap()).collect();
     assert_eq!(
         names,
-        ["fast_path_commits", "two_phase_commits", "read_only_commits", "aborts", "conflicts"]
+        [
+            "fast_path_commits",
+            "two_phase_commits",
+            "read_only_commits",
+            "aborts",
+            "conflicts",
+            "held_waits"
+        ]
     );
 }
 

@@ -12,13 +12,24 @@
 //! |  a fragment segment (chunk header, frames, zero padding);     |
 //! |  "LSNs" number the file's records from 1, contiguously       |
 //! +--------------------------------------------------------------+
-//! | chunk ...  (the file ends after the last chunk's padding)    |
+//! | chunk ...                                                    |
+//! +--------------------------------------------------------------+
+//! | zeros up to the end of the file (preallocated, see below)    |
 //! +--------------------------------------------------------------+
 //! ```
 //!
 //! The header CRC covers bytes `0..12` and `16..32`. Reading stops at the first chunk that does
-//! not check out: when no valid chunk follows it, it is a torn tail (the last write, never
-//! acknowledged) and is dropped; when one does, the journal is corrupt. Opening always copies
+//! not check out: when only zeros follow, that is the clean end; otherwise, when no valid chunk
+//! follows it, it is a torn tail (the last write, never acknowledged) and is dropped; when one
+//! does, the journal is corrupt.
+//!
+//! Files are zero-filled ahead of the tail ([`JOURNAL_PREALLOC_BYTES`] at creation, again
+//! whenever less than [`JOURNAL_PREALLOC_LOW_BYTES`] remain after a group commit), so an append
+//! overwrites blocks already in the file: its fdatasync does not write the inode for a size
+//! change, and its O_DIRECT write is not an extending one. Files of format version 1 written
+//! before preallocation (no zeros after the last chunk) read exactly as before; a reader
+//! without the zero rule reads a preallocated file's records all the same, calling the zeros a
+//! torn tail, so the version stays 1. Opening always copies
 //! the records recovered into a fresh file (`seq + 1`) and removes the old one, so a torn tail
 //! never stays under later appends. [`Journal::rewrite`] does the same with the records the
 //! caller still needs, which is how a journal forgets.
@@ -32,8 +43,8 @@ use crate::disk::{Disk, DiskFile, DmaDisk};
 use crate::error::JournalError;
 use crate::format::{ChunkHeader, Damage, decode_frame, encode_frame, frame_bytes};
 use crate::limits::{
-    BLOCK_BYTES, CHUNK_HEADER_BYTES, JOURNAL_CHUNK_BYTES_MAX, JOURNAL_QUEUE_RECORDS_MAX,
-    JOURNAL_RECORD_BYTES_MAX,
+    BLOCK_BYTES, CHUNK_HEADER_BYTES, JOURNAL_CHUNK_BYTES_MAX, JOURNAL_PREALLOC_BYTES,
+    JOURNAL_PREALLOC_LOW_BYTES, JOURNAL_QUEUE_RECORDS_MAX, JOURNAL_RECORD_BYTES_MAX,
 };
 
 /// The journal format version.
@@ -59,7 +70,7 @@ pub struct JournalImage {
     pub records: Vec<Vec<u8>>,
     /// Offset after the last valid chunk.
     pub end: u64,
-    /// Whether a torn tail was dropped.
+    /// Whether a torn tail was dropped (zeros after the last chunk are no torn tail).
     pub torn: bool,
 }
 
@@ -126,6 +137,10 @@ pub fn read_journal(bytes: &[u8]) -> Result<JournalImage, (u64, Damage)> {
                 at = end;
             }
             Err(damage) => {
+                if bytes.get(at..).is_some_and(|rest| rest.iter().all(|&x| x == 0)) {
+                    cov_mark::hit!(journal_zeroed_end);
+                    return Ok(JournalImage { seq, salt, records, end: at as u64, torn: false });
+                }
                 // Torn tail, unless a valid chunk with later records follows.
                 let mut probe = at + HEADER_BLOCK;
                 while probe < bytes.len() {
@@ -250,6 +265,8 @@ struct Tail {
     pos: u64,
     /// Number of the next record.
     next: u64,
+    /// Bytes in the file: everything past `pos` is zeros.
+    allocated: u64,
 }
 
 /// A durable journal of opaque records in one directory, used by one executor.
@@ -370,10 +387,13 @@ impl Journal {
             pos += len as u64;
             next += group.len() as u64;
         }
+        zero_fill(file.as_ref(), pos).await.map_err(io(&tmp))?;
+        let allocated = pos + JOURNAL_PREALLOC_BYTES as u64;
         file.fdatasync().await.map_err(io(&tmp))?;
         self.disk.rename(&tmp, &path).await.map_err(io(&tmp))?;
         self.disk.sync_dir(&self.dir).await.map_err(io(&self.dir))?;
-        let old = self.tail.borrow_mut().replace(Tail { file, path, seq, salt, pos, next });
+        let old =
+            self.tail.borrow_mut().replace(Tail { file, path, seq, salt, pos, next, allocated });
         if let Some(old) = old {
             let _ = old.file.close().await;
             self.disk.remove(&old.path).await.map_err(io(&old.path))?;
@@ -432,9 +452,7 @@ impl Journal {
             let result = self.write_batch(&batch).await;
             drop(permit);
             if let Err(e) = &result {
-                let reason = e.to_string();
-                tracing::error!(%reason, "journal write failed; journal stops");
-                *self.fatal.borrow_mut() = Some(reason);
+                self.stop(e);
             }
             for (_, slot) in &batch {
                 slot.complete(match &result {
@@ -443,14 +461,34 @@ impl Journal {
                 });
             }
             if result.is_err() {
-                let rest: Vec<_> = self.queue.borrow_mut().drain(..).collect();
-                for (_, slot) in rest {
-                    slot.complete(Err(JournalError::Fatal {
-                        reason: self.fatal.borrow().clone().unwrap_or_default(),
-                    }));
-                }
+                self.fail_queued();
                 return;
             }
+            // The batch is acknowledged; zeros written now (not synced: the next batch's
+            // fdatasync carries them and the new size) delay only the next batch, once per
+            // JOURNAL_PREALLOC_BYTES of chunks.
+            if let Err(e) = self.extend_if_low().await {
+                self.stop(&e);
+                self.fail_queued();
+                return;
+            }
+        }
+    }
+
+    /// Marks the journal stopped after a failed write.
+    fn stop(&self, e: &JournalError) {
+        let reason = e.to_string();
+        tracing::error!(%reason, "journal write failed; journal stops");
+        *self.fatal.borrow_mut() = Some(reason);
+    }
+
+    /// Fails every queued append (the journal stopped).
+    fn fail_queued(&self) {
+        let rest: Vec<_> = self.queue.borrow_mut().drain(..).collect();
+        for (_, slot) in rest {
+            slot.complete(Err(JournalError::Fatal {
+                reason: self.fatal.borrow().clone().unwrap_or_default(),
+            }));
         }
     }
 
@@ -472,6 +510,33 @@ impl Journal {
         if let Some(t) = self.tail.borrow_mut().as_mut() {
             t.pos = pos + len as u64;
             t.next = next + records.len() as u64;
+            t.allocated = t.allocated.max(t.pos);
+        }
+        Ok(())
+    }
+
+    /// Writes [`JOURNAL_PREALLOC_BYTES`] of zeros past the end of the file when fewer than
+    /// [`JOURNAL_PREALLOC_LOW_BYTES`] remain past the tail.
+    async fn extend_if_low(&self) -> Result<(), JournalError> {
+        let _permit = self
+            .io
+            .acquire_permit(1)
+            .await
+            .map_err(|e| JournalError::Fatal { reason: e.to_string() })?;
+        let (file, path, allocated) = {
+            let tail = self.tail.borrow();
+            let Some(t) = tail.as_ref() else { return Ok(()) };
+            if t.allocated - t.pos >= JOURNAL_PREALLOC_LOW_BYTES as u64 {
+                return Ok(());
+            }
+            (t.file.clone(), t.path.clone(), t.allocated)
+        };
+        cov_mark::hit!(journal_extended);
+        zero_fill(file.as_ref(), allocated)
+            .await
+            .map_err(|source| JournalError::Io { path, source })?;
+        if let Some(t) = self.tail.borrow_mut().as_mut() {
+            t.allocated = allocated + JOURNAL_PREALLOC_BYTES as u64;
         }
         Ok(())
     }
@@ -508,7 +573,7 @@ impl Journal {
         self.install(seq, &keep).await
     }
 
-    /// Bytes of the current file (header and chunks).
+    /// Bytes of the current file's header and chunks (not the zeros preallocated after them).
     pub fn bytes(&self) -> u64 {
         self.tail.borrow().as_ref().map_or(0, |t| t.pos)
     }
@@ -552,6 +617,13 @@ pub fn read_dir_records(dir: &Path) -> Result<Vec<Vec<u8>>, JournalError> {
         what,
     })?;
     Ok(image.records)
+}
+
+/// Writes [`JOURNAL_PREALLOC_BYTES`] of zeros at `at` (not synced).
+async fn zero_fill(file: &dyn DiskFile, at: u64) -> std::io::Result<()> {
+    let mut buf = file.alloc(JOURNAL_PREALLOC_BYTES);
+    buf.as_bytes_mut().fill(0);
+    file.write_at(buf, at).await
 }
 
 /// Splits records into groups that each fit one chunk.
@@ -679,10 +751,104 @@ mod tests {
         }
     }
 
+    /// `image` followed by the zeros a preallocated file holds past its last chunk.
+    fn preallocated(records: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = image(records);
+        out.resize(out.len() + JOURNAL_PREALLOC_BYTES, 0);
+        out
+    }
+
+    // Checks that zeros after the last chunk are the clean end of a preallocated file, not a
+    // torn tail, also for a file holding no chunk yet.
+    #[test]
+    fn unit_preallocated_zeros_are_clean_end() {
+        cov_mark::check!(journal_zeroed_end);
+        let r = recs(3);
+        let img = read_journal(&preallocated(&r)).expect("valid");
+        assert_eq!(img.records, r);
+        assert!(!img.torn);
+        assert_eq!(img.end, image(&r).len() as u64);
+        let empty = read_journal(&preallocated(&[])).expect("valid");
+        assert!(empty.records.is_empty() && !empty.torn);
+        assert_eq!(empty.end, HEADER_BLOCK as u64);
+    }
+
+    // Keeps only the first `cut` bytes of a preallocated image's chunks, zeros after (a write
+    // that reached the disk in part, over preallocated zeros): each chunk whose bytes all
+    // survived is read, a chunk with some of its bytes is a torn tail, never an error.
+    #[test]
+    fn unit_preallocated_torn_tail_at_every_offset() {
+        let r = recs(3);
+        let full = preallocated(&r);
+        let chunks_end = image(&r).len();
+        // Offset after the last non-zero byte of each chunk: its bytes beyond are zeros anyway.
+        let data_end: Vec<usize> = (0..r.len())
+            .map(|i| {
+                let base = HEADER_BLOCK * (i + 1);
+                let block = &full[base..base + HEADER_BLOCK];
+                base + block.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1)
+            })
+            .collect();
+        for cut in HEADER_BLOCK..=chunks_end {
+            let mut b = full.clone();
+            b[cut..].fill(0);
+            let img = read_journal(&b).expect("a cut is a torn tail");
+            let whole = data_end.iter().take_while(|&&e| e <= cut).count();
+            assert_eq!(img.records, r[..whole], "cut at {cut}");
+            let base = HEADER_BLOCK * (whole + 1);
+            assert_eq!(img.torn, cut > base, "cut at {cut}");
+        }
+    }
+
+    // Flips bits in each chunk of a preallocated image and in the zeros after it: damage in
+    // the last chunk or in the zeros is a torn tail that keeps every earlier record, damage
+    // in an earlier chunk is corruption.
+    #[test]
+    fn unit_preallocated_bit_flips() {
+        let r = recs(3);
+        let full = preallocated(&r);
+        for chunk in 0..3 {
+            let base = HEADER_BLOCK * (chunk + 1);
+            for byte in base..base + 64 {
+                for bit in 0..8 {
+                    let mut b = full.clone();
+                    b[byte] ^= 1 << bit;
+                    match read_journal(&b) {
+                        Ok(img) => {
+                            assert_eq!(chunk, 2, "flip at {byte}:{bit} passed in chunk {chunk}");
+                            assert_eq!(img.records, r[..2]);
+                            assert!(img.torn);
+                        }
+                        Err(_) => assert!(chunk < 2, "flip at {byte}:{bit} in the last chunk"),
+                    }
+                }
+            }
+        }
+        let zeros_from = image(&r).len();
+        for byte in [zeros_from, zeros_from + 1, zeros_from + 5000, full.len() - 1] {
+            let mut b = full.clone();
+            b[byte] = 0x80;
+            let img = read_journal(&b).expect("junk after the last chunk is a torn tail");
+            assert_eq!(img.records, r);
+            assert!(img.torn, "junk at {byte}");
+        }
+    }
+
+    // Checks that a valid chunk written after zeros (a lost write, then a later one) is
+    // corruption, not a clean end: the zero rule needs zeros to the end of the file.
+    #[test]
+    fn unit_valid_chunk_after_zeros_is_corruption() {
+        let r = recs(3);
+        let mut b = preallocated(&r);
+        b[HEADER_BLOCK * 2..HEADER_BLOCK * 3].fill(0);
+        assert!(read_journal(&b).is_err());
+    }
+
     // Checks the fuzz body on a valid image and on junk.
     #[test]
     fn unit_fuzz_body_round_trips() {
         fuzz_journal_reader(&image(&recs(5)));
+        fuzz_journal_reader(&preallocated(&recs(5)));
         fuzz_journal_reader(&[0u8; 5000]);
         fuzz_journal_reader(b"TESSJRN\0");
     }

@@ -128,7 +128,19 @@ pub const JOURNAL_CHUNK_BYTES_MAX: usize = 1 << 20;
 /// the caller's bound on transactions in flight).
 pub const JOURNAL_QUEUE_RECORDS_MAX: usize = 1 << 16;
 
+/// Zeroed bytes a journal file is given past its last chunk when it is created, and each time
+/// it is extended: appends then overwrite blocks already in the file, so a decision's
+/// fdatasync need not write the inode (the size does not change) and its O_DIRECT write is
+/// not an extending one (which the kernel punts to a worker thread). 256 one-block chunks.
+pub const JOURNAL_PREALLOC_BYTES: usize = 1 << 20;
+
+/// When fewer zeroed bytes than this remain past the tail after a group commit, the journal
+/// writes another [`JOURNAL_PREALLOC_BYTES`] of zeros past the end before the next one.
+pub const JOURNAL_PREALLOC_LOW_BYTES: usize = 256 << 10;
+
 const _: () = assert!((JOURNAL_CHUNK_BYTES_MAX as u64).is_multiple_of(BLOCK_BYTES));
+const _: () = assert!((JOURNAL_PREALLOC_BYTES as u64).is_multiple_of(BLOCK_BYTES));
+const _: () = assert!(JOURNAL_PREALLOC_LOW_BYTES < JOURNAL_PREALLOC_BYTES);
 const _: () = assert!(
     JOURNAL_RECORD_BYTES_MAX + CHUNK_HEADER_BYTES + FRAME_HEADER_BYTES + RECORD_ALIGN_BYTES
         <= JOURNAL_CHUNK_BYTES_MAX

@@ -88,3 +88,40 @@ fn crash_after_failed_fdatasync() {
         });
     }
 }
+
+// Checks that a journal file is zero-filled ahead of its tail: created with
+// JOURNAL_PREALLOC_BYTES of zeros, extended while appends fill it, never reported in `bytes()`;
+// and that a crash that drops the unsynced zeros (or keeps them) loses no acknowledged record.
+#[test]
+fn preallocated_ahead_of_the_tail() {
+    use storage::limits::{JOURNAL_PREALLOC_BYTES, JOURNAL_PREALLOC_LOW_BYTES};
+    for mode in [CrashMode::DropUnsynced, CrashMode::KeepUnsynced] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().to_path_buf();
+        run(move || async move {
+            let disk = FaultyDisk::new();
+            let (j, _) = Journal::open_with(&path, Rc::new(disk.clone())).await.expect("open");
+            let file_len = || {
+                let entry = std::fs::read_dir(&path).expect("dir").next().expect("a file");
+                entry.expect("entry").metadata().expect("metadata").len()
+            };
+            assert_eq!(j.bytes(), 4096, "a fresh journal holds its header only");
+            assert_eq!(file_len(), 4096 + JOURNAL_PREALLOC_BYTES as u64);
+            // One chunk (one block) per sequential append: past the low mark, the file grows.
+            let n = JOURNAL_PREALLOC_BYTES / 4096 + 8;
+            for i in 0..n {
+                j.append(&rec(i)).await.expect("append");
+                assert!(file_len() >= j.bytes(), "the tail stays inside the file");
+            }
+            assert_eq!(j.bytes(), 4096 * (n as u64 + 1));
+            assert!(file_len() >= j.bytes() + JOURNAL_PREALLOC_LOW_BYTES as u64, "extended ahead");
+            j.close().await;
+            drop(j);
+            disk.crash(mode).expect("crash");
+            let (j, found) =
+                Journal::open_with(&path, Rc::new(FaultyDisk::new())).await.expect("reopen");
+            assert_eq!(found, (0..n).map(rec).collect::<Vec<_>>(), "{mode:?}");
+            j.close().await;
+        });
+    }
+}

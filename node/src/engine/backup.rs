@@ -145,7 +145,6 @@ pub async fn take_cut(core: &Rc<Core>, mesh: &Mesh<Core>) -> Result<Cut, EngineE
         let cuts = if index == core.index() {
             core.backup_cuts().await.map_err(|e| e.to_string())
         } else {
-            core.metrics().mesh_call();
             mesh.call(index, |c| async move { c.backup_cuts().await.map_err(|e| e.to_string()) })
                 .await?
         };

@@ -457,7 +457,9 @@ impl Coordinator {
 /// `k` participant fragments have a durable PREPARE, `2pc-after-decision` right after a COMMIT
 /// decision is durable, `2pc-during-apply` once the first participant fragment's Commit record
 /// is durable (the fragments after it not yet committed), and `2pc-stall-before-decision`
-/// makes a session sleep past the prepared-transaction timeout before deciding (no crash).
+/// makes a session sleep past the prepared-transaction timeout before deciding (no crash), and
+/// `2pc-pause-before-decision` makes it sleep three quarters of `TXN_HELD_WAIT_MAX` there
+/// (within what a session meeting its documents waits for them).
 /// Compiled in so the end-to-end crash tests run the real binary.
 pub mod fault {
     use super::*;
@@ -474,6 +476,9 @@ pub mod fault {
         /// Not a crash: the session sleeps between its prepares and its decision for longer
         /// than the prepared-transaction timeout, so the timeout resolves the transaction first.
         StallBeforeDecision,
+        /// Not a crash: the session sleeps between its prepares and its decision for less
+        /// than a commit meeting its documents waits for them.
+        PauseBeforeDecision,
     }
 
     static ARMED: OnceLock<Option<Fault>> = OnceLock::new();
@@ -487,6 +492,7 @@ pub mod fault {
                 "2pc-after-decision" => Some(Fault::AfterDecision),
                 "2pc-during-apply" => Some(Fault::DuringApply),
                 "2pc-stall-before-decision" => Some(Fault::StallBeforeDecision),
+                "2pc-pause-before-decision" => Some(Fault::PauseBeforeDecision),
                 other => other
                     .strip_prefix("2pc-after-prepare:")
                     .and_then(|k| k.parse().ok())
@@ -527,6 +533,10 @@ pub mod fault {
             let stall = super::super::limits::TXN_PREPARED_TIMEOUT * 2
                 + super::super::limits::TXN_SWEEP_INTERVAL * 2;
             glommio::timer::sleep(stall).await;
+        }
+        if armed() == Some(Fault::PauseBeforeDecision) {
+            tracing::warn!("TESSERA_FAULT: pausing before the decision (test-only fault hook)");
+            glommio::timer::sleep(super::super::limits::TXN_HELD_WAIT_MAX * 3 / 4).await;
         }
     }
 

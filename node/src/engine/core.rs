@@ -26,7 +26,9 @@ use storage::{AppendError, Fragment, FragmentOptions, TxId, Version, WriteBatch}
 use super::coordinator::coordinator_of;
 use super::coordinator::{Coordinator, DecisionRow, fault};
 use super::error::EngineError;
-use super::limits::{TXN_FRAGMENT_OPS_MAX, TXN_PREPARED_TIMEOUT, TXN_SWEEP_INTERVAL};
+use super::limits::{
+    TXN_FRAGMENT_OPS_MAX, TXN_HELD_WAIT_MAX, TXN_PREPARED_TIMEOUT, TXN_SWEEP_INTERVAL,
+};
 use super::reader::FragmentReader;
 use super::shared::{CatalogView, Shared};
 use super::txn::{FragmentWrites, OverlayReader, ReadRecord};
@@ -112,6 +114,9 @@ pub struct TxCounters {
     pub aborts: u64,
     /// Commits refused with 40001 because a document read or written had changed or was held.
     pub conflicts: u64,
+    /// Commits and autocommit writes that met a document held by a prepared transaction and
+    /// waited for it to be released (`Core::wait_released`) before running again.
+    pub held_waits: u64,
 }
 
 /// A fragment and what one statement of a transaction does there.
@@ -208,6 +213,12 @@ pub struct Core {
     catalog_gate: glommio::sync::Semaphore,
     tx_counters: Cell<TxCounters>,
     prepared: RefCell<BTreeMap<TxId, PreparedTxn>>,
+    /// Transactions of `prepared` whose documents phase two already released here (their
+    /// Commit records may still be on their way to disk).
+    released: RefCell<BTreeSet<TxId>>,
+    /// Waits for a transaction of `prepared` to release its documents here
+    /// ([`Core::wait_released`]); dropping the senders ends them.
+    release_waits: RefCell<BTreeMap<TxId, Vec<flume::Sender<()>>>>,
     sessions: RefCell<BTreeMap<u64, SessionTxnRow>>,
     next_session_txn: Cell<u64>,
     coordinator: Option<Coordinator>,
@@ -276,6 +287,8 @@ impl Core {
             catalog_gate: glommio::sync::Semaphore::new(1),
             tx_counters: Cell::new(TxCounters::default()),
             prepared: RefCell::new(pending),
+            released: RefCell::default(),
+            release_waits: RefCell::default(),
             sessions: RefCell::default(),
             next_session_txn: Cell::new(1),
             coordinator,
@@ -614,10 +627,14 @@ impl Core {
                         return Err(EngineError::Contention { attempts: attempt });
                     }
                     // Held by a prepared transaction: its commit or abort is one fdatasync
-                    // away (or the timeout's); run again once that is through.
-                    Err(AppendError::Locked { .. }) if attempt < WRITE_ATTEMPTS_MAX => {
-                        tracing::debug!(fragment = %id, attempt, "document held by a prepared transaction; re-running");
-                        glommio::timer::sleep(WRITE_CONFLICT_POLL).await;
+                    // away (or the timeout's); run again once it released the document. This
+                    // statement holds nothing meanwhile, so nothing waits on it.
+                    Err(AppendError::Locked { txid, .. }) if attempt < WRITE_ATTEMPTS_MAX => {
+                        tracing::debug!(fragment = %id, attempt, %txid, "document held by a prepared transaction; waiting");
+                        self.count_tx(|c| c.held_waits += 1);
+                        if !self.wait_released(txid).await {
+                            return Err(EngineError::Contention { attempts: attempt });
+                        }
                         continue;
                     }
                     Err(AppendError::Locked { .. }) => {
@@ -812,9 +829,9 @@ impl Core {
                 wait_visible(fragment, &collection, &id, expected).await;
                 EngineError::TxnConflict { collection, id }
             }
-            AppendError::Locked { collection, id, .. } => {
+            AppendError::Locked { collection, id, txid } => {
                 self.count_tx(|c| c.conflicts += 1);
-                EngineError::TxnConflict { collection, id }
+                EngineError::TxnHeld { collection, id, fragment: fragment.id(), txid }
             }
             other => EngineError::Append(other),
         }
@@ -929,6 +946,9 @@ impl Core {
                 }
             }
         }
+        // Every document of `txid` here is free again: sessions waiting for one run again.
+        self.released.borrow_mut().insert(txid);
+        self.release_waits.borrow_mut().remove(&txid);
         if let Some(v) = visible {
             let _ = v.send(());
         }
@@ -944,9 +964,44 @@ impl Core {
             }
         }
         self.prepared.borrow_mut().remove(&txid);
+        self.released.borrow_mut().remove(&txid);
+        self.release_waits.borrow_mut().remove(&txid);
         if commit && wrote && all_durable {
             self.report_finished(txid).await;
         }
+    }
+
+    /// Waits until prepared transaction `txid` released its documents on this executor (its
+    /// phase two here, after a commit, an abort or the timeout), at most
+    /// [`TXN_HELD_WAIT_MAX`]; true when it did (or, after a short poll, when it is not
+    /// tracked here). Only a caller that
+    /// holds no document may wait: a prepared transaction never waits on anything but its own
+    /// decision, so such waits cannot form a cycle; the bound is only a backstop.
+    pub async fn wait_released(&self, txid: TxId) -> bool {
+        if self.released.borrow().contains(&txid) {
+            return true;
+        }
+        if !self.prepared.borrow().contains_key(&txid) {
+            // Held by a transaction this executor does not track (yet): poll.
+            glommio::timer::sleep(WRITE_CONFLICT_POLL).await;
+            return true;
+        }
+        let (tx, rx) = flume::bounded::<()>(1);
+        self.release_waits.borrow_mut().entry(txid).or_default().push(tx);
+        let released = async {
+            let _ = rx.recv_async().await;
+            true
+        };
+        let timeout = async {
+            glommio::timer::sleep(TXN_HELD_WAIT_MAX).await;
+            false
+        };
+        let released = futures_lite::future::or(released, timeout).await;
+        if !released {
+            cov_mark::hit!(held_wait_timed_out);
+            tracing::debug!(%txid, "prepared transaction still holds its documents; giving up");
+        }
+        released
     }
 
     /// Phase two of `txid` on this executor's `fragments`, detached (the Commit records finish
@@ -1035,7 +1090,7 @@ impl Core {
                     break;
                 }
                 let _ = mesh
-                    .call(ExecutorIndex::new(0), move |core| async move {
+                    .call_background(ExecutorIndex::new(0), move |core| async move {
                         if let Some(c) = core.coordinator() {
                             for txid in batch {
                                 c.finished(core.shared().two_phase_gate(), txid).await;
@@ -1061,7 +1116,7 @@ impl Core {
         let Some(mesh) = mesh else {
             return Err(EngineError::Call(crate::runtime::CallError::Stopped(self.index)));
         };
-        mesh.call(ExecutorIndex::new(0), move |core| async move {
+        mesh.call_background(ExecutorIndex::new(0), move |core| async move {
             match core.coordinator() {
                 Some(c) => c.decide(gate_shared.txn.two_phase_gate(), txid, false, &[], 0).await,
                 None => Err(EngineError::Call(crate::runtime::CallError::Stopped(core.index()))),

@@ -97,6 +97,22 @@ pub enum EngineError {
         /// The document id.
         id: String,
     },
+    /// A transaction's commit found a document held by another transaction's prepared commit
+    /// (40001, like [`EngineError::TxnConflict`]): nothing was applied. The session waits for
+    /// the holder on the fragment's executor and commits again before answering it.
+    #[error(
+        "could not serialize access: {collection:?} document {id:?} is held by the prepared transaction {txid}"
+    )]
+    TxnHeld {
+        /// The collection.
+        collection: String,
+        /// The document id.
+        id: String,
+        /// The fragment holding it.
+        fragment: router::FragmentId,
+        /// The transaction holding it.
+        txid: storage::TxId,
+    },
     /// The coordinator's log says the transaction aborted (its prepare outlived the timeout).
     #[error("the transaction was aborted by the prepared-transaction timeout")]
     TxnAborted,

@@ -23,6 +23,17 @@ pub const TXN_FRAGMENT_OPS_MAX: usize = storage::limits::BATCH_OPS_MAX;
 /// healthy commit's two fdatasyncs; reached when a session or an executor died mid-commit.
 pub const TXN_PREPARED_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Longest a commit or an autocommit write that met a document held by a prepared
+/// transaction waits for it to be released before answering 40001 (`Core::wait_released`).
+/// Far above a healthy two-phase commit's two fdatasyncs, so a disk stall is waited out
+/// instead of burning the client's retries; well below the prepared timeout, so a holder
+/// that died costs a waiter this long, not that long.
+pub const TXN_HELD_WAIT_MAX: Duration = Duration::from_secs(2);
+
+/// Times one commit waits for a holder and runs again before answering 40001: each wait is
+/// for a different holder (or the same one again after a holder's retry got in first).
+pub const TXN_HELD_WAITS_MAX: u32 = 4;
+
 /// How often each executor looks for transactions prepared longer than the timeout.
 pub const TXN_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 

@@ -35,7 +35,7 @@ use super::core::{
     Core, FragmentRow, SessionTxnRow, Target, TxCounters, TxnShare, TxnTarget, WriteOutcome,
 };
 use super::error::EngineError;
-use super::limits::TXN_AUTOCOMMIT_ATTEMPTS_MAX;
+use super::limits::{TXN_AUTOCOMMIT_ATTEMPTS_MAX, TXN_HELD_WAITS_MAX};
 use super::shared::CatalogView;
 use super::txn::Txn;
 use crate::catalog::CollectionEntry;
@@ -432,6 +432,7 @@ impl Session {
                     ("read_only_commits", c.read_only_commits),
                     ("aborts", c.aborts),
                     ("conflicts", c.conflicts),
+                    ("held_waits", c.held_waits),
                 ]
                 .into_iter()
                 .map(|(k, v)| vec![Datum::Text(k.to_owned()), n(v)])
@@ -1472,12 +1473,55 @@ impl Session {
         Ok(tasks)
     }
 
-    /// Commits a transaction: validates reads (nothing written), applies one fragment's batch
-    /// (fast path) or runs two-phase commit. `TxnConflict` means nothing was applied. A
-    /// fragment of another cluster node gets its batch over a data connection (the block's
-    /// buffer stays here): applied at once on the fast path, prepared and finished by this
-    /// node as the coordinator otherwise.
+    /// Commits a transaction (see [`Session::commit_once`]). When the commit met a document
+    /// held by a prepared transaction on this node, it holds nothing any more (every share
+    /// was undone before the error came back): it waits for the holder to release its
+    /// documents (`Core::wait_released`, bounded) and commits again, at most
+    /// `TXN_HELD_WAITS_MAX` times. The next attempt commits if the holder aborted or left
+    /// what this transaction read alone, and conflicts (40001) if it changed it. A holder
+    /// still there after the wait is answered with 40001.
     async fn commit_txn(&self, txn: &Txn) -> Result<(), EngineError> {
+        let mut waits = 0;
+        loop {
+            match self.commit_once(txn).await {
+                Err(EngineError::TxnHeld { fragment, txid, .. })
+                    if waits < TXN_HELD_WAITS_MAX && self.wait_released(fragment, txid).await =>
+                {
+                    waits += 1;
+                    tracing::debug!(%txid, waits, "held document released; committing again");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Waits on the executor owning `fragment` (on this node) until `txid` released its
+    /// documents there; false when it did not within `TXN_HELD_WAIT_MAX` or the fragment is
+    /// not this node's.
+    async fn wait_released(&self, fragment: FragmentId, txid: storage::TxId) -> bool {
+        let Ok(map) = self.map() else { return false };
+        let Some(owner) = map.owner_of(fragment) else { return false };
+        if owner.node != self.core.shared().me {
+            return false;
+        }
+        self.core.count_tx(|c| c.held_waits += 1);
+        let executor = ExecutorIndex::new(owner.executor.0 as usize);
+        if executor == self.core.index() {
+            return self.core.wait_released(txid).await;
+        }
+        self.ctx
+            .mesh
+            .call(executor, move |core| async move { core.wait_released(txid).await })
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Commits a transaction once: validates reads (nothing written), applies one fragment's
+    /// batch (fast path) or runs two-phase commit. `TxnConflict` and `TxnHeld` mean nothing
+    /// was applied and nothing is held any more. A fragment of another cluster node gets its
+    /// batch over a data connection (the block's buffer stays here): applied at once on the
+    /// fast path, prepared and finished by this node as the coordinator otherwise.
+    async fn commit_once(&self, txn: &Txn) -> Result<(), EngineError> {
         let batches = txn.batches();
         let writes = batches.values().any(|b| b.writes() > 0);
         let map = self.map()?;
@@ -1645,7 +1689,6 @@ impl Session {
         let rest: Vec<(ExecutorIndex, Vec<FragmentId>)> =
             groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
         let (others_tx, others_rx) = flume::bounded::<bool>(1);
-        self.core.metrics().mesh_call();
         // Polled first, so the call is on its way before the other shares start preparing;
         // awaited in this task (no task of its own to wake). If this session goes away
         // meanwhile the sender is dropped and the coordinator's side aborts.
@@ -1762,7 +1805,6 @@ impl Session {
                 .detach()
             } else {
                 let (mesh, executor) = (self.ctx.mesh.clone(), *executor);
-                self.core.metrics().mesh_call();
                 glommio::spawn_local(async move {
                     let _ = mesh
                         .call(executor, move |core| async move {
@@ -1801,7 +1843,6 @@ impl Session {
             }
             return Ok(commit);
         }
-        self.core.metrics().mesh_call();
         self.ctx
             .mesh
             .call(ExecutorIndex::new(0), move |core| async move {
@@ -1836,6 +1877,7 @@ impl Session {
             sum.read_only_commits += c.read_only_commits;
             sum.aborts += c.aborts;
             sum.conflicts += c.conflicts;
+            sum.held_waits += c.held_waits;
         }
         Ok(sum)
     }
@@ -1995,7 +2037,6 @@ impl Session {
             && !groups.contains_key(&here)
             && let Some((executor, targets)) = groups.pop_first()
         {
-            self.core.metrics().mesh_call();
             let with = with.clone();
             let answer =
                 self.ctx.mesh.call(executor, move |core| work(core, with, targets)).await?;
@@ -2011,7 +2052,6 @@ impl Session {
             let mesh = self.ctx.mesh.clone();
             let with = with.clone();
             let work = work.clone();
-            self.core.metrics().mesh_call();
             remote.push(glommio::spawn_local(async move {
                 mesh.call(executor, move |core| work(core, with, targets)).await
             }));
@@ -2312,7 +2352,6 @@ impl Session {
         if self.core.index() == catalog_owner {
             return self.core.change_catalog(collection, decide).await;
         }
-        self.core.metrics().mesh_call();
         self.ctx
             .mesh
             .call(catalog_owner, move |core| async move {
@@ -2620,7 +2659,7 @@ async fn expect_applied(tasks: Vec<ForwardTask>) -> Result<(), EngineError> {
 /// SQLSTATE): nothing of the transaction was applied, it may run again.
 fn is_conflict(e: &EngineError) -> bool {
     match e {
-        EngineError::TxnConflict { .. } => true,
+        EngineError::TxnConflict { .. } | EngineError::TxnHeld { .. } => true,
         EngineError::Region(RegionError::Remote { code, .. }) => {
             code == SqlState::SERIALIZATION_FAILURE.code()
         }

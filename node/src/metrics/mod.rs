@@ -102,7 +102,6 @@ pub struct ExecutorMetrics {
     rows_read: Cell<u64>,
     rows_written: Cell<u64>,
     routes: [Cell<u64>; 3],
-    mesh_calls: Cell<u64>,
     connections: Cell<u64>,
     commits: Cell<u64>,
     commit_conflicts: Cell<u64>,
@@ -121,7 +120,6 @@ impl Default for ExecutorMetrics {
             rows_read: Cell::new(0),
             rows_written: Cell::new(0),
             routes: Default::default(),
-            mesh_calls: Cell::new(0),
             connections: Cell::new(0),
             commits: Cell::new(0),
             commit_conflicts: Cell::new(0),
@@ -188,11 +186,6 @@ impl ExecutorMetrics {
         bump(&self.commit_aborts, 1);
     }
 
-    /// A cross-core call was sent.
-    pub fn mesh_call(&self) {
-        bump(&self.mesh_calls, 1);
-    }
-
     /// A client connection opened on this executor.
     pub fn connection_opened(&self) {
         bump(&self.connections, 1);
@@ -212,7 +205,9 @@ impl ExecutorMetrics {
             rows_read: self.rows_read.get(),
             rows_written: self.rows_written.get(),
             routes: self.routes.iter().map(Cell::get).collect(),
-            mesh_calls: self.mesh_calls.get(),
+            // Counted by `Mesh::call` on this executor's thread, where snapshots are taken.
+            mesh_calls: crate::runtime::calls_sent(),
+            mesh_background_calls: crate::runtime::background_calls_sent(),
             connections: self.connections.get(),
             commits: self.commits.get(),
             commit_conflicts: self.commit_conflicts.get(),
@@ -285,6 +280,7 @@ pub struct ExecutorSnapshot {
     rows_written: u64,
     routes: Vec<u64>,
     mesh_calls: u64,
+    mesh_background_calls: u64,
     connections: u64,
     commits: u64,
     commit_conflicts: u64,
@@ -318,7 +314,6 @@ pub async fn collect(core: &Rc<Core>, mesh: &Mesh<Core>) -> Vec<ExecutorSnapshot
             out.push(snapshot(core));
             continue;
         }
-        core.metrics().mesh_call();
         match mesh.call(index, |c| async move { snapshot(&c) }).await {
             Ok(s) => out.push(s),
             // Shutting down: report what is left.
@@ -551,6 +546,12 @@ impl ExportMetrics for ExecutorSnapshot {
             "Cross-core calls sent (Mesh::call).",
             l(None),
             self.mesh_calls,
+        );
+        set.counter(
+            "tessera_mesh_background_calls_total",
+            "Cross-core calls no statement waits for (Mesh::call_background).",
+            l(None),
+            self.mesh_background_calls,
         );
         set.gauge("tessera_connections", "Open client connections.", l(None), self.connections);
         set.counter(

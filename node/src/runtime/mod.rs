@@ -113,8 +113,37 @@ impl<S: 'static> Mesh<S> {
 
     /// Runs `work` on executor `to` with its state and returns the result. Waits while the
     /// target's inbox is full (backpressure). Running on the caller's own executor is allowed
-    /// but costs a hop; callers should run local work directly.
+    /// but costs a hop; callers should run local work directly. Each call is counted
+    /// ([`calls_sent`]) before it is sent.
     pub async fn call<F, Fut, R>(&self, to: ExecutorIndex, work: F) -> Result<R, CallError>
+    where
+        F: FnOnce(Rc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+        R: Send + 'static,
+    {
+        bump(&CALLS_SENT);
+        self.send(to, work).await
+    }
+
+    /// As [`Mesh::call`], for work no statement waits for (housekeeping detached from the
+    /// answer, such as reporting finished transactions to the coordinator): counted apart
+    /// ([`background_calls_sent`]), so a statement's hops stay exact however such work
+    /// interleaves with it.
+    pub async fn call_background<F, Fut, R>(
+        &self,
+        to: ExecutorIndex,
+        work: F,
+    ) -> Result<R, CallError>
+    where
+        F: FnOnce(Rc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+        R: Send + 'static,
+    {
+        bump(&BACKGROUND_CALLS_SENT);
+        self.send(to, work).await
+    }
+
+    async fn send<F, Fut, R>(&self, to: ExecutorIndex, work: F) -> Result<R, CallError>
     where
         F: FnOnce(Rc<S>) -> Fut + Send + 'static,
         Fut: Future<Output = R> + 'static,
@@ -154,6 +183,30 @@ impl<S: 'static> Mesh<S> {
         let answer = awaiting.await.ok_or(CallError::Dropped(to))?;
         answer.downcast::<R>().map(|r| *r).map_err(|_| CallError::Dropped(to))
     }
+}
+
+thread_local! {
+    /// Calls sent from this thread with [`Mesh::call`]: every cross-executor hop, counted in
+    /// one place rather than at each call site.
+    static CALLS_SENT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Calls sent from this thread with [`Mesh::call_background`].
+    static BACKGROUND_CALLS_SENT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Cross-executor calls ([`Mesh::call`]) sent so far from the calling thread: on an executor,
+/// that executor's hops (`tessera_mesh_calls_total`).
+pub fn calls_sent() -> u64 {
+    CALLS_SENT.with(std::cell::Cell::get)
+}
+
+/// Background cross-executor calls ([`Mesh::call_background`]) sent so far from the calling
+/// thread (`tessera_mesh_background_calls_total`).
+pub fn background_calls_sent() -> u64 {
+    BACKGROUND_CALLS_SENT.with(std::cell::Cell::get)
+}
+
+fn bump(counter: &'static std::thread::LocalKey<std::cell::Cell<u64>>) {
+    counter.with(|c| c.set(c.get().saturating_add(1)));
 }
 
 /// What an executor knows about itself and the node.

@@ -670,3 +670,46 @@ fn parked_executors_with_runnable_tasks_are_woken() {
     // Not asserted: whether the race happened at all in this run depends on the machine.
     eprintln!("park watchdog signals: {}", kicks.load(std::sync::atomic::Ordering::SeqCst));
 }
+
+// Checks that `Mesh::call` counts every call it sends on the sending executor's thread (the
+// node's `tessera_mesh_calls_total`), a call to the caller's own executor included, and that
+// the executor that only answered counts nothing.
+#[test]
+fn calls_are_counted_where_they_are_sent() {
+    let counts: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
+    let counts_by_serve = Arc::clone(&counts);
+    let shutdown = Shutdown::new();
+    run(
+        2,
+        shutdown,
+        |ctx: ExecutorContext<Probe>| async move {
+            Ok(Probe { index: ctx.index.get(), thread: thread_name() })
+        },
+        move |state, ctx| {
+            let counts = Arc::clone(&counts_by_serve);
+            async move {
+                if state.index == 0 {
+                    let before = calls_sent();
+                    for to in [1, 1, 0] {
+                        ctx.mesh
+                            .call(ExecutorIndex::new(to), |s: Rc<Probe>| async move { s.index })
+                            .await
+                            .expect("executor answers");
+                    }
+                    let on_1 = ctx
+                        .mesh
+                        .call(ExecutorIndex::new(1), |_: Rc<Probe>| async move { calls_sent() })
+                        .await
+                        .expect("executor answers");
+                    counts.lock().expect("lock").push((0, calls_sent() - before));
+                    counts.lock().expect("lock").push((1, on_1));
+                    ctx.shutdown.trigger();
+                }
+                ctx.shutdown.wait().await;
+            }
+        },
+        |_, _| async {},
+    )
+    .expect("runtime ends cleanly");
+    assert_eq!(*counts.lock().expect("lock"), [(0, 4), (1, 0)]);
+}

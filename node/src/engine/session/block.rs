@@ -113,7 +113,6 @@ impl Session {
         let number = txn.number;
         self.publish(&txn, "committing");
         let catalog = self.core.shared().catalog();
-        self.core.metrics().mesh_call();
         let answer =
             self.ctx.mesh.call(executor, move |core| run_block(core, txn, shipped, catalog)).await;
         let (txn, outcomes) = match answer {
