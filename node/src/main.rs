@@ -38,6 +38,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    no_transparent_huge_pages();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => node::cli::serve::main(&args),
@@ -47,5 +48,22 @@ fn main() -> ExitCode {
         Command::Verify(args) => node::cli::verify::main(&args),
         Command::Dump(args) => node::cli::dump::main(&args),
         Command::Admin(args) => node::cli::admin::main(&args),
+    }
+}
+
+/// Turns transparent huge pages off for this process and the threads it starts. mimalloc asks
+/// for huge pages on its large regions, and an executor's index table, freshly doubled, is
+/// then touched 2 MiB page by 2 MiB page, each first touch zeroing 2 MiB on the executor's
+/// thread: the storage bench saw waves of 0.1-0.3 s (one ack of 0.7-1.05 s per run) and 17%
+/// of its CPU in `clear_page_erms` (BENCHMARKS.md, session 7, branch s7-ack). A failure (an
+/// old kernel) leaves the system's setting in force.
+fn no_transparent_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE takes one integer argument and touches no memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    if rc != 0 {
+        eprintln!(
+            "tessera: could not turn transparent huge pages off: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }

@@ -11,7 +11,8 @@
 //! measures the executor CPU of each batch while the index grows (`TESSERA_BENCH_GROW_DOCS`
 //! new documents, default 3,000,000).
 //! `TESSERA_BENCH_SPLIT_WAVES=1` opens the write runs' fragments with
-//! `FragmentOptions::split_waves` (default off).
+//! `FragmentOptions::split_waves` (default off). Allocator: mimalloc, as the node's binary;
+//! transparent huge pages off unless `TESSERA_BENCH_THP=on`.
 
 use std::cell::RefCell;
 use std::ops::ControlFlow;
@@ -22,6 +23,12 @@ use hdrhistogram::Histogram;
 use router::{FragmentId, ShardId, ShardRange};
 use serde_json::json;
 use storage::{Disk, DmaDisk, Fragment, FragmentOptions, WriteBatch};
+
+/// mimalloc, as the node's binary (main `75b36a4`): the write path's allocations are part of
+/// its CPU per write. Transparent huge pages are off for this process unless
+/// `TESSERA_BENCH_THP=on` (see `main`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The park watchdog's heartbeat period for the bench (it checks every 4 periods, 20 ms, like
 /// the node's); the bench runs no heartbeat, so each check signals its executor.
@@ -148,6 +155,8 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
         Fragment::open(&fdir, FragmentId::new(1), ShardRange::ALL, options).await.expect("open"),
     );
     let hist = Rc::new(RefCell::new(Histogram::<u64>::new(3).expect("histogram")));
+    // The acks that came while the spare segment was being zero-filled.
+    let filling = Rc::new(RefCell::new(Histogram::<u64>::new(3).expect("histogram")));
     let pad = "x".repeat(DOC_PAD_BYTES);
     let start = Instant::now();
     let cpu_start = thread_cpu_seconds();
@@ -156,6 +165,7 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
     let mut tasks = Vec::new();
     for w in 0..writers {
         let (f, hist, pad, started) = (f.clone(), hist.clone(), pad.clone(), started.clone());
+        let filling = filling.clone();
         tasks.push(glommio::spawn_local(async move {
             let mut n = 0u64;
             loop {
@@ -175,7 +185,11 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
                 );
                 let t = Instant::now();
                 f.apply(b).await.expect("apply");
-                hist.borrow_mut().record(nanos(t.elapsed())).expect("record");
+                let lat = t.elapsed();
+                hist.borrow_mut().record(nanos(lat)).expect("record");
+                if f.spare_filling() {
+                    filling.borrow_mut().record(nanos(lat)).expect("record");
+                }
                 n += 1;
             }
             n
@@ -200,11 +214,31 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
     }
     let io = f.io_stats();
     println!(
-        "  group commits: {} fdatasyncs, {:.1} writes each, {} pipelined (started behind another)",
+        "  group commits: {} fdatasyncs, {:.1} writes each, {} pipelined (started behind another), rolls waiting for a late spare {}, without a spare {}",
         io.fdatasyncs,
         io.writes_synced as f64 / io.fdatasyncs.max(1) as f64,
-        io.pipelined
+        io.pipelined,
+        io.spare_late,
+        io.spare_missed
     );
+    let (all, during) = (&io.fdatasync_micros, &io.fdatasync_micros_filling);
+    let rest = all.count() - during.count();
+    println!(
+        "  chunk write+fdatasync mean: {:.0}us while a spare segment was zero-filled ({} chunks), {:.0}us otherwise ({rest} chunks)",
+        during.sum() as f64 / during.count().max(1) as f64,
+        during.count(),
+        (all.sum() - during.sum()) as f64 / rest.max(1) as f64,
+    );
+    {
+        let (h, fh) = (hist.borrow(), filling.borrow());
+        println!(
+            "  acks while a spare was zero-filled: {} of {}, p50={:.0}us p99={:.0}us",
+            fh.len(),
+            h.len(),
+            micros(&fh, 0.5),
+            micros(&fh, 0.99)
+        );
+    }
     Rc::try_unwrap(f).expect("sole owner").close().await;
     std::fs::remove_dir_all(&fdir).expect("cleanup");
 }
@@ -344,6 +378,15 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         println!("storage bench: skipped outside `cargo bench -p storage --bench log`");
         return;
+    }
+    // With transparent huge pages, mimalloc backs the index's large tables with 2 MiB pages,
+    // and the random inserts into a freshly doubled table fault them all within a few waves:
+    // 0.1-0.5 s acks at each doubling on dev-2c (BENCHMARKS.md, session 7, `s7-ack`).
+    if std::env::var("TESSERA_BENCH_THP").map_or(true, |v| v != "on") {
+        // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integers and only sets a flag of
+        // this process's memory map.
+        let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+        assert_eq!(rc, 0, "PR_SET_THP_DISABLE");
     }
     let seconds: u64 =
         std::env::var("TESSERA_BENCH_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);

@@ -38,6 +38,19 @@ pub trait DiskFile {
         let _ = how;
         write_then_sync(self, buf, offset)
     }
+    /// Writes `len` zero bytes at `offset` (both multiples of `limits::BLOCK_BYTES`), started
+    /// at once rather than when the executor next hands its ring requests to the kernel, and
+    /// without the caller's thread zeroing a buffer: on [`DmaDisk`], `pwrite`s on glommio's
+    /// blocking thread from a static block of zeros. For a spare segment's zero-fill, which
+    /// should overlap the CPU of the tasks running now instead of meeting the next chunk's
+    /// write on the disk. By default a zeroed buffer through `write_at`.
+    fn write_zeros_now(&self, offset: u64, len: usize) -> IoFuture<'_, ()> {
+        Box::pin(async move {
+            let mut buf = self.alloc(len);
+            buf.as_bytes_mut().fill(0);
+            self.write_at(buf, offset).await
+        })
+    }
     /// Closes the file.
     fn close(self: Rc<Self>) -> IoFuture<'static, ()>;
 }
@@ -110,6 +123,40 @@ impl DmaDiskFile {
     }
 }
 
+impl DmaDiskFile {
+    /// `pwrite` of all of `buf` at `offset`, then an fdatasync, on glommio's blocking thread.
+    fn on_blocking_thread(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()> {
+        let file = match self.sync_file() {
+            Ok(file) => file,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        Box::pin(async move {
+            let (addr, len) = (buf.as_ptr() as usize, buf.len());
+            let done = Arc::new(AtomicBool::new(false));
+            let lent = Lent { _buf: buf, done: done.clone() };
+            let result = glommio::executor()
+                .spawn_blocking(move || {
+                    let _finish = SetOnDrop(done);
+                    // SAFETY: `addr..addr + len` is the DmaBuffer held by `lent`, which is not
+                    // touched by anyone else and not freed before `_finish` is dropped at the
+                    // end of this closure (`Lent::drop` waits for it).
+                    let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+                    std::os::unix::fs::FileExt::write_all_at(&*file, bytes, offset)?;
+                    file.sync_data()
+                })
+                .await;
+            drop(lent);
+            result
+        })
+    }
+}
+
+/// Zeros for `write_zeros_now`, aligned for O_DIRECT: read-only, shared by every thread.
+#[repr(C, align(4096))]
+struct Zeros([u8; 256 << 10]);
+
+static ZEROS: Zeros = Zeros([0; 256 << 10]);
+
 /// A chunk buffer lent to the blocking thread. Dropping it (the write's future dropped before
 /// the thread finished) waits for the thread, so the memory is never freed under a write.
 struct Lent {
@@ -166,27 +213,31 @@ impl DiskFile for DmaDiskFile {
         if how == ChunkIo::Ring {
             return write_then_sync(self, buf, offset);
         }
+        self.on_blocking_thread(buf, offset)
+    }
+
+    fn write_zeros_now(&self, offset: u64, len: usize) -> IoFuture<'_, ()> {
         let file = match self.sync_file() {
             Ok(file) => file,
             Err(e) => return Box::pin(async move { Err(e) }),
         };
         Box::pin(async move {
-            let (addr, len) = (buf.as_ptr() as usize, buf.len());
-            let done = Arc::new(AtomicBool::new(false));
-            let lent = Lent { _buf: buf, done: done.clone() };
-            let result = glommio::executor()
+            glommio::executor()
                 .spawn_blocking(move || {
-                    let _finish = SetOnDrop(done);
-                    // SAFETY: `addr..addr + len` is the DmaBuffer held by `lent`, which is not
-                    // touched by anyone else and not freed before `_finish` is dropped at the
-                    // end of this closure (`Lent::drop` waits for it).
-                    let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
-                    std::os::unix::fs::FileExt::write_all_at(&*file, bytes, offset)?;
-                    file.sync_data()
+                    let mut at = 0;
+                    while at < len {
+                        let n = (len - at).min(ZEROS.0.len());
+                        let zeros = ZEROS.0.get(..n).unwrap_or_default();
+                        std::os::unix::fs::FileExt::write_all_at(
+                            &*file,
+                            zeros,
+                            offset + at as u64,
+                        )?;
+                        at += n;
+                    }
+                    Ok(())
                 })
-                .await;
-            drop(lent);
-            result
+                .await
         })
     }
 
@@ -316,6 +367,8 @@ pub enum CrashMode {
 struct FaultState {
     fdatasyncs: Cell<u64>,
     fail_fdatasync_after: Cell<Option<u64>>,
+    /// The one fdatasync call (by number) that fails; the ones after it succeed again.
+    fail_one_fdatasync: Cell<Option<u64>>,
     next_file: Cell<u64>,
     /// Current path of every file opened through this disk (renames update it).
     paths: RefCell<Vec<Rc<RefCell<PathBuf>>>>,
@@ -345,6 +398,13 @@ impl FaultyDisk {
     /// Lets `n` more fdatasync calls succeed; every later one fails with EIO.
     pub fn fail_fdatasync_after(&self, n: u64) {
         self.state.fail_fdatasync_after.set(Some(self.state.fdatasyncs.get() + n));
+    }
+
+    /// Lets `n` more fdatasync calls succeed, fails the next one with EIO, and lets every
+    /// later one succeed again (a transient device error: a later fdatasync must not be taken
+    /// to cover what the failed one did not).
+    pub fn fail_one_fdatasync_after(&self, n: u64) {
+        self.state.fail_one_fdatasync.set(Some(self.state.fdatasyncs.get() + n + 1));
     }
 
     /// Number of fdatasync calls so far.
@@ -401,7 +461,9 @@ impl DiskFile for FaultyFile {
         Box::pin(async move {
             let n = self.state.fdatasyncs.get() + 1;
             self.state.fdatasyncs.set(n);
-            if self.state.fail_fdatasync_after.get().is_some_and(|limit| n > limit) {
+            if self.state.fail_fdatasync_after.get().is_some_and(|limit| n > limit)
+                || self.state.fail_one_fdatasync.get() == Some(n)
+            {
                 return Err(io::Error::from_raw_os_error(5));
             }
             self.inner.fdatasync().await?;

@@ -996,6 +996,12 @@ impl Fragment {
         Lsn::new(self.inner.st.borrow().next_lsn.saturating_sub(1))
     }
 
+    /// Whether the next segment (the spare) is being zero-filled in the background now: its
+    /// writes share the disk with the log's chunks (see `IoStats::fdatasync_micros_filling`).
+    pub fn spare_filling(&self) -> bool {
+        self.inner.spare_pace.borrow().is_some()
+    }
+
     /// The LSN up to which every record is durable and readable.
     pub fn durable_lsn(&self) -> Lsn {
         Lsn::new(self.inner.st.borrow().lsn_durable)

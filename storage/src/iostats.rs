@@ -112,9 +112,15 @@ pub struct IoStats {
     /// Group commits whose write started while the previous chunk's write or fdatasync was
     /// still under way (the pipeline's second chunk).
     pub pipelined: u64,
-    /// Segment rolls that found no zero-filled spare ready and wrote the new segment's zeros
-    /// while writers waited.
+    /// Of `fdatasync_micros`: the group commits that completed while a spare segment's paced
+    /// zero-fill was under way (its writes share the disk with the log's).
+    pub fdatasync_micros_filling: Histogram,
+    /// Segment rolls that found no spare (none started, or its fill failed) and wrote the new
+    /// segment's zeros while writers waited.
     pub spare_missed: u64,
+    /// Segment rolls that found the spare's paced zero-fill still under way and waited for
+    /// the rest of it at full speed.
+    pub spare_late: u64,
 }
 
 /// The live counters, updated by the group-commit writer.
@@ -126,7 +132,9 @@ pub(crate) struct IoCounters {
     batch_size: RefCell<Histogram>,
     fdatasync_micros: RefCell<Histogram>,
     pipelined: Cell<u64>,
+    fdatasync_micros_filling: RefCell<Histogram>,
     spare_missed: Cell<u64>,
+    spare_late: Cell<u64>,
 }
 
 impl Default for IoCounters {
@@ -138,14 +146,20 @@ impl Default for IoCounters {
             batch_size: RefCell::new(Histogram::new(&BATCH_BUCKETS)),
             fdatasync_micros: RefCell::new(Histogram::latency()),
             pipelined: Cell::new(0),
+            fdatasync_micros_filling: RefCell::new(Histogram::latency()),
             spare_missed: Cell::new(0),
+            spare_late: Cell::new(0),
         }
     }
 }
 
 impl IoCounters {
-    /// One durable group commit of `records` records and `bytes` bytes that took `elapsed`.
-    pub(crate) fn synced(&self, records: usize, bytes: usize, elapsed: Duration) {
+    /// One durable group commit of `records` records and `bytes` bytes that took `elapsed`,
+    /// `filling` if a spare's zero-fill was under way.
+    pub(crate) fn synced(&self, records: usize, bytes: usize, elapsed: Duration, filling: bool) {
+        if filling {
+            self.fdatasync_micros_filling.borrow_mut().observe_duration(elapsed);
+        }
         self.fdatasyncs.set(self.fdatasyncs.get() + 1);
         self.writes_synced.set(self.writes_synced.get() + records as u64);
         self.bytes_appended.set(self.bytes_appended.get() + bytes as u64);
@@ -158,7 +172,12 @@ impl IoCounters {
         self.pipelined.set(self.pipelined.get() + 1);
     }
 
-    /// A roll found no spare ready.
+    /// A roll waited for the spare's fill to finish.
+    pub(crate) fn spare_late(&self) {
+        self.spare_late.set(self.spare_late.get() + 1);
+    }
+
+    /// A roll found no spare at all.
     pub(crate) fn spare_missed(&self) {
         self.spare_missed.set(self.spare_missed.get() + 1);
     }
@@ -171,7 +190,9 @@ impl IoCounters {
             batch_size: self.batch_size.borrow().clone(),
             fdatasync_micros: self.fdatasync_micros.borrow().clone(),
             pipelined: self.pipelined.get(),
+            fdatasync_micros_filling: self.fdatasync_micros_filling.borrow().clone(),
             spare_missed: self.spare_missed.get(),
+            spare_late: self.spare_late.get(),
         }
     }
 }
@@ -207,12 +228,14 @@ mod tests {
     #[test]
     fn counters_count_group_commits() {
         let c = IoCounters::default();
-        c.synced(3, 8192, Duration::from_micros(700));
-        c.synced(1, 4096, Duration::from_micros(40));
+        c.synced(3, 8192, Duration::from_micros(700), true);
+        c.synced(1, 4096, Duration::from_micros(40), false);
         let s = c.snapshot();
         assert_eq!((s.fdatasyncs, s.writes_synced, s.bytes_appended), (2, 4, 12288));
         assert_eq!(s.fdatasync_micros.count(), 2);
         assert_eq!(s.fdatasync_micros.cumulative()[0], 1, "40 µs is in the first bucket");
         assert_eq!(s.batch_size.sum(), 4);
+        assert_eq!(s.fdatasync_micros_filling.count(), 1, "one while a spare filled");
+        assert_eq!(s.fdatasync_micros_filling.sum(), 700);
     }
 }

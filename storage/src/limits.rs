@@ -155,7 +155,12 @@ pub const GROW_MOVE_BUCKETS: usize = 8;
 /// that a chunk's write and fdatasync queued behind one piece wait little.
 pub const SPARE_FILL_PIECE_BYTES: usize = 256 << 10;
 
+/// The spare segment starts once the active segment is this fraction (1/N) full.
+pub const SPARE_START_FRACTION: u64 = 4;
+
 /// Zero-fill bytes a spare segment may write per byte the log made durable. The spare starts
-/// when the active segment is half full, so at 4 it is ready when the active one is three
-/// quarters full, well before the roll that needs it.
-pub const SPARE_FILL_BYTES_PER_LOG_BYTE: u64 = 4;
+/// when the active segment is a quarter full, so at 2 it is ready when the active one is three
+/// quarters full, before the roll that needs it; the fill's extra disk writes are spread over
+/// half of the segment's life (at 4 from half full, session 5, they came as a burst of twice
+/// that rate, and with one 256 KiB piece per wave of writers the fill fell behind).
+pub const SPARE_FILL_BYTES_PER_LOG_BYTE: u64 = 2;

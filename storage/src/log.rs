@@ -30,7 +30,7 @@ use crate::fragment::{Active, Inner, State, chunk_capacity, lock_key, wake_all};
 use crate::index::{Entry, Loc};
 use crate::limits::{
     BLOCK_BYTES, CHUNK_HEADER_BYTES, CHUNKS_IN_FLIGHT_MAX, FRAME_HEADER_BYTES, RECORD_BYTES_MAX,
-    SEGMENT_HEADER_BYTES, SPARE_FILL_BYTES_PER_LOG_BYTE, STAGED_KEEP_BYTES,
+    SEGMENT_HEADER_BYTES, SPARE_FILL_BYTES_PER_LOG_BYTE, SPARE_START_FRACTION, STAGED_KEEP_BYTES,
     WAVE_SPLIT_CHUNK_MICROS_MAX, WAVE_SPLIT_RECORDS_MIN, WRITER_QUEUE_LATENCY, WRITER_QUEUE_SHARES,
 };
 use crate::record::Record;
@@ -583,7 +583,8 @@ fn complete(inner: &Rc<Inner>, flight: Flight) {
     let Flight { batch, spans, seg, pos, total, started, .. } = flight;
     let Some(last) = batch.last() else { return };
     let took = started.elapsed();
-    inner.io.synced(batch.len(), total, took);
+    let filling = inner.spare_pace.borrow().is_some();
+    inner.io.synced(batch.len(), total, took, filling);
     if inner.writer_own_queue.get() {
         // What `waves_split` decides on (only read when the writer has its own queue).
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
@@ -664,7 +665,22 @@ pub(crate) async fn roll(inner: &Rc<Inner>) -> io::Result<()> {
         salt: new_salt(),
         lsn_through: 0,
     };
-    // A spare made ahead of time by `spawn_spare` turns the roll into a rename.
+    // A spare made ahead of time by `maybe_spawn_spare` turns the roll into a rename. One
+    // still being filled (its paced fill fell behind the log) finishes at full speed first:
+    // the writers wait for the rest of its zeros, not for a whole segment's.
+    if inner.spare.borrow().is_none() {
+        let filling = inner.spare_task.borrow_mut().take();
+        if let Some(task) = filling
+            && inner.spare_busy.get()
+        {
+            if let Some(pace) = inner.spare_pace.borrow().as_ref() {
+                pace.unpace();
+            }
+            cov_mark::hit!(roll_waited_for_the_spare);
+            inner.io.spare_late();
+            task.await;
+        }
+    }
     let spare = inner.spare.borrow_mut().take();
     let (seg, file) = match spare {
         Some(spare) if spare.header.seq == seq => {
@@ -674,14 +690,10 @@ pub(crate) async fn roll(inner: &Rc<Inner>) -> io::Result<()> {
             if let Some(stale) = other {
                 discard_spare(inner, stale).await;
             }
-            // No spare ready (its paced fill is behind, or it never started): today's roll,
-            // the whole segment written here. A fill under way finishes at full speed and is
-            // discarded (it is for this seq, which this roll takes).
+            // No spare (it never started, or its fill failed): the whole segment is written
+            // here while writers wait.
             cov_mark::hit!(roll_without_a_spare);
             inner.io.spare_missed();
-            if let Some(pace) = inner.spare_pace.borrow().as_ref() {
-                pace.unpace();
-            }
             create_preallocated(
                 &*inner.options.disk,
                 &inner.dir,
@@ -716,11 +728,12 @@ pub(crate) async fn discard_spare(inner: &Inner, spare: Prepared) {
     }
 }
 
-/// Once the active segment is half full, prepares the next one in the background, so rolling
-/// costs a rename instead of writing a whole segment of zeros while writers wait.
+/// Once the active segment is `SPARE_START_FRACTION` full, prepares the next one in the
+/// background, its zero-fill paced by the log's durable bytes (`FillPace`), so rolling costs a
+/// rename instead of writing a whole segment of zeros while writers wait.
 fn maybe_spawn_spare(inner: &Rc<Inner>, st: &State) {
     let Some(active) = st.active.as_ref() else { return };
-    if active.pos < active.seg.len() / 2
+    if active.pos < active.seg.len() / SPARE_START_FRACTION
         || inner.spare_busy.get()
         || inner.spare.borrow().is_some()
         || inner.closing.get()
@@ -920,6 +933,7 @@ mod tests {
     /// returns how many.
     async fn write_until_the_spare_starts(f: &Fragment) -> u64 {
         let mut n = 0;
+        assert!(!f.spare_filling());
         while f.inner.spare_pace.borrow().is_none() {
             put(f, &format!("d{n}"), 900).await;
             n += 1;
@@ -927,6 +941,7 @@ mod tests {
             // The spare task starts at its first poll.
             glommio::executor().yield_now().await;
         }
+        assert!(f.spare_filling());
         n
     }
 
@@ -957,7 +972,8 @@ mod tests {
                 n += 1;
                 assert!(n < 10_000, "no roll");
             }
-            assert_eq!(f.io_stats().spare_missed, 0, "the roll found its spare ready");
+            let io = f.io_stats();
+            assert_eq!((io.spare_missed, io.spare_late), (0, 0), "the roll found its spare ready");
             f.close().await;
             assert!(tmp_files(&path).is_empty());
             let f = open_spare_test(&path, 1 << 20).await;
@@ -968,24 +984,51 @@ mod tests {
         });
     }
 
-    // A roll right after the spare started (big records fill the rest of the segment at once)
-    // falls back to writing the segment's zeros itself, and counts it; the late spare is
-    // discarded, and every acknowledged write survives a reopen.
+    // A roll right after the spare started (big records fill the rest of the segment at once,
+    // before the log granted the fill its first piece) waits for the spare's zeros at full
+    // speed and takes it, and counts it; every acknowledged write survives a reopen.
     #[test]
-    fn integration_roll_without_a_ready_spare_writes_its_own() {
+    fn integration_roll_waits_for_a_late_spare() {
         on_executor(|path| async move {
-            cov_mark::check!(roll_without_a_spare);
+            cov_mark::check!(roll_waited_for_the_spare);
             let f = open_spare_test(&path, 64 << 10).await;
-            // About 22 KiB each (a 24 KiB chunk): the second one passes half of the 64 KiB segment (the spare
-            // starts, with no bytes granted yet), the third does not fit and rolls.
+            // About 22 KiB each (a 24 KiB chunk): the first passes a quarter of the 64 KiB
+            // segment (the spare starts, with no bytes granted yet), the second grants it
+            // 48 KiB (less than the 64 KiB it needs), the third does not fit and rolls.
             for id in ["a", "b", "c"] {
                 put(&f, id, 22_000).await;
             }
-            assert!(f.io_stats().spare_missed >= 1);
+            let io = f.io_stats();
+            assert_eq!((io.spare_late, io.spare_missed), (1, 0), "{io:?}");
+            assert_eq!(f.stats().segments, 2);
             f.close().await;
-            assert!(tmp_files(&path).is_empty(), "the late spare was removed");
+            assert!(tmp_files(&path).is_empty(), "no spare file left");
             let f = open_spare_test(&path, 64 << 10).await;
             for id in ["a", "b", "c"] {
+                assert!(f.get("c", id).is_some(), "{id} acknowledged, present");
+            }
+            f.close().await;
+        });
+    }
+
+    // A record that fills the segment before any spare started rolls without one: the roll
+    // writes the segment's zeros itself, and counts it.
+    #[test]
+    fn integration_roll_without_a_spare_writes_its_own() {
+        on_executor(|path| async move {
+            cov_mark::check!(roll_without_a_spare);
+            let f = open_spare_test(&path, 64 << 10).await;
+            // An 8 KiB chunk leaves the segment under a quarter full (no spare); a 56 KiB one
+            // does not fit after it.
+            put(&f, "a", 6_000).await;
+            assert!(f.inner.spare_task.borrow().is_none(), "no spare yet");
+            put(&f, "b", 54_000).await;
+            let io = f.io_stats();
+            assert_eq!((io.spare_late, io.spare_missed), (0, 1), "{io:?}");
+            f.close().await;
+            assert!(tmp_files(&path).is_empty());
+            let f = open_spare_test(&path, 64 << 10).await;
+            for id in ["a", "b"] {
                 assert!(f.get("c", id).is_some(), "{id} acknowledged, present");
             }
             f.close().await;

@@ -230,18 +230,24 @@ impl FillPace {
         }
     }
 
-    /// Waits until `bytes` may be written and takes them from the budget; false once stopped.
-    async fn take(&self, bytes: u64) -> bool {
+    /// Waits until at least `least` bytes may be written, then takes what the budget holds,
+    /// at most `most` bytes and whole blocks (`least` and `most` are block multiples): the fill
+    /// writes every granted byte in one write when its task gets to run, so it keeps up with
+    /// the log however rarely that is (with 256 runnable writers, once per wave). `None` once
+    /// stopped; `most` once unpaced.
+    async fn take(&self, least: u64, most: u64) -> Option<u64> {
         let mut waited = false;
         std::future::poll_fn(|cx| match self.mode.get() {
-            PaceMode::Stopped => Poll::Ready(false),
-            PaceMode::Unpaced => Poll::Ready(true),
-            PaceMode::Paced if self.budget.get() >= bytes => {
-                self.budget.set(self.budget.get() - bytes);
+            PaceMode::Stopped => Poll::Ready(None),
+            PaceMode::Unpaced => Poll::Ready(Some(most)),
+            PaceMode::Paced if self.budget.get() >= least => {
+                let budget = self.budget.get();
+                let bytes = (budget - budget % BLOCK_BYTES).clamp(least, most);
+                self.budget.set(budget - bytes);
                 if waited {
                     cov_mark::hit!(spare_fill_waited_for_the_log);
                 }
-                Poll::Ready(true)
+                Poll::Ready(Some(bytes))
             }
             PaceMode::Paced => {
                 waited = true;
@@ -254,7 +260,8 @@ impl FillPace {
 }
 
 /// Writes header and zeros to `tmp` and fdatasyncs it (the slow half of segment creation).
-/// With `pace`, in pieces of `SPARE_FILL_PIECE_BYTES`, each once `pace` grants it; fails with
+/// With `pace`, in pieces of `SPARE_FILL_PIECE_BYTES` to `ZERO_FILL_BYTES`, each once `pace`
+/// granted it (all of the budget at once, so the fill keeps pace with the log); fails with
 /// `ErrorKind::Interrupted` if `pace` is stopped first (the file stays, under its temporary
 /// name, which recovery removes).
 pub async fn prepare_zeroed(
@@ -266,27 +273,37 @@ pub async fn prepare_zeroed(
 ) -> io::Result<Prepared> {
     assert!(bytes.is_multiple_of(BLOCK_BYTES));
     let file = disk.create(&tmp).await?;
-    let piece = if pace.is_some() { SPARE_FILL_PIECE_BYTES } else { ZERO_FILL_BYTES } as u64;
     let mut offset = 0u64;
     while offset < bytes {
-        let len = usize::try_from((bytes - offset).min(piece))
-            .map_err(|_| io::Error::other("fill length"))?;
-        if let Some(pace) = pace
-            && !pace.take(len as u64).await
-        {
-            cov_mark::hit!(spare_fill_stopped);
-            let _ = file.close().await;
-            return Err(io::Error::new(io::ErrorKind::Interrupted, "zero-fill stopped"));
+        let rest = bytes - offset;
+        let len = match pace {
+            Some(pace) => {
+                let least = rest.min(SPARE_FILL_PIECE_BYTES as u64);
+                let Some(len) = pace.take(least, rest.min(ZERO_FILL_BYTES as u64)).await else {
+                    cov_mark::hit!(spare_fill_stopped);
+                    let _ = file.close().await;
+                    return Err(io::Error::new(io::ErrorKind::Interrupted, "zero-fill stopped"));
+                };
+                len
+            }
+            None => rest.min(ZERO_FILL_BYTES as u64),
+        };
+        let len = usize::try_from(len).map_err(|_| io::Error::other("fill length"))?;
+        if offset > 0 && pace.is_some() {
+            // Started now, while the writers that the last chunk woke run, instead of with the
+            // next chunk's write at the end of their wave; no buffer zeroed on this thread.
+            file.write_zeros_now(offset, len).await?;
+        } else {
+            let mut buf = file.alloc(len);
+            let b = buf.as_bytes_mut();
+            b.fill(0);
+            if offset == 0
+                && let Some(head) = b.get_mut(..SEGMENT_HEADER_USED_BYTES)
+            {
+                head.copy_from_slice(&header.encode());
+            }
+            file.write_at(buf, offset).await?;
         }
-        let mut buf = file.alloc(len);
-        let b = buf.as_bytes_mut();
-        b.fill(0);
-        if offset == 0
-            && let Some(head) = b.get_mut(..SEGMENT_HEADER_USED_BYTES)
-        {
-            head.copy_from_slice(&header.encode());
-        }
-        file.write_at(buf, offset).await?;
         offset += len as u64;
     }
     file.fdatasync().await?;
@@ -317,4 +334,38 @@ pub async fn create_preallocated(
     let tmp = dir.join(format!("{}.tmp", file_name(header.seq, header.generation)));
     let prepared = prepare_zeroed(disk, tmp, header, bytes, None).await?;
     install(disk, dir, prepared).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use super::*;
+
+    fn poll_take(pace: &FillPace, least: u64, most: u64) -> Poll<Option<u64>> {
+        let mut fut = pin!(pace.take(least, most));
+        fut.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    // A paced fill waits for `least` granted bytes, then takes all of its budget in whole
+    // blocks up to `most`; unpaced it takes `most`, stopped nothing.
+    #[test]
+    fn unit_fill_takes_its_whole_budget() {
+        let block = BLOCK_BYTES;
+        let pace = FillPace::default();
+        pace.grant(block);
+        assert_eq!(poll_take(&pace, 2 * block, 8 * block), Poll::Pending, "below the least");
+        pace.grant(4 * block + 100);
+        assert_eq!(poll_take(&pace, 2 * block, 8 * block), Poll::Ready(Some(5 * block)));
+        assert_eq!(pace.budget.get(), 100, "the part block stays");
+        pace.grant(20 * block);
+        assert_eq!(poll_take(&pace, 2 * block, 8 * block), Poll::Ready(Some(8 * block)));
+        assert_eq!(pace.budget.get(), 12 * block + 100);
+        let pace = FillPace::default();
+        pace.unpace();
+        assert_eq!(poll_take(&pace, 2 * block, 8 * block), Poll::Ready(Some(8 * block)));
+        pace.stop();
+        assert_eq!(poll_take(&pace, 2 * block, 8 * block), Poll::Ready(None));
+    }
 }

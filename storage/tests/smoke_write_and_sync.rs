@@ -1,7 +1,7 @@
 //! `DiskFile::write_and_sync` on the real disk, both ways (`ChunkIo::Now`: glommio's blocking
 //! thread; `ChunkIo::Ring`: io_uring). The data lands where asked, and dropping the future
 //! while the thread is still writing waits for the thread instead of freeing the buffer under
-//! it.
+//! it. `DiskFile::write_zeros_now` takes the blocking thread too.
 
 mod common;
 
@@ -38,6 +38,29 @@ fn write_and_sync_writes_the_chunk_at_its_offset() {
         assert!(back[..2 * BLOCK].iter().all(|&b| b == 0xA5));
         assert!(back[2 * BLOCK..3 * BLOCK].iter().all(|&b| b == 0), "the gap stays a hole");
         assert!(back[3 * BLOCK..].iter().all(|&b| b == 0x5A));
+    });
+}
+
+// `write_zeros_now` (the spare's zero-fill) writes zeros on the blocking thread without a
+// sync, in pieces when longer than its block of zeros: the range reads back as zeros, the
+// bytes around it are untouched, and a later fdatasync through the ring covers them.
+#[test]
+fn write_zeros_now_zeroes_its_range() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("seg");
+    run(move || async move {
+        let file = DmaDisk.create(&path).await.expect("create");
+        let total = 80 * BLOCK;
+        file.write_at(filled(&*file, total, 0x33), 0).await.expect("fill");
+        file.write_zeros_now(BLOCK as u64, 70 * BLOCK).await.expect("zeros");
+        file.fdatasync().await.expect("sync");
+        file.close().await.expect("close");
+        let std_file = std::fs::File::open(&path).expect("open");
+        let mut back = vec![0u8; total];
+        std_file.read_exact_at(&mut back, 0).expect("read");
+        assert!(back[..BLOCK].iter().all(|&b| b == 0x33), "before the range");
+        assert!(back[BLOCK..71 * BLOCK].iter().all(|&b| b == 0), "the range is zeros");
+        assert!(back[71 * BLOCK..].iter().all(|&b| b == 0x33), "after the range");
     });
 }
 
