@@ -11,6 +11,11 @@ fn thread_name() -> String {
     std::thread::current().name().unwrap_or("").to_owned()
 }
 
+/// The `init` of these tests: each executor's state is its index and thread name.
+async fn probe(ctx: ExecutorContext<Probe>) -> Result<Probe, String> {
+    Ok(Probe { index: ctx.index.get(), thread: thread_name() })
+}
+
 // Checks that a call runs on the target executor, with the target's state, and returns its
 // result to the caller: executor 0 asks every executor for its index and thread name.
 #[test]
@@ -21,9 +26,7 @@ fn call_runs_on_the_target_executor() {
     run(
         2,
         shutdown,
-        |ctx: ExecutorContext<Probe>| async move {
-            Ok(Probe { index: ctx.index.get(), thread: thread_name() })
-        },
+        probe,
         move |state, ctx| {
             let seen = Arc::clone(&seen_by_serve);
             async move {
@@ -65,9 +68,7 @@ fn executors_answer_until_all_have_served() {
     run(
         2,
         Shutdown::new(),
-        |ctx: ExecutorContext<Probe>| async move {
-            Ok(Probe { index: ctx.index.get(), thread: thread_name() })
-        },
+        probe,
         move |state, ctx| {
             let order = Arc::clone(&o1);
             async move {
@@ -364,9 +365,7 @@ fn calls_survive_cancelled_callers() {
     run(
         2,
         Shutdown::new(),
-        |ctx: ExecutorContext<Probe>| async move {
-            Ok(Probe { index: ctx.index.get(), thread: thread_name() })
-        },
+        probe,
         move |state, ctx| {
             let (answered, expected) = (Arc::clone(&a1), Arc::clone(&e1));
             async move {
@@ -453,9 +452,7 @@ fn call_from_a_plain_thread_is_answered() {
     run(
         2,
         shutdown,
-        |ctx: ExecutorContext<Probe>| async move {
-            Ok(Probe { index: ctx.index.get(), thread: thread_name() })
-        },
+        probe,
         move |state, ctx| {
             let mesh_tx = mesh_tx.clone();
             async move {
@@ -496,9 +493,7 @@ fn relayed_waits_complete_from_a_plain_thread() {
     run(
         1,
         shutdown,
-        |ctx: ExecutorContext<Probe>| async move {
-            Ok(Probe { index: ctx.index.get(), thread: thread_name() })
-        },
+        probe,
         move |_, ctx| {
             let (got, receivers, waiting) = (Arc::clone(&g1), Arc::clone(&r1), waiting.clone());
             async move {
@@ -632,9 +627,7 @@ fn parked_executors_with_runnable_tasks_are_woken() {
             options,
             2,
             Shutdown::new(),
-            |ctx: ExecutorContext<Probe>| async move {
-                Ok(Probe { index: ctx.index.get(), thread: thread_name() })
-            },
+            probe,
             move |state, ctx| {
                 let kicks = Arc::clone(&k1);
                 async move {
@@ -682,9 +675,7 @@ fn calls_are_counted_where_they_are_sent() {
     run(
         2,
         shutdown,
-        |ctx: ExecutorContext<Probe>| async move {
-            Ok(Probe { index: ctx.index.get(), thread: thread_name() })
-        },
+        probe,
         move |state, ctx| {
             let counts = Arc::clone(&counts_by_serve);
             async move {
