@@ -963,9 +963,10 @@ impl Core {
                 }
             }
         }
+        // No wait registered since the release above (`wait_released` answers at once while
+        // `released` holds the txid), so `release_waits` has nothing left for it.
         self.prepared.borrow_mut().remove(&txid);
         self.released.borrow_mut().remove(&txid);
-        self.release_waits.borrow_mut().remove(&txid);
         if commit && wrote && all_durable {
             self.report_finished(txid).await;
         }
