@@ -578,6 +578,13 @@ impl Journal {
         self.tail.borrow().as_ref().map_or(0, |t| t.pos)
     }
 
+    /// The current file and the offset after its last chunk written: what a copy of the
+    /// journal taken now holds (the zeros preallocated past it would take in appends made
+    /// after the copy started). `None` once closed.
+    pub fn tail_file(&self) -> Option<(PathBuf, u64)> {
+        self.tail.borrow().as_ref().map(|t| (t.path.clone(), t.pos))
+    }
+
     /// Closes the file; appends fail afterwards.
     pub async fn close(&self) {
         let _permit = self.io.acquire_permit(1).await;

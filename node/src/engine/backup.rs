@@ -37,8 +37,10 @@ pub const CHECKSUM: &str = "crc32";
 pub const CHECKSUM_BLOCK_BYTES: u64 = 1 << 20;
 /// Files of the data directory's root copied into a backup.
 pub const META_FILES: &[&str] = &["layout.json", "catalog.json"];
-/// Durable log directories besides the fragments, copied whole when they exist (the
-/// transaction coordinator's log). Add a directory here and backup and restore carry it.
+/// Durable log directories besides the fragments, copied when they exist (the transaction
+/// coordinator's log). Add a directory here and backup and restore carry it; a preallocated
+/// log's file is copied only to the end of its records, which [`take_cut`] asks its owner for
+/// (the coordinator's journal is preallocated).
 pub const DURABLE_DIRS: &[&str] = &["coordinator"];
 /// Directory of the fragments inside a data directory.
 pub const FRAGMENTS_DIR: &str = "fragments";
@@ -125,20 +127,34 @@ impl Cut {
 
 /// Takes the cut under the two-phase-commit gate: no commit decision is recorded and the
 /// coordinator journal is not rewritten meanwhile. The durable directories (the coordinator
-/// journal) are opened first, then every fragment of every executor (one mesh call each), then
-/// the catalog and the layout (so the catalog is at least as new as the data). So a cross-fragment transaction is whole in the backup or
-/// absent: one decided before the cut has its PREPAREs in every participant's cut and its
-/// decision (or every participant's COMMIT) in the copy; one not yet decided has no decision in
-/// the copy and is aborted when the restored node recovers. Writers are not blocked; decisions
-/// wait for the cut (well under a millisecond per fragment), not for the copy.
+/// journal, to the end of its records now) are opened first, then every fragment of every
+/// executor (one mesh call each), then the catalog and the layout (so the catalog is at least
+/// as new as the data). So a cross-fragment transaction is whole in the backup or absent: one
+/// decided before the cut has its PREPAREs in every participant's cut and its decision (or
+/// every participant's COMMIT) in the copy; one not yet decided has no decision in the copy,
+/// even when it is decided before the copy is made, and is aborted when the restored node
+/// recovers. Writers are not blocked; decisions wait for the cut (well under a millisecond
+/// per fragment), not for the copy.
 pub async fn take_cut(core: &Rc<Core>, mesh: &Mesh<Core>) -> Result<Cut, EngineError> {
     let shared = Arc::clone(core.shared());
     let _pause = shared.two_phase_gate().pause().await;
-    let open = |which| {
-        let root = shared.data_dir.clone();
-        glommio::executor().spawn_blocking(move || open_others(&root, which))
+    // The journal is preallocated: its file is longer than its records, and a decision
+    // recorded after the gate reopens lands inside that length. The copy (made later, from
+    // the open descriptor) must stop where the records stop now, or it would carry the
+    // decision of a transaction whose PREPAREs only some fragments' cuts hold.
+    let coordinator = ExecutorIndex::new(0);
+    let journal_tail = if core.index() == coordinator {
+        core.coordinator().and_then(|c| c.journal_tail())
+    } else {
+        mesh.call(coordinator, |c| async move { c.coordinator().and_then(|c| c.journal_tail()) })
+            .await?
     };
-    let mut others = open(Others::DurableDirs).await.map_err(EngineError::Backup)?;
+    let ends: Vec<(PathBuf, u64)> = journal_tail.into_iter().collect();
+    let open = |which, ends: Vec<(PathBuf, u64)>| {
+        let root = shared.data_dir.clone();
+        glommio::executor().spawn_blocking(move || open_others(&root, which, &ends))
+    };
+    let mut others = open(Others::DurableDirs, ends).await.map_err(EngineError::Backup)?;
     let mut fragments = Vec::new();
     for i in 0..mesh.len() {
         let index = ExecutorIndex::new(i);
@@ -151,7 +167,7 @@ pub async fn take_cut(core: &Rc<Core>, mesh: &Mesh<Core>) -> Result<Cut, EngineE
         fragments.extend(cuts.map_err(EngineError::Backup)?);
     }
     fragments.sort_by_key(|c| c.fragment);
-    others.extend(open(Others::Meta).await.map_err(EngineError::Backup)?);
+    others.extend(open(Others::Meta, Vec::new()).await.map_err(EngineError::Backup)?);
     Ok(Cut { fragments, others })
 }
 
@@ -164,14 +180,22 @@ enum Others {
     DurableDirs,
 }
 
-fn open_others(root: &Path, which: Others) -> Result<Vec<CutEntry>, String> {
+/// Opens the files of `which` under `root`, each to be copied to its length now, or, for a
+/// path of `ends`, only to the offset given there (a preallocated log's end of records).
+fn open_others(
+    root: &Path,
+    which: Others,
+    ends: &[(PathBuf, u64)],
+) -> Result<Vec<CutEntry>, String> {
     let open = |path: &Path, rel: String| -> Result<Option<CutEntry>, String> {
         match File::open(path) {
             Ok(file) => {
-                let len = file
+                let size = file
                     .metadata()
                     .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
                     .len();
+                let len =
+                    ends.iter().find(|(p, _)| p == path).map_or(size, |&(_, end)| end.min(size));
                 Ok(Some(CutEntry { path: rel, file, len }))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -457,6 +481,46 @@ pub fn check_files(dir: &Path, manifest: &Manifest) -> Result<(), BackupDamage> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Checks that a backup's copy of the coordinator journal holds the decisions recorded
+    // before the cut and none recorded after it, although the preallocated file already had
+    // room for them when the cut opened it. (A CI run restored a cross-fragment transfer's
+    // balance updates without its record: the decision, recorded after the cut, rode in the
+    // copy while one participant's PREPARE was past that fragment's cut.)
+    #[test]
+    fn unit_journal_copy_stops_at_the_cut() {
+        use super::super::coordinator::{Coordinator, TwoPhaseGate, read_decisions};
+        let dir = std::env::temp_dir().join(format!("tessera-backup-cut-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let d = dir.clone();
+        storage::park::run_watched(
+            "backup-cut-test",
+            || glommio::LocalExecutorBuilder::default().io_memory(1 << 20),
+            move || async move {
+                let (root, to, whole) = (d.join("data"), d.join("backup"), d.join("whole"));
+                let c = Coordinator::open(&root).await.expect("open");
+                let gate = TwoPhaseGate::default();
+                let frags = [router::FragmentId::new(0), router::FragmentId::new(1)];
+                let (before, after) = (storage::TxId::new(1), storage::TxId::new(2));
+                c.decide(&gate, before, true, &frags, 2).await.expect("decide");
+                let ends: Vec<_> = c.journal_tail().into_iter().collect();
+                let cut = open_others(&root, Others::DurableDirs, &ends).expect("cut");
+                let uncut = open_others(&root, Others::DurableDirs, &[]).expect("uncut");
+                c.decide(&gate, after, true, &frags, 2).await.expect("decide");
+                copy_cut(Cut { fragments: Vec::new(), others: cut }, &to).expect("copy");
+                copy_cut(Cut { fragments: Vec::new(), others: uncut }, &whole).expect("copy");
+                let copied = read_decisions(&to).expect("read the copy");
+                assert_eq!(copied.get(&before), Some(&true), "decided before the cut: copied");
+                assert_eq!(copied.get(&after), None, "decided after the cut: not copied");
+                // The premise: the file's length at the cut already covered the later decision.
+                let whole = read_decisions(&whole).expect("read the whole copy");
+                assert_eq!(whole.get(&after), Some(&true), "the preallocated file holds it");
+                c.close().await;
+            },
+        )
+        .expect("executor");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     // Checks that manifest paths cannot leave the backup directory.
     #[test]

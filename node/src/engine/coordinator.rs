@@ -14,7 +14,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError, RwLock};
 use std::task::{Poll, Waker};
@@ -430,6 +430,12 @@ impl Coordinator {
     /// Bytes in the journal's current file.
     pub fn journal_bytes(&self) -> u64 {
         self.journal.bytes()
+    }
+
+    /// The journal's current file and the end of its records: a backup's cut copies that
+    /// file only to there (see `backup::take_cut`).
+    pub fn journal_tail(&self) -> Option<(PathBuf, u64)> {
+        self.journal.tail_file()
     }
 
     /// Decisions still held, for SHOW TRANSACTIONS.
