@@ -10,6 +10,13 @@
 //! `-- paths` compares the two chunk I/O paths (io_uring, blocking thread) op by op; `-- grow`
 //! measures the executor CPU of each batch while the index grows (`TESSERA_BENCH_GROW_DOCS`
 //! new documents, default 3,000,000).
+//! `TESSERA_BENCH_RATES` (comma-separated writes/s, e.g. `100000,200000`) adds, after each
+//! writer count's run, one paced run per rate: the writers (at most that many writes in flight)
+//! offer the rate, the k-th write is due at `start + k / rate`, and its acknowledgement latency
+//! counts from when it was due, not from when a writer got to it, so a run that falls behind
+//! shows the wait (no coordinated omission). A closed run (each writer writes again at once)
+//! measures the most the fragment takes; its latency is then what Little's law says, writers
+//! divided by throughput.
 //! `TESSERA_BENCH_SPLIT_WAVES=1` opens the write runs' fragments with
 //! `FragmentOptions::split_waves` (default off). Allocator: mimalloc, as the node's binary;
 //! transparent huge pages off unless `TESSERA_BENCH_THP=on`.
@@ -143,7 +150,82 @@ async fn io_paths(dir: &std::path::Path) {
     std::fs::remove_file(&path).expect("remove paths");
 }
 
-async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, limit: Option<u64>) {
+/// How the writers of a run issue their writes.
+#[derive(Clone, Copy, Debug)]
+enum Load {
+    /// Each writer writes again as soon as its last write is acknowledged.
+    Closed,
+    /// The writers together offer this many writes per second (see the module docs).
+    Paced(f64),
+}
+
+/// When the `k`-th write of a paced run is due.
+fn due(start: Instant, rate: f64, k: u64) -> Instant {
+    start + Duration::from_secs_f64(k as f64 / rate)
+}
+
+/// Writes of a run offering `rate` that fall due within `seconds` of its start, the first at
+/// the start itself not counted. (The float is finite, positive and far below 2^64: the bench
+/// parses rates as positive finite numbers and runs for seconds.)
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn writes_within(rate: f64, seconds: f64) -> u64 {
+    (rate * seconds).floor() as u64
+}
+
+/// How often a paced run's pacer hands out the writes that fell due. One timer for the run,
+/// not one per write: 256 writers each sleeping on a timer of its own cost more executor CPU
+/// than the writes (a first version of this bench: 0.79 of a core at 100,000 writes/s).
+const PACE_TICK: Duration = Duration::from_micros(50);
+
+/// A paced run's due writes: the pacer queues each write's number once it is due, a writer
+/// takes the next one; `None` tells a writer the run is over.
+struct Tickets {
+    queue: RefCell<std::collections::VecDeque<Option<u64>>>,
+    ready: glommio::sync::Semaphore,
+}
+
+impl Tickets {
+    fn new() -> Tickets {
+        Tickets { queue: RefCell::default(), ready: glommio::sync::Semaphore::new(0) }
+    }
+
+    fn push(&self, ticket: Option<u64>) {
+        self.queue.borrow_mut().push_back(ticket);
+        self.ready.signal(1);
+    }
+
+    async fn next(&self) -> Option<u64> {
+        self.ready.acquire(1).await.ok()?;
+        self.queue.borrow_mut().pop_front().flatten()
+    }
+
+    /// Queues the `total` writes of a run offering `rate` from `start`, each once it is due,
+    /// then one end for each of `writers`.
+    async fn pace(&self, start: Instant, rate: f64, total: u64, writers: usize) {
+        let mut k = 0u64;
+        while k < total {
+            let due_now = writes_within(rate, start.elapsed().as_secs_f64()) + 1;
+            while k < due_now.min(total) {
+                self.push(Some(k));
+                k += 1;
+            }
+            if k < total {
+                glommio::timer::sleep(PACE_TICK).await;
+            }
+        }
+        for _ in 0..writers {
+            self.push(None);
+        }
+    }
+}
+
+async fn durable_writes(
+    dir: &std::path::Path,
+    writers: usize,
+    load: Load,
+    seconds: u64,
+    limit: Option<u64>,
+) {
     let fdir = dir.join(format!("w{writers}"));
     let options = FragmentOptions {
         segment_bytes: SEGMENT_BYTES,
@@ -162,19 +244,41 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
     let cpu_start = thread_cpu_seconds();
     let deadline = start + Duration::from_secs(seconds);
     let started = Rc::new(std::cell::Cell::new(0u64));
+    let tickets = Rc::new(Tickets::new());
+    let pacer = match load {
+        Load::Closed => None,
+        Load::Paced(rate) => {
+            let total = limit.unwrap_or(writes_within(rate, seconds as f64));
+            let tickets = tickets.clone();
+            Some(glommio::spawn_local(async move {
+                tickets.pace(start, rate, total, writers).await;
+            }))
+        }
+    };
     let mut tasks = Vec::new();
     for w in 0..writers {
         let (f, hist, pad, started) = (f.clone(), hist.clone(), pad.clone(), started.clone());
-        let filling = filling.clone();
+        let (filling, tickets) = (filling.clone(), tickets.clone());
         tasks.push(glommio::spawn_local(async move {
             let mut n = 0u64;
             loop {
-                match limit {
-                    Some(limit) if started.get() >= limit => break,
-                    Some(_) => started.set(started.get() + 1),
-                    None if Instant::now() >= deadline => break,
-                    None => {}
-                }
+                // When the write counts from: now (closed), or when it was due (paced).
+                let from = match load {
+                    Load::Closed => {
+                        let k = started.get();
+                        match limit {
+                            Some(limit) if k >= limit => break,
+                            Some(_) => started.set(k + 1),
+                            None if Instant::now() >= deadline => break,
+                            None => {}
+                        }
+                        Instant::now()
+                    }
+                    Load::Paced(rate) => match tickets.next().await {
+                        Some(k) => due(start, rate, k),
+                        None => break,
+                    },
+                };
                 let id = format!("w{w}-{n}");
                 let b = WriteBatch::new().put(
                     "bench",
@@ -183,9 +287,8 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
                     None,
                     json!({"n": n, "pad": pad}),
                 );
-                let t = Instant::now();
                 f.apply(b).await.expect("apply");
-                let lat = t.elapsed();
+                let lat = from.elapsed();
                 hist.borrow_mut().record(nanos(lat)).expect("record");
                 if f.spare_filling() {
                     filling.borrow_mut().record(nanos(lat)).expect("record");
@@ -199,12 +302,19 @@ async fn durable_writes(dir: &std::path::Path, writers: usize, seconds: u64, lim
     for t in tasks {
         total += t.await;
     }
+    if let Some(p) = pacer {
+        p.await;
+    }
     let elapsed = start.elapsed().as_secs_f64();
     let cpu = thread_cpu_seconds() - cpu_start;
     {
         let h = hist.borrow();
+        let how = match load {
+            Load::Closed => String::new(),
+            Load::Paced(rate) => format!(" offering {rate:.0}/s"),
+        };
         println!(
-            "durable 1KiB writes, {writers:>3} writers: {:.0} writes/s wall, {:.0} per CPU-second ({total} in {elapsed:.2}s, cpu {cpu:.2}s) ack p50={:.0}us p99={:.0}us max={:.0}us",
+            "durable 1KiB writes, {writers:>3} writers{how}: {:.0} writes/s wall, {:.0} per CPU-second ({total} in {elapsed:.2}s, cpu {cpu:.2}s) ack p50={:.0}us p99={:.0}us max={:.0}us",
             total as f64 / elapsed,
             total as f64 / cpu,
             micros(&h, 0.5),
@@ -396,6 +506,16 @@ fn main() {
         .unwrap_or_else(|| vec![1, 16, 256]);
     let limit: Option<u64> =
         std::env::var("TESSERA_BENCH_WRITES").ok().and_then(|v| v.parse().ok());
+    let rates: Vec<f64> = match std::env::var("TESSERA_BENCH_RATES") {
+        Ok(v) => v
+            .split(',')
+            .map(|r| match r.trim().parse::<f64>() {
+                Ok(r) if r.is_finite() && r > 0.0 => r,
+                _ => panic!("TESSERA_BENCH_RATES: {r:?} is not a positive number of writes/s"),
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
     let only: Option<String> = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     // Under the park watchdog like the node's executors: glommio 0.9.0 can park this executor
     // with runnable tasks (`storage::park`), and one run of this bench once hung that way. No
@@ -427,7 +547,11 @@ fn main() {
             }
             if want("writes") || only.as_deref() == Some("ack") {
                 for &writers in &writer_counts {
-                    durable_writes(dir.path(), writers, seconds, limit).await;
+                    durable_writes(dir.path(), writers, Load::Closed, seconds, limit).await;
+                    for &rate in &rates {
+                        durable_writes(dir.path(), writers, Load::Paced(rate), seconds, limit)
+                            .await;
+                    }
                 }
             }
             if want("writes") {
