@@ -197,24 +197,30 @@ pub(crate) fn apply_effect(st: &mut State, effect: &Effect, seg: &Rc<Segment>, s
             });
             txn.loc = Some(Loc { seg: seg.clone(), span, op: 0 });
         }
-        Effect::Commit(txid) | Effect::Abort(txid) => {
-            // A commit whose prepare is gone was absorbed by compaction (its writes are puts in
-            // the compacted segment): nothing left to do.
-            if let Some(txn) = st.txns.remove(txid) {
-                for m in &txn.ops {
-                    st.locks.remove(&*m.lk);
-                }
-                for k in &txn.read_locks {
-                    st.locks.remove(k);
-                }
-                if let (Effect::Commit(_), Some(loc)) = (effect, &txn.loc) {
-                    apply_ops(st, &txn.ops, &loc.seg.clone(), loc.span);
-                }
-            }
-        }
+        Effect::Commit(txid) => finish_prepared(st, *txid, true),
+        Effect::Abort(txid) => finish_prepared(st, *txid, false),
     }
     st.log_bytes += frame_bytes(span.len()) as u64;
     seg.add_record_bytes(frame_bytes(span.len()) as u64);
+}
+
+/// Ends prepared transaction `txid` in the in-memory state: releases its locks and, with
+/// `commit`, points the index at its prepared writes. (A Commit record's effect; also how an
+/// offline reader applies a coordinator's commit decision that no Commit record carries.)
+pub(crate) fn finish_prepared(st: &mut State, txid: TxId, commit: bool) {
+    // A commit whose prepare is gone was absorbed by compaction (its writes are puts in the
+    // compacted segment): nothing left to do.
+    if let Some(txn) = st.txns.remove(&txid) {
+        for m in &txn.ops {
+            st.locks.remove(&*m.lk);
+        }
+        for k in &txn.read_locks {
+            st.locks.remove(k);
+        }
+        if let (true, Some(loc)) = (commit, &txn.loc) {
+            apply_ops(st, &txn.ops, &loc.seg.clone(), loc.span);
+        }
+    }
 }
 
 /// A chunk whose write and fdatasync are under way.
