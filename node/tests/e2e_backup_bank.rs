@@ -109,29 +109,6 @@ fn as_of_backup(history: &History, acked_before: &BTreeSet<String>) -> History {
     out
 }
 
-/// `tessera dump` of the bank in `dir`: the balances (sorted) and the transfer record ids.
-fn dump_bank(dir: &std::path::Path) -> (Vec<(String, i64)>, BTreeSet<String>) {
-    let mut command = tessera();
-    command.arg("dump").arg("--data-dir").arg(dir);
-    let output = run_client(command);
-    assert!(output.status.success(), "dump failed: {}", show(&output));
-    let mut balances = Vec::new();
-    let mut records = BTreeSet::new();
-    for line in String::from_utf8(output.stdout).unwrap().lines() {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let id = v["id"].as_str().unwrap().to_owned();
-        match v["collection"].as_str().unwrap() {
-            "accounts" => balances.push((id, v["doc"]["balance"].as_i64().unwrap())),
-            "transfers" => {
-                records.insert(id);
-            }
-            other => panic!("unexpected collection {other} in the dump"),
-        }
-    }
-    balances.sort();
-    (balances, records)
-}
-
 fn tessera() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
     for (key, _) in std::env::vars_os() {
@@ -404,7 +381,7 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
         command.arg("verify").arg("--data-dir").arg(restored.data_dir());
         let output = run_client(command);
         assert_eq!(output.status.code(), Some(0), "verify of restore {n}: {}", show(&output));
-        let dumped = dump_bank(restored.data_dir());
+        let dumped = bank::dump_data_dir(restored.data_dir());
 
         restored.start_again();
         let mut first: Option<BTreeSet<String>> = None;
@@ -434,11 +411,9 @@ async fn e2e_backup_under_bank_load_restores_the_total() {
                 // `tessera dump` of the restored directory (before the node recovered it)
                 // shows what the node serves: a transfer whose Commit record one fragment
                 // lacked at the cut is whole in both, by the coordinator's decision.
-                let mut served: Vec<(String, i64)> = state.balances.clone();
-                served.sort();
                 assert_eq!(
                     dumped,
-                    (served, records.clone()),
+                    bank::seen(&state),
                     "{when}: the dump differs from what the node serves (TESSERA_BANK_SEED={seed})"
                 );
             }
