@@ -258,10 +258,17 @@ async fn e2e_bank_survives_sigkill() {
         node.kill9();
         shared.stop();
         join_phase(&node, phase, seed).await;
+        // What `tessera dump` shows of the killed node's directory is what the node serves
+        // once it recovered it (a transfer cut in its phase two is whole in both).
+        let dumped = bank::dump_data_dir(node.data_dir());
         node.start_again();
-        let state =
-            check_now(&node, &bank, &shared, seed, &format!("after kill {} of {kills}", kill + 1))
-                .await;
+        let when = format!("after kill {} of {kills}", kill + 1);
+        let state = check_now(&node, &bank, &shared, seed, &when).await;
+        assert_eq!(
+            dumped,
+            bank::seen(&state),
+            "{when}: the dump differs from what the node serves (TESSERA_BANK_SEED={seed})"
+        );
         in_flight +=
             shared.history().transfers.iter().filter(|t| t.outcome == Outcome::Unknown).count();
         shared.settle(&state);

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-use support::{Node, run_client};
+use support::{Node, NodeOptions, run_client};
 
 fn dump(dir: &Path, extra: &[&str]) -> Vec<serde_json::Value> {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
@@ -93,4 +93,31 @@ async fn dump_filters_and_round_trips() {
     }
     copy.stop();
     assert_eq!(content(&dump(copy.data_dir(), &[])), original);
+}
+
+// Checks that a node killed between a two-phase commit's durable COMMIT decision and its last
+// participant's Commit record dumps the transaction whole, as its recovery would serve it:
+// one fragment holds the transaction's PREPARE and Commit records, the others only its
+// PREPARE, and the decision is in the coordinator's journal. (A backup cut in phase two holds
+// the same: the cut pauses decisions, not the Commit records of decided transactions.) Dump
+// used to show only the fragment with the Commit record: half a transaction.
+#[tokio::test]
+async fn dump_applies_the_coordinators_commit_decisions() {
+    const IDS: [&str; 3] = ["a$@0", "b$@131072", "d$@393216"];
+    let mut node = Node::start_with(NodeOptions {
+        env: vec![("TESSERA_FAULT".to_owned(), "2pc-during-apply".to_owned())],
+        ..NodeOptions::default()
+    });
+    node.expect_log("TESSERA_FAULT");
+    let client = node.connect().await;
+    let values: Vec<String> = IDS.iter().map(|id| format!(r#"('{id}', '{{"v": 1}}')"#)).collect();
+    // The commit may be acknowledged before the crash (once its writes are visible).
+    let _ = client
+        .batch_execute(&format!("BEGIN; INSERT INTO t VALUES {}; COMMIT", values.join(", ")))
+        .await;
+    node.wait_crash();
+    let lines = dump(node.data_dir(), &[]);
+    let ids: BTreeSet<String> =
+        lines.iter().map(|l| l["id"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(ids, IDS.iter().map(|id| (*id).to_owned()).collect(), "{lines:?}");
 }

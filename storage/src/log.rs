@@ -197,24 +197,30 @@ pub(crate) fn apply_effect(st: &mut State, effect: &Effect, seg: &Rc<Segment>, s
             });
             txn.loc = Some(Loc { seg: seg.clone(), span, op: 0 });
         }
-        Effect::Commit(txid) | Effect::Abort(txid) => {
-            // A commit whose prepare is gone was absorbed by compaction (its writes are puts in
-            // the compacted segment): nothing left to do.
-            if let Some(txn) = st.txns.remove(txid) {
-                for m in &txn.ops {
-                    st.locks.remove(&*m.lk);
-                }
-                for k in &txn.read_locks {
-                    st.locks.remove(k);
-                }
-                if let (Effect::Commit(_), Some(loc)) = (effect, &txn.loc) {
-                    apply_ops(st, &txn.ops, &loc.seg.clone(), loc.span);
-                }
-            }
-        }
+        Effect::Commit(txid) => finish_prepared(st, *txid, true),
+        Effect::Abort(txid) => finish_prepared(st, *txid, false),
     }
     st.log_bytes += frame_bytes(span.len()) as u64;
     seg.add_record_bytes(frame_bytes(span.len()) as u64);
+}
+
+/// Ends prepared transaction `txid` in the in-memory state: releases its locks and, with
+/// `commit`, points the index at its prepared writes. (A Commit record's effect; also how an
+/// offline reader applies a coordinator's commit decision that no Commit record carries.)
+pub(crate) fn finish_prepared(st: &mut State, txid: TxId, commit: bool) {
+    // A commit whose prepare is gone was absorbed by compaction (its writes are puts in the
+    // compacted segment): nothing left to do.
+    if let Some(txn) = st.txns.remove(&txid) {
+        for m in &txn.ops {
+            st.locks.remove(&*m.lk);
+        }
+        for k in &txn.read_locks {
+            st.locks.remove(k);
+        }
+        if let (true, Some(loc)) = (commit, &txn.loc) {
+            apply_ops(st, &txn.ops, &loc.seg.clone(), loc.span);
+        }
+    }
 }
 
 /// A chunk whose write and fdatasync are under way.
@@ -803,7 +809,7 @@ mod tests {
     use router::{FragmentId, ShardId, ShardRange};
 
     use crate::limits::{WAVE_SPLIT_CHUNK_MICROS_MAX, WAVE_SPLIT_RECORDS_MIN};
-    use crate::{Fragment, FragmentOptions, WriteBatch};
+    use crate::{AppendError, CommitInfo, Fragment, FragmentOptions, WriteBatch};
 
     /// The recent chunks a fragment has seen: average time and the last one's records.
     #[derive(Clone, Copy)]
@@ -1074,5 +1080,78 @@ mod tests {
             assert_eq!(f.stats().docs, n);
             f.close().await;
         });
+    }
+
+    // A roll right after the chunk that started the spare (the next record was queued behind
+    // that chunk and does not fit in the rest of the segment), with no yield in between: the
+    // roll must find the fill's pace to unpace it, or it would wait for a paced fill that
+    // waits for grants only the blocked writer gives, and every write of the fragment would
+    // hang until close. It finds it because glommio's `spawn_local` runs a task's first poll
+    // at once (`spawn_and_run`), up to the spare task's first await, after it set the pace:
+    // this test keeps that true. (A 64 KiB segment here; with real segments, a big document
+    // queued behind the chunk that passes a quarter of a segment of up to about 5 MiB.) The
+    // bound only turns such a hang into a failure; a healthy run takes milliseconds.
+    #[test]
+    fn integration_roll_right_after_the_spare_started() {
+        on_executor(|path| async move {
+            cov_mark::check!(roll_waited_for_the_spare);
+            let f = open_spare_test(&path, 64 << 10).await;
+            // A 16 KiB chunk takes the active segment to 20 KiB, past its quarter (the spare
+            // starts when it completes); a 52 KiB one, queued behind it, fits neither in that
+            // chunk nor in the 44 KiB left, so the writer rolls as soon as the first is done.
+            let doc = |id: &str, pad: usize| {
+                let doc = serde_json::json!({ "id": id, "pad": "p".repeat(pad) });
+                WriteBatch::new().put("c", id, ShardId::from_u64_mod(7), None, doc)
+            };
+            let (a, b) = apply_both_bounded(&f, doc("a", 14_000), doc("b", 50_000))
+                .await
+                .expect("writes hung: the roll waited for a spare fill that waited for the log");
+            a.expect("a");
+            b.expect("b");
+            let io = f.io_stats();
+            assert_eq!((io.spare_late, io.spare_missed), (1, 0), "{io:?}");
+            assert_eq!(f.stats().segments, 2);
+            f.close().await;
+            assert!(tmp_files(&path).is_empty(), "no spare file left");
+            let f = open_spare_test(&path, 64 << 10).await;
+            for id in ["a", "b"] {
+                assert!(f.get("c", id).is_some(), "{id} acknowledged, present");
+            }
+            f.close().await;
+        });
+    }
+
+    /// Applies `a` and `b`, both queued in one poll (before the writer runs), and polls them
+    /// together until both are done; `None` if they are not within a minute (a hang).
+    async fn apply_both_bounded(
+        f: &Fragment,
+        a: WriteBatch,
+        b: WriteBatch,
+    ) -> Option<(Result<CommitInfo, AppendError>, Result<CommitInfo, AppendError>)> {
+        use std::task::Poll;
+        let mut a = std::pin::pin!(f.apply(a));
+        let mut b = std::pin::pin!(f.apply(b));
+        let mut bound = std::pin::pin!(glommio::timer::sleep(std::time::Duration::from_secs(60)));
+        let (mut ra, mut rb) = (None, None);
+        std::future::poll_fn(|cx| {
+            if ra.is_none()
+                && let Poll::Ready(r) = a.as_mut().poll(cx)
+            {
+                ra = Some(r);
+            }
+            if rb.is_none()
+                && let Poll::Ready(r) = b.as_mut().poll(cx)
+            {
+                rb = Some(r);
+            }
+            if ra.is_some() && rb.is_some() {
+                return Poll::Ready(ra.take().zip(rb.take()));
+            }
+            if bound.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            Poll::Pending
+        })
+        .await
     }
 }

@@ -13,13 +13,13 @@ use std::path::{Path, PathBuf};
 
 use router::{FragmentId, ShardRange};
 
-use crate::doc_key;
 use crate::error::OpenError;
 use crate::format::{Damage, TailWindow, classify_tail};
 use crate::fragment::{DocRef, State};
 use crate::record::ArchivedRecordBody;
 use crate::recovery::{ReplayedSegment, corruption, empty_state, io_err, replay_segment};
 use crate::segment::{Segment, parse_file_name};
+use crate::{TxId, doc_key};
 
 /// Damaged or stray bytes after the last valid chunk of the last segment: the interrupted,
 /// never-acknowledged last write. Recovery zeroes them at the next open; not an error.
@@ -184,6 +184,27 @@ impl OfflineFragment {
     /// What the check found.
     pub fn report(&self) -> &VerifyReport {
         &self.report
+    }
+
+    /// Prepared transactions without an outcome in this fragment's log: their writes are not
+    /// among the documents until [`OfflineFragment::commit_in_doubt`] applies them.
+    pub fn in_doubt(&self) -> Vec<TxId> {
+        self.st.txns.keys().copied().collect()
+    }
+
+    /// Applies the writes of the in-doubt transactions that `committed` says were committed
+    /// (the coordinator's decision, which a crash or a backup cut can hold without this
+    /// fragment's Commit record), in memory only, as recovery would; the others stay out (as
+    /// recovery aborts an undecided one). Returns how many were applied.
+    pub fn commit_in_doubt(&mut self, committed: impl Fn(TxId) -> bool) -> u64 {
+        let mut applied = 0;
+        for txid in self.in_doubt() {
+            if committed(txid) {
+                crate::log::finish_prepared(&mut self.st, txid, true);
+                applied += 1;
+            }
+        }
+        applied
     }
 
     /// Names of collections that have documents, sorted.

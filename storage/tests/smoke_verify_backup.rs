@@ -149,3 +149,35 @@ fn verify_reports_a_torn_tail_read_only() {
         assert!(verify_dir(&path, FRAGMENT).expect("clean now").torn_tail.is_none());
     });
 }
+
+// Checks that an offline reader leaves an in-doubt transaction's writes out until told it
+// committed (the coordinator's decision, which a crash or a backup cut can hold without this
+// fragment's Commit record), then shows them, over the version the document had before.
+#[test]
+fn offline_commit_in_doubt_applies_only_committed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let f = open(&path, options(SEGMENT)).await;
+        f.apply(put("c", "a", json!({"v": 0}))).await.expect("put");
+        f.prepare(storage::TxId::new(7), put("c", "a", json!({"v": 7}))).await.expect("prepare");
+        f.prepare(storage::TxId::new(8), put("c", "b", json!({"v": 8}))).await.expect("prepare");
+        f.close().await;
+        let docs = |o: &OfflineFragment| {
+            let mut seen = Vec::new();
+            o.scan("c", router::ShardRange::ALL, |d| {
+                seen.push((d.id().to_owned(), d.doc().to_serde()));
+                ControlFlow::Continue(())
+            });
+            seen
+        };
+        let mut offline = OfflineFragment::open(&path, FRAGMENT).expect("offline");
+        let mut in_doubt = offline.in_doubt();
+        in_doubt.sort();
+        assert_eq!(in_doubt, vec![storage::TxId::new(7), storage::TxId::new(8)]);
+        assert_eq!(docs(&offline), vec![("a".to_owned(), json!({"v": 0}))], "none applied yet");
+        assert_eq!(offline.commit_in_doubt(|t| t == storage::TxId::new(7)), 1);
+        assert_eq!(docs(&offline), vec![("a".to_owned(), json!({"v": 7}))], "7 only");
+        assert_eq!(offline.in_doubt(), vec![storage::TxId::new(8)], "8 stays in doubt");
+    });
+}

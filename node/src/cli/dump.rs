@@ -1,8 +1,10 @@
 //! `tessera dump --data-dir D [--collection C] [--shard-range A..B]`: every document of a
 //! stopped node's data directory (or a backup) as JSON lines,
 //! `{"collection","id","shard","version","doc"}`, in fragment (shard) order, streamed to
-//! stdout. Read-only, with the same lock rule as `verify`. Exit status 0, 1 when a fragment
-//! could not be read (the others are still dumped), 2 for unusable arguments.
+//! stdout. Transactions prepared without a Commit record in a fragment are shown when the
+//! coordinator's journal holds their COMMIT decision (as recovery would apply it), and left
+//! out otherwise. Read-only, with the same lock rule as `verify`. Exit status 0, 1 when a
+//! fragment could not be read (the others are still dumped), 2 for unusable arguments.
 
 use std::io::{BufWriter, Write};
 use std::ops::ControlFlow;
@@ -46,6 +48,16 @@ pub fn main(args: &Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A transaction prepared in some fragments whose Commit records are missing (a crash, or
+    // a backup cut, during its phase two) is committed when the coordinator's journal says
+    // so: the dump shows it whole, as recovery would serve it.
+    let decisions = match crate::engine::read_decisions(&args.data_dir) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("tessera dump: cannot read the coordinator journal: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut ok = true;
@@ -55,14 +67,16 @@ pub fn main(args: &Args) -> ExitCode {
         else {
             continue;
         };
-        let fragment = match OfflineFragment::open(&dir.fragment_dir(f.id), FragmentId::new(f.id)) {
-            Ok(fragment) => fragment,
-            Err(e) => {
-                ok = false;
-                eprintln!("tessera dump: fragment ${} skipped: {e}", f.id);
-                continue;
-            }
-        };
+        let mut fragment =
+            match OfflineFragment::open(&dir.fragment_dir(f.id), FragmentId::new(f.id)) {
+                Ok(fragment) => fragment,
+                Err(e) => {
+                    ok = false;
+                    eprintln!("tessera dump: fragment ${} skipped: {e}", f.id);
+                    continue;
+                }
+            };
+        fragment.commit_in_doubt(|txid| decisions.get(&txid) == Some(&true));
         let collections = match &args.collection {
             Some(c) => vec![c.clone()],
             None => fragment.collections(),

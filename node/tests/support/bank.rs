@@ -19,6 +19,7 @@
     clippy::panic
 )]
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -802,6 +803,41 @@ pub async fn run_until(shared: &Shared, phase: &Phase, acked: u64) {
 /// or an empty string.
 pub fn report(violations: &[checker::Violation]) -> String {
     violations.iter().map(|v| format!("  {v}\n")).collect()
+}
+
+/// The bank as `tessera dump` shows the data directory `dir` (of a stopped node, or a
+/// backup): the balances sorted by account, and the transfer record ids. Compare with
+/// [`seen`] of what the node serves once it recovered `dir`.
+pub fn dump_data_dir(dir: &std::path::Path) -> (Vec<(String, i64)>, BTreeSet<String>) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("dump")
+        .arg("--data-dir")
+        .arg(dir)
+        .output()
+        .expect("run tessera dump");
+    assert!(output.status.success(), "dump failed: {}", String::from_utf8_lossy(&output.stderr));
+    let mut balances = Vec::new();
+    let mut records = BTreeSet::new();
+    for line in String::from_utf8(output.stdout).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let id = v["id"].as_str().unwrap().to_owned();
+        match v["collection"].as_str().unwrap() {
+            "accounts" => balances.push((id, v["doc"]["balance"].as_i64().unwrap())),
+            "transfers" => {
+                records.insert(id);
+            }
+            other => panic!("unexpected collection {other} in the dump"),
+        }
+    }
+    balances.sort();
+    (balances, records)
+}
+
+/// A state read from a node in the shape of [`dump_data_dir`].
+pub fn seen(state: &State) -> (Vec<(String, i64)>, BTreeSet<String>) {
+    let mut balances = state.balances.clone();
+    balances.sort();
+    (balances, state.records.iter().map(|r| r.id.clone()).collect())
 }
 
 /// Writes a history and a state as text, one line per attempt (with whether its record is

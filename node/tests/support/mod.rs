@@ -114,6 +114,12 @@ fn fresh_dir() -> PathBuf {
     dir
 }
 
+/// `--segment-bytes` of every test node: 1 MiB, or `TESSERA_TEST_SEGMENT_BYTES` (a soak's
+/// knob: small segments make the nodes roll and fill spare segments often).
+fn test_segment_bytes() -> String {
+    std::env::var("TESSERA_TEST_SEGMENT_BYTES").unwrap_or_else(|_| "1048576".to_owned())
+}
+
 /// Ports this test process handed out. Binding port 0 and closing can give the same port
 /// twice in a row, so a test that takes several ports before starting its nodes (peer
 /// addresses) could give two nodes one port (seen in CI: "Address already in use").
@@ -326,9 +332,10 @@ impl Node {
                 .arg("--fragments")
                 .arg(self.options.fragments.to_string())
                 // Small segments: each is zero-filled at creation, and 64 MiB ones would make
-                // every test node write 512 MiB before it serves.
+                // every test node write 512 MiB before it serves. A soak may ask for smaller
+                // ones (many rolls and spare fills): `TESSERA_TEST_SEGMENT_BYTES`.
                 .arg("--segment-bytes")
-                .arg("1048576")
+                .arg(test_segment_bytes())
                 .arg("--log")
                 .arg("info");
             if let Some(p) = &self.options.password {
