@@ -149,7 +149,14 @@ pub async fn take_cut(core: &Rc<Core>, mesh: &Mesh<Core>) -> Result<Cut, EngineE
         mesh.call(coordinator, |c| async move { c.coordinator().and_then(|c| c.journal_tail()) })
             .await?
     };
-    let ends: Vec<(PathBuf, u64)> = journal_tail.into_iter().collect();
+    // A closed journal (the node is shutting down) has no end to give: no backup then, rather
+    // than a copy to the file's length.
+    let Some(journal_tail) = journal_tail else {
+        return Err(EngineError::Backup(
+            "the coordinator journal is closed (the node is shutting down)".to_owned(),
+        ));
+    };
+    let ends = vec![journal_tail];
     let open = |which, ends: Vec<(PathBuf, u64)>| {
         let root = shared.data_dir.clone();
         glommio::executor().spawn_blocking(move || open_others(&root, which, &ends))
@@ -202,7 +209,7 @@ fn open_others(
             Err(e) => Err(format!("cannot open {}: {e}", path.display())),
         }
     };
-    let mut out = Vec::new();
+    let mut out: Vec<CutEntry> = Vec::new();
     if let Others::Meta = which {
         for name in META_FILES {
             out.extend(open(&root.join(name), (*name).to_owned())?);
@@ -228,6 +235,13 @@ fn open_others(
                     out.extend(open(&child, child_rel)?);
                 }
             }
+        }
+    }
+    // Every file given an end must be in the cut: one missing would have changed under it
+    // (a rewrite runs only outside the gate), and copying it some other way would be wrong.
+    for (path, _) in ends {
+        if !out.iter().any(|e| root.join(&e.path) == *path) {
+            return Err(format!("{} is not among the files of the cut", path.display()));
         }
     }
     Ok(out)
@@ -506,6 +520,9 @@ mod tests {
                 let ends: Vec<_> = c.journal_tail().into_iter().collect();
                 let cut = open_others(&root, Others::DurableDirs, &ends).expect("cut");
                 let uncut = open_others(&root, Others::DurableDirs, &[]).expect("uncut");
+                let stray = [(root.join("coordinator").join("journal-gone.jrn"), 0)];
+                let err = open_others(&root, Others::DurableDirs, &stray).expect_err("stray end");
+                assert!(err.contains("journal-gone.jrn"), "{err}");
                 c.decide(&gate, after, true, &frags, 2).await.expect("decide");
                 copy_cut(Cut { fragments: Vec::new(), others: cut }, &to).expect("copy");
                 copy_cut(Cut { fragments: Vec::new(), others: uncut }, &whole).expect("copy");
