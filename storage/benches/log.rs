@@ -19,7 +19,8 @@
 //! divided by throughput.
 //! `TESSERA_BENCH_SPLIT_WAVES=1` opens the write runs' fragments with
 //! `FragmentOptions::split_waves` (default off). Allocator: mimalloc, as the node's binary;
-//! transparent huge pages off unless `TESSERA_BENCH_THP=on`.
+//! transparent huge pages off unless `TESSERA_BENCH_THP=on`. The executor is pinned to CPU 0
+//! unless `TESSERA_BENCH_PIN=off`.
 
 use std::cell::RefCell;
 use std::ops::ControlFlow;
@@ -528,7 +529,15 @@ fn main() {
     let bench_thread = storage::park::ExecutorThread {
         name: "storage-bench".to_owned(),
         builder: || {
-            glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
+            // Pinned to CPU 0 unless `TESSERA_BENCH_PIN=off` (the node's executors are
+            // unbound). io_uring's io-wq workers, which run every fdatasync, take the
+            // affinity of the ring's thread: pinned, they share CPU 0 with the executor.
+            let placement = if std::env::var("TESSERA_BENCH_PIN").is_ok_and(|v| v == "off") {
+                glommio::Placement::Unbound
+            } else {
+                glommio::Placement::Fixed(0)
+            };
+            glommio::LocalExecutorBuilder::new(placement)
                 .io_memory(1 << 20)
                 // The log starts chunks of split waves on glommio's blocking thread; for a
                 // pinned executor glommio would pin that thread to the same CPU. The node's
