@@ -508,6 +508,7 @@ fn main() {
     let limit: Option<u64> =
         std::env::var("TESSERA_BENCH_WRITES").ok().and_then(|v| v.parse().ok());
     let rates: Vec<f64> = match std::env::var("TESSERA_BENCH_RATES") {
+        Ok(v) if v.trim().is_empty() => Vec::new(),
         Ok(v) => v
             .split(',')
             .map(|r| match r.trim().parse::<f64>() {
