@@ -929,6 +929,21 @@ mod tests {
     }
 
     /// Opens the test fragment in `path` with `segment_bytes` segments.
+    /// Checks that `f` (64 KiB segments) rolled once, waiting for a late spare, left no spare
+    /// file behind, and that `ids` of collection `c` are there after a reopen.
+    async fn rolled_with_a_late_spare(f: Fragment, path: &std::path::Path, ids: &[&str]) {
+        let io = f.io_stats();
+        assert_eq!((io.spare_late, io.spare_missed), (1, 0), "{io:?}");
+        assert_eq!(f.stats().segments, 2);
+        f.close().await;
+        assert!(tmp_files(path).is_empty(), "no spare file left");
+        let f = open_spare_test(path, 64 << 10).await;
+        for id in ids {
+            assert!(f.get("c", id).is_some(), "{id} acknowledged, present");
+        }
+        f.close().await;
+    }
+
     async fn open_spare_test(path: &std::path::Path, segment_bytes: u64) -> Fragment {
         Fragment::open(path, FragmentId::new(1), ShardRange::ALL, spare_options(segment_bytes))
             .await
@@ -1004,16 +1019,7 @@ mod tests {
             for id in ["a", "b", "c"] {
                 put(&f, id, 22_000).await;
             }
-            let io = f.io_stats();
-            assert_eq!((io.spare_late, io.spare_missed), (1, 0), "{io:?}");
-            assert_eq!(f.stats().segments, 2);
-            f.close().await;
-            assert!(tmp_files(&path).is_empty(), "no spare file left");
-            let f = open_spare_test(&path, 64 << 10).await;
-            for id in ["a", "b", "c"] {
-                assert!(f.get("c", id).is_some(), "{id} acknowledged, present");
-            }
-            f.close().await;
+            rolled_with_a_late_spare(f, &path, &["a", "b", "c"]).await;
         });
     }
 
@@ -1108,16 +1114,7 @@ mod tests {
                 .expect("writes hung: the roll waited for a spare fill that waited for the log");
             a.expect("a");
             b.expect("b");
-            let io = f.io_stats();
-            assert_eq!((io.spare_late, io.spare_missed), (1, 0), "{io:?}");
-            assert_eq!(f.stats().segments, 2);
-            f.close().await;
-            assert!(tmp_files(&path).is_empty(), "no spare file left");
-            let f = open_spare_test(&path, 64 << 10).await;
-            for id in ["a", "b"] {
-                assert!(f.get("c", id).is_some(), "{id} acknowledged, present");
-            }
-            f.close().await;
+            rolled_with_a_late_spare(f, &path, &["a", "b"]).await;
         });
     }
 
