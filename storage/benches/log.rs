@@ -241,6 +241,8 @@ async fn durable_writes(
     // The acks that came while the spare segment was being zero-filled.
     let filling = Rc::new(RefCell::new(Histogram::<u64>::new(3).expect("histogram")));
     let pad = "x".repeat(DOC_PAD_BYTES);
+    // Acks of at least SLOW_ACK: when the write started (or was due) and how long it took.
+    let slow = Rc::new(RefCell::new(Vec::<(Duration, Duration)>::new()));
     let start = Instant::now();
     let cpu_start = thread_cpu_seconds();
     let deadline = start + Duration::from_secs(seconds);
@@ -259,7 +261,7 @@ async fn durable_writes(
     let mut tasks = Vec::new();
     for w in 0..writers {
         let (f, hist, pad, started) = (f.clone(), hist.clone(), pad.clone(), started.clone());
-        let (filling, tickets) = (filling.clone(), tickets.clone());
+        let (filling, tickets, slow) = (filling.clone(), tickets.clone(), slow.clone());
         tasks.push(glommio::spawn_local(async move {
             let mut n = 0u64;
             loop {
@@ -291,6 +293,9 @@ async fn durable_writes(
                 f.apply(b).await.expect("apply");
                 let lat = from.elapsed();
                 hist.borrow_mut().record(nanos(lat)).expect("record");
+                if lat >= SLOW_ACK {
+                    slow.borrow_mut().push((from.duration_since(start), lat));
+                }
                 if f.spare_filling() {
                     filling.borrow_mut().record(nanos(lat)).expect("record");
                 }
@@ -350,8 +355,50 @@ async fn durable_writes(
             micros(&fh, 0.99)
         );
     }
+    print_slow_episodes(&mut slow.borrow_mut());
     Rc::try_unwrap(f).expect("sole owner").close().await;
     std::fs::remove_dir_all(&fdir).expect("cleanup");
+}
+
+/// An ack at least this slow is listed by episode (`print_slow_episodes`).
+const SLOW_ACK: Duration = Duration::from_millis(1);
+
+/// Slow acks whose writes started within this of each other belong to one episode.
+const SLOW_EPISODE_GAP: Duration = Duration::from_millis(5);
+
+/// Groups the slow acks into episodes (writes started close together) and prints how many
+/// there were and the five that held the most: a few long episodes are stalls, many short
+/// ones queueing.
+fn print_slow_episodes(slow: &mut [(Duration, Duration)]) {
+    slow.sort();
+    // (first start, last start, acks, worst ack)
+    let mut episodes: Vec<(Duration, Duration, u64, Duration)> = Vec::new();
+    for &(at, lat) in slow.iter() {
+        match episodes.last_mut() {
+            Some(e) if at.saturating_sub(e.1) <= SLOW_EPISODE_GAP => {
+                e.1 = at;
+                e.2 += 1;
+                e.3 = e.3.max(lat);
+            }
+            _ => episodes.push((at, at, 1, lat)),
+        }
+    }
+    println!(
+        "  acks of {} ms or more: {} in {} episodes (writes started within {} ms of each other)",
+        SLOW_ACK.as_millis(),
+        slow.len(),
+        episodes.len(),
+        SLOW_EPISODE_GAP.as_millis()
+    );
+    episodes.sort_by_key(|e| std::cmp::Reverse(e.2));
+    for (first, last, n, worst) in episodes.iter().take(5) {
+        println!(
+            "    at {:.3}s for {:.1} ms: {n} acks, worst {:.1} ms",
+            first.as_secs_f64(),
+            (*last - *first).as_secs_f64() * 1000.0,
+            worst.as_secs_f64() * 1000.0
+        );
+    }
 }
 
 async fn reads_and_scans(dir: &std::path::Path) {
