@@ -17,6 +17,9 @@
 //! shows the wait (no coordinated omission). A closed run (each writer writes again at once)
 //! measures the most the fragment takes; its latency is then what Little's law says, writers
 //! divided by throughput.
+//! `TESSERA_BENCH_SYNCS=N` gives the write runs' fragment a sync gate of N permits (the node's
+//! `--max-syncs-per-executor`): with 1, one chunk at a time is written and synced instead of
+//! `CHUNKS_IN_FLIGHT_MAX`.
 //! `TESSERA_BENCH_SPLIT_WAVES=1` opens the write runs' fragments with
 //! `FragmentOptions::split_waves` (default off). Allocator: mimalloc, as the node's binary;
 //! transparent huge pages off unless `TESSERA_BENCH_THP=on`. The executor is pinned to CPU 0
@@ -232,6 +235,10 @@ async fn durable_writes(
         segment_bytes: SEGMENT_BYTES,
         compact_dead_bytes_min: u64::MAX,
         split_waves: std::env::var("TESSERA_BENCH_SPLIT_WAVES").is_ok_and(|v| v == "1"),
+        sync_gate: std::env::var("TESSERA_BENCH_SYNCS").ok().map(|v| {
+            let n = v.parse().unwrap_or_else(|_| panic!("TESSERA_BENCH_SYNCS={v:?}: not a count"));
+            storage::SyncGate::new(n).unwrap_or_else(|e| panic!("TESSERA_BENCH_SYNCS: {e}"))
+        }),
         ..FragmentOptions::default()
     };
     let f = Rc::new(
