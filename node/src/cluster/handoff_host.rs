@@ -165,10 +165,7 @@ where
     Fut: Future<Output = R> + 'static,
     R: Send + 'static,
 {
-    if to == core.index() {
-        return Ok(work(Rc::clone(core)).await);
-    }
-    mesh.call(to, work).await.map_err(|e| failed(fragment, e))
+    mesh.run_on(core.index(), core, to, work).await.map_err(|e| failed(fragment, e))
 }
 
 /// The executor holding `fragment` open, if any.

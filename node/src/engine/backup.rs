@@ -142,13 +142,11 @@ pub async fn take_cut(core: &Rc<Core>, mesh: &Mesh<Core>) -> Result<Cut, EngineE
     // recorded after the gate reopens lands inside that length. The copy (made later, from
     // the open descriptor) must stop where the records stop now, or it would carry the
     // decision of a transaction whose PREPAREs only some fragments' cuts hold.
-    let coordinator = ExecutorIndex::new(0);
-    let journal_tail = if core.index() == coordinator {
-        core.coordinator().and_then(|c| c.journal_tail())
-    } else {
-        mesh.call(coordinator, |c| async move { c.coordinator().and_then(|c| c.journal_tail()) })
-            .await?
-    };
+    let journal_tail = mesh
+        .run_on(core.index(), core, ExecutorIndex::new(0), |c| async move {
+            c.coordinator().and_then(|c| c.journal_tail())
+        })
+        .await?;
     // A closed journal (the node is shutting down) has no end to give: no backup then, rather
     // than a copy to the file's length.
     let Some(journal_tail) = journal_tail else {
@@ -164,13 +162,11 @@ pub async fn take_cut(core: &Rc<Core>, mesh: &Mesh<Core>) -> Result<Cut, EngineE
     let mut others = open(Others::DurableDirs, ends).await.map_err(EngineError::Backup)?;
     let mut fragments = Vec::new();
     for i in 0..mesh.len() {
-        let index = ExecutorIndex::new(i);
-        let cuts = if index == core.index() {
-            core.backup_cuts().await.map_err(|e| e.to_string())
-        } else {
-            mesh.call(index, |c| async move { c.backup_cuts().await.map_err(|e| e.to_string()) })
-                .await?
-        };
+        let cuts = mesh
+            .run_on(core.index(), core, ExecutorIndex::new(i), |c| async move {
+                c.backup_cuts().await.map_err(|e| e.to_string())
+            })
+            .await?;
         fragments.extend(cuts.map_err(EngineError::Backup)?);
     }
     fragments.sort_by_key(|c| c.fragment);

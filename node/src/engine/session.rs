@@ -1506,12 +1506,11 @@ impl Session {
         }
         self.core.count_tx(|c| c.held_waits += 1);
         let executor = ExecutorIndex::new(owner.executor.0 as usize);
-        if executor == self.core.index() {
-            return self.core.wait_released(txid).await;
-        }
         self.ctx
             .mesh
-            .call(executor, move |core| async move { core.wait_released(txid).await })
+            .run_on(self.core.index(), &self.core, executor, move |core| async move {
+                core.wait_released(txid).await
+            })
             .await
             .unwrap_or(false)
     }

@@ -125,6 +125,26 @@ impl<S: 'static> Mesh<S> {
         self.send(to, work).await
     }
 
+    /// Runs `work` on executor `to`: at once, with `state`, when `to` is `here` (the caller's
+    /// own executor: no hop, nothing counted), otherwise as [`Mesh::call`].
+    pub async fn run_on<F, Fut, R>(
+        &self,
+        here: ExecutorIndex,
+        state: &Rc<S>,
+        to: ExecutorIndex,
+        work: F,
+    ) -> Result<R, CallError>
+    where
+        F: FnOnce(Rc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+        R: Send + 'static,
+    {
+        if to == here {
+            return Ok(work(Rc::clone(state)).await);
+        }
+        self.call(to, work).await
+    }
+
     /// As [`Mesh::call`], for work no statement waits for (housekeeping detached from the
     /// answer, such as reporting finished transactions to the coordinator): counted apart
     /// ([`background_calls_sent`]), so a statement's hops stay exact however such work
