@@ -631,7 +631,6 @@ impl Core {
                     // statement holds nothing meanwhile, so nothing waits on it.
                     Err(AppendError::Locked { txid, .. }) if attempt < WRITE_ATTEMPTS_MAX => {
                         tracing::debug!(fragment = %id, attempt, %txid, "document held by a prepared transaction; waiting");
-                        self.count_tx(|c| c.held_waits += 1);
                         if !self.wait_released(txid).await {
                             return Err(EngineError::Contention { attempts: attempt });
                         }
@@ -975,10 +974,11 @@ impl Core {
     /// Waits until prepared transaction `txid` released its documents on this executor (its
     /// phase two here, after a commit, an abort or the timeout), at most
     /// [`TXN_HELD_WAIT_MAX`]; true when it did (or, after a short poll, when it is not
-    /// tracked here). Only a caller that
+    /// tracked here). Counted in `held_waits`. Only a caller that
     /// holds no document may wait: a prepared transaction never waits on anything but its own
     /// decision, so such waits cannot form a cycle; the bound is only a backstop.
     pub async fn wait_released(&self, txid: TxId) -> bool {
+        self.count_tx(|c| c.held_waits += 1);
         if self.released.borrow().contains(&txid) {
             return true;
         }

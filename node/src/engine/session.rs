@@ -1504,7 +1504,6 @@ impl Session {
         if owner.node != self.core.shared().me {
             return false;
         }
-        self.core.count_tx(|c| c.held_waits += 1);
         let executor = ExecutorIndex::new(owner.executor.0 as usize);
         self.ctx
             .mesh
