@@ -500,39 +500,30 @@ mod tests {
     #[test]
     fn unit_journal_copy_stops_at_the_cut() {
         use super::super::coordinator::{Coordinator, TwoPhaseGate, read_decisions};
-        let dir = std::env::temp_dir().join(format!("tessera-backup-cut-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let d = dir.clone();
-        storage::park::run_watched(
-            "backup-cut-test",
-            || glommio::LocalExecutorBuilder::default().io_memory(1 << 20),
-            move || async move {
-                let (root, to, whole) = (d.join("data"), d.join("backup"), d.join("whole"));
-                let c = Coordinator::open(&root).await.expect("open");
-                let gate = TwoPhaseGate::default();
-                let frags = [router::FragmentId::new(0), router::FragmentId::new(1)];
-                let (before, after) = (storage::TxId::new(1), storage::TxId::new(2));
-                c.decide(&gate, before, true, &frags, 2).await.expect("decide");
-                let ends: Vec<_> = c.journal_tail().into_iter().collect();
-                let cut = open_others(&root, Others::DurableDirs, &ends).expect("cut");
-                let uncut = open_others(&root, Others::DurableDirs, &[]).expect("uncut");
-                let stray = [(root.join("coordinator").join("journal-gone.jrn"), 0)];
-                let err = open_others(&root, Others::DurableDirs, &stray).expect_err("stray end");
-                assert!(err.contains("journal-gone.jrn"), "{err}");
-                c.decide(&gate, after, true, &frags, 2).await.expect("decide");
-                copy_cut(Cut { fragments: Vec::new(), others: cut }, &to).expect("copy");
-                copy_cut(Cut { fragments: Vec::new(), others: uncut }, &whole).expect("copy");
-                let copied = read_decisions(&to).expect("read the copy");
-                assert_eq!(copied.get(&before), Some(&true), "decided before the cut: copied");
-                assert_eq!(copied.get(&after), None, "decided after the cut: not copied");
-                // The premise: the file's length at the cut already covered the later decision.
-                let whole = read_decisions(&whole).expect("read the whole copy");
-                assert_eq!(whole.get(&after), Some(&true), "the preallocated file holds it");
-                c.close().await;
-            },
-        )
-        .expect("executor");
-        let _ = std::fs::remove_dir_all(&dir);
+        super::super::on_executor_with_dir("backup-cut", |d| async move {
+            let (root, to, whole) = (d.join("data"), d.join("backup"), d.join("whole"));
+            let c = Coordinator::open(&root).await.expect("open");
+            let gate = TwoPhaseGate::default();
+            let frags = [router::FragmentId::new(0), router::FragmentId::new(1)];
+            let (before, after) = (storage::TxId::new(1), storage::TxId::new(2));
+            c.decide(&gate, before, true, &frags, 2).await.expect("decide");
+            let ends: Vec<_> = c.journal_tail().into_iter().collect();
+            let cut = open_others(&root, Others::DurableDirs, &ends).expect("cut");
+            let uncut = open_others(&root, Others::DurableDirs, &[]).expect("uncut");
+            let stray = [(root.join("coordinator").join("journal-gone.jrn"), 0)];
+            let err = open_others(&root, Others::DurableDirs, &stray).expect_err("stray end");
+            assert!(err.contains("journal-gone.jrn"), "{err}");
+            c.decide(&gate, after, true, &frags, 2).await.expect("decide");
+            copy_cut(Cut { fragments: Vec::new(), others: cut }, &to).expect("copy");
+            copy_cut(Cut { fragments: Vec::new(), others: uncut }, &whole).expect("copy");
+            let copied = read_decisions(&to).expect("read the copy");
+            assert_eq!(copied.get(&before), Some(&true), "decided before the cut: copied");
+            assert_eq!(copied.get(&after), None, "decided after the cut: not copied");
+            // The premise: the file's length at the cut already covered the later decision.
+            let whole = read_decisions(&whole).expect("read the whole copy");
+            assert_eq!(whole.get(&after), Some(&true), "the preallocated file holds it");
+            c.close().await;
+        });
     }
 
     // Checks that manifest paths cannot leave the backup directory.

@@ -590,77 +590,67 @@ mod tests {
     // next finish.
     #[test]
     fn unit_journal_over_limit_is_rewritten_once() {
-        let dir = std::env::temp_dir()
-            .join(format!("tessera-coordinator-rewrite-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let d = dir.clone();
-        storage::park::run_watched(
-            "coordinator-test",
-            || glommio::LocalExecutorBuilder::default().io_memory(1 << 20),
-            move || async move {
-                let limit = 64 << 10;
-                let c = Coordinator::open_with_limit(&d, limit).await.expect("open");
-                let gate = TwoPhaseGate::default();
-                let frags = [FragmentId::new(0), FragmentId::new(1)];
-                let decide = |t: u64| {
-                    // Two participant executors, so one finish leaves the decision kept.
-                    c.decide(&gate, TxId::new(t), true, &frags, 2)
-                };
-                let mut txid = 0;
-                while c.journal_bytes() <= limit {
-                    txid += 1;
-                    decide(txid).await.expect("decide");
-                }
-                let (c, gate) = (std::rc::Rc::new(c), std::rc::Rc::new(gate));
-                let finish_all = |ts: std::ops::RangeInclusive<u64>| {
-                    let tasks: Vec<_> = ts
-                        .map(|t| {
-                            let (c, gate) = (c.clone(), gate.clone());
-                            glommio::spawn_local(async move {
-                                c.finished(&gate, TxId::new(t)).await;
-                            })
+        super::super::on_executor_with_dir("coordinator-rewrite", |d| async move {
+            let limit = 64 << 10;
+            let c = Coordinator::open_with_limit(&d, limit).await.expect("open");
+            let gate = TwoPhaseGate::default();
+            let frags = [FragmentId::new(0), FragmentId::new(1)];
+            let decide = |t: u64| {
+                // Two participant executors, so one finish leaves the decision kept.
+                c.decide(&gate, TxId::new(t), true, &frags, 2)
+            };
+            let mut txid = 0;
+            while c.journal_bytes() <= limit {
+                txid += 1;
+                decide(txid).await.expect("decide");
+            }
+            let (c, gate) = (std::rc::Rc::new(c), std::rc::Rc::new(gate));
+            let finish_all = |ts: std::ops::RangeInclusive<u64>| {
+                let tasks: Vec<_> = ts
+                    .map(|t| {
+                        let (c, gate) = (c.clone(), gate.clone());
+                        glommio::spawn_local(async move {
+                            c.finished(&gate, TxId::new(t)).await;
                         })
-                        .collect();
-                    async move {
-                        for t in tasks {
-                            t.await;
-                        }
-                    }
-                };
-                finish_all(1..=txid).await;
-                assert_eq!(c.journal_rewrites(), 1, "one rewrite for {txid} finishes at once");
-                let kept = c.journal_bytes();
-                assert!(kept < limit / 2, "the rewrite kept the {txid} decisions only: {kept}");
-                // Keep decisions until a rewrite keeps more than 0.6 of the limit.
-                let step = |t: u64| {
-                    let (c, gate) = (c.clone(), gate.clone());
-                    async move {
-                        c.decide(&gate, TxId::new(t), true, &frags, 2).await.expect("decide");
-                        c.finished(&gate, TxId::new(t)).await;
-                    }
-                };
-                loop {
-                    let rewrites = c.journal_rewrites();
-                    txid += 1;
-                    step(txid).await;
-                    if c.journal_rewrites() > rewrites && c.journal_bytes() > limit * 6 / 10 {
-                        break;
+                    })
+                    .collect();
+                async move {
+                    for t in tasks {
+                        t.await;
                     }
                 }
-                // Each decision now appends one 4 KiB chunk. Appending 0.9 of what was kept
-                // passes the limit but not twice the kept bytes: no rewrite.
-                let (kept, rewrites) = (c.journal_bytes(), c.journal_rewrites());
-                for _ in 0..kept * 9 / 10 / 4096 {
-                    txid += 1;
-                    step(txid).await;
+            };
+            finish_all(1..=txid).await;
+            assert_eq!(c.journal_rewrites(), 1, "one rewrite for {txid} finishes at once");
+            let kept = c.journal_bytes();
+            assert!(kept < limit / 2, "the rewrite kept the {txid} decisions only: {kept}");
+            // Keep decisions until a rewrite keeps more than 0.6 of the limit.
+            let step = |t: u64| {
+                let (c, gate) = (c.clone(), gate.clone());
+                async move {
+                    c.decide(&gate, TxId::new(t), true, &frags, 2).await.expect("decide");
+                    c.finished(&gate, TxId::new(t)).await;
                 }
-                assert!(c.journal_bytes() > limit, "past the limit: {}", c.journal_bytes());
-                assert_eq!(c.journal_rewrites(), rewrites, "kept {kept}: no rewrite per finish");
-                c.close().await;
-            },
-        )
-        .expect("executor");
-        let _ = std::fs::remove_dir_all(&dir);
+            };
+            loop {
+                let rewrites = c.journal_rewrites();
+                txid += 1;
+                step(txid).await;
+                if c.journal_rewrites() > rewrites && c.journal_bytes() > limit * 6 / 10 {
+                    break;
+                }
+            }
+            // Each decision now appends one 4 KiB chunk. Appending 0.9 of what was kept
+            // passes the limit but not twice the kept bytes: no rewrite.
+            let (kept, rewrites) = (c.journal_bytes(), c.journal_rewrites());
+            for _ in 0..kept * 9 / 10 / 4096 {
+                txid += 1;
+                step(txid).await;
+            }
+            assert!(c.journal_bytes() > limit, "past the limit: {}", c.journal_bytes());
+            assert_eq!(c.journal_rewrites(), rewrites, "kept {kept}: no rewrite per finish");
+            c.close().await;
+        });
     }
 
     // Checks decision records round-trip through their bytes and junk is refused.

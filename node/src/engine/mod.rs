@@ -30,3 +30,24 @@ pub use self::txn::{
     BUFFERED_VERSION, Buffered, FragmentTxn, FragmentWrites, OverlayDoc, OverlayReader, ReadRecord,
     Txn,
 };
+
+/// Runs `test` on a glommio executor under the park watchdog, with a directory of its own
+/// (`<tmp>/tessera-<name>-<pid>`, emptied before and removed after): the engine's unit tests
+/// that need real files and timers.
+#[cfg(test)]
+fn on_executor_with_dir<F, Fut>(name: &str, test: F)
+where
+    F: FnOnce(std::path::PathBuf) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let dir = std::env::temp_dir().join(format!("tessera-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.clone();
+    storage::park::run_watched(
+        name,
+        || glommio::LocalExecutorBuilder::default().io_memory(1 << 20),
+        move || test(d),
+    )
+    .expect("executor");
+    let _ = std::fs::remove_dir_all(&dir);
+}
