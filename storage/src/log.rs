@@ -1118,37 +1118,19 @@ mod tests {
         });
     }
 
-    /// Applies `a` and `b`, both queued in one poll (before the writer runs), and polls them
-    /// together until both are done; `None` if they are not within a minute (a hang).
+    /// Applies `a` and `b`, both queued in one poll (before the writer runs), and waits for
+    /// both; `None` if they are not done within a minute (a hang).
     async fn apply_both_bounded(
         f: &Fragment,
         a: WriteBatch,
         b: WriteBatch,
     ) -> Option<(Result<CommitInfo, AppendError>, Result<CommitInfo, AppendError>)> {
-        use std::task::Poll;
-        let mut a = std::pin::pin!(f.apply(a));
-        let mut b = std::pin::pin!(f.apply(b));
-        let mut bound = std::pin::pin!(glommio::timer::sleep(std::time::Duration::from_secs(60)));
-        let (mut ra, mut rb) = (None, None);
-        std::future::poll_fn(|cx| {
-            if ra.is_none()
-                && let Poll::Ready(r) = a.as_mut().poll(cx)
-            {
-                ra = Some(r);
-            }
-            if rb.is_none()
-                && let Poll::Ready(r) = b.as_mut().poll(cx)
-            {
-                rb = Some(r);
-            }
-            if ra.is_some() && rb.is_some() {
-                return Poll::Ready(ra.take().zip(rb.take()));
-            }
-            if bound.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(None);
-            }
-            Poll::Pending
-        })
-        .await
+        use futures_lite::future::{or, zip};
+        let both = async { Some(zip(f.apply(a), f.apply(b)).await) };
+        let bound = async {
+            glommio::timer::sleep(std::time::Duration::from_secs(60)).await;
+            None
+        };
+        or(both, bound).await
     }
 }
