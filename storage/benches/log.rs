@@ -222,45 +222,42 @@ fn writes_within(rate: f64, seconds: f64) -> u64 {
 /// than the writes (a first version of this bench: 0.79 of a core at 100,000 writes/s).
 const PACE_TICK: Duration = Duration::from_micros(50);
 
-/// A paced run's due writes: the pacer queues each write's number once it is due, a writer
-/// takes the next one; `None` tells a writer the run is over.
+/// A paced run's due writes. They fall due in order, so a count stands for them: the pacer
+/// releases each write (a permit of `ready`) once it is due, and a writer takes the next
+/// number; a number past `total` (the pacer's last release, one per writer) ends the writer.
 struct Tickets {
-    queue: RefCell<std::collections::VecDeque<Option<u64>>>,
+    next: std::cell::Cell<u64>,
+    total: u64,
     ready: glommio::sync::Semaphore,
 }
 
 impl Tickets {
-    fn new() -> Tickets {
-        Tickets { queue: RefCell::default(), ready: glommio::sync::Semaphore::new(0) }
-    }
-
-    fn push(&self, ticket: Option<u64>) {
-        self.queue.borrow_mut().push_back(ticket);
-        self.ready.signal(1);
+    fn new(total: u64) -> Tickets {
+        Tickets { next: std::cell::Cell::new(0), total, ready: glommio::sync::Semaphore::new(0) }
     }
 
     async fn next(&self) -> Option<u64> {
         self.ready.acquire(1).await.ok()?;
-        self.queue.borrow_mut().pop_front().flatten()
+        let k = self.next.get();
+        self.next.set(k + 1);
+        (k < self.total).then_some(k)
     }
 
-    /// Queues the `total` writes of a run offering `rate` from `start`, each once it is due,
-    /// then one end for each of `writers`.
-    async fn pace(&self, start: Instant, rate: f64, total: u64, writers: usize) {
-        let mut k = 0u64;
-        while k < total {
-            let due_now = writes_within(rate, start.elapsed().as_secs_f64()) + 1;
-            while k < due_now.min(total) {
-                self.push(Some(k));
-                k += 1;
+    /// Releases the writes of a run offering `rate` from `start`, each once it is due, then
+    /// one end for each of `writers`.
+    async fn pace(&self, start: Instant, rate: f64, writers: usize) {
+        let mut released = 0u64;
+        while released < self.total {
+            let due_now = (writes_within(rate, start.elapsed().as_secs_f64()) + 1).min(self.total);
+            if due_now > released {
+                self.ready.signal(due_now - released);
+                released = due_now;
             }
-            if k < total {
+            if released < self.total {
                 glommio::timer::sleep(PACE_TICK).await;
             }
         }
-        for _ in 0..writers {
-            self.push(None);
-        }
+        self.ready.signal(writers as u64);
     }
 }
 
@@ -295,15 +292,16 @@ async fn durable_writes(
     let cpu_start = thread_cpu_seconds();
     let deadline = start + Duration::from_secs(seconds);
     let started = Rc::new(std::cell::Cell::new(0u64));
-    let tickets = Rc::new(Tickets::new());
-    let pacer = match load {
-        Load::Closed => None,
+    let (tickets, pacer) = match load {
+        Load::Closed => (Rc::new(Tickets::new(0)), None),
         Load::Paced(rate) => {
             let total = limit.unwrap_or(writes_within(rate, seconds as f64));
-            let tickets = tickets.clone();
-            Some(glommio::spawn_local(async move {
-                tickets.pace(start, rate, total, writers).await;
-            }))
+            let tickets = Rc::new(Tickets::new(total));
+            let pacing = tickets.clone();
+            let pacer = glommio::spawn_local(async move {
+                pacing.pace(start, rate, writers).await;
+            });
+            (tickets, Some(pacer))
         }
     };
     let mut tasks = Vec::new();
@@ -414,21 +412,28 @@ const SLOW_ACK: Duration = Duration::from_millis(1);
 /// Slow acks whose writes started within this of each other belong to one episode.
 const SLOW_EPISODE_GAP: Duration = Duration::from_millis(5);
 
+/// Slow acks whose writes started close together.
+struct Episode {
+    first: Duration,
+    last: Duration,
+    acks: u64,
+    worst: Duration,
+}
+
 /// Groups the slow acks into episodes (writes started close together) and prints how many
 /// there were and the five that held the most: a few long episodes are stalls, many short
 /// ones queueing.
 fn print_slow_episodes(slow: &mut [(Duration, Duration)]) {
     slow.sort();
-    // (first start, last start, acks, worst ack)
-    let mut episodes: Vec<(Duration, Duration, u64, Duration)> = Vec::new();
+    let mut episodes: Vec<Episode> = Vec::new();
     for &(at, lat) in slow.iter() {
         match episodes.last_mut() {
-            Some(e) if at.saturating_sub(e.1) <= SLOW_EPISODE_GAP => {
-                e.1 = at;
-                e.2 += 1;
-                e.3 = e.3.max(lat);
+            Some(e) if at.saturating_sub(e.last) <= SLOW_EPISODE_GAP => {
+                e.last = at;
+                e.acks += 1;
+                e.worst = e.worst.max(lat);
             }
-            _ => episodes.push((at, at, 1, lat)),
+            _ => episodes.push(Episode { first: at, last: at, acks: 1, worst: lat }),
         }
     }
     println!(
@@ -438,13 +443,14 @@ fn print_slow_episodes(slow: &mut [(Duration, Duration)]) {
         episodes.len(),
         SLOW_EPISODE_GAP.as_millis()
     );
-    episodes.sort_by_key(|e| std::cmp::Reverse(e.2));
-    for (first, last, n, worst) in episodes.iter().take(5) {
+    episodes.sort_by_key(|e| std::cmp::Reverse(e.acks));
+    for e in episodes.iter().take(5) {
         println!(
-            "    at {:.3}s for {:.1} ms: {n} acks, worst {:.1} ms",
-            first.as_secs_f64(),
-            (*last - *first).as_secs_f64() * 1000.0,
-            worst.as_secs_f64() * 1000.0
+            "    at {:.3}s for {:.1} ms: {} acks, worst {:.1} ms",
+            e.first.as_secs_f64(),
+            (e.last - e.first).as_secs_f64() * 1000.0,
+            e.acks,
+            e.worst.as_secs_f64() * 1000.0
         );
     }
 }
