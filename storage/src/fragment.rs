@@ -374,6 +374,15 @@ pub(crate) struct Active {
     pub next: u64,
 }
 
+impl Active {
+    /// The log appends to `seg` from `pos` on (its durable end): read-around off for it
+    /// (`Segment::set_appending`).
+    pub fn new(seg: Rc<Segment>, file: Rc<dyn DiskFile>, pos: u64) -> Active {
+        seg.set_appending(true, pos);
+        Active { seg, file, pos, next: pos }
+    }
+}
+
 /// Mutable state of a fragment. Never borrowed across an `.await`.
 pub(crate) struct State {
     pub index: Index,

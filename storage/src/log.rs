@@ -633,6 +633,8 @@ fn complete(inner: &Rc<Inner>, flight: Flight) {
         p.done.complete(Ok(Lsn::new(p.lsn)));
     }
     wake_all(&inner.durable_waiters);
+    // After the acknowledgements: reading the chunk into the page cache is for later reads.
+    seg.written(pos, total as u64);
     if should_compact && !inner.compacting.get() && !inner.closing.get() {
         crate::compaction::spawn(inner.clone());
     }
@@ -712,14 +714,10 @@ pub(crate) async fn roll(inner: &Rc<Inner>) -> io::Result<()> {
     let old = {
         let mut st = inner.st.borrow_mut();
         st.segments.push(seg.clone());
-        st.active.replace(Active {
-            seg,
-            file,
-            pos: SEGMENT_HEADER_BYTES,
-            next: SEGMENT_HEADER_BYTES,
-        })
+        st.active.replace(Active::new(seg, file, SEGMENT_HEADER_BYTES))
     };
     if let Some(old) = old {
+        old.seg.set_appending(false, old.pos);
         old.file.close().await?;
     }
     tracing::debug!(fragment = %inner.id, seq, "rolled to a new segment");

@@ -269,7 +269,7 @@ pub(crate) async fn recover(
             torn_bytes =
                 check_tail(&mut st, id, &seg, end.offset, end.last_lsn, end.damage, disk).await?;
             let file = disk.open(seg.path()).await.map_err(io_err(id, seg.path()))?;
-            st.active = Some(Active { seg: seg.clone(), file, pos: end.offset, next: end.offset });
+            st.active = Some(Active::new(seg.clone(), file, end.offset));
         }
         st.segments.push(seg);
         glommio::executor().yield_if_needed().await;
@@ -287,8 +287,7 @@ pub(crate) async fn recover(
         let (seg, file) =
             create_preallocated(disk, dir, header, segment_bytes).await.map_err(io_err(id, dir))?;
         st.segments.push(seg.clone());
-        st.active =
-            Some(Active { seg, file, pos: SEGMENT_HEADER_BYTES, next: SEGMENT_HEADER_BYTES });
+        st.active = Some(Active::new(seg, file, SEGMENT_HEADER_BYTES));
     }
     st.generation = st.segments.first().map_or(0, |s| s.header().generation);
     st.next_lsn = prev_lsn + 1;

@@ -9,6 +9,18 @@
 //! new bytes in from disk. The log reads a record through the mapping only after the write (and
 //! the fdatasync) that carries it completed, and a block holding a chunk is never written again.
 //! The test `mapping_sees_direct_writes` checks this on the real file system.
+//!
+//! **Keeping the active segment's future blocks out of the page cache.** A fault on a mapping
+//! normally reads around the faulting page (the device's read-ahead, 8 MiB here), which pulls
+//! the zeroed blocks ahead of the tail into the page cache. A direct write over cached pages
+//! cannot be issued without blocking (io_uring gets `EAGAIN` from `kiocb_invalidate_pages`), so
+//! io_uring hands it to an io-wq worker thread, which invalidates the pages and unmaps them
+//! from every mapping (a TLB shootdown on every CPU running the process). So the active
+//! segment is mapped with `MADV_RANDOM` (a fault reads only its own page; `set_appending`),
+//! and each chunk, once durable, is read into the page cache ahead of its first read with
+//! `MADV_WILLNEED` on exactly its blocks (`written`), which starts the reads and returns. A
+//! sealed segment goes back to normal read-around. These are hints: a failed `madvise` costs
+//! speed, never correctness, and is only logged.
 
 use std::cell::Cell;
 use std::io;
@@ -17,7 +29,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Poll, Waker};
 
-use memmap2::Mmap;
+use memmap2::{Advice, Mmap};
 
 use crate::archive::{self, RecordSpan};
 use crate::disk::{Disk, DiskFile};
@@ -137,6 +149,61 @@ impl Segment {
         self.record_bytes.set(self.record_bytes.get() + bytes);
     }
 
+    /// Whether the log appends to this segment (see the module comment): `MADV_RANDOM` while it
+    /// does, normal read-around once it is sealed. Turning it on also drops the page-cache pages
+    /// past `durable_end` that a read of the file (recovery's scan) brought in, so the first
+    /// chunks after opening do not find cached zeros in their way.
+    pub fn set_appending(&self, appending: bool, durable_end: u64) {
+        let advice = if appending { Advice::Random } else { Advice::Normal };
+        hint(self.map.advise(advice), "MADV_RANDOM/NORMAL", &self.path);
+        if appending {
+            self.drop_cached_after(durable_end);
+        }
+    }
+
+    /// Starts reading the chunk just made durable at `offset` (`len` bytes) into the page cache,
+    /// so the first read of one of its records does not wait for the disk. Does not block on
+    /// the reads.
+    pub fn written(&self, offset: u64, len: u64) {
+        let (Ok(offset), Ok(len)) = (usize::try_from(offset), usize::try_from(len)) else { return };
+        if offset.saturating_add(len) > self.map.len() {
+            return;
+        }
+        hint(self.map.advise_range(Advice::WillNeed, offset, len), "MADV_WILLNEED", &self.path);
+    }
+
+    /// Drops this file's cached pages from `offset` (rounded up to a block) to its end: they
+    /// hold no record, only zeros (or a torn tail already cut off).
+    fn drop_cached_after(&self, offset: u64) {
+        let start = offset.next_multiple_of(BLOCK_BYTES);
+        let Ok(start_at) = usize::try_from(start) else { return };
+        if start_at >= self.map.len() {
+            return;
+        }
+        // SAFETY: MADV_DONTNEED on a shared read-only file mapping only removes this process's
+        // page-table entries for the range; the next access faults the file's bytes in again.
+        // No reference into the range exists: it lies past the last record.
+        let zapped = unsafe {
+            self.map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                start_at,
+                self.map.len() - start_at,
+            )
+        };
+        hint(zapped, "MADV_DONTNEED", &self.path);
+        let dropped = std::fs::File::open(&self.path).and_then(|file| {
+            use std::os::fd::AsRawFd;
+            let len = i64::try_from(self.len() - start).unwrap_or(i64::MAX);
+            let start = i64::try_from(start).unwrap_or(i64::MAX);
+            // SAFETY: a plain system call on a file descriptor this function owns.
+            let rc = unsafe {
+                libc::posix_fadvise(file.as_raw_fd(), start, len, libc::POSIX_FADV_DONTNEED)
+            };
+            if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) }
+        });
+        hint(dropped, "POSIX_FADV_DONTNEED", &self.path);
+    }
+
     /// The record at `span`, which must come from this segment. Release builds trust the span
     /// (see `archive`); debug builds validate it with bytecheck on its first read from this
     /// segment, once, so a span used with the wrong segment is caught while reading all the
@@ -153,6 +220,13 @@ impl Segment {
             }
         }
         archive::record(&self.map, span)
+    }
+}
+
+/// Logs a failed page-cache hint (they affect speed only).
+fn hint(result: io::Result<()>, what: &str, path: &Path) {
+    if let Err(e) = result {
+        tracing::debug!(path = %path.display(), error = %e, "{what} failed");
     }
 }
 

@@ -7,9 +7,10 @@ mod common;
 use std::rc::Rc;
 
 use common::*;
-use storage::DmaDisk;
+use router::{FragmentId, ShardId, ShardRange};
 use storage::format::{SegmentHeader, SegmentKind};
 use storage::segment::create_preallocated;
+use storage::{DmaDisk, Fragment, FragmentOptions, WriteBatch};
 
 // Checks the mapping sees direct writes at several offsets, after faulting the zero pages in.
 #[test]
@@ -38,5 +39,70 @@ fn mapping_sees_direct_writes() {
             assert!(seg.bytes()[at..at + 4096].iter().all(|&b| b == fill), "offset {offset}");
         }
         file.close().await.expect("close");
+    });
+}
+
+/// Pages of `file` in the page cache, by page, from `from` to its end (through a mapping of
+/// our own: `mincore` on a shared file mapping reports the file's page cache).
+fn cached_pages_from(file: &std::path::Path, from: usize) -> usize {
+    let f = std::fs::File::open(file).expect("open segment");
+    // SAFETY: read-only shared mapping of a file only this test's fragment writes; no byte of
+    // it is read.
+    let map = unsafe { memmap2::Mmap::map(&f) }.expect("map");
+    let pages = map.len().div_ceil(4096);
+    let mut resident = vec![0u8; pages];
+    // SAFETY: the mapping is page-aligned and `resident` has one byte per page of it.
+    let rc = unsafe { libc::mincore(map.as_ptr() as *mut _, map.len(), resident.as_mut_ptr()) };
+    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+    resident[from / 4096..].iter().filter(|&&r| r & 1 == 1).count()
+}
+
+fn only_segment(dir: &std::path::Path) -> std::path::PathBuf {
+    let segs: Vec<_> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    assert_eq!(segs.len(), 1, "{segs:?}");
+    segs[0].clone()
+}
+
+// Reads of the active segment must not bring its zeroed blocks ahead of the tail into the page
+// cache (a later chunk's direct write over cached pages goes to an io-wq thread and shoots
+// down TLBs), and neither may reopening it (recovery reads the file through its mapping). With
+// the device's read-ahead (8 MiB on the dev machine) a fault reads around itself, so without
+// `MADV_RANDOM` on the active segment and the drop after recovery, megabytes past the records
+// would be cached.
+#[test]
+fn active_segment_reads_leave_the_blocks_ahead_uncached() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let options = || FragmentOptions {
+            segment_bytes: 16 << 20,
+            compact_dead_bytes_min: u64::MAX,
+            ..FragmentOptions::default()
+        };
+        let open = || Fragment::open(&path, FragmentId::new(1), ShardRange::ALL, options());
+        let f = open().await.expect("open");
+        let ids: Vec<String> = (0..32).map(|i| format!("d{i}")).collect();
+        for id in &ids {
+            let doc = serde_json::json!({ "id": id, "pad": "p".repeat(1000) });
+            let batch = WriteBatch::new().put("c", id, ShardId::from_u64_mod(7), None, doc);
+            f.apply(batch).await.expect("apply");
+        }
+        // 32 chunks of 4 KiB after the 4 KiB header (132 KiB): everything past 256 KiB is zeros.
+        for id in &ids {
+            assert!(f.get("c", id).is_some(), "{id}");
+        }
+        let seg = only_segment(&path);
+        assert_eq!(cached_pages_from(&seg, 256 << 10), 0, "after reads");
+        f.close().await;
+        let f = open().await.expect("reopen");
+        for id in &ids {
+            assert!(f.get("c", id).is_some(), "{id} after reopen");
+        }
+        assert_eq!(cached_pages_from(&seg, 256 << 10), 0, "after reopen and reads");
+        f.close().await;
     });
 }
