@@ -20,6 +20,10 @@
 //! `TESSERA_BENCH_SYNCS=N` gives the write runs' fragment a sync gate of N permits (the node's
 //! `--max-syncs-per-executor`): with 1, one chunk at a time is written and synced instead of
 //! `CHUNKS_IN_FLIGHT_MAX`.
+//! `TESSERA_BENCH_SEGMENT_BYTES=N` sets the write runs' segment size (default 1 GiB, so a run
+//! does not roll; the node's default is 64 MiB). Every segment but the first of a fragment
+//! stages its chunks in pages the previous one handed on, so with 1 GiB segments every byte a
+//! run writes lands in a freshly zeroed page (`segment`'s module comment).
 //! `TESSERA_BENCH_SPLIT_WAVES=1` opens the write runs' fragments with
 //! `FragmentOptions::split_waves` (default off). Allocator: mimalloc, as the node's binary;
 //! transparent huge pages off unless `TESSERA_BENCH_THP=on`. The executor is pinned to CPU 0
@@ -269,8 +273,11 @@ async fn durable_writes(
     limit: Option<u64>,
 ) {
     let fdir = dir.join(format!("w{writers}"));
+    let segment_bytes = std::env::var("TESSERA_BENCH_SEGMENT_BYTES").map_or(SEGMENT_BYTES, |v| {
+        v.parse().unwrap_or_else(|_| panic!("TESSERA_BENCH_SEGMENT_BYTES={v:?}: not a size"))
+    });
     let options = FragmentOptions {
-        segment_bytes: SEGMENT_BYTES,
+        segment_bytes,
         compact_dead_bytes_min: u64::MAX,
         split_waves: std::env::var("TESSERA_BENCH_SPLIT_WAVES").is_ok_and(|v| v == "1"),
         sync_gate: std::env::var("TESSERA_BENCH_SYNCS").ok().map(|v| {

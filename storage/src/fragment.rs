@@ -375,10 +375,12 @@ pub(crate) struct Active {
 }
 
 impl Active {
-    /// The log appends to `seg` from `pos` on (its durable end): read-around off for it
-    /// (`Segment::set_appending`).
+    /// The log appends to `seg` from `pos` on (its durable end), staged in memory
+    /// (`Segment::stage`; a segment that cannot be staged is read through its file).
     pub fn new(seg: Rc<Segment>, file: Rc<dyn DiskFile>, pos: u64) -> Active {
-        seg.set_appending(true, pos);
+        if let Err(e) = seg.stage(pos) {
+            tracing::warn!(path = %seg.path().display(), error = %e, "staging the active segment failed; reading it through its file");
+        }
         Active { seg, file, pos, next: pos }
     }
 }

@@ -565,6 +565,8 @@ async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
         // would acknowledge bytes nobody serialized.
         let staged_ok = st.staged.as_slice().get(..frames).map(|staged| f.copy_from_slice(staged));
         take_staged(&mut st.staged, frames);
+        // Readable from memory once durable (the segment's staged copy; see `segment`).
+        seg.stage_chunk(pos, buf.as_bytes());
         if let Some(active) = st.active.as_mut() {
             active.next = pos + total as u64;
         }
@@ -600,6 +602,7 @@ fn complete(inner: &Rc<Inner>, flight: Flight) {
         let big = inner.chunk_records.get();
         inner.chunk_records.set(batch.len().max(big - big / 4));
     }
+    seg.set_readable(pos + total as u64);
     let mut st = inner.st.borrow_mut();
     for (p, span) in batch.iter().zip(&spans) {
         apply_effect(&mut st, &p.effect, &seg, *span);
@@ -633,8 +636,6 @@ fn complete(inner: &Rc<Inner>, flight: Flight) {
         p.done.complete(Ok(Lsn::new(p.lsn)));
     }
     wake_all(&inner.durable_waiters);
-    // After the acknowledgements: reading the chunk into the page cache is for later reads.
-    seg.written(pos, total as u64);
     if should_compact && !inner.compacting.get() && !inner.closing.get() {
         crate::compaction::spawn(inner.clone());
     }
@@ -711,13 +712,19 @@ pub(crate) async fn roll(inner: &Rc<Inner>) -> io::Result<()> {
             .await?
         }
     };
+    let previous = inner.st.borrow().active.as_ref().map(|a| a.seg.clone());
+    if let Some(previous) = previous
+        && seg.take_staging_from(&previous)
+    {
+        cov_mark::hit!(roll_moved_the_staged_pages);
+    }
     let old = {
         let mut st = inner.st.borrow_mut();
         st.segments.push(seg.clone());
         st.active.replace(Active::new(seg, file, SEGMENT_HEADER_BYTES))
     };
     if let Some(old) = old {
-        old.seg.set_appending(false, old.pos);
+        old.seg.seal();
         old.file.close().await?;
     }
     tracing::debug!(fragment = %inner.id, seq, "rolled to a new segment");
@@ -999,6 +1006,45 @@ mod tests {
             for i in 0..n {
                 assert!(f.get("c", &format!("d{i}")).is_some(), "d{i} acknowledged, present");
             }
+            f.close().await;
+        });
+    }
+
+    // A roll hands the active segment's staged pages to the next segment and seals the old one
+    // onto its file: every document reads back the same, from the sealed segment, the new
+    // staged one, and after a reopen (which stages the active segment from its file).
+    #[test]
+    fn integration_roll_moves_the_staged_pages() {
+        on_executor(|path| async move {
+            cov_mark::check!(roll_moved_the_staged_pages);
+            let f = open_spare_test(&path, 64 << 10).await;
+            let first = f.inner.st.borrow().active.as_ref().map(|a| a.seg.clone()).expect("active");
+            assert!(first.is_staged());
+            let mut n = 0;
+            while f.inner.st.borrow().segments.len() < 3 {
+                put(&f, &format!("d{n}"), 900 + n % 7).await;
+                n += 1;
+            }
+            assert!(!first.is_staged(), "sealed onto its file");
+            let segments = f.inner.st.borrow().segments.clone();
+            assert!(segments[..2].iter().all(|s| !s.is_staged()));
+            assert!(segments[2].is_staged());
+            let check = |f: &Fragment, when: &str| {
+                for i in 0..n {
+                    let id = format!("d{i}");
+                    let doc = f.get("c", &id).unwrap_or_else(|| panic!("{id} {when}"));
+                    let json = doc.doc().to_serde();
+                    assert_eq!(
+                        json["pad"].as_str().map(str::len),
+                        Some(900 + i % 7),
+                        "{id} {when}"
+                    );
+                }
+            };
+            check(&f, "after the rolls");
+            f.close().await;
+            let f = open_spare_test(&path, 64 << 10).await;
+            check(&f, "after a reopen");
             f.close().await;
         });
     }

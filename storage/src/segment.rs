@@ -10,17 +10,24 @@
 //! the fdatasync) that carries it completed, and a block holding a chunk is never written again.
 //! The test `mapping_sees_direct_writes` checks this on the real file system.
 //!
-//! **Keeping the active segment's future blocks out of the page cache.** A fault on a mapping
-//! normally reads around the faulting page (the device's read-ahead, 8 MiB here), which pulls
-//! the zeroed blocks ahead of the tail into the page cache. A direct write over cached pages
-//! cannot be issued without blocking (io_uring gets `EAGAIN` from `kiocb_invalidate_pages`), so
-//! io_uring hands it to an io-wq worker thread, which invalidates the pages and unmaps them
-//! from every mapping (a TLB shootdown on every CPU running the process). So the active
-//! segment is mapped with `MADV_RANDOM` (a fault reads only its own page; `set_appending`),
-//! and each chunk, once durable, is read into the page cache ahead of its first read with
-//! `MADV_WILLNEED` on exactly its blocks (`written`), which starts the reads and returns. A
-//! sealed segment goes back to normal read-around. These are hints: a failed `madvise` costs
-//! speed, never correctness, and is only logged.
+//! **The active segment is staged in memory.** Reading the segment the log appends to through
+//! its file mapping costs twice. A fault reads around the faulting page (the device's
+//! read-ahead, 8 MiB here), pulling the zeroed blocks ahead of the tail into the page cache; a
+//! direct write over cached pages cannot be issued without blocking (io_uring gets `EAGAIN`
+//! from `kiocb_invalidate_pages`), so io_uring hands it to an io-wq worker thread, which
+//! invalidates the pages and unmaps them from every mapping (a TLB shootdown on every CPU
+//! running the process). And the first read of a record just written faults it in from disk.
+//! So while the log appends to a segment, its mapping's address range is backed by anonymous
+//! memory instead (`stage`): the prefix already durable is copied in once, and the log copies
+//! each chunk in as it writes it to the file (`stage_chunk`), so reads of recent records never
+//! touch the file and the file's pages past the tail are never cached. When the log moves on
+//! (`seal`), the file's own shared mapping replaces the anonymous memory at the same address,
+//! holding the same bytes, so references into the segment stay valid and the memory goes back.
+//! Memory: up to one segment (`--segment-bytes`) per fragment. A segment whose staging failed
+//! is read through its file as before (slower, equally correct).
+//!
+//! Readers only ever see `[0, readable)`, the durable prefix of a staged segment: the log
+//! writes staged bytes past it, and no slice ever covers them.
 
 use std::cell::Cell;
 use std::io;
@@ -29,13 +36,19 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Poll, Waker};
 
-use memmap2::{Advice, Mmap};
+use memmap2::Mmap;
 
 use crate::archive::{self, RecordSpan};
 use crate::disk::{Disk, DiskFile};
 use crate::format::{SEGMENT_HEADER_USED_BYTES, SegmentHeader};
-use crate::limits::{BLOCK_BYTES, SPARE_FILL_PIECE_BYTES};
+use crate::limits::{BLOCK_BYTES, SEGMENT_HEADER_BYTES, SPARE_FILL_PIECE_BYTES};
 use crate::record::ArchivedRecord;
+
+/// Bytes of a staged segment backed with pages per `madvise` ahead of the log's chunks.
+const STAGE_POPULATE_BYTES: usize = 256 << 10;
+
+/// `MADV_POPULATE_WRITE` (Linux 5.14; not in the `libc` crate): fault pages in, writable.
+const MADV_POPULATE_WRITE: libc::c_int = 23;
 
 /// Bytes written per call while zero-filling a new segment.
 const ZERO_FILL_BYTES: usize = 1 << 20;
@@ -47,7 +60,16 @@ pub struct Segment {
     uid: u64,
     path: PathBuf,
     header: SegmentHeader,
+    /// Owns the address range (unmapped on drop) that `stage` and `seal` re-back.
     map: Mmap,
+    /// Start of the range, as a pointer writes may go through once staged.
+    base: Cell<*mut u8>,
+    /// Whether the range is backed by the log's staged copy (see the module comment).
+    staged: Cell<bool>,
+    /// Bytes readers may see: all of them, or a staged segment's durable prefix.
+    readable: Cell<usize>,
+    /// A staged segment's bytes from the start already backed by pages (`populate`).
+    populated: Cell<usize>,
     /// Frame bytes of the records applied from this segment (for dead-byte accounting).
     record_bytes: Cell<u64>,
     /// Debug builds: spans (offset, length) already validated by a read of this segment.
@@ -98,11 +120,16 @@ impl Segment {
 
     /// Wraps an existing mapping whose header was decoded.
     pub fn from_map(map: Mmap, path: PathBuf, header: SegmentHeader) -> Segment {
+        let (base, readable) = (map.as_ptr().cast_mut(), map.len());
         Segment {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             path,
             header,
             map,
+            base: Cell::new(base),
+            staged: Cell::new(false),
+            readable: Cell::new(readable),
+            populated: Cell::new(0),
             record_bytes: Cell::new(0),
             #[cfg(debug_assertions)]
             checked: std::cell::RefCell::default(),
@@ -124,9 +151,11 @@ impl Segment {
         &self.header
     }
 
-    /// The whole mapped file.
+    /// The bytes readers may see: the whole mapped file, or a staged segment's durable prefix.
     pub fn bytes(&self) -> &[u8] {
-        &self.map
+        // SAFETY: `base` points at the mapping of `self.map.len()` bytes this segment owns, and
+        // bytes below `readable` are never written again (only staged bytes past it are).
+        unsafe { std::slice::from_raw_parts(self.base.get(), self.readable.get()) }
     }
 
     /// Size of the file.
@@ -136,7 +165,7 @@ impl Segment {
 
     /// Whether the file is empty (never, for a valid segment).
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.len() == 0
     }
 
     /// Frame bytes of the records applied from this segment.
@@ -149,48 +178,246 @@ impl Segment {
         self.record_bytes.set(self.record_bytes.get() + bytes);
     }
 
-    /// Whether the log appends to this segment (see the module comment): `MADV_RANDOM` while it
-    /// does, normal read-around once it is sealed. Turning it on also drops the page-cache pages
-    /// past `durable_end` that a read of the file (recovery's scan) brought in, so the first
-    /// chunks after opening do not find cached zeros in their way.
-    pub fn set_appending(&self, appending: bool, durable_end: u64) {
-        let advice = if appending { Advice::Random } else { Advice::Normal };
-        hint(self.map.advise(advice), "MADV_RANDOM/NORMAL", &self.path);
-        if appending {
-            self.drop_cached_after(durable_end);
+    /// Whether the log's chunks are staged in memory (see the module comment).
+    pub fn is_staged(&self) -> bool {
+        self.staged.get()
+    }
+
+    /// Backs this segment's address range with anonymous memory holding its durable prefix
+    /// `[0, durable_end)`, for the log to append to (see the module comment), and drops the
+    /// file's cached pages past that prefix (recovery's scan read some). A failure leaves the
+    /// segment read through its file and is returned.
+    pub fn stage(&self, durable_end: u64) -> io::Result<()> {
+        if self.staged.get() {
+            return Ok(());
+        }
+        let len = self.map.len();
+        let end = usize::try_from(durable_end).ok().filter(|e| *e <= len).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "durable end past the segment")
+        })?;
+        // A fresh anonymous mapping gets the prefix, then moves over the file mapping's range
+        // in one `mremap`, so the range is never left unmapped.
+        // SAFETY: a new private anonymous mapping; nothing else refers to it.
+        let fresh = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if fresh == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // The copy faults only the prefix's own pages in: a read-around would start reads of
+        // the blocks ahead that are still in flight (so not dropped) when the drop below runs.
+        if let Err(e) = self.map.advise(memmap2::Advice::Random) {
+            tracing::debug!(path = %self.path.display(), error = %e, "MADV_RANDOM failed");
+        }
+        // SAFETY: `fresh` has `len >= end` writable bytes; the source is the readable prefix.
+        unsafe { std::ptr::copy_nonoverlapping(self.bytes().as_ptr(), fresh.cast::<u8>(), end) };
+        // SAFETY: moves `fresh` over this segment's own mapping (same length), which it replaces;
+        // no reference into the segment outlives this call (`&self` methods hand out none past
+        // it), and the bytes of `[0, end)` are the same before and after.
+        let base = match unsafe { move_over(fresh, len, self.base.get()) } {
+            Ok(base) => base,
+            Err(e) => {
+                // SAFETY: unmaps the mapping made above, which was not moved.
+                unsafe { libc::munmap(fresh, len) };
+                return Err(e);
+            }
+        };
+        self.base.set(base);
+        self.staged.set(true);
+        self.readable.set(end);
+        self.drop_cached_after(durable_end);
+        Ok(())
+    }
+
+    /// Copies a chunk the log is writing at `offset` into a staged segment (nothing otherwise).
+    pub fn stage_chunk(&self, offset: u64, chunk: &[u8]) {
+        if !self.staged.get() {
+            return;
+        }
+        let at = usize::try_from(offset).unwrap_or(usize::MAX);
+        assert!(
+            at >= self.readable.get() && at.saturating_add(chunk.len()) <= self.map.len(),
+            "a staged chunk must go past the durable prefix and inside the segment"
+        );
+        let end = at + chunk.len();
+        if end > self.populated.get() {
+            self.populate(end);
+        }
+        // SAFETY: the range is inside the writable anonymous mapping (checked above) and past
+        // `readable`, so no slice handed out covers it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(chunk.as_ptr(), self.base.get().add(at), chunk.len())
+        };
+    }
+
+    /// Backs the staged range up to at least `end` with pages, `STAGE_POPULATE_BYTES` at a time
+    /// (`MADV_POPULATE_WRITE`): one system call instead of a page fault per 4 KiB the chunks
+    /// touch first. Pages already there (handed on by `take_staging_from`) cost a page-table walk.
+    fn populate(&self, end: usize) {
+        let from = self.populated.get();
+        let to = end.max(from + STAGE_POPULATE_BYTES).min(self.map.len());
+        // SAFETY: an advice on part of this segment's own writable anonymous range; it only
+        // allocates zeroed pages where none are, so no byte changes.
+        let rc = unsafe {
+            libc::madvise(
+                self.base.get().add(from).cast::<libc::c_void>(),
+                to - from,
+                MADV_POPULATE_WRITE,
+            )
+        };
+        if rc != 0 {
+            tracing::debug!(path = %self.path.display(), error = %io::Error::last_os_error(), "MADV_POPULATE_WRITE failed");
+        }
+        // On failure the chunks' first touches fault the pages in, as without it.
+        self.populated.set(to);
+    }
+
+    /// Makes `[0, end)` of a staged segment readable: its chunks are durable.
+    pub fn set_readable(&self, end: u64) {
+        if self.staged.get() {
+            let end = usize::try_from(end).unwrap_or(usize::MAX).min(self.map.len());
+            self.readable.set(self.readable.get().max(end));
         }
     }
 
-    /// Starts reading the chunk just made durable at `offset` (`len` bytes) into the page cache,
-    /// so the first read of one of its records does not wait for the disk. Does not block on
-    /// the reads.
-    pub fn written(&self, offset: u64, len: u64) {
-        let (Ok(offset), Ok(len)) = (usize::try_from(offset), usize::try_from(len)) else { return };
-        if offset.saturating_add(len) > self.map.len() {
+    /// Hands `old`'s staged memory to this segment, the next one the log appends to, and seals
+    /// `old` (see the module comment): the pages `old` staged move to this segment's range and
+    /// `old`'s file mapping takes their place, so a roll neither frees a segment's worth of
+    /// pages nor faults new ones in (each first touch of a fresh page costs a page fault and a
+    /// zeroed page). Bytes of `old` left in the moved pages lie past this segment's readable
+    /// prefix, which only this segment's own chunks overwrite. Returns false, changing
+    /// nothing, when it cannot (either segment not in the expected state, sizes differ, a
+    /// mapping failed); the caller then stages and seals the usual way.
+    pub fn take_staging_from(&self, old: &Segment) -> bool {
+        let len = self.map.len();
+        let Ok(header) = usize::try_from(SEGMENT_HEADER_BYTES) else { return false };
+        if self.staged.get() || !old.staged.get() || old.map.len() != len || len < header {
+            return false;
+        }
+        // This segment's header block, read through its file mapping (its own page only).
+        if let Err(e) = self.map.advise(memmap2::Advice::Random) {
+            tracing::debug!(path = %self.path.display(), error = %e, "MADV_RANDOM failed");
+        }
+        let Some(head) = self.bytes().get(..header).map(<[u8]>::to_vec) else { return false };
+        let Ok(file) = std::fs::File::open(&old.path) else { return false };
+        let sealed = {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a new shared read-only mapping of `old`'s segment file.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    file.as_raw_fd(),
+                    0,
+                )
+            }
+        };
+        drop(file);
+        if sealed == libc::MAP_FAILED {
+            return false;
+        }
+        // SAFETY: moves `old`'s private anonymous pages over this segment's file mapping (same
+        // length), leaving `old`'s range mapped, empty. Nothing refers to this segment's bytes
+        // yet (it has no record), and nothing runs on `old`'s range before the next call fills it.
+        let moved = unsafe {
+            libc::mremap(
+                old.base.get().cast::<libc::c_void>(),
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
+                self.base.get().cast::<libc::c_void>(),
+            )
+        };
+        if moved == libc::MAP_FAILED {
+            // SAFETY: unmaps the mapping made above.
+            unsafe { libc::munmap(sealed, len) };
+            return false;
+        }
+        // SAFETY: as in `seal`: `old`'s file holds every byte it staged (no chunk in flight).
+        let old_base = match unsafe { move_over(sealed, len, old.base.get()) } {
+            Ok(base) => base,
+            Err(e) => {
+                // `old`'s range is mapped but empty: its records would read as zeros. Moving the
+                // pages back could fail the same way, so stop rather than serve wrong bytes.
+                tracing::error!(path = %old.path.display(), error = %e, "sealing a segment after handing its memory on failed");
+                std::process::abort();
+            }
+        };
+        old.base.set(old_base);
+        old.staged.set(false);
+        old.readable.set(len);
+        let base = moved.cast::<u8>();
+        // SAFETY: `base` is now this segment's writable anonymous range of `len >= header` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), base, header) };
+        self.base.set(base);
+        self.staged.set(true);
+        self.readable.set(header);
+        self.drop_cached_after(SEGMENT_HEADER_BYTES);
+        true
+    }
+
+    /// The log no longer appends to this staged segment: the file's shared mapping replaces the
+    /// anonymous memory at the same address. Every chunk written is durable by then, so the
+    /// file holds the same bytes. On failure the segment stays staged (correct, holding its
+    /// memory) and the failure is logged.
+    pub fn seal(&self) {
+        if !self.staged.get() {
             return;
         }
-        hint(self.map.advise_range(Advice::WillNeed, offset, len), "MADV_WILLNEED", &self.path);
+        let len = self.map.len();
+        let mapped = std::fs::File::open(&self.path).and_then(|file| {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a new shared read-only mapping of our own segment file.
+            let fresh = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    file.as_raw_fd(),
+                    0,
+                )
+            };
+            if fresh == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: as in `stage`: same length, same bytes, replaces our own mapping.
+            let moved = unsafe { move_over(fresh, len, self.base.get()) };
+            if moved.is_err() {
+                // SAFETY: unmaps the mapping made above, which was not moved.
+                unsafe { libc::munmap(fresh, len) };
+            }
+            moved
+        });
+        match mapped {
+            Ok(base) => {
+                self.base.set(base);
+                self.staged.set(false);
+                self.readable.set(len);
+            }
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "sealing a staged segment failed; it keeps its memory");
+            }
+        }
     }
 
     /// Drops this file's cached pages from `offset` (rounded up to a block) to its end: they
-    /// hold no record, only zeros (or a torn tail already cut off).
+    /// hold no record, only zeros (or a torn tail already cut off), and this segment no longer
+    /// maps them.
     fn drop_cached_after(&self, offset: u64) {
         let start = offset.next_multiple_of(BLOCK_BYTES);
-        let Ok(start_at) = usize::try_from(start) else { return };
-        if start_at >= self.map.len() {
+        if start >= self.len() {
             return;
         }
-        // SAFETY: MADV_DONTNEED on a shared read-only file mapping only removes this process's
-        // page-table entries for the range; the next access faults the file's bytes in again.
-        // No reference into the range exists: it lies past the last record.
-        let zapped = unsafe {
-            self.map.unchecked_advise_range(
-                memmap2::UncheckedAdvice::DontNeed,
-                start_at,
-                self.map.len() - start_at,
-            )
-        };
-        hint(zapped, "MADV_DONTNEED", &self.path);
         let dropped = std::fs::File::open(&self.path).and_then(|file| {
             use std::os::fd::AsRawFd;
             let len = i64::try_from(self.len() - start).unwrap_or(i64::MAX);
@@ -201,7 +428,9 @@ impl Segment {
             };
             if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) }
         });
-        hint(dropped, "POSIX_FADV_DONTNEED", &self.path);
+        if let Err(e) = dropped {
+            tracing::debug!(path = %self.path.display(), error = %e, "POSIX_FADV_DONTNEED failed");
+        }
     }
 
     /// The record at `span`, which must come from this segment. Release builds trust the span
@@ -215,19 +444,32 @@ impl Segment {
             if !self.checked.borrow().contains(&key) {
                 cov_mark::hit!(segment_span_validated);
                 let offset = usize::try_from(span.offset()).ok()?;
-                archive::check(&self.map, offset, span.len()).ok()?;
+                archive::check(self.bytes(), offset, span.len()).ok()?;
                 self.checked.borrow_mut().insert(key);
             }
         }
-        archive::record(&self.map, span)
+        archive::record(self.bytes(), span)
     }
 }
 
-/// Logs a failed page-cache hint (they affect speed only).
-fn hint(result: io::Result<()>, what: &str, path: &Path) {
-    if let Err(e) = result {
-        tracing::debug!(path = %path.display(), error = %e, "{what} failed");
-    }
+/// Moves the mapping at `from` (`len` bytes) to `to`, replacing what was mapped there; returns
+/// `to` as the system call gave it back (a pointer writes may go through).
+///
+/// # Safety
+/// `from` and `to` must each start a mapping of `len` bytes; nothing may refer to `to`'s bytes
+/// in a way the replacement's bytes would break.
+unsafe fn move_over(from: *mut libc::c_void, len: usize, to: *mut u8) -> io::Result<*mut u8> {
+    // SAFETY: per the caller's contract.
+    let got = unsafe {
+        libc::mremap(
+            from,
+            len,
+            len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            to.cast::<libc::c_void>(),
+        )
+    };
+    if got == libc::MAP_FAILED { Err(io::Error::last_os_error()) } else { Ok(got.cast::<u8>()) }
 }
 
 /// A zero-filled, durable segment file under a temporary name, ready to be installed.

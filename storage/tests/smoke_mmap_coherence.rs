@@ -106,3 +106,46 @@ fn active_segment_reads_leave_the_blocks_ahead_uncached() {
         f.close().await;
     });
 }
+
+// The active segment's staged copy: a chunk staged is invisible until made readable, then read
+// from memory; sealing puts the file's mapping at the same address, so a slice taken before
+// the seal still holds the same bytes, which are the file's.
+#[test]
+fn staged_segment_seals_onto_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let header = SegmentHeader {
+            fragment: 1,
+            kind: SegmentKind::Normal,
+            seq: 0,
+            generation: 0,
+            salt: 7,
+            lsn_through: 0,
+        };
+        let (seg, file) =
+            create_preallocated(&DmaDisk, &path, header, 1 << 20).await.expect("create");
+        assert!(!seg.is_staged());
+        seg.stage(4096).expect("stage");
+        assert!(seg.is_staged());
+        assert_eq!(seg.bytes().len(), 4096, "only the durable prefix is readable");
+        let mut buf = file.alloc(8192);
+        buf.as_bytes_mut().iter_mut().zip((0..=250u8).cycle()).for_each(|(b, v)| *b = v);
+        seg.stage_chunk(4096, buf.as_bytes());
+        let staged = buf.as_bytes().to_vec();
+        file.write_at(buf, 4096).await.expect("write");
+        assert_eq!(seg.bytes().len(), 4096, "staged, not yet readable");
+        seg.set_readable(4096 + 8192);
+        let before = seg.bytes();
+        assert_eq!(&before[4096..], &staged[..]);
+        seg.seal();
+        assert!(!seg.is_staged());
+        assert_eq!(seg.bytes().len(), 1 << 20, "sealed: the whole file");
+        assert_eq!(seg.bytes().as_ptr(), before.as_ptr(), "same address");
+        assert_eq!(&before[4096..], &staged[..], "a slice from before the seal");
+        let on_disk = std::fs::read(seg.path()).expect("read file");
+        assert_eq!(&on_disk[..4096 + 8192], &seg.bytes()[..4096 + 8192]);
+        assert!(seg.bytes()[4096 + 8192..].iter().all(|&b| b == 0));
+        file.close().await.expect("close");
+    });
+}
