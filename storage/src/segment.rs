@@ -306,25 +306,7 @@ impl Segment {
             tracing::debug!(path = %self.path.display(), error = %e, "MADV_RANDOM failed");
         }
         let Some(head) = self.bytes().get(..header).map(<[u8]>::to_vec) else { return false };
-        let Ok(file) = std::fs::File::open(&old.path) else { return false };
-        let sealed = {
-            use std::os::fd::AsRawFd;
-            // SAFETY: a new shared read-only mapping of `old`'s segment file.
-            unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_SHARED,
-                    file.as_raw_fd(),
-                    0,
-                )
-            }
-        };
-        drop(file);
-        if sealed == libc::MAP_FAILED {
-            return false;
-        }
+        let Ok(sealed) = map_file_anywhere(&old.path, len) else { return false };
         // SAFETY: moves `old`'s private anonymous pages over this segment's file mapping (same
         // length), leaving `old`'s range mapped, empty. Nothing refers to this segment's bytes
         // yet (it has no record), and nothing runs on `old`'s range before the next call fills it.
@@ -374,22 +356,7 @@ impl Segment {
             return;
         }
         let len = self.map.len();
-        let mapped = std::fs::File::open(&self.path).and_then(|file| {
-            use std::os::fd::AsRawFd;
-            // SAFETY: a new shared read-only mapping of our own segment file.
-            let fresh = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_SHARED,
-                    file.as_raw_fd(),
-                    0,
-                )
-            };
-            if fresh == libc::MAP_FAILED {
-                return Err(io::Error::last_os_error());
-            }
+        let mapped = map_file_anywhere(&self.path, len).and_then(|fresh| {
             // SAFETY: as in `stage`: same length, same bytes, replaces our own mapping.
             let moved = unsafe { move_over(fresh, len, self.base.get()) };
             if moved.is_err() {
@@ -450,6 +417,24 @@ impl Segment {
         }
         archive::record(self.bytes(), span)
     }
+}
+
+/// A new shared read-only mapping of the file at `path` (`len` bytes) where the kernel puts it.
+fn map_file_anywhere(path: &Path, len: usize) -> io::Result<*mut libc::c_void> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path)?;
+    // SAFETY: a new mapping; the file descriptor may close after it.
+    let fresh = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if fresh == libc::MAP_FAILED { Err(io::Error::last_os_error()) } else { Ok(fresh) }
 }
 
 /// Moves the mapping at `from` (`len` bytes) to `to`, replacing what was mapped there; returns

@@ -12,20 +12,25 @@ use storage::format::{SegmentHeader, SegmentKind};
 use storage::segment::create_preallocated;
 use storage::{DmaDisk, Fragment, FragmentOptions, WriteBatch};
 
+/// The header of segment 0 of fragment 1.
+fn test_header(salt: u64) -> SegmentHeader {
+    SegmentHeader {
+        fragment: 1,
+        kind: SegmentKind::Normal,
+        seq: 0,
+        generation: 0,
+        salt,
+        lsn_through: 0,
+    }
+}
+
 // Checks the mapping sees direct writes at several offsets, after faulting the zero pages in.
 #[test]
 fn mapping_sees_direct_writes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
     run(move || async move {
-        let header = SegmentHeader {
-            fragment: 1,
-            kind: SegmentKind::Normal,
-            seq: 0,
-            generation: 0,
-            salt: 42,
-            lsn_through: 0,
-        };
+        let header = test_header(42);
         let disk = Rc::new(DmaDisk);
         let (seg, file) =
             create_preallocated(&*disk, &path, header, 1 << 20).await.expect("create");
@@ -115,14 +120,7 @@ fn staged_segment_seals_onto_the_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
     run(move || async move {
-        let header = SegmentHeader {
-            fragment: 1,
-            kind: SegmentKind::Normal,
-            seq: 0,
-            generation: 0,
-            salt: 7,
-            lsn_through: 0,
-        };
+        let header = test_header(7);
         let (seg, file) =
             create_preallocated(&DmaDisk, &path, header, 1 << 20).await.expect("create");
         assert!(!seg.is_staged());
