@@ -65,7 +65,8 @@ pub fn record(bytes: &[u8], span: RecordSpan) -> Option<&ArchivedRecord> {
     // SAFETY: spans are made only by `check`, after checked access validated exactly these
     // bytes of this segment, or by `written`, for bytes rkyv serialized in this process and
     // the log wrote at this offset. Segment bytes are never modified after they are written
-    // (blocks holding a chunk are never rewritten, the mapping is read-only and lives as long
-    // as the `Segment` that carries the span), so the bytes are still a valid archive.
+    // (blocks holding a chunk are never rewritten; the mapping lives as long as the `Segment`
+    // that carries the span, and while the segment is staged the log writes only past the
+    // readable prefix `bytes` comes from), so the bytes are still a valid archive.
     Some(unsafe { rkyv::access_unchecked::<ArchivedRecord>(payload) })
 }
