@@ -27,6 +27,7 @@ pub mod journal;
 mod keyhash;
 pub mod limits;
 mod log;
+pub mod pagecache;
 pub mod park;
 pub mod record;
 mod recovery;

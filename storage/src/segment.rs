@@ -42,6 +42,7 @@ use crate::archive::{self, RecordSpan};
 use crate::disk::{Disk, DiskFile};
 use crate::format::{SEGMENT_HEADER_USED_BYTES, SegmentHeader};
 use crate::limits::{BLOCK_BYTES, SEGMENT_HEADER_BYTES, SPARE_FILL_PIECE_BYTES};
+use crate::pagecache;
 use crate::record::ArchivedRecord;
 
 /// Bytes of a staged segment backed with pages per `madvise` ahead of the log's chunks.
@@ -386,14 +387,7 @@ impl Segment {
             return;
         }
         let dropped = std::fs::File::open(&self.path).and_then(|file| {
-            use std::os::fd::AsRawFd;
-            let len = i64::try_from(self.len() - start).unwrap_or(i64::MAX);
-            let start = i64::try_from(start).unwrap_or(i64::MAX);
-            // SAFETY: a plain system call on a file descriptor this function owns.
-            let rc = unsafe {
-                libc::posix_fadvise(file.as_raw_fd(), start, len, libc::POSIX_FADV_DONTNEED)
-            };
-            if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) }
+            pagecache::advise(&file, start, self.len() - start, pagecache::Advice::DontNeed)
         });
         if let Err(e) = dropped {
             tracing::debug!(path = %self.path.display(), error = %e, "POSIX_FADV_DONTNEED failed");

@@ -47,19 +47,10 @@ fn mapping_sees_direct_writes() {
     });
 }
 
-/// Pages of `file` in the page cache, by page, from `from` to its end (through a mapping of
-/// our own: `mincore` on a shared file mapping reports the file's page cache).
-fn cached_pages_from(file: &std::path::Path, from: usize) -> usize {
-    let f = std::fs::File::open(file).expect("open segment");
-    // SAFETY: read-only shared mapping of a file only this test's fragment writes; no byte of
-    // it is read.
-    let map = unsafe { memmap2::Mmap::map(&f) }.expect("map");
-    let pages = map.len().div_ceil(4096);
-    let mut resident = vec![0u8; pages];
-    // SAFETY: the mapping is page-aligned and `resident` has one byte per page of it.
-    let rc = unsafe { libc::mincore(map.as_ptr() as *mut _, map.len(), resident.as_mut_ptr()) };
-    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
-    resident[from / 4096..].iter().filter(|&&r| r & 1 == 1).count()
+/// Pages of the segment file at `path` in the page cache from byte `from` on.
+fn cached_pages_from(path: &std::path::Path, from: u64) -> usize {
+    let file = std::fs::File::open(path).expect("open segment");
+    storage::pagecache::cached_pages(&file, from).expect("mincore")
 }
 
 fn only_segment(dir: &std::path::Path) -> std::path::PathBuf {
@@ -75,9 +66,9 @@ fn only_segment(dir: &std::path::Path) -> std::path::PathBuf {
 // Reads of the active segment must not bring its zeroed blocks ahead of the tail into the page
 // cache (a later chunk's direct write over cached pages goes to an io-wq thread and shoots
 // down TLBs), and neither may reopening it (recovery reads the file through its mapping). With
-// the device's read-ahead (8 MiB on the dev machine) a fault reads around itself, so without
-// `MADV_RANDOM` on the active segment and the drop after recovery, megabytes past the records
-// would be cached.
+// the device's read-ahead (8 MiB on the dev machine) a fault on the file's mapping reads around
+// itself, so without the active segment staged in memory and the drop after recovery,
+// megabytes past the records would be cached.
 #[test]
 fn active_segment_reads_leave_the_blocks_ahead_uncached() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -347,11 +347,8 @@ pub fn copy_cut(cut: Cut, to: &Path) -> Result<BackupSummary, String> {
 /// direct writes there could not be issued inline (`storage::segment`'s module comment). The
 /// copy reads whole blocks of up to `CHECKSUM_BLOCK_BYTES` anyway. A failure only costs speed.
 fn read_without_read_ahead(from: &File) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a plain system call on a file descriptor `from` owns for the call.
-    let rc = unsafe { libc::posix_fadvise(from.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
-    if rc != 0 {
-        tracing::debug!(error = %std::io::Error::from_raw_os_error(rc), "POSIX_FADV_RANDOM failed");
+    if let Err(e) = storage::pagecache::advise(from, 0, 0, storage::pagecache::Advice::Random) {
+        tracing::debug!(error = %e, "POSIX_FADV_RANDOM failed");
     }
 }
 
@@ -506,30 +503,6 @@ pub fn check_files(dir: &Path, manifest: &Manifest) -> Result<(), BackupDamage> 
 mod tests {
     use super::*;
 
-    /// Pages of `file` (`len` bytes) in the page cache, from byte `from` on.
-    fn cached_pages_from(file: &File, len: usize, from: usize) -> usize {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a new read-only shared mapping of the file, unmapped below; no byte is read.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(map, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
-        let mut resident = vec![0u8; len.div_ceil(4096)];
-        // SAFETY: `map` is page-aligned and `resident` has one byte per page of it.
-        let rc = unsafe { libc::mincore(map, len, resident.as_mut_ptr()) };
-        // SAFETY: unmaps the mapping made above.
-        unsafe { libc::munmap(map, len) };
-        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
-        resident.get(from / 4096..).unwrap_or(&[]).iter().filter(|&&r| r & 1 == 1).count()
-    }
-
     // A backup copies an active segment or the journal only up to its cut; the blocks past it
     // are zeroed ahead of the node's next writes and must not end up in the page cache (with
     // read-ahead, reading the first 64 KiB of an uncached file cached the next ones too).
@@ -546,14 +519,12 @@ mod tests {
         file.sync_all().expect("sync");
         drop(file);
         let from = File::open(&path).expect("open");
-        use std::os::fd::AsRawFd;
-        // SAFETY: a plain system call on an open file: drops its clean cached pages.
-        let rc = unsafe { libc::posix_fadvise(from.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        assert_eq!(rc, 0);
-        assert_eq!(cached_pages_from(&from, len, 0), 0, "the premise: nothing cached");
+        use storage::pagecache::{Advice, advise, cached_pages};
+        advise(&from, 0, 0, Advice::DontNeed).expect("drop the cached pages");
+        assert_eq!(cached_pages(&from, 0).expect("mincore"), 0, "the premise: nothing cached");
         let cut = 64 << 10;
         copy_file(&from, cut as u64, &dir.join("copy"), "segment").expect("copy");
-        assert_eq!(cached_pages_from(&from, len, cut), 0, "past the cut");
+        assert_eq!(cached_pages(&from, cut as u64).expect("mincore"), 0, "past the cut");
         assert_eq!(std::fs::read(dir.join("copy").join("segment")).expect("read").len(), cut);
         let _ = std::fs::remove_dir_all(&dir);
     }
