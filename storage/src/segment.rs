@@ -212,13 +212,10 @@ impl Segment {
         if fresh == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        // The copy faults only the prefix's own pages in: a read-around would start reads of
-        // the blocks ahead that are still in flight (so not dropped) when the drop below runs.
-        if let Err(e) = self.map.advise(memmap2::Advice::Random) {
-            tracing::debug!(path = %self.path.display(), error = %e, "MADV_RANDOM failed");
-        }
-        // SAFETY: `fresh` has `len >= end` writable bytes; the source is the readable prefix.
-        unsafe { std::ptr::copy_nonoverlapping(self.bytes().as_ptr(), fresh.cast::<u8>(), end) };
+        let prefix = self.file_prefix(end);
+        let end = prefix.len();
+        // SAFETY: `fresh` has `len >= end` writable bytes; `prefix` is `end` readable bytes.
+        unsafe { std::ptr::copy_nonoverlapping(prefix.as_ptr(), fresh.cast::<u8>(), end) };
         // SAFETY: moves `fresh` over this segment's own mapping (same length), which it replaces;
         // no reference into the segment outlives this call (`&self` methods hand out none past
         // it), and the bytes of `[0, end)` are the same before and after.
@@ -233,8 +230,18 @@ impl Segment {
         self.base.set(base);
         self.staged.set(true);
         self.readable.set(end);
-        self.drop_cached_after(durable_end);
+        self.drop_cached_after(end as u64);
         Ok(())
+    }
+
+    /// The first `end` bytes of a segment still read through its file (`end <= len`), faulting
+    /// in only their own pages: a read-around would start reads of the blocks past them, still
+    /// in flight (so not dropped) when `drop_cached_after` runs once the segment is staged.
+    fn file_prefix(&self, end: usize) -> &[u8] {
+        if let Err(e) = self.map.advise(memmap2::Advice::Random) {
+            tracing::debug!(path = %self.path.display(), error = %e, "MADV_RANDOM failed");
+        }
+        self.bytes().get(..end).unwrap_or_default()
     }
 
     /// Copies a chunk the log is writing at `offset` into a staged segment (nothing otherwise).
@@ -302,11 +309,7 @@ impl Segment {
         if self.staged.get() || !old.staged.get() || old.map.len() != len || len < header {
             return false;
         }
-        // This segment's header block, read through its file mapping (its own page only).
-        if let Err(e) = self.map.advise(memmap2::Advice::Random) {
-            tracing::debug!(path = %self.path.display(), error = %e, "MADV_RANDOM failed");
-        }
-        let Some(head) = self.bytes().get(..header).map(<[u8]>::to_vec) else { return false };
+        let head = self.file_prefix(header).to_vec();
         let Ok(sealed) = map_file_anywhere(&old.path, len) else { return false };
         // SAFETY: moves `old`'s private anonymous pages over this segment's file mapping (same
         // length), leaving `old`'s range mapped, empty. Nothing refers to this segment's bytes
