@@ -933,7 +933,6 @@ mod tests {
         }
     }
 
-    /// Opens the test fragment in `path` with `segment_bytes` segments.
     /// Checks that `f` (64 KiB segments) rolled once, waiting for a late spare, left no spare
     /// file behind, and that `ids` of collection `c` are there after a reopen.
     async fn rolled_with_a_late_spare(f: Fragment, path: &std::path::Path, ids: &[&str]) {
@@ -949,6 +948,7 @@ mod tests {
         f.close().await;
     }
 
+    /// Opens the test fragment in `path` with `segment_bytes` segments.
     async fn open_spare_test(path: &std::path::Path, segment_bytes: u64) -> Fragment {
         Fragment::open(path, FragmentId::new(1), ShardRange::ALL, spare_options(segment_bytes))
             .await
