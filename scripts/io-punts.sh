@@ -3,15 +3,15 @@
 # node under 4 s of a bench workload at 32 connections (session 9: chunk writes punted because
 # read-around had cached the blocks ahead of the tail). Needs target/release/bench and perf.
 # Usage: scripts/io-punts.sh BIN [workload (cross-fragment-transfer)] [connections (32)]
+# Environment: PUNTS_RESULTS (where the node's log is kept; default /tmp/io-punts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$1; wl=${2:-cross-fragment-transfer}; conns=${3:-32}
-work=$(mktemp -d /tmp/punts.XXXXXX)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-"$bin" serve --listen "127.0.0.1:$port" --metrics-listen "" --data-dir "$work/data" >/dev/null 2>"$work/log" &
-pid=$!
-trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
-for _ in $(seq 1 600); do grep -q 'ready: listening on' "$work/log" && break; sleep 0.1; done
+name=io-punts
+out=${PUNTS_RESULTS:-/tmp/io-punts}   # bench-servers.sh copies the node's log to $out/raw
+. scripts/bench-servers.sh
+start_tessera "$bin"
+pid=$tessera_pid
 target=(--target "x:tessera=postgres://bench@127.0.0.1:$port/bench" --workloads $wl
   --docs 50000 --rounds 1 --connections $conns --no-progress)
 target/release/bench "${target[@]}" --duration 2s --warmup 1s --out "$work/load" >/dev/null
