@@ -70,12 +70,15 @@ fn write_then_sync<F: DiskFile + ?Sized>(
 /// How [`DiskFile::write_and_sync`] runs a chunk's write and fdatasync on [`DmaDisk`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChunkIo {
-    /// On the executor's io_uring: no thread handoff, but glommio 0.9.0 hands the request to
-    /// the kernel only once the executor's runnable tasks have run.
+    /// On the executor's io_uring: the write, then (once the executor has seen it complete)
+    /// the fdatasync, which io_uring always hands to one of its io-wq worker threads; glommio
+    /// 0.9.0 hands each request to the kernel only once the executor's runnable tasks have run.
     Ring,
-    /// Started at once on glommio's blocking thread (`pwrite` + `fdatasync`), and its
-    /// completion interrupts the running task queue when the caller's queue is
-    /// latency-sensitive; costs a thread handoff each way.
+    /// Started at once on glommio's blocking thread as one job (`pwrite` + `fdatasync`), and
+    /// its completion interrupts the running task queue when the caller's queue is
+    /// latency-sensitive; a thread handoff each way, and no executor wake in between. The
+    /// default for the logs' chunks and the journal's (cheaper on this project's machine:
+    /// BENCHMARKS.md, "session 10").
     Now,
 }
 

@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
-use crate::disk::{Disk, DiskFile, DmaDisk};
+use crate::disk::{ChunkIo, Disk, DiskFile, DmaDisk};
 use crate::error::JournalError;
 use crate::format::{ChunkHeader, Damage, decode_frame, encode_frame, frame_bytes};
 use crate::limits::{
@@ -505,8 +505,9 @@ impl Journal {
         let mut buf = file.alloc(len);
         encode_chunk(&records, next, salt, buf.as_bytes_mut());
         let io = |source| JournalError::Io { path: path.clone(), source };
-        file.write_at(buf, pos).await.map_err(io)?;
-        file.fdatasync().await.map_err(io)?;
+        // One job on the blocking thread, as the fragment logs' chunks (`FragmentOptions::
+        // chunk_io`): the executor does not wake between the write and the fdatasync.
+        file.write_and_sync(buf, pos, ChunkIo::Now).await.map_err(io)?;
         if let Some(t) = self.tail.borrow_mut().as_mut() {
             t.pos = pos + len as u64;
             t.next = next + records.len() as u64;

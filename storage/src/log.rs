@@ -4,12 +4,17 @@
 //! and fdatasync are in flight wait in the queue and form the next chunk. A failed write or
 //! fdatasync is fatal: every waiting and future write fails with the reason, nothing is retried.
 //!
+//! A chunk's write and fdatasync run as one job on glommio's blocking thread by default
+//! (`FragmentOptions::chunk_io`, `ChunkIo::Now`: `pwrite` then `fdatasync` in one call of
+//! `DiskFile::write_and_sync`); `ChunkIo::Ring` sends both through the executor's io_uring, where
+//! the executor must wake for the write's completion to submit the fdatasync, which io_uring
+//! then hands to an io-wq worker. On this project's 2-vCPU machine the one job costs less CPU
+//! per chunk and less time (BENCHMARKS.md, "session 10").
+//!
 //! With `FragmentOptions::split_waves` (off by default) the writer task has a latency-sensitive
-//! task queue of its own (`spawn_writer`), and while waves are split (`waves_split`) a chunk's
-//! write and fdatasync run on glommio's blocking thread (`DiskFile::write_and_sync`): a chunk
-//! starts while a wave of runnable writers is still running, and its completion interrupts that
-//! wave, instead of both waiting for the wave to end. Otherwise every chunk goes through the
-//! executor's io_uring.
+//! task queue of its own (`spawn_writer`), and while waves are split (`waves_split`) a chunk
+//! starts on the blocking thread while a wave of runnable writers is still running, and its
+//! completion interrupts that wave, instead of both waiting for the wave to end.
 
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
@@ -578,8 +583,8 @@ async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
     }
     wake_all(&inner.space_waiters);
     // Waves split: start the chunk now, on the blocking thread, so it overlaps the rest of the
-    // wave. Otherwise the ring, whose request starts when the runnable tasks have run.
-    let how = if waves_split(inner) { ChunkIo::Now } else { ChunkIo::Ring };
+    // wave. Otherwise the fragment's choice (the blocking thread unless it asked for the ring).
+    let how = if waves_split(inner) { ChunkIo::Now } else { inner.options.chunk_io };
     let io = Box::pin(async move { file.write_and_sync(buf, pos, how).await });
     let started = std::time::Instant::now();
     Some(Flight { batch, spans, seg, pos, total, started, io, done: None, sync: None })

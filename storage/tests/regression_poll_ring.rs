@@ -11,21 +11,23 @@ use serde_json::json;
 const SEGMENT: u64 = 1 << 20;
 
 // Checks that writes, fdatasyncs, a reopen and a compaction issue no write on the poll ring,
-// and that the writes did happen (on the main ring: one writer never splits a wave, so its
-// chunks take `ChunkIo::Ring`).
+// and that the writes did happen (on the main ring: the fragment asks for `ChunkIo::Ring`, and
+// one writer never splits a wave; the default, `ChunkIo::Now`, writes chunks on glommio's
+// blocking thread, on no ring at all).
 #[test]
 fn regression_segment_writes_avoid_the_poll_ring() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
+    let ring = || storage::FragmentOptions { chunk_io: storage::ChunkIo::Ring, ..options(SEGMENT) };
     let (poll, main, chunks) = run(move || async move {
         let _ = glommio::executor().io_stats(); // reset the counters
-        let f = open(&path, options(SEGMENT)).await;
+        let f = open(&path, ring()).await;
         for i in 0..20 {
             f.apply(put("c", &format!("k{i}"), json!({ "i": i }))).await.expect("write");
         }
         let mut chunks = f.io_stats().fdatasyncs;
         f.close().await;
-        let f = open(&path, options(SEGMENT)).await;
+        let f = open(&path, ring()).await;
         f.apply(put("c", "after-reopen", json!(1))).await.expect("write");
         chunks += f.io_stats().fdatasyncs;
         f.compact().await.expect("compact");

@@ -49,6 +49,12 @@ pub const EXECUTOR_PREEMPT_TIMER: std::time::Duration = std::time::Duration::fro
 /// locked memory of all executors must fit under it.
 pub const EXECUTOR_IO_MEMORY_BYTES: usize = 1 << 20;
 
+/// Threads of each executor's blocking pool (glommio's default is one). The logs' chunks and the
+/// coordinator journal's run there (`storage::ChunkIo::Now`: `pwrite` + `fdatasync`), as do
+/// long jobs: a backup's file copy, a dropped fragment's directory removal. With a second
+/// thread one long job does not hold up every commit of its executor behind it.
+pub const EXECUTOR_BLOCKING_THREADS: usize = 2;
+
 /// Position of an executor in the node, `0 .. executors`.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct ExecutorIndex(usize);
@@ -395,6 +401,9 @@ where
             builder: move || {
                 LocalExecutorBuilder::new(Placement::Unbound)
                     .io_memory(EXECUTOR_IO_MEMORY_BYTES)
+                    .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(
+                        EXECUTOR_BLOCKING_THREADS,
+                    ))
                     .preempt_timer(preempt_timer)
             },
             watch: watchdog.as_ref().map(|w| (w.watcher(), Arc::clone(&pulse))),

@@ -283,6 +283,78 @@ fn crossings_do_not_wait_for_the_heartbeat() {
     assert!(ticks.iter().all(|&(_, t)| t == 0), "heartbeat ticks during crossings: {ticks:?}");
 }
 
+/// How long the blocking job of `a_long_blocking_job_does_not_hold_up_commits` waits to be
+/// released before it gives up (only so that a broken pool fails the test instead of hanging it).
+const BLOCKER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
+// Checks that a long job on an executor's blocking pool (a backup's copy, a directory removal)
+// does not hold up the commits of that executor, whose chunks run on the same pool
+// (`storage::ChunkIo::Now`): with a job holding one blocking thread until it is released, a
+// durable write completes, and only then is the job released. With one blocking thread the
+// write would wait behind the job until it gave up, and the job would report that.
+#[test]
+fn a_long_blocking_job_does_not_hold_up_commits() {
+    let dir = std::env::temp_dir().join(format!(
+        "tessera-runtime-blocking-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let outcome: Arc<Mutex<Option<(bool, bool)>>> = Arc::default();
+    let (out, dir1) = (Arc::clone(&outcome), dir.clone());
+    run(
+        1,
+        Shutdown::new(),
+        probe,
+        move |_, ctx| {
+            let (out, dir) = (Arc::clone(&out), dir1.clone());
+            async move {
+                let (started_tx, started_rx) = flume::bounded::<()>(1);
+                let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+                let job = glommio::spawn_local(glommio::executor().spawn_blocking(move || {
+                    let _ = started_tx.send(());
+                    // Released by the test (true) or tired of waiting (false).
+                    release_rx.recv_timeout(BLOCKER_PATIENCE).is_ok()
+                }));
+                started_rx.recv_async().await.expect("the job starts");
+                let options = storage::FragmentOptions {
+                    segment_bytes: 1 << 20,
+                    ..storage::FragmentOptions::default()
+                };
+                assert_eq!(options.chunk_io, storage::ChunkIo::Now);
+                let fragment = storage::Fragment::open(
+                    &dir,
+                    router::FragmentId::new(0),
+                    router::ShardRange::ALL,
+                    options,
+                )
+                .await
+                .expect("open");
+                let batch = storage::WriteBatch::new().put(
+                    "c",
+                    "doc",
+                    router::ShardId::from_u64_mod(7),
+                    None,
+                    serde_json::json!({ "n": 1 }),
+                );
+                let written = fragment.apply(batch).await.is_ok();
+                let _ = release_tx.send(());
+                let released = job.await;
+                fragment.close().await;
+                *out.lock().expect("lock") = Some((written, released));
+                ctx.shutdown.trigger();
+                ctx.shutdown.wait().await;
+            }
+        },
+        |_, _| async {},
+    )
+    .expect("runtime ends cleanly");
+    let _ = std::fs::remove_dir_all(&dir);
+    let outcome = *outcome.lock().expect("lock");
+    assert_eq!(outcome, Some((true, true)), "(write durable, job released by the test)");
+}
+
 // Checks that the heartbeat already runs while `init` waits (fragments are opened there, and a
 // park stall in init once hung an executor for good): init sleeps for ten heartbeat periods and
 // must see a tick. Timers fire in deadline order, so this does not depend on the machine's speed.
