@@ -7,7 +7,8 @@
 //! `TESSERA_BENCH_WRITERS` (comma-separated, default `1,16,256`). `TESSERA_BENCH_WRITES=N`
 //! makes each write run stop after N writes in all instead of after a time (fixed work, for
 //! timing the whole process); `-- ack` runs only the write runs, without the raw reference;
-//! `-- paths` compares the two chunk I/O paths (io_uring, blocking thread) op by op; `-- grow`
+//! `-- paths` compares the two chunk I/O paths (io_uring, blocking thread) op by op, then gives
+//! each path's machine CPU per operation in runs of its own, beside a plain thread's; `-- grow`
 //! measures the executor CPU of each batch while the index grows (`TESSERA_BENCH_GROW_DOCS`
 //! new documents, default 3,000,000).
 //! `TESSERA_BENCH_RATES` (comma-separated writes/s, e.g. `100000,200000`) adds, after each
@@ -25,7 +26,9 @@
 //! stages its chunks in pages the previous one handed on, so with 1 GiB segments every byte a
 //! run writes lands in a freshly zeroed page (`segment`'s module comment).
 //! `TESSERA_BENCH_SPLIT_WAVES=1` opens the write runs' fragments with
-//! `FragmentOptions::split_waves` (default off). Allocator: mimalloc, as the node's binary;
+//! `FragmentOptions::split_waves` (default off). `TESSERA_BENCH_CHUNK_IO=ring` sends their
+//! chunks through io_uring (`FragmentOptions::chunk_io`, `ChunkIo::Ring`) instead of the
+//! default blocking-thread job. Allocator: mimalloc, as the node's binary;
 //! transparent huge pages off unless `TESSERA_BENCH_THP=on`. The executor is pinned to CPU 0
 //! unless `TESSERA_BENCH_PIN=off`.
 
@@ -195,8 +198,89 @@ async fn io_paths(dir: &std::path::Path) {
             h.max() as f64 / 1000.0
         );
     }
+    // The machine's CPU per operation of each path, in runs of its own (the alternating run
+    // cannot split it): what the executor, io_uring's workers, the blocking thread and the
+    // kernel spend on one write + fdatasync. A plain thread doing the same calls is the floor.
+    for how in ["io_uring write+fdatasync", "blocking-thread write_and_sync", "plain thread"] {
+        let mut h = Histogram::<u64>::new(3).expect("histogram");
+        let before = busy_ticks();
+        let began = Instant::now();
+        if how == "plain thread" {
+            let path = path.clone();
+            h = std::thread::spawn(move || plain_write_and_sync(&path, n, region))
+                .join()
+                .expect("plain thread");
+        } else {
+            for i in 0..n {
+                let mut buf = file.alloc(4096);
+                buf.as_bytes_mut().fill(u8::try_from(i % 251).unwrap_or(0));
+                let at = (i * 4096) % region;
+                let t = Instant::now();
+                if how.starts_with("io_uring") {
+                    file.write_at(buf, at).await.expect("write");
+                    file.fdatasync().await.expect("fdatasync");
+                } else {
+                    file.write_and_sync(buf, at, storage::ChunkIo::Now).await.expect("write");
+                }
+                h.record(nanos(t.elapsed())).expect("record");
+            }
+        }
+        let took = began.elapsed();
+        let busy = busy_ticks().saturating_sub(before);
+        println!(
+            "4KiB {how}, {n} in a row: p50={:.0}us p99={:.0}us, machine CPU {:.0}us/op over {:.2}s",
+            micros(&h, 0.5),
+            micros(&h, 0.99),
+            busy as f64 * 1e6 / clock_ticks_per_second() / n as f64,
+            took.as_secs_f64()
+        );
+    }
     file.close().await.expect("close");
     std::fs::remove_file(&path).expect("remove paths");
+}
+
+/// CPU ticks the whole machine spent busy so far (`/proc/stat`: all but idle and iowait).
+fn busy_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+    fields.iter().sum::<u64>().saturating_sub(idle)
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf takes a constant and reads a system setting.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+/// `n` 4 KiB `pwrite` + `fdatasync` pairs from this (plain) thread, O_DIRECT, over the first
+/// `region` bytes of `path`: the floor for what a chunk's I/O costs.
+fn plain_write_and_sync(path: &std::path::Path, n: u64, region: u64) -> Histogram<u64> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .expect("open O_DIRECT");
+    #[repr(C, align(4096))]
+    struct Block([u8; 4096]);
+    let mut block = Box::new(Block([0; 4096]));
+    let mut h = Histogram::<u64>::new(3).expect("histogram");
+    for i in 0..n {
+        block.0.fill(u8::try_from(i % 251).unwrap_or(0));
+        let t = Instant::now();
+        file.write_all_at(&block.0, (i * 4096) % region).expect("pwrite");
+        file.sync_data().expect("fdatasync");
+        h.record(nanos(t.elapsed())).expect("record");
+    }
+    h
 }
 
 /// How the writers of a run issue their writes.
@@ -284,6 +368,11 @@ async fn durable_writes(
             let n = v.parse().unwrap_or_else(|_| panic!("TESSERA_BENCH_SYNCS={v:?}: not a count"));
             storage::SyncGate::new(n).unwrap_or_else(|e| panic!("TESSERA_BENCH_SYNCS: {e}"))
         }),
+        chunk_io: match std::env::var("TESSERA_BENCH_CHUNK_IO").as_deref() {
+            Ok("ring") => storage::ChunkIo::Ring,
+            Ok("thread") | Err(_) => storage::ChunkIo::Now,
+            Ok(other) => panic!("TESSERA_BENCH_CHUNK_IO={other:?}: ring or thread"),
+        },
         ..FragmentOptions::default()
     };
     let f = Rc::new(
@@ -648,10 +737,10 @@ fn main() {
             };
             glommio::LocalExecutorBuilder::new(placement)
                 .io_memory(1 << 20)
-                // The log starts chunks of split waves on glommio's blocking thread; for a
-                // pinned executor glommio would pin that thread to the same CPU. The node's
-                // executors are unbound, and so are their blocking threads.
-                .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(1))
+                // The log runs its chunks on glommio's blocking threads; for a pinned executor
+                // glommio would pin them to the same CPU. The node's executors are unbound,
+                // and so are their blocking threads, as many as here.
+                .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(2))
         },
         cannot_start: |e| panic!("cannot build the executor: {e}"),
         watch: park.then(|| (watchdog.watcher(), std::sync::Arc::default())),
