@@ -54,8 +54,9 @@ pub struct FragmentOptions {
     pub sync_gate: Option<crate::SyncGate>,
     /// How a chunk's write and fdatasync run when waves are not split: `ChunkIo::Now` (the
     /// default) as one `pwrite` + `fdatasync` job on glommio's blocking thread, `ChunkIo::Ring`
-    /// as an io_uring write, then an io_uring fdatasync (BENCHMARKS.md, "session 10": the job
-    /// took 9-26 % less node CPU per transaction and per autocommit write).
+    /// as an io_uring write, then an io_uring fdatasync (BENCHMARKS.md, "session 10": under
+    /// load the job took less node CPU per transaction and per autocommit write; alone, one
+    /// operation at a time, it costs the same).
     pub chunk_io: ChunkIo,
 }
 
