@@ -177,6 +177,27 @@ fn countdown_fires_on_last_arrival() {
 
 use std::sync::atomic::AtomicUsize;
 
+/// A fresh directory path under the system's temp dir for one test's fragment files (not
+/// created here; the fragment creates it, the test removes it).
+fn scratch_dir(tag: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "tessera-runtime-{tag}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ))
+}
+
+/// A fragment of all shards in `dir`, with 1 MiB segments and otherwise default options.
+async fn open_small_fragment(
+    dir: &std::path::Path,
+) -> Result<storage::Fragment, storage::OpenError> {
+    let options =
+        storage::FragmentOptions { segment_bytes: 1 << 20, ..storage::FragmentOptions::default() };
+    storage::Fragment::open(dir, router::FragmentId::new(0), router::ShardRange::ALL, options).await
+}
+
 /// Executor state for the heartbeat test: executor 1 owns a fragment.
 struct Owner {
     index: usize,
@@ -193,13 +214,7 @@ const CROSSINGS: u64 = 200;
 // the next timer event would take 30 s and show a tick.
 #[test]
 fn crossings_do_not_wait_for_the_heartbeat() {
-    let dir = std::env::temp_dir().join(format!(
-        "tessera-runtime-heartbeat-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
+    let dir = scratch_dir("heartbeat");
     let ticks: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
     let acked = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let (t1, a1, dir1) = (Arc::clone(&ticks), Arc::clone(&acked), dir.clone());
@@ -214,18 +229,7 @@ fn crossings_do_not_wait_for_the_heartbeat() {
             let dir = dir1.clone();
             async move {
                 let fragment = if ctx.index.get() == 1 {
-                    let options = storage::FragmentOptions {
-                        segment_bytes: 1 << 20,
-                        ..storage::FragmentOptions::default()
-                    };
-                    let f = storage::Fragment::open(
-                        &dir,
-                        router::FragmentId::new(0),
-                        router::ShardRange::ALL,
-                        options,
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    let f = open_small_fragment(&dir).await.map_err(|e| e.to_string())?;
                     Some(Rc::new(f))
                 } else {
                     None
@@ -294,13 +298,7 @@ const BLOCKER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120
 // write would wait behind the job until it gave up, and the job would report that.
 #[test]
 fn a_long_blocking_job_does_not_hold_up_commits() {
-    let dir = std::env::temp_dir().join(format!(
-        "tessera-runtime-blocking-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
+    let dir = scratch_dir("blocking");
     let outcome: Arc<Mutex<Option<(bool, bool)>>> = Arc::default();
     let (out, dir1) = (Arc::clone(&outcome), dir.clone());
     run(
@@ -318,19 +316,8 @@ fn a_long_blocking_job_does_not_hold_up_commits() {
                     release_rx.recv_timeout(BLOCKER_PATIENCE).is_ok()
                 }));
                 started_rx.recv_async().await.expect("the job starts");
-                let options = storage::FragmentOptions {
-                    segment_bytes: 1 << 20,
-                    ..storage::FragmentOptions::default()
-                };
-                assert_eq!(options.chunk_io, storage::ChunkIo::Now);
-                let fragment = storage::Fragment::open(
-                    &dir,
-                    router::FragmentId::new(0),
-                    router::ShardRange::ALL,
-                    options,
-                )
-                .await
-                .expect("open");
+                assert_eq!(storage::FragmentOptions::default().chunk_io, storage::ChunkIo::Now);
+                let fragment = open_small_fragment(&dir).await.expect("open");
                 let batch = storage::WriteBatch::new().put(
                     "c",
                     "doc",
