@@ -728,7 +728,8 @@ fn main() {
         name: "storage-bench".to_owned(),
         builder: || {
             // Pinned to CPU 0 unless `TESSERA_BENCH_PIN=off` (the node's executors are
-            // unbound). io_uring's io-wq workers, which run every fdatasync, take the
+            // unbound). io_uring's io-wq workers, which run the ring path's fdatasyncs (the
+            // raw reference's, and the log's with `TESSERA_BENCH_CHUNK_IO=ring`), take the
             // affinity of the ring's thread: pinned, they share CPU 0 with the executor.
             let placement = if std::env::var("TESSERA_BENCH_PIN").is_ok_and(|v| v == "off") {
                 glommio::Placement::Unbound

@@ -45,7 +45,7 @@ pub struct FragmentOptions {
     /// latency-sensitive task queue of its own, and while recent chunks were big and fast a
     /// chunk starts on glommio's blocking thread before the wave that fills it has run, so its
     /// fdatasync overlaps the rest of the wave (`log::waves_split`). Off, the writer runs in
-    /// the opener's task queue and every chunk goes through io_uring. Measured on a shared
+    /// the opener's task queue and every chunk goes by `chunk_io`. Measured on a shared
     /// machine it cost about 10% more executor CPU per write without a shown latency gain
     /// (BENCHMARKS.md, "storage: ack p99 at 256 writers (session 4, branch `wal`)").
     pub split_waves: bool,

@@ -3,7 +3,7 @@
 //! Each fragment group-commits on its own: one chunk, one O_DIRECT write, one fdatasync. With
 //! several fragments on one executor under load, every fragment starts a chunk as soon as a
 //! record is queued, so the groups stay small and the executor pays one fdatasync (tens of µs
-//! of CPU in io_uring's worker, ext4 and the block layer) for one or two records. A
+//! of CPU in the thread that runs it, ext4 and the block layer) for one or two records. A
 //! [`SyncGate`] shared by those fragments lets at most `limit` chunks be written and synced at
 //! once; a fragment that finds the gate full waits its turn (first come, first served) while
 //! its records keep queueing, and when its turn comes they go out as one bigger chunk, the way
