@@ -85,16 +85,7 @@ fn micros(h: &Histogram<u64>, q: f64) -> f64 {
 async fn raw_fdatasync(dir: &std::path::Path) {
     let path = dir.join("raw.dat");
     let file = DmaDisk.create(&path).await.expect("open raw");
-    let region: u64 = 64 << 20;
-    // Preallocate by writing zeros, as segments are.
-    let mut off = 0;
-    while off < region {
-        let mut buf = file.alloc(1 << 20);
-        buf.as_bytes_mut().fill(0);
-        file.write_at(buf, off).await.expect("fill");
-        off += 1 << 20;
-    }
-    file.fdatasync().await.expect("sync");
+    let region = preallocated(&*file).await;
     let mut h = Histogram::<u64>::new(3).expect("histogram");
     let n = 6000u64;
     let origin = Instant::now();
@@ -160,33 +151,17 @@ const GROUP_VIEW_STEP: Duration = Duration::from_micros(5);
 /// both see the same disk: glommio's io_uring (`write_at` then `fdatasync`, the raw reference)
 /// and glommio's blocking thread (`write_and_sync`, what `DmaDisk` does for the log's chunks).
 async fn io_paths(dir: &std::path::Path) {
+    use storage::ChunkIo;
     let path = dir.join("paths.dat");
     let file = DmaDisk.create(&path).await.expect("open paths");
-    let region: u64 = 64 << 20;
-    let mut off = 0;
-    while off < region {
-        let mut buf = file.alloc(1 << 20);
-        buf.as_bytes_mut().fill(0);
-        file.write_at(buf, off).await.expect("fill");
-        off += 1 << 20;
-    }
-    file.fdatasync().await.expect("sync");
+    let region = preallocated(&*file).await;
     let mut ring = Histogram::<u64>::new(3).expect("histogram");
     let mut thread = Histogram::<u64>::new(3).expect("histogram");
     let n = 3000u64;
     for i in 0..2 * n {
-        let mut buf = file.alloc(4096);
-        buf.as_bytes_mut().fill(u8::try_from(i % 251).unwrap_or(0));
-        let at = (i * 4096) % region;
-        let t = Instant::now();
-        if i % 2 == 0 {
-            file.write_at(buf, at).await.expect("write");
-            file.fdatasync().await.expect("fdatasync");
-            ring.record(nanos(t.elapsed())).expect("record");
-        } else {
-            file.write_and_sync(buf, at, storage::ChunkIo::Now).await.expect("write_and_sync");
-            thread.record(nanos(t.elapsed())).expect("record");
-        }
+        let (how, h) =
+            if i % 2 == 0 { (ChunkIo::Ring, &mut ring) } else { (ChunkIo::Now, &mut thread) };
+        h.record(nanos(write_4k(&*file, i, region, how).await)).expect("record");
     }
     for (name, h) in
         [("io_uring write+fdatasync", &ring), ("blocking-thread write_and_sync", &thread)]
@@ -201,34 +176,28 @@ async fn io_paths(dir: &std::path::Path) {
     // The machine's CPU per operation of each path, in runs of its own (the alternating run
     // cannot split it): what the executor, io_uring's workers, the blocking thread and the
     // kernel spend on one write + fdatasync. A plain thread doing the same calls is the floor.
-    for how in ["io_uring write+fdatasync", "blocking-thread write_and_sync", "plain thread"] {
+    for (name, how) in [
+        ("io_uring write+fdatasync", Some(ChunkIo::Ring)),
+        ("blocking-thread write_and_sync", Some(ChunkIo::Now)),
+        ("plain thread", None),
+    ] {
         let mut h = Histogram::<u64>::new(3).expect("histogram");
         let before = busy_ticks();
         let began = Instant::now();
-        if how == "plain thread" {
+        if let Some(how) = how {
+            for i in 0..n {
+                h.record(nanos(write_4k(&*file, i, region, how).await)).expect("record");
+            }
+        } else {
             let path = path.clone();
             h = std::thread::spawn(move || plain_write_and_sync(&path, n, region))
                 .join()
                 .expect("plain thread");
-        } else {
-            for i in 0..n {
-                let mut buf = file.alloc(4096);
-                buf.as_bytes_mut().fill(u8::try_from(i % 251).unwrap_or(0));
-                let at = (i * 4096) % region;
-                let t = Instant::now();
-                if how.starts_with("io_uring") {
-                    file.write_at(buf, at).await.expect("write");
-                    file.fdatasync().await.expect("fdatasync");
-                } else {
-                    file.write_and_sync(buf, at, storage::ChunkIo::Now).await.expect("write");
-                }
-                h.record(nanos(t.elapsed())).expect("record");
-            }
         }
         let took = began.elapsed();
         let busy = busy_ticks().saturating_sub(before);
         println!(
-            "4KiB {how}, {n} in a row: p50={:.0}us p99={:.0}us, machine CPU {:.0}us/op over {:.2}s",
+            "4KiB {name}, {n} in a row: p50={:.0}us p99={:.0}us, machine CPU {:.0}us/op over {:.2}s",
             micros(&h, 0.5),
             micros(&h, 0.99),
             busy as f64 * 1e6 / clock_ticks_per_second() / n as f64,
@@ -237,6 +206,37 @@ async fn io_paths(dir: &std::path::Path) {
     }
     file.close().await.expect("close");
     std::fs::remove_file(&path).expect("remove paths");
+}
+
+/// Zero-fills the first 64 MiB of `file` and syncs it, as segments are preallocated; returns
+/// that size, the region the 4 KiB writes cycle over.
+async fn preallocated(file: &dyn storage::disk::DiskFile) -> u64 {
+    let region: u64 = 64 << 20;
+    let mut off = 0;
+    while off < region {
+        let mut buf = file.alloc(1 << 20);
+        buf.as_bytes_mut().fill(0);
+        file.write_at(buf, off).await.expect("fill");
+        off += 1 << 20;
+    }
+    file.fdatasync().await.expect("sync");
+    region
+}
+
+/// The `i`-th 4 KiB write + fdatasync of a path run, at its place in the first `region` bytes,
+/// the way `how` says (`ChunkIo::Ring`: io_uring write, then io_uring fdatasync; `ChunkIo::Now`:
+/// one job on glommio's blocking thread); returns how long it took.
+async fn write_4k(
+    file: &dyn storage::disk::DiskFile,
+    i: u64,
+    region: u64,
+    how: storage::ChunkIo,
+) -> Duration {
+    let mut buf = file.alloc(4096);
+    buf.as_bytes_mut().fill(u8::try_from(i % 251).unwrap_or(0));
+    let t = Instant::now();
+    file.write_and_sync(buf, (i * 4096) % region, how).await.expect("write and fdatasync");
+    t.elapsed()
 }
 
 /// CPU ticks the whole machine spent busy so far (`/proc/stat`: all but idle and iowait).
