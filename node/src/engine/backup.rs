@@ -509,9 +509,8 @@ mod tests {
     #[test]
     fn unit_copy_leaves_the_blocks_past_the_cut_uncached() {
         use std::os::unix::fs::FileExt;
-        let dir = std::env::temp_dir().join(format!("tessera-backup-ra-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path();
         let path = dir.join("segment");
         let len = 16usize << 20;
         let file = File::create(&path).expect("create");
@@ -526,7 +525,6 @@ mod tests {
         copy_file(&from, cut as u64, &dir.join("copy"), "segment").expect("copy");
         assert_eq!(cached_pages(&from, cut as u64).expect("mincore"), 0, "past the cut");
         assert_eq!(std::fs::read(dir.join("copy").join("segment")).expect("read").len(), cut);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     // Checks that a backup's copy of the coordinator journal holds the decisions recorded

@@ -177,18 +177,6 @@ fn countdown_fires_on_last_arrival() {
 
 use std::sync::atomic::AtomicUsize;
 
-/// A fresh directory path under the system's temp dir for one test's fragment files (not
-/// created here; the fragment creates it, the test removes it).
-fn scratch_dir(tag: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!(
-        "tessera-runtime-{tag}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ))
-}
-
 /// A fragment of all shards in `dir`, with 1 MiB segments and otherwise default options.
 async fn open_small_fragment(
     dir: &std::path::Path,
@@ -214,7 +202,8 @@ const CROSSINGS: u64 = 200;
 // the next timer event would take 30 s and show a tick.
 #[test]
 fn crossings_do_not_wait_for_the_heartbeat() {
-    let dir = scratch_dir("heartbeat");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().to_path_buf();
     let ticks: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
     let acked = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let (t1, a1, dir1) = (Arc::clone(&ticks), Arc::clone(&acked), dir.clone());
@@ -280,7 +269,6 @@ fn crossings_do_not_wait_for_the_heartbeat() {
         },
     )
     .expect("runtime ends cleanly");
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(acked.load(std::sync::atomic::Ordering::SeqCst), CROSSINGS);
     let ticks = ticks.lock().expect("lock");
     assert_eq!(ticks.len(), 2);
@@ -298,7 +286,8 @@ const BLOCKER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120
 // write would wait behind the job until it gave up, and the job would report that.
 #[test]
 fn a_long_blocking_job_does_not_hold_up_commits() {
-    let dir = scratch_dir("blocking");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().to_path_buf();
     let outcome: Arc<Mutex<Option<(bool, bool)>>> = Arc::default();
     let (out, dir1) = (Arc::clone(&outcome), dir.clone());
     run(
@@ -337,7 +326,6 @@ fn a_long_blocking_job_does_not_hold_up_commits() {
         |_, _| async {},
     )
     .expect("runtime ends cleanly");
-    let _ = std::fs::remove_dir_all(&dir);
     let outcome = *outcome.lock().expect("lock");
     assert_eq!(outcome, Some((true, true)), "(write durable, job released by the test)");
 }
