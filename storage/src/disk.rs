@@ -67,8 +67,9 @@ fn write_then_sync<F: DiskFile + ?Sized>(
     })
 }
 
-/// How [`DiskFile::write_and_sync`] runs a chunk's write and fdatasync on [`DmaDisk`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How [`DiskFile::write_and_sync`] runs a chunk's write and fdatasync on [`DmaDisk`]. The
+/// default, `Now`, is what the fragment logs (`FragmentOptions::chunk_io`) and the journal use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ChunkIo {
     /// On the executor's io_uring: the write, then (once the executor has seen it complete)
     /// the fdatasync, which io_uring always hands to one of its io-wq worker threads; glommio
@@ -76,9 +77,9 @@ pub enum ChunkIo {
     Ring,
     /// Started at once on glommio's blocking thread as one job (`pwrite` + `fdatasync`), and
     /// its completion interrupts the running task queue when the caller's queue is
-    /// latency-sensitive; a thread handoff each way, and no executor wake in between. The
-    /// default for the logs' chunks and the journal's (cheaper on this project's machine:
-    /// BENCHMARKS.md, "session 10").
+    /// latency-sensitive; a thread handoff each way, and no executor wake in between
+    /// (cheaper under load on this project's machine: BENCHMARKS.md, "session 10").
+    #[default]
     Now,
 }
 

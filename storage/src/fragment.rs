@@ -68,7 +68,7 @@ impl Default for FragmentOptions {
             disk: Rc::new(DmaDisk),
             split_waves: false,
             sync_gate: None,
-            chunk_io: ChunkIo::Now,
+            chunk_io: ChunkIo::default(),
         }
     }
 }

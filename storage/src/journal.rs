@@ -505,9 +505,9 @@ impl Journal {
         let mut buf = file.alloc(len);
         encode_chunk(&records, next, salt, buf.as_bytes_mut());
         let io = |source| JournalError::Io { path: path.clone(), source };
-        // One job on the blocking thread, as the fragment logs' chunks (`FragmentOptions::
-        // chunk_io`): the executor does not wake between the write and the fdatasync.
-        file.write_and_sync(buf, pos, ChunkIo::Now).await.map_err(io)?;
+        // The default chunk path, as the fragment logs' (`FragmentOptions::chunk_io`): one job
+        // on the blocking thread, the executor does not wake between write and fdatasync.
+        file.write_and_sync(buf, pos, ChunkIo::default()).await.map_err(io)?;
         if let Some(t) = self.tail.borrow_mut().as_mut() {
             t.pos = pos + len as u64;
             t.next = next + records.len() as u64;
