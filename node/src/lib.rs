@@ -15,6 +15,7 @@ pub mod datadir;
 pub mod engine;
 pub mod logging;
 pub mod metrics;
+pub mod open_files;
 pub mod pg;
 pub mod runtime;
 pub mod signals;

@@ -17,7 +17,6 @@ use crate::catalog::Catalog;
 use crate::config::{NodeConfig, ServeArgs};
 use crate::datadir::{DataDir, FragmentEntry, LAYOUT_FORMAT, Layout};
 use crate::engine::{CatalogView, Core, Session, Shared};
-use crate::pg::limits::PG_CONNECTIONS_MAX;
 use crate::pg::{PgAuth, PgConfig, PgRegistry, ScramCredentials, accept_loop};
 use crate::runtime::{self, ExecutorContext, Shutdown};
 
@@ -145,6 +144,16 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
             "the data directory keeps the fragment count it was created with"
         );
     }
+    // Before any fragment opens: the files its fragments need, and the clients that fit.
+    let fragments = match &config.cluster {
+        Some(_) => u64::from(config.fragments),
+        None => data.layout().fragments.len() as u64,
+    };
+    let files = crate::open_files::settle(
+        fragments,
+        u64::from(config.executors),
+        config.cluster.is_some(),
+    )?;
     let map = shard_map(data.layout(), config.executors)?;
     let catalog = Catalog::load(data.root()).map_err(|e| e.to_string())?;
     let catalog = CatalogView::new(catalog)?;
@@ -171,7 +180,7 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
         .as_ref()
         .map(|_| crate::cluster::forward::serve_data_connection as crate::pg::PeerDataHook);
     let pg = PgConfig { auth, idle_timeout: config.idle_timeout, peer_data, ..PgConfig::default() };
-    let registry = Arc::new(PgRegistry::new(PG_CONNECTIONS_MAX));
+    let registry = Arc::new(PgRegistry::new(files.connections));
     let shutdown = Shutdown::new();
     crate::signals::install(shutdown.clone()).map_err(|e| format!("cannot handle signals: {e}"))?;
 

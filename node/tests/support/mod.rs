@@ -72,6 +72,9 @@ pub struct NodeOptions {
     pub metrics: bool,
     /// More `serve` arguments (e.g. `--slow-statement-ms 0`).
     pub extra_args: Vec<String>,
+    /// The process's open-file limit (`RLIMIT_NOFILE`), soft and hard; `None` inherits the
+    /// test's.
+    pub open_files: Option<(u64, u64)>,
 }
 
 impl Default for NodeOptions {
@@ -83,6 +86,7 @@ impl Default for NodeOptions {
             env: Vec::new(),
             metrics: false,
             extra_args: Vec::new(),
+            open_files: None,
         }
     }
 }
@@ -194,6 +198,24 @@ fn wait_bounded(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     if killed { None } else { Some(status) }
 }
 
+/// Makes `command`'s process start with an open-file limit (`RLIMIT_NOFILE`) of `soft` and
+/// `hard`.
+pub fn limit_open_files(command: &mut Command, soft: u64, hard: u64) {
+    use std::os::unix::process::CommandExt;
+    let limit = libc::rlimit { rlim_cur: soft, rlim_max: hard };
+    // SAFETY: the closure runs in the forked child before exec and calls only setrlimit(2),
+    // which is async-signal-safe, on a value copied into the closure.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
 /// Runs an external client with its output captured; kills it and fails when it runs past
 /// [`CLIENT_TIMEOUT`].
 pub fn run_client(mut command: Command) -> Output {
@@ -268,6 +290,11 @@ impl Node {
     /// The port clients connect to.
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// The running node's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("node is running").id()
     }
 
     /// The node's data directory.
@@ -352,6 +379,9 @@ impl Node {
             }
             for (key, value) in &self.options.env {
                 command.env(key, value);
+            }
+            if let Some((soft, hard)) = self.options.open_files {
+                limit_open_files(&mut command, soft, hard);
             }
             let mut child = command
                 .env("NO_COLOR", "1")

@@ -1,0 +1,103 @@
+//! The open-file limit at start (`node::open_files`): a soft limit below what the node needs
+//! is raised (up to the hard limit); a hard limit with room for fewer clients than
+//! `PG_CONNECTIONS_MAX` admits only the clients that fit, so the fragments never run out of
+//! descriptors; a limit too low for the fragments themselves refuses to start, saying what to
+//! raise it to.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod support;
+
+use std::process::Command;
+
+use node::open_files::reserved_files;
+use node::pg::limits::PG_CONNECTIONS_MAX;
+use support::{Node, NodeOptions, limit_open_files, run_client};
+use tokio_postgres::error::SqlState;
+
+const FRAGMENTS: u32 = 8;
+const EXECUTORS: u32 = 2;
+
+fn reserved() -> u64 {
+    reserved_files(u64::from(FRAGMENTS), u64::from(EXECUTORS), false)
+}
+
+/// The soft open-file limit of process `pid`, from /proc.
+fn soft_limit(pid: u32) -> u64 {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("read limits");
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).expect("open files line");
+    line.split_whitespace().nth(3).expect("soft column").parse().expect("a number")
+}
+
+// Checks that a soft limit below the need is raised to exactly the need when the hard limit
+// allows it, and that the node then logs no warning about connections.
+#[test]
+fn a_low_soft_limit_is_raised_to_what_the_node_needs() {
+    let needed = reserved() + PG_CONNECTIONS_MAX as u64;
+    let mut node = Node::start_with(NodeOptions {
+        fragments: FRAGMENTS,
+        executors: EXECUTORS,
+        open_files: Some((256, needed + 1000)),
+        ..NodeOptions::default()
+    });
+    assert_eq!(soft_limit(node.pid()), needed);
+    assert!(node.log_text().contains("raised the open-file limit"), "{}", node.log_text());
+    node.stop();
+}
+
+// Checks that a hard limit with room for only 12 clients beyond the reserve admits 12: the
+// 13th gets 53300 naming the count, the admitted ones keep working and the fragments still
+// take writes (their files were reserved first).
+#[tokio::test]
+async fn a_low_hard_limit_admits_only_the_clients_that_fit() {
+    let limit = reserved() + 12;
+    let mut node = Node::start_with(NodeOptions {
+        fragments: FRAGMENTS,
+        executors: EXECUTORS,
+        open_files: Some((limit, limit)),
+        ..NodeOptions::default()
+    });
+    node.expect_log("leaves room for 12 client connections");
+    assert!(node.log_text().contains("leaves room for 12 client connections"));
+    let mut clients = Vec::new();
+    for _ in 0..12 {
+        clients.push(node.connect().await);
+    }
+    let err = tokio_postgres::connect(&node.conn_str(), tokio_postgres::NoTls)
+        .await
+        .err()
+        .expect("the 13th client is refused");
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(db.code(), &SqlState::TOO_MANY_CONNECTIONS);
+    assert!(db.detail().unwrap_or_default().contains("at most 12 connections"), "{db:?}");
+    for (i, c) in clients.iter().enumerate() {
+        c.simple_query(&format!("INSERT INTO t VALUES ('d{i}', '{{\"n\":{i}}}')")).await.unwrap();
+    }
+    let rows = clients[0].simple_query("SELECT count(*) FROM t").await.unwrap();
+    assert_eq!(support::simple_rows(&rows)[0][0].as_deref(), Some("12"));
+    drop(clients);
+    node.stop();
+}
+
+// Checks that a limit too low for the fragments and a handful of clients stops the node at
+// start with an error naming the limit and the `ulimit -n` value to use, before any fragment
+// opens.
+#[test]
+fn a_limit_too_low_to_serve_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let limit = reserved() + 2;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", ""])
+        .args(["--fragments", &FRAGMENTS.to_string(), "--executors", &EXECUTORS.to_string()])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("NO_COLOR", "1");
+    limit_open_files(&mut command, limit, limit);
+    let out = run_client(command);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the node must not start: {stderr}");
+    assert!(stderr.contains(&format!("open-file limit (RLIMIT_NOFILE) is {limit}")), "{stderr}");
+    let needed = reserved() + PG_CONNECTIONS_MAX as u64;
+    assert!(stderr.contains(&format!("ulimit -n {needed}")), "{stderr}");
+    assert!(!stderr.contains("ready: listening on"), "{stderr}");
+}
