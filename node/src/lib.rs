@@ -19,3 +19,4 @@ pub mod open_files;
 pub mod pg;
 pub mod runtime;
 pub mod signals;
+pub mod staged_memory;

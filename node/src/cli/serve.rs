@@ -144,11 +144,13 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
             "the data directory keeps the fragment count it was created with"
         );
     }
-    // Before any fragment opens: the files its fragments need, and the clients that fit.
+    // Before any fragment opens: the memory their staged segments may take, the files they
+    // need, and the clients that fit.
     let fragments = match &config.cluster {
         Some(_) => u64::from(config.fragments),
         None => data.layout().fragments.len() as u64,
     };
+    crate::staged_memory::check(fragments, config.segment_bytes)?;
     let files = crate::open_files::settle(
         fragments,
         u64::from(config.executors),

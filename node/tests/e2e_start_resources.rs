@@ -1,8 +1,10 @@
-//! The open-file limit at start (`node::open_files`): a soft limit below what the node needs
-//! is raised (up to the hard limit); a hard limit with room for fewer clients than
-//! `PG_CONNECTIONS_MAX` admits only the clients that fit, so the fragments never run out of
-//! descriptors; a limit too low for the fragments themselves refuses to start, saying what to
-//! raise it to.
+//! What a node checks of the machine at start. The open-file limit (`node::open_files`): a
+//! soft limit below what the node needs is raised (up to the hard limit); a hard limit with
+//! room for fewer clients than `PG_CONNECTIONS_MAX` admits only the clients that fit, so the
+//! fragments never run out of descriptors; a limit too low for the fragments themselves
+//! refuses to start, saying what to raise it to. The staged segments' memory
+//! (`node::staged_memory`): more than the machine has refuses to start, naming a
+//! `--segment-bytes` that fits.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 mod support;
@@ -78,6 +80,26 @@ async fn a_low_hard_limit_admits_only_the_clients_that_fit() {
     node.stop();
 }
 
+/// `tessera serve` on a fresh data directory in `dir` with `args`, its open-file limit
+/// `open_files` (soft and hard); the finished process's output.
+fn serve_once(
+    dir: &std::path::Path,
+    args: &[&str],
+    open_files: Option<u64>,
+) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", ""])
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env("NO_COLOR", "1");
+    if let Some(limit) = open_files {
+        limit_open_files(&mut command, limit, limit);
+    }
+    run_client(command)
+}
+
 // Checks that a limit too low for the fragments and a handful of clients stops the node at
 // start with an error naming the limit and the `ulimit -n` value to use, before any fragment
 // opens.
@@ -85,19 +107,43 @@ async fn a_low_hard_limit_admits_only_the_clients_that_fit() {
 fn a_limit_too_low_to_serve_refuses_to_start() {
     let dir = tempfile::tempdir().expect("tempdir");
     let limit = reserved() + 2;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", ""])
-        .args(["--fragments", &FRAGMENTS.to_string(), "--executors", &EXECUTORS.to_string()])
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .env("NO_COLOR", "1");
-    limit_open_files(&mut command, limit, limit);
-    let out = run_client(command);
+    let (fragments, executors) = (FRAGMENTS.to_string(), EXECUTORS.to_string());
+    let args = ["--fragments", &fragments, "--executors", &executors];
+    let out = serve_once(dir.path(), &args, Some(limit));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the node must not start: {stderr}");
     assert!(stderr.contains(&format!("open-file limit (RLIMIT_NOFILE) is {limit}")), "{stderr}");
     let needed = reserved() + PG_CONNECTIONS_MAX as u64;
     assert!(stderr.contains(&format!("ulimit -n {needed}")), "{stderr}");
     assert!(!stderr.contains("ready: listening on"), "{stderr}");
+}
+
+// Checks that staged segments larger than any test machine's memory (4,096 fragments of 1 GiB:
+// 4 TiB) stop the node at start, before any fragment opens (no segment file is created), with
+// the sizes and a --segment-bytes that fits.
+#[test]
+fn staged_segments_larger_than_memory_refuse_to_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out =
+        serve_once(dir.path(), &["--fragments", "4096", "--segment-bytes", "1073741824"], None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the node must not start: {stderr}");
+    assert!(stderr.contains(&format!("can take {}", 4096u64 << 30)), "{stderr}");
+    assert!(stderr.contains("lower --segment-bytes to"), "{stderr}");
+    let segments = walk_files(&dir.path().join("data")).into_iter().filter(|p| p.ends_with(".seg"));
+    assert_eq!(segments.count(), 0, "no fragment opened");
+}
+
+/// Every file under `dir`, as paths.
+fn walk_files(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk_files(&path));
+        } else {
+            out.push(path.display().to_string());
+        }
+    }
+    out
 }
