@@ -42,6 +42,9 @@ use router::{FragmentId, ShardId, ShardRange};
 use serde_json::json;
 use storage::{Disk, DmaDisk, Fragment, FragmentOptions, WriteBatch};
 
+#[path = "common/machine_cpu.rs"]
+mod machine_cpu;
+
 /// mimalloc, as the node's binary (main `75b36a4`): the write path's allocations are part of
 /// its CPU per write. Transparent huge pages are off for this process unless
 /// `TESSERA_BENCH_THP=on` (see `main`).
@@ -182,7 +185,7 @@ async fn io_paths(dir: &std::path::Path) {
         ("plain thread", None),
     ] {
         let mut h = Histogram::<u64>::new(3).expect("histogram");
-        let before = busy_ticks();
+        let before = machine_cpu::busy_ticks();
         let began = Instant::now();
         if let Some(how) = how {
             for i in 0..n {
@@ -195,12 +198,12 @@ async fn io_paths(dir: &std::path::Path) {
                 .expect("plain thread");
         }
         let took = began.elapsed();
-        let busy = busy_ticks().saturating_sub(before);
+        let busy = machine_cpu::busy_ticks().saturating_sub(before);
         println!(
             "4KiB {name}, {n} in a row: p50={:.0}us p99={:.0}us, machine CPU {:.0}us/op over {:.2}s",
             micros(&h, 0.5),
             micros(&h, 0.99),
-            busy as f64 * 1e6 / clock_ticks_per_second() / n as f64,
+            busy as f64 * 1e6 / machine_cpu::ticks_per_second() / n as f64,
             took.as_secs_f64()
         );
     }
@@ -211,16 +214,10 @@ async fn io_paths(dir: &std::path::Path) {
 /// Zero-fills the first 64 MiB of `file` and syncs it, as segments are preallocated; returns
 /// that size, the region the 4 KiB writes cycle over.
 async fn preallocated(file: &dyn storage::disk::DiskFile) -> u64 {
-    let region: u64 = 64 << 20;
-    let mut off = 0;
-    while off < region {
-        let mut buf = file.alloc(1 << 20);
-        buf.as_bytes_mut().fill(0);
-        file.write_at(buf, off).await.expect("fill");
-        off += 1 << 20;
-    }
+    const REGION: usize = 64 << 20;
+    file.write_zeros_now(0, REGION).await.expect("fill");
     file.fdatasync().await.expect("sync");
-    region
+    REGION as u64
 }
 
 /// The `i`-th 4 KiB write + fdatasync of a path run, at its place in the first `region` bytes,
@@ -237,27 +234,6 @@ async fn write_4k(
     let t = Instant::now();
     file.write_and_sync(buf, (i * 4096) % region, how).await.expect("write and fdatasync");
     t.elapsed()
-}
-
-/// CPU ticks the whole machine spent busy so far (`/proc/stat`: all but idle and iowait).
-fn busy_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
-    fields.iter().sum::<u64>().saturating_sub(idle)
-}
-
-fn clock_ticks_per_second() -> f64 {
-    // SAFETY: sysconf takes a constant and reads a system setting.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 { ticks as f64 } else { 100.0 }
 }
 
 /// `n` 4 KiB `pwrite` + `fdatasync` pairs from this (plain) thread, O_DIRECT, over the first

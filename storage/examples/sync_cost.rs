@@ -20,18 +20,8 @@ use std::time::Instant;
 
 const BLOCK: usize = 4096;
 
-fn machine_busy_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let line = stat.lines().next().unwrap_or_default();
-    // user nice system idle iowait irq softirq steal: busy = all but idle and iowait.
-    line.split_whitespace()
-        .skip(1)
-        .take(8)
-        .enumerate()
-        .filter(|(i, _)| *i != 3 && *i != 4)
-        .filter_map(|(_, v)| v.parse::<u64>().ok())
-        .sum()
-}
+#[path = "../benches/common/machine_cpu.rs"]
+mod machine_cpu;
 
 /// (CPU seconds of this process, voluntary context switches).
 fn self_usage() -> (f64, i64) {
@@ -102,7 +92,7 @@ fn main() {
                     Err(e) => return Err(format!("open {}: {e}", p.display())),
                 }
             }
-            let b0 = machine_busy_ticks();
+            let b0 = machine_cpu::busy_ticks();
             let (c0, v0) = self_usage();
             let t0 = Instant::now();
             for f in &opened {
@@ -124,13 +114,13 @@ fn main() {
             }
             let wall = t0.elapsed().as_secs_f64();
             let (c1, v1) = self_usage();
-            let b1 = machine_busy_ticks();
+            let b1 = machine_cpu::busy_ticks();
             for f in opened {
                 if let Ok(f) = Rc::try_unwrap(f) {
                     let _ = f.close().await;
                 }
             }
-            Ok((wall, c1 - c0, (b1 - b0) as f64 / 100.0, v1 - v0))
+            Ok((wall, c1 - c0, (b1 - b0) as f64 / machine_cpu::ticks_per_second(), v1 - v0))
         })
         .map_err(|e| e.to_string())
         .and_then(|h| h.join().map_err(|e| e.to_string()));
