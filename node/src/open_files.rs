@@ -43,8 +43,6 @@ pub struct Budget {
     pub soft: u64,
     /// The hard limit.
     pub hard: u64,
-    /// Files for everything but client connections.
-    pub reserved: u64,
     /// Files for everything with [`PG_CONNECTIONS_MAX`] clients.
     pub needed: u64,
     /// Client connections admitted (`PgRegistry`).
@@ -67,7 +65,8 @@ pub fn reserved_files(fragments: u64, executors: u64, clustered: bool) -> u64 {
 /// (`reserved_files`); an error when not even [`CONNECTIONS_MIN`] clients would fit.
 pub fn plan(soft: u64, hard: u64, reserved: u64) -> Result<Budget, String> {
     let needed = reserved.saturating_add(PG_CONNECTIONS_MAX as u64);
-    let raised = if soft >= needed { soft } else { needed.min(hard).max(soft) };
+    // The kernel keeps soft <= hard, so raising to the need, capped by hard, never lowers it.
+    let raised = if soft >= needed { soft } else { needed.min(hard) };
     let room = usize::try_from(raised.saturating_sub(reserved)).unwrap_or(usize::MAX);
     if room < CONNECTIONS_MIN {
         return Err(format!(
@@ -82,7 +81,6 @@ pub fn plan(soft: u64, hard: u64, reserved: u64) -> Result<Budget, String> {
         soft_before: soft,
         soft: raised,
         hard,
-        reserved,
         needed,
         connections: room.min(PG_CONNECTIONS_MAX),
     })

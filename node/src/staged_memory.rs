@@ -41,6 +41,9 @@ fn warn_share(memory: u64) -> u64 {
 /// Judges `fragments` segments of `segment_bytes` staged against `memory` bytes.
 pub fn judge(fragments: u64, segment_bytes: u64, memory: u64) -> Verdict {
     let staged = fragments.saturating_mul(segment_bytes);
+    if staged <= warn_share(memory) {
+        return Verdict::Fits;
+    }
     let advice = match fitting_segment_bytes(fragments, memory) {
         Some(fits) => format!("lower --segment-bytes to {fits} or less"),
         None => {
@@ -53,12 +56,10 @@ pub fn judge(fragments: u64, segment_bytes: u64, memory: u64) -> Verdict {
     );
     if staged > memory {
         Verdict::TooLarge(format!("{what}: {advice}"))
-    } else if staged > warn_share(memory) {
+    } else {
         Verdict::Warn(format!(
             "{what} (more than {STAGED_MEMORY_WARN_PERCENT}% of it): {advice} to leave room"
         ))
-    } else {
-        Verdict::Fits
     }
 }
 

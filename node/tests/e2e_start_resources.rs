@@ -130,20 +130,11 @@ fn staged_segments_larger_than_memory_refuse_to_start() {
     assert!(!out.status.success(), "the node must not start: {stderr}");
     assert!(stderr.contains(&format!("can take {}", 4096u64 << 30)), "{stderr}");
     assert!(stderr.contains("lower --segment-bytes to"), "{stderr}");
-    let segments = walk_files(&dir.path().join("data")).into_iter().filter(|p| p.ends_with(".seg"));
+    let fragments = std::fs::read_dir(dir.path().join("data").join("fragments"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten());
+    let segments = fragments.filter(|f| f.path().extension().is_some_and(|e| e == "seg"));
     assert_eq!(segments.count(), 0, "no fragment opened");
-}
-
-/// Every file under `dir`, as paths.
-fn walk_files(dir: &std::path::Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk_files(&path));
-        } else {
-            out.push(path.display().to_string());
-        }
-    }
-    out
 }
