@@ -213,6 +213,13 @@ async fn scrape_parses_and_counters_move_with_load() {
     assert!(grew("tessera_statement_duration_seconds_count", &[]) >= 52.0);
     assert_eq!(grew("tessera_commit_duration_seconds_count", &[]), 41.0);
     assert!(grew("tessera_fdatasync_duration_seconds_count", &[]) >= 1.0);
+    // Every group commit is also split into its four phases, once each.
+    let commits = grew("tessera_fdatasync_duration_seconds_count", &[]);
+    for phase in ["thread_wait", "write", "fdatasync", "notice"] {
+        let with = format!("phase={phase}");
+        let split = grew("tessera_group_commit_phase_seconds_count", &[with.as_str()]);
+        assert_eq!(split, commits, "{phase}");
+    }
     assert!(total(&after, "tessera_connections", &[]) >= 1.0);
     assert!(
         total(&after, "tessera_mesh_calls_total", &[]) >= 1.0,

@@ -463,6 +463,24 @@ async fn durable_writes(
         during.count(),
         (all.sum() - during.sum()) as f64 / rest.max(1) as f64,
     );
+    // Where the group commits' own time went (`IoStats::chunk_phases`): the disk's write and
+    // fdatasync against the hand-offs to and from the blocking thread.
+    let phases: Vec<String> = io
+        .chunk_phases
+        .named()
+        .iter()
+        .map(|(name, h)| {
+            let within = |bound: u64| {
+                h.bounds().iter().position(|&b| b == bound).map_or(0, |i| h.cumulative()[i])
+            };
+            format!(
+                "{name} {:.0}us ({} over 1 ms)",
+                h.sum() as f64 / h.count().max(1) as f64,
+                h.count() - within(1_000)
+            )
+        })
+        .collect();
+    println!("  chunk phases, mean: {}", phases.join(", "));
     {
         let (h, fh) = (hist.borrow(), filling.borrow());
         println!(

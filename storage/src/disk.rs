@@ -17,6 +17,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
 
@@ -33,8 +34,14 @@ pub trait DiskFile {
     /// Makes every completed write durable.
     fn fdatasync(&self) -> IoFuture<'_, ()>;
     /// Writes all of `buf` at `offset`, then makes every completed write durable: one chunk
-    /// of the log. `how` is a hint (see [`ChunkIo`]); by default `write_at` then `fdatasync`.
-    fn write_and_sync(&self, buf: DmaBuffer, offset: u64, how: ChunkIo) -> IoFuture<'_, ()> {
+    /// of the log, and where its time went. `how` is a hint (see [`ChunkIo`]); by default
+    /// `write_at` then `fdatasync`.
+    fn write_and_sync(
+        &self,
+        buf: DmaBuffer,
+        offset: u64,
+        how: ChunkIo,
+    ) -> IoFuture<'_, ChunkTimes> {
         let _ = how;
         write_then_sync(self, buf, offset)
     }
@@ -55,15 +62,36 @@ pub trait DiskFile {
     fn close(self: Rc<Self>) -> IoFuture<'static, ()>;
 }
 
+/// Where the time of one chunk's write and fdatasync went ([`DiskFile::write_and_sync`]), so
+/// the log can tell the disk's share of a slow group commit from the executor's
+/// (`IoStats::chunk_*_micros`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkTimes {
+    /// From the job's submission to a blocking thread starting it (`ChunkIo::Now`; zero on
+    /// the ring, where the executor issues the write itself).
+    pub waited: Duration,
+    /// The write.
+    pub written: Duration,
+    /// The fdatasync.
+    pub synced: Duration,
+}
+
 /// `write_at` then `fdatasync`: [`DiskFile::write_and_sync`]'s default, and `ChunkIo::Ring`.
 fn write_then_sync<F: DiskFile + ?Sized>(
     file: &F,
     buf: DmaBuffer,
     offset: u64,
-) -> IoFuture<'_, ()> {
+) -> IoFuture<'_, ChunkTimes> {
     Box::pin(async move {
+        let start = Instant::now();
         file.write_at(buf, offset).await?;
-        file.fdatasync().await
+        let written = Instant::now();
+        file.fdatasync().await?;
+        Ok(ChunkTimes {
+            waited: Duration::ZERO,
+            written: written - start,
+            synced: written.elapsed(),
+        })
     })
 }
 
@@ -129,7 +157,7 @@ impl DmaDiskFile {
 
 impl DmaDiskFile {
     /// `pwrite` of all of `buf` at `offset`, then an fdatasync, on glommio's blocking thread.
-    fn on_blocking_thread(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ()> {
+    fn on_blocking_thread(&self, buf: DmaBuffer, offset: u64) -> IoFuture<'_, ChunkTimes> {
         let file = match self.sync_file() {
             Ok(file) => file,
             Err(e) => return Box::pin(async move { Err(e) }),
@@ -138,15 +166,23 @@ impl DmaDiskFile {
             let (addr, len) = (buf.as_ptr() as usize, buf.len());
             let done = Arc::new(AtomicBool::new(false));
             let lent = Lent { _buf: buf, done: done.clone() };
+            let submitted = Instant::now();
             let result = glommio::executor()
-                .spawn_blocking(move || {
+                .spawn_blocking(move || -> io::Result<ChunkTimes> {
                     let _finish = SetOnDrop(done);
+                    let start = Instant::now();
                     // SAFETY: `addr..addr + len` is the DmaBuffer held by `lent`, which is not
                     // touched by anyone else and not freed before `_finish` is dropped at the
                     // end of this closure (`Lent::drop` waits for it).
                     let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
                     std::os::unix::fs::FileExt::write_all_at(&*file, bytes, offset)?;
-                    file.sync_data()
+                    let written = Instant::now();
+                    file.sync_data()?;
+                    Ok(ChunkTimes {
+                        waited: start.saturating_duration_since(submitted),
+                        written: written - start,
+                        synced: written.elapsed(),
+                    })
                 })
                 .await;
             drop(lent);
@@ -213,7 +249,12 @@ impl DiskFile for DmaDiskFile {
     /// task-queue runs, so a chunk built while many writers are runnable would wait for all of
     /// them before its write even starts. The thread starts at once; its completion wakes the
     /// executor through the writer's latency-sensitive task queue (`log::spawn_writer`).
-    fn write_and_sync(&self, buf: DmaBuffer, offset: u64, how: ChunkIo) -> IoFuture<'_, ()> {
+    fn write_and_sync(
+        &self,
+        buf: DmaBuffer,
+        offset: u64,
+        how: ChunkIo,
+    ) -> IoFuture<'_, ChunkTimes> {
         if how == ChunkIo::Ring {
             return write_then_sync(self, buf, offset);
         }

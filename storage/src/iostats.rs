@@ -8,6 +8,8 @@
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
+use crate::disk::ChunkTimes;
+
 /// Upper bounds (inclusive, microseconds) of the latency histogram buckets; one more bucket
 /// (`+Inf`) takes the rest. Spans a page-cache fdatasync (tens of µs) to a stalled disk (s).
 pub const LATENCY_BUCKETS_MICROS: [u64; 16] = [
@@ -121,6 +123,56 @@ pub struct IoStats {
     /// Segment rolls that found the spare's paced zero-fill still under way and waited for
     /// the rest of it at full speed.
     pub spare_late: u64,
+    /// Where each group commit's own time went: the disk's share against the executor's.
+    pub chunk_phases: ChunkPhases,
+}
+
+/// Each group commit's time from its launch to the writer seeing its fdatasync end, in four
+/// parts (microseconds, [`LATENCY_BUCKETS_MICROS`]); one observation each per group commit.
+/// `write` and `fdatasync` are the disk's; `thread_wait` and `notice` the node's hand-offs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkPhases {
+    /// Waiting for a blocking thread to start the job (zero on the ring path).
+    pub thread_wait: Histogram,
+    /// The write.
+    pub write: Histogram,
+    /// The fdatasync.
+    pub fdatasync: Histogram,
+    /// The rest: from the fdatasync's end (or the launch, less the three above) until the
+    /// writer task saw the chunk done (the executor's wake-up and its turn to run).
+    pub notice: Histogram,
+}
+
+impl Default for ChunkPhases {
+    fn default() -> Self {
+        ChunkPhases {
+            thread_wait: Histogram::latency(),
+            write: Histogram::latency(),
+            fdatasync: Histogram::latency(),
+            notice: Histogram::latency(),
+        }
+    }
+}
+
+impl ChunkPhases {
+    /// The four parts with their names, in order (`thread_wait`, `write`, `fdatasync`,
+    /// `notice`).
+    pub fn named(&self) -> [(&'static str, &Histogram); 4] {
+        [
+            ("thread_wait", &self.thread_wait),
+            ("write", &self.write),
+            ("fdatasync", &self.fdatasync),
+            ("notice", &self.notice),
+        ]
+    }
+
+    /// Adds `other`'s observations (another fragment's).
+    pub fn merge(&mut self, other: &ChunkPhases) {
+        self.thread_wait.merge(&other.thread_wait);
+        self.write.merge(&other.write);
+        self.fdatasync.merge(&other.fdatasync);
+        self.notice.merge(&other.notice);
+    }
 }
 
 /// The live counters, updated by the group-commit writer.
@@ -135,6 +187,7 @@ pub(crate) struct IoCounters {
     fdatasync_micros_filling: RefCell<Histogram>,
     spare_missed: Cell<u64>,
     spare_late: Cell<u64>,
+    chunk_phases: RefCell<ChunkPhases>,
 }
 
 impl Default for IoCounters {
@@ -149,6 +202,7 @@ impl Default for IoCounters {
             fdatasync_micros_filling: RefCell::new(Histogram::latency()),
             spare_missed: Cell::new(0),
             spare_late: Cell::new(0),
+            chunk_phases: RefCell::new(ChunkPhases::default()),
         }
     }
 }
@@ -165,6 +219,17 @@ impl IoCounters {
         self.bytes_appended.set(self.bytes_appended.get() + bytes as u64);
         self.batch_size.borrow_mut().observe(records as u64);
         self.fdatasync_micros.borrow_mut().observe_duration(elapsed);
+    }
+
+    /// Where one group commit's time went: `times` from its I/O, and `seen`, the time from its
+    /// launch until the writer saw it end.
+    pub(crate) fn chunk_phases(&self, times: ChunkTimes, seen: Duration) {
+        let io = times.waited + times.written + times.synced;
+        let mut p = self.chunk_phases.borrow_mut();
+        p.thread_wait.observe_duration(times.waited);
+        p.write.observe_duration(times.written);
+        p.fdatasync.observe_duration(times.synced);
+        p.notice.observe_duration(seen.saturating_sub(io));
     }
 
     /// A chunk started while another was in flight.
@@ -193,6 +258,7 @@ impl IoCounters {
             fdatasync_micros_filling: self.fdatasync_micros_filling.borrow().clone(),
             spare_missed: self.spare_missed.get(),
             spare_late: self.spare_late.get(),
+            chunk_phases: self.chunk_phases.borrow().clone(),
         }
     }
 }
@@ -237,5 +303,25 @@ mod tests {
         assert_eq!(s.batch_size.sum(), 4);
         assert_eq!(s.fdatasync_micros_filling.count(), 1, "one while a spare filled");
         assert_eq!(s.fdatasync_micros_filling.sum(), 700);
+    }
+
+    // Checks that a chunk's phases land in their histograms and the rest counts as notice.
+    #[test]
+    fn chunk_phases_split_a_group_commit() {
+        let c = IoCounters::default();
+        let us = Duration::from_micros;
+        let times = ChunkTimes { waited: us(30), written: us(60), synced: us(2_000) };
+        c.chunk_phases(times, us(2_400));
+        // A writer that saw the end before the parts add up (clocks of two threads): no
+        // negative notice.
+        c.chunk_phases(ChunkTimes { waited: us(0), written: us(10), synced: us(20) }, us(25));
+        let p = c.snapshot().chunk_phases;
+        let sums: Vec<u64> = p.named().iter().map(|(_, h)| h.sum()).collect();
+        assert_eq!(sums, vec![30, 70, 2_020, 310]);
+        assert!(p.named().iter().all(|(_, h)| h.count() == 2));
+        let mut merged = ChunkPhases::default();
+        merged.merge(&p);
+        merged.merge(&p);
+        assert_eq!(merged.fdatasync.sum(), 4_040);
     }
 }

@@ -40,7 +40,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 pub use backup::{BackupCut, CutFile};
-pub use disk::{ChunkIo, CrashMode, Disk, DmaDisk, FaultyDisk};
+pub use disk::{ChunkIo, ChunkTimes, CrashMode, Disk, DmaDisk, FaultyDisk};
 pub use error::{
     AppendError, CompactError, CutError, ImportError, InputError, JournalError, OpenError,
 };
@@ -50,7 +50,7 @@ pub use fragment::{
     ImportStats, ScanCursor, WriteBatch, WriteOp,
 };
 pub use index::ShardStats;
-pub use iostats::{Histogram, IoStats};
+pub use iostats::{ChunkPhases, Histogram, IoStats};
 pub use journal::Journal;
 pub use syncgate::{SyncGate, SyncGateStats};
 pub use value::{ArchivedJsonValue, JsonValue};

@@ -28,7 +28,7 @@ use rkyv::util::AlignedVec;
 use router::ShardId;
 
 use crate::archive::{self, RecordSpan};
-use crate::disk::ChunkIo;
+use crate::disk::{ChunkIo, ChunkTimes};
 use crate::error::AppendError;
 use crate::format::{ChunkHeader, SegmentHeader, SegmentKind, frame_bytes, seal_frame};
 use crate::fragment::{Active, Inner, State, chunk_capacity, lock_key, wake_all};
@@ -238,9 +238,9 @@ struct Flight {
     started: std::time::Instant,
     /// The write followed by the fdatasync. Polled by the writer task itself (a task of its
     /// own would queue the write behind every runnable writer).
-    io: std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<()>>>>,
-    /// Its outcome, once finished.
-    done: Option<io::Result<()>>,
+    io: std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<ChunkTimes>>>>,
+    /// Its outcome, once finished, and when the writer saw it finish.
+    done: Option<(io::Result<ChunkTimes>, std::time::Instant)>,
     /// Its permit from the executor's sync gate, released as soon as its I/O ends.
     sync: Option<SyncPermit>,
 }
@@ -376,7 +376,7 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
         let event = std::future::poll_fn(|cx| {
             for f in flights.iter_mut().filter(|f| f.done.is_none()) {
                 if let Poll::Ready(result) = f.io.as_mut().poll(cx) {
-                    f.done = Some(result);
+                    f.done = Some((result, std::time::Instant::now()));
                     // Another fragment's chunk (or our next) may start now.
                     drop(f.sync.take());
                 }
@@ -408,8 +408,8 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
         }
         let Some(mut first) = flights.pop_front() else { continue };
         match first.done.take() {
-            Some(Ok(())) => complete(&inner, first),
-            Some(Err(e)) => {
+            Some((Ok(times), seen)) => complete(&inner, first, times, seen),
+            Some((Err(e), _)) => {
                 let reason = format!(
                     "write or fdatasync at offset {} of {}: {e}",
                     first.pos,
@@ -591,13 +591,15 @@ async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
 }
 
 /// Applies a synced chunk's records, acknowledges them and wakes waiters. Called in log
-/// order, once the chunk and every earlier one are durable.
-fn complete(inner: &Rc<Inner>, flight: Flight) {
+/// order, once the chunk and every earlier one are durable; `times` and `seen` say where the
+/// chunk's own I/O spent its time and when the writer saw it end.
+fn complete(inner: &Rc<Inner>, flight: Flight, times: ChunkTimes, seen: std::time::Instant) {
     let Flight { batch, spans, seg, pos, total, started, .. } = flight;
     let Some(last) = batch.last() else { return };
     let took = started.elapsed();
     let filling = inner.spare_pace.borrow().is_some();
     inner.io.synced(batch.len(), total, took, filling);
+    inner.io.chunk_phases(times, seen.saturating_duration_since(started));
     if inner.writer_own_queue.get() {
         // What `waves_split` decides on (only read when the writer has its own queue).
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);

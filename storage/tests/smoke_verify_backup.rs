@@ -95,6 +95,10 @@ fn backup_cut_is_a_consistent_prefix() {
         assert_eq!(io.writes_synced, 40);
         assert!(io.bytes_appended >= 40 * 4096);
         assert_eq!(io.fdatasync_micros.count(), 40);
+        for (phase, h) in io.chunk_phases.named() {
+            assert_eq!(h.count(), 40, "{phase}: one observation per group commit");
+        }
+        assert!(io.chunk_phases.fdatasync.sum() > 0, "40 real fdatasyncs take some time");
         let cut = f.backup_cut().await.expect("cut");
         assert!(cut.files.len() > 1, "several segments");
         assert_eq!(cut.lsn_durable, 40);

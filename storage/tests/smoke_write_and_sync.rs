@@ -1,7 +1,8 @@
 //! `DiskFile::write_and_sync` on the real disk, both ways (`ChunkIo::Now`: glommio's blocking
-//! thread; `ChunkIo::Ring`: io_uring). The data lands where asked, and dropping the future
-//! while the thread is still writing waits for the thread instead of freeing the buffer under
-//! it. `DiskFile::write_zeros_now` takes the blocking thread too.
+//! thread; `ChunkIo::Ring`: io_uring). The data lands where asked, each way reports where its
+//! time went (`ChunkTimes`), and dropping the future while the thread is still writing waits
+//! for the thread instead of freeing the buffer under it. `DiskFile::write_zeros_now` takes
+//! the blocking thread too.
 
 mod common;
 
@@ -28,9 +29,16 @@ fn write_and_sync_writes_the_chunk_at_its_offset() {
     run(move || async move {
         let file = DmaDisk.create(&path).await.expect("create");
         let first = filled(&*file, 2 * BLOCK, 0xA5);
-        file.write_and_sync(first, 0, ChunkIo::Now).await.expect("first chunk");
+        let now = file.write_and_sync(first, 0, ChunkIo::Now).await.expect("first chunk");
         let second = filled(&*file, BLOCK, 0x5A);
-        file.write_and_sync(second, 3 * BLOCK as u64, ChunkIo::Ring).await.expect("second chunk");
+        let ring =
+            file.write_and_sync(second, 3 * BLOCK as u64, ChunkIo::Ring).await.expect("second");
+        // Where the time went: a real write and fdatasync each way; only the blocking thread
+        // has a hand-off to wait for.
+        for times in [now, ring] {
+            assert!(times.synced > std::time::Duration::ZERO, "{times:?}");
+        }
+        assert_eq!(ring.waited, std::time::Duration::ZERO, "the ring has no thread to wait for");
         file.close().await.expect("close");
         let std_file = std::fs::File::open(&path).expect("open");
         let mut back = vec![0u8; 4 * BLOCK];

@@ -697,6 +697,7 @@ pub fn render_set(snapshots: &[ExecutorSnapshot]) -> MetricSet {
     let mut commit = Histogram::latency();
     let mut fdatasync = Histogram::latency();
     let mut batch = Histogram::new(&storage::iostats::BATCH_BUCKETS);
+    let mut phases = storage::ChunkPhases::default();
     for s in snapshots {
         s.export(&mut set, &vec![("executor", s.executor.to_string())]);
         statement.merge(&s.statement_micros);
@@ -704,6 +705,7 @@ pub fn render_set(snapshots: &[ExecutorSnapshot]) -> MetricSet {
         for f in &s.fragments {
             fdatasync.merge(&f.io.fdatasync_micros);
             batch.merge(&f.io.batch_size);
+            phases.merge(&f.io.chunk_phases);
         }
     }
     set.histogram(
@@ -734,6 +736,16 @@ pub fn render_set(snapshots: &[ExecutorSnapshot]) -> MetricSet {
         &batch,
         1.0,
     );
+    for (phase, h) in phases.named() {
+        set.histogram(
+            "tessera_group_commit_phase_seconds",
+            "Where each group commit's time went: thread_wait (for a blocking thread), write and \
+             fdatasync (the disk), notice (until the executor saw it end).",
+            vec![("phase", phase.to_owned())],
+            h,
+            1e6,
+        );
+    }
     set
 }
 
