@@ -470,13 +470,12 @@ async fn durable_writes(
         .named()
         .iter()
         .map(|(name, h)| {
-            let within = |bound: u64| {
-                h.bounds().iter().position(|&b| b == bound).map_or(0, |i| h.cumulative()[i])
-            };
+            let within_1ms =
+                h.bounds().iter().position(|&b| b == 1_000).map_or(0, |i| h.cumulative()[i]);
             format!(
                 "{name} {:.0}us ({} over 1 ms)",
                 h.sum() as f64 / h.count().max(1) as f64,
-                h.count() - within(1_000)
+                h.count() - within_1ms
             )
         })
         .collect();

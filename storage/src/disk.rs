@@ -64,7 +64,7 @@ pub trait DiskFile {
 
 /// Where the time of one chunk's write and fdatasync went ([`DiskFile::write_and_sync`]), so
 /// the log can tell the disk's share of a slow group commit from the executor's
-/// (`IoStats::chunk_*_micros`).
+/// (`IoStats::chunk_phases`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChunkTimes {
     /// From the job's submission to a blocking thread starting it (`ChunkIo::Now`; zero on
@@ -74,6 +74,18 @@ pub struct ChunkTimes {
     pub written: Duration,
     /// The fdatasync.
     pub synced: Duration,
+}
+
+impl ChunkTimes {
+    /// The times of a chunk submitted at `submitted`, started at `start`, whose write ended at
+    /// `written` and whose fdatasync ends now.
+    fn until_now(submitted: Instant, start: Instant, written: Instant) -> ChunkTimes {
+        ChunkTimes {
+            waited: start.saturating_duration_since(submitted),
+            written: written.saturating_duration_since(start),
+            synced: written.elapsed(),
+        }
+    }
 }
 
 /// `write_at` then `fdatasync`: [`DiskFile::write_and_sync`]'s default, and `ChunkIo::Ring`.
@@ -87,11 +99,7 @@ fn write_then_sync<F: DiskFile + ?Sized>(
         file.write_at(buf, offset).await?;
         let written = Instant::now();
         file.fdatasync().await?;
-        Ok(ChunkTimes {
-            waited: Duration::ZERO,
-            written: written - start,
-            synced: written.elapsed(),
-        })
+        Ok(ChunkTimes::until_now(start, start, written))
     })
 }
 
@@ -178,11 +186,7 @@ impl DmaDiskFile {
                     std::os::unix::fs::FileExt::write_all_at(&*file, bytes, offset)?;
                     let written = Instant::now();
                     file.sync_data()?;
-                    Ok(ChunkTimes {
-                        waited: start.saturating_duration_since(submitted),
-                        written: written - start,
-                        synced: written.elapsed(),
-                    })
+                    Ok(ChunkTimes::until_now(submitted, start, written))
                 })
                 .await;
             drop(lent);

@@ -1,6 +1,7 @@
 //! A fragment's own I/O counters: group commits (one write and one fdatasync each), the writes
-//! each fdatasync covered, bytes appended and fdatasync latency. Kept in `Cell`s (a fragment
-//! never leaves its executor), read through [`crate::Fragment::io_stats`].
+//! each fdatasync covered, bytes appended, fdatasync latency and where each group commit's
+//! time went ([`ChunkPhases`]). Kept in `Cell`s (a fragment never leaves its executor), read
+//! through [`crate::Fragment::io_stats`].
 //!
 //! [`Histogram`] has fixed bucket bounds so histograms of different fragments and executors
 //! merge by adding counts; node uses the same type for its statement and commit latencies.
