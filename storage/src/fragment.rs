@@ -41,11 +41,12 @@ pub struct FragmentOptions {
     pub compact_dead_bytes_min: u64,
     /// The file system under the log ([`DmaDisk`] outside tests).
     pub disk: Rc<dyn Disk>,
-    /// Split waves of runnable writers (default off): the group-commit writer gets a
-    /// latency-sensitive task queue of its own, and while recent chunks were big and fast a
-    /// chunk starts on glommio's blocking thread before the wave that fills it has run, so its
-    /// fdatasync overlaps the rest of the wave (`log::waves_split`). Off, the writer runs in
-    /// the opener's task queue and every chunk goes by `chunk_io`. Measured on a shared
+    /// Split waves of runnable writers (default off): the group-commit writer's task queue is
+    /// latency-sensitive, and while recent chunks were big and fast a chunk starts on
+    /// glommio's blocking thread before the wave that fills it has run, so its fdatasync
+    /// overlaps the rest of the wave (`log::waves_split`). Off, the writer runs in the plain
+    /// writers' queue (`log::spawn_writer`), after the round's other tasks, and every chunk
+    /// goes by `chunk_io`. Measured on a shared
     /// machine it cost about 10% more executor CPU per write without a shown latency gain
     /// (BENCHMARKS.md, "storage: ack p99 at 256 writers (session 4, branch `wal`)").
     pub split_waves: bool,
@@ -453,8 +454,9 @@ pub(crate) struct Inner {
     pub holds: RefCell<HashMap<TxId, Vec<String>>>,
     /// Chunks the writer has in flight (set by the writer).
     pub in_flight: Cell<usize>,
-    /// The writer task runs in a task queue of its own (`log::spawn_writer`).
-    pub writer_own_queue: Cell<bool>,
+    /// The writer task runs in the latency-sensitive writers' queue and splits waves
+    /// (`split_waves`, `log::spawn_writer`).
+    pub writer_splits_waves: Cell<bool>,
     /// Moving average of a chunk's write + fdatasync time, in microseconds (set by the writer).
     pub chunk_micros: Cell<u64>,
     /// Records in the last chunk made durable (set by the writer).
@@ -562,16 +564,13 @@ impl Fragment {
             io: crate::iostats::IoCounters::default(),
             holds: RefCell::new(HashMap::new()),
             in_flight: Cell::new(0),
-            writer_own_queue: Cell::new(false),
+            writer_splits_waves: Cell::new(false),
             chunk_micros: Cell::new(0),
             chunk_records: Cell::new(0),
         });
-        let (writer, own_queue) = if inner.options.split_waves {
-            crate::log::spawn_writer(&inner)
-        } else {
-            (glommio::spawn_local(crate::log::run_writer(inner.clone())).detach(), false)
-        };
-        inner.writer_own_queue.set(own_queue);
+        let split = inner.options.split_waves;
+        let (writer, own_queue) = crate::log::spawn_writer(&inner, split);
+        inner.writer_splits_waves.set(split && own_queue);
         let st = inner.st.borrow();
         tracing::info!(
             fragment = %id,

@@ -50,12 +50,13 @@ pub const WAVE_SPLIT_CHUNK_MICROS_MAX: u64 = 500;
 /// split would leave them in two groups that take an fdatasync each.
 pub const WAVE_SPLIT_RECORDS_MIN: usize = 32;
 
-/// Shares of the group-commit writers' task queue (glommio's default queue has 1000).
+/// Shares of the group-commit writers' task queues (glommio's default queue has 1000).
 pub const WRITER_QUEUE_SHARES: usize = 1000;
 
-/// Latency glommio is told the writers' task queue needs. What matters is that the queue is
-/// latency-sensitive at all: a chunk's completion on the blocking thread then wakes the
-/// executor out of the running task queue. The value must not shorten glommio's preempt timer
+/// Latency glommio is told the latency-sensitive writers' task queue needs (with
+/// `FragmentOptions::split_waves`). What matters is that the queue is latency-sensitive at
+/// all: a chunk's completion on the blocking thread then writes glommio's eventfd, which can
+/// end the running round early. The value must not shorten glommio's preempt timer
 /// (the shorter of this and the executor's is armed while the writer is runnable): glommio
 /// 0.9.0 can park with runnable tasks when that timer fires just before it looks for tasks
 /// (a 1 ms timer hung it in session 3; the tests run with 60 s for that reason).

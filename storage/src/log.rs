@@ -11,10 +11,11 @@
 //! then hands to an io-wq worker. On this project's 2-vCPU machine the one job costs less CPU
 //! per chunk and less time (BENCHMARKS.md, "session 10").
 //!
-//! With `FragmentOptions::split_waves` (off by default) the writer task has a latency-sensitive
-//! task queue of its own (`spawn_writer`), and while waves are split (`waves_split`) a chunk
-//! starts on the blocking thread while a wave of runnable writers is still running, and its
-//! completion interrupts that wave, instead of both waiting for the wave to end.
+//! The writer task runs in a task queue of its own (`spawn_writer`), after the other tasks of
+//! the executor's round, so a chunk takes every record that round queued. With
+//! `FragmentOptions::split_waves` (off by default) that queue is latency-sensitive, and while
+//! waves are split (`waves_split`) a chunk starts on the blocking thread while a wave of
+//! runnable writers is still running, instead of after it.
 
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
@@ -431,31 +432,52 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
 }
 
 thread_local! {
-    /// The task queue of the group-commit writers on this thread's executor, by executor id.
+    /// The plain task queue of the group-commit writers on this thread's executor, by
+    /// executor id.
     static WRITER_QUEUE: Cell<Option<(usize, glommio::TaskQueueHandle)>> = const { Cell::new(None) };
+    /// The latency-sensitive one (`FragmentOptions::split_waves`).
+    static LATENCY_WRITER_QUEUE: Cell<Option<(usize, glommio::TaskQueueHandle)>> =
+        const { Cell::new(None) };
 }
 
-/// Starts the fragment's writer task in this executor's writer task queue (made on first use),
-/// and returns whether it runs there.
+/// Starts the fragment's writer task in one of this executor's writers' task queues (made on
+/// first use) and returns whether it runs there (else, glommio having refused the queue, in
+/// the caller's).
 ///
-/// A queue of its own, latency-sensitive: (1) writers that queue a record while no chunk is
-/// in flight yield their task queue (`Fragment::hand_to_writer`), and the writer's queue runs
-/// next, so a chunk starts while the rest of a wave of runnable writers is still to run,
-/// instead of after all of them; (2) the blocking thread's completion of a chunk
-/// (`DiskFile::write_and_sync`) is then latency-sensitive, which makes glommio leave the
-/// running task queue at the next task boundary and run the writer, so a durable chunk is
-/// acknowledged, and the next one started, without waiting for the wave to end.
-pub(crate) fn spawn_writer(inner: &Rc<Inner>) -> (glommio::task::JoinHandle<()>, bool) {
+/// A queue of its own, so the writer runs once the queues of the tasks that feed it have run
+/// dry (or glommio preempted them), never in the middle of their round: a chunk holds every
+/// record the round's runnable tasks queued. In the opener's queue the writer ran as soon as
+/// its turn in that queue came, and tasks woken after it (mesh replies, connections) went into
+/// the next chunk. Measured under 32 clients: cross-fragment transfers +4 to +12% in five of
+/// six pairs, 0.74 → 0.68 group commits per transfer, the other transaction workloads within
+/// the noise (BENCHMARKS.md, "Session 13").
+///
+/// With `latency_sensitive` (`split_waves`) the queue is also latency-sensitive: (1) writers
+/// that queue a record while no chunk is in flight yield their task queue
+/// (`Fragment::hand_to_writer`), and the writer's queue runs next, so a chunk starts while the
+/// rest of a wave of runnable writers is still to run, instead of after all of them; (2) the
+/// blocking thread's completion of a chunk (`DiskFile::write_and_sync`) is then
+/// latency-sensitive: it writes glommio's eventfd, which can end the running round early.
+pub(crate) fn spawn_writer(
+    inner: &Rc<Inner>,
+    latency_sensitive: bool,
+) -> (glommio::task::JoinHandle<()>, bool) {
     let ex = glommio::executor();
     let id = ex.id();
-    let queue = WRITER_QUEUE.with(|q| match q.get() {
+    let (slot, latency, name) = if latency_sensitive {
+        (
+            &LATENCY_WRITER_QUEUE,
+            glommio::Latency::Matters(WRITER_QUEUE_LATENCY),
+            "storage-writer-latency",
+        )
+    } else {
+        (&WRITER_QUEUE, glommio::Latency::NotImportant, "storage-writer")
+    };
+    let queue = slot.with(|q| match q.get() {
         Some((owner, handle)) if owner == id => handle,
         _ => {
-            let handle = ex.create_task_queue(
-                glommio::Shares::Static(WRITER_QUEUE_SHARES),
-                glommio::Latency::Matters(WRITER_QUEUE_LATENCY),
-                "storage-writer",
-            );
+            let handle =
+                ex.create_task_queue(glommio::Shares::Static(WRITER_QUEUE_SHARES), latency, name);
             q.set(Some((id, handle)));
             handle
         }
@@ -477,7 +499,7 @@ pub(crate) fn spawn_writer(inner: &Rc<Inner>) -> (glommio::task::JoinHandle<()>,
 /// would settle into two groups paying an fdatasync each; the wave goes into one chunk, formed
 /// when it is over, on the ring.
 pub(crate) fn waves_split(inner: &Inner) -> bool {
-    inner.writer_own_queue.get()
+    inner.writer_splits_waves.get()
         && inner.chunk_records.get() >= WAVE_SPLIT_RECORDS_MIN
         && inner.chunk_micros.get() <= WAVE_SPLIT_CHUNK_MICROS_MAX
 }
@@ -600,8 +622,8 @@ fn complete(inner: &Rc<Inner>, flight: Flight, times: ChunkTimes, seen: std::tim
     let filling = inner.spare_pace.borrow().is_some();
     inner.io.synced(batch.len(), total, took, filling);
     inner.io.chunk_phases(times, seen.saturating_duration_since(started));
-    if inner.writer_own_queue.get() {
-        // What `waves_split` decides on (only read when the writer has its own queue).
+    if inner.writer_splits_waves.get() {
+        // What `waves_split` decides on (only read when waves may be split).
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let avg = inner.chunk_micros.get();
         inner.chunk_micros.set(avg.saturating_sub(avg / 8).saturating_add(micros / 8));
@@ -914,6 +936,53 @@ mod tests {
     #[test]
     fn fast_chunks_split_a_wave() {
         assert!(wave_fdatasyncs(FAST_AND_BIG, 32, true) >= 2);
+    }
+
+    // The writer runs in a task queue of its own, after the round's other tasks: a record
+    // queued by a task that became runnable after the writer was woken still goes into the
+    // writer's first chunk (in the opener's queue the writer ran first and that record took a
+    // second fdatasync).
+    #[test]
+    fn a_chunk_takes_the_records_of_the_whole_round() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().to_path_buf();
+        let io = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(1 << 20)
+            .preempt_timer(std::time::Duration::from_secs(60))
+            .spawn(move || async move {
+                let f = Fragment::open(
+                    &path,
+                    FragmentId::new(1),
+                    ShardRange::ALL,
+                    spare_options(1 << 20),
+                );
+                let f = Rc::new(f.await.expect("open"));
+                let put = |f: Rc<Fragment>, id: &'static str| async move {
+                    let doc = serde_json::json!({ "id": id });
+                    let batch = WriteBatch::new().put("c", id, ShardId::from_u64_mod(1), None, doc);
+                    f.apply(batch).await.expect("apply");
+                };
+                // `a` is queued and wakes the writer at its first poll; then `b`'s task is
+                // spawned, runs until its yield and goes to the back of the default queue,
+                // behind the writer had it shared that queue.
+                let a = put(f.clone(), "a");
+                let g = f.clone();
+                let b = async move {
+                    glommio::spawn_local(async move {
+                        glommio::executor().yield_now().await;
+                        put(g, "b").await;
+                    })
+                    .await
+                };
+                futures_lite::future::zip(a, b).await;
+                let io = f.io_stats();
+                Rc::try_unwrap(f).expect("sole owner").close().await;
+                io
+            })
+            .expect("executor")
+            .join()
+            .expect("join");
+        assert_eq!((io.writes_synced, io.fdatasyncs), (2, 1), "{io:?}");
     }
 
     /// Runs `f` on a fresh glommio executor with a fresh temporary directory.
