@@ -448,9 +448,12 @@ thread_local! {
 /// dry (or glommio preempted them), never in the middle of their round: a chunk holds every
 /// record the round's runnable tasks queued. In the opener's queue the writer ran as soon as
 /// its turn in that queue came, and tasks woken after it (mesh replies, connections) went into
-/// the next chunk. Measured under 32 clients: cross-fragment transfers +4 to +12% in five of
-/// six pairs, 0.74 → 0.68 group commits per transfer, the other transaction workloads within
-/// the noise (BENCHMARKS.md, "Session 13").
+/// the next chunk. Measured under 32 clients: cross-fragment transfers +3 to +15% in seven of
+/// eight pairs, 0.74 → 0.68 group commits per transfer, pipelined transactions about −3% (the
+/// median of eight pairs), the others within the noise (BENCHMARKS.md, "Session 13"). The
+/// price: a task that polls with `yield_now` in a loop keeps its queue runnable and holds
+/// every commit of the executor until glommio's preempt timer ends that queue's run; callers
+/// must await (ARCHITECTURE.md, the storage writer's invariants).
 ///
 /// With `latency_sensitive` (`split_waves`) the queue is also latency-sensitive: (1) writers
 /// that queue a record while no chunk is in flight yield their task queue

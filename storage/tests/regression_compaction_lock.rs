@@ -67,8 +67,9 @@ fn compaction_gets_the_lock_from_a_busy_writer() {
                     f.compact().await.expect("compact");
                     runs += 1;
                     // A compaction with nothing to do may finish without waiting: let the
-                    // writers run before the next one.
-                    yield_now().await;
+                    // writers run before the next one, the fragment's writer included, which
+                    // runs in a task queue of its own (so yield the queue, not only the task).
+                    glommio::executor().yield_task_queue_now().await;
                 }
                 runs
             })

@@ -161,10 +161,12 @@ async fn close_all(fragments: Vec<Rc<Fragment>>) {
 }
 
 /// Yields to the executor until `cond` holds, for conditions other runnable tasks make true
-/// without waiting for I/O.
+/// without waiting for I/O. It yields the task queue, not only the task: the fragments'
+/// writers run in a queue of their own, which glommio runs only once this one has run dry or
+/// yielded.
 async fn until(mut cond: impl FnMut() -> bool) {
     while !cond() {
-        glommio::executor().yield_now().await;
+        glommio::executor().yield_task_queue_now().await;
     }
 }
 
