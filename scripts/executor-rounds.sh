@@ -12,26 +12,15 @@
 #   rounds R mean T us, K tasks, P ended by preemption
 # With node-counters' "group commit notice" mean (job end to the log's writer), the writer's
 # own wait after collection is the difference of the two means.
-# Nothing in the repository changes: the build is in a temporary worktree, its target
-# directory target/rounds. Usage: scripts/executor-rounds.sh [workload (cross-fragment-transfer)]
+# Nothing in the repository changes (the build is scripts/glommio-scratch-node.sh's).
+# Usage: scripts/executor-rounds.sh [workload (cross-fragment-transfer)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-repo=$(pwd); wl=${1:-cross-fragment-transfer}
+wl=${1:-cross-fragment-transfer}
 out=${ROUNDS_RESULTS:-/tmp/executor-rounds}; mkdir -p "$out"
 tmp=$(mktemp -d /tmp/executor-rounds.XXXXXX)
-cleanup() { git -C "$repo" worktree remove --force "$tmp/tree" 2>/dev/null || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-glommio=$(cargo metadata --format-version 1 --locked 2>/dev/null | python3 -c '
-import json, os, sys
-print(next(os.path.dirname(p["manifest_path"]) for p in json.load(sys.stdin)["packages"]
-           if p["name"] == "glommio" and p["version"] == "0.9.0"))')
-cp -r "$glommio" "$tmp/glommio"
-patch -s -d "$tmp/glommio" -p1 <scripts/glommio-rounds.patch
-git worktree add -q --detach "$tmp/tree" HEAD
-printf '\n[patch.crates-io]\nglommio = { path = "%s" }\n' "$tmp/glommio" >>"$tmp/tree/Cargo.toml"
-echo "executor-rounds: building the traced node (target/rounds)"
-(cd "$tmp/tree" && CARGO_TARGET_DIR="$repo/target/rounds" cargo build -q --release -p node)
-cp "$repo/target/rounds/release/tessera" "$tmp/tessera"
+trap 'rm -rf "$tmp"' EXIT
+scripts/glommio-scratch-node.sh scripts/glommio-rounds.patch "$tmp/tessera"
 cargo build -q --release -p bench
 COUNTERS_RESULTS="$out" scripts/node-counters.sh "$tmp/tessera" "$wl"
 for t in $(grep -o '^ROUNDS [^:]*' "$out/raw/tessera.log" | sort -u | cut -d' ' -f2); do
