@@ -56,3 +56,23 @@ fn psql_stops_at_the_first_error() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "a\n");
 }
+
+// Checks psql's `\dt` (a join of pg_catalog relations) is refused by the catalog's name with
+// feature_not_supported, not as a JOIN, and the error says what describes the data instead.
+#[test]
+fn psql_describe_names_the_missing_catalog() {
+    let node = Node::start();
+    let mut command = Command::new("psql");
+    command
+        .arg(node.conn_str())
+        .args(["-X", "-v", "VERBOSITY=verbose", "-c", "\\dt"])
+        .env("PGCONNECT_TIMEOUT", "30");
+    let out = run_client(command);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert!(
+        stderr.contains("ERROR:  0A000: unsupported: the system catalog pg_catalog.pg_class"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("SHOW FRAGMENTS and SHOW SHARDING"), "{stderr}");
+}

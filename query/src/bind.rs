@@ -121,6 +121,10 @@ fn infer(e: &Expr, hint: Hint, note: &mut dyn FnMut(usize, Hint)) {
             infer(left, Some(SqlType::Bool), note);
             infer(right, Some(SqlType::Bool), note);
         }
+        Expr::Binary { op: BinaryOp::Concat, left, right } => {
+            infer(left, Some(SqlType::Text), note);
+            infer(right, Some(SqlType::Text), note);
+        }
         Expr::Binary { op, left, right } if op.is_comparison() => {
             infer(left, sibling_type(right), note);
             infer(right, sibling_type(left), note);

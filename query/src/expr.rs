@@ -170,6 +170,8 @@ pub enum BinaryOp {
     Div,
     /// `%`
     Mod,
+    /// `||`: text concatenation.
+    Concat,
 }
 
 impl BinaryOp {
@@ -188,6 +190,7 @@ impl BinaryOp {
             BinaryOp::Mul => "*",
             BinaryOp::Div => "/",
             BinaryOp::Mod => "%",
+            BinaryOp::Concat => "||",
         }
     }
 
@@ -628,6 +631,9 @@ pub fn eval<'v, D: DocValue<'v>>(
             let r = eval(right, row)?;
             compare_op(*op, &l, &r).map_or(Value::Null, Value::Bool)
         }
+        Expr::Binary { op: BinaryOp::Concat, left, right } => {
+            concat(eval(left, row)?, eval(right, row)?)?
+        }
         Expr::Binary { op, left, right } => arithmetic(*op, eval(left, row)?, eval(right, row)?)?,
         Expr::IsNull { expr, negated } => {
             Value::Bool(matches!(eval(expr, row)?, Value::Null) != *negated)
@@ -815,6 +821,29 @@ fn arithmetic<'v, D: DocValue<'v>>(
                 _ => return Ok(Value::Null),
             })
         }
+    })
+}
+
+/// `||` as PostgreSQL's `text || text` and `anynonarray || text`: NULL on either side gives
+/// NULL; a number, boolean, array or object takes its text form (`cast` to text, so a JSON
+/// string field contributes its characters, not its quotes). PostgreSQL refuses `1 || 2`
+/// (no text operand); here it is `'12'`, as with any operand that is not text.
+fn concat<'v, D: DocValue<'v>>(
+    l: Value<'v, D>,
+    r: Value<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    if matches!(l, Value::Null) || matches!(r, Value::Null) {
+        return Ok(Value::Null);
+    }
+    let (l, r) = (cast(l, SqlType::Text)?, cast(r, SqlType::Text)?);
+    Ok(match (l.as_str(), r.as_str()) {
+        (Some(a), Some(b)) => {
+            let mut joined = String::with_capacity(a.len() + b.len());
+            joined.push_str(a);
+            joined.push_str(b);
+            Value::Text(joined)
+        }
+        _ => Value::Null,
     })
 }
 

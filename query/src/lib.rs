@@ -55,6 +55,10 @@ pub mod plan;
 pub mod route;
 pub mod types;
 
+/// The PostgreSQL version Tessera speaks for: reported to clients at startup (psql and
+/// drivers parse it), by `SHOW server_version` and in `version()`.
+pub const SERVER_VERSION: &str = "15.0";
+
 pub use bind::{bind, param_types};
 pub use error::{ExecError, ExecErrorCategory, PlanError, PlanErrorCategory};
 pub use exec::{

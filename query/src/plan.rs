@@ -479,8 +479,38 @@ fn collection_name(name: &ast::ObjectName) -> Result<CollectionName, PlanError> 
         [one] => Ok(CollectionName(one.clone())),
         // `public.c` is accepted as `c`: drivers and tools qualify with the default schema.
         [schema, one] if schema == "public" => Ok(CollectionName(one.clone())),
+        [schema, _] if is_catalog_schema(schema) => Err(catalog_refused(name)),
         _ => unsupported(format!("qualified name {name}")),
     }
+}
+
+/// PostgreSQL's system catalog schemas, which psql's `\d` commands and drivers' metadata
+/// calls read.
+fn is_catalog_schema(schema: &str) -> bool {
+    schema == "pg_catalog" || schema == "information_schema"
+}
+
+fn catalog_refused(name: &ast::ObjectName) -> PlanError {
+    PlanError::unsupported(format!(
+        "the system catalog {name} (psql's \\d commands read it): Tessera keeps no catalogs; \
+         SHOW FRAGMENTS and SHOW SHARDING describe its data"
+    ))
+}
+
+/// Refuses a FROM item that reads a system catalog, before a JOIN among catalogs is refused
+/// as a JOIN, so a catalog query (psql's `\d`) is told what is missing.
+fn refuse_catalogs(table: &ast::TableWithJoins) -> Result<(), PlanError> {
+    let relations = std::iter::once(&table.relation).chain(table.joins.iter().map(|j| &j.relation));
+    for relation in relations {
+        if let ast::TableFactor::Table { name, .. } = relation
+            && let Ok(parts) = object_name_parts(name)
+            && let [schema, _] = parts.as_slice()
+            && is_catalog_schema(schema)
+        {
+            return Err(catalog_refused(name));
+        }
+    }
+    Ok(())
 }
 
 fn plan_statement(stmt: &ast::Statement) -> Result<Statement, PlanError> {
@@ -829,6 +859,7 @@ impl ExprPlanner<'_> {
             ast::BinaryOperator::Multiply => BinaryOp::Mul,
             ast::BinaryOperator::Divide => BinaryOp::Div,
             ast::BinaryOperator::Modulo => BinaryOp::Mod,
+            ast::BinaryOperator::StringConcat => BinaryOp::Concat,
             other => return unsupported(format!("operator {other}")),
         };
         Ok(Expr::Binary { op, left: self.sub(left, depth)?, right: self.sub(right, depth)? })
@@ -906,6 +937,14 @@ impl ExprPlanner<'_> {
         let name = function_name(f)?;
         if AggregateFunc::from_name(&name).is_some() {
             return unsupported(format!("aggregate function {name} in this position"));
+        }
+        if name == "version" && function_args(f)?.is_empty() {
+            // Drivers and tools ask it to learn the dialect: PostgreSQL's form first.
+            return Ok(Expr::Literal(Literal::Str(format!(
+                "PostgreSQL {} (Tessera {})",
+                crate::SERVER_VERSION,
+                env!("CARGO_PKG_VERSION")
+            ))));
         }
         if name != "id" {
             return unsupported(format!("function {name}"));
@@ -1128,6 +1167,8 @@ pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
         Expr::Binary { op, left, right } => {
             if matches!(op, BinaryOp::And | BinaryOp::Or) || op.is_comparison() {
                 SqlType::Bool
+            } else if *op == BinaryOp::Concat {
+                SqlType::Text
             } else if expr_type(left, params) == SqlType::Int8
                 && expr_type(right, params) == SqlType::Int8
             {
@@ -1290,6 +1331,9 @@ fn plan_query(q: &ast::Query) -> Result<Statement, PlanError> {
         || select.qualify.is_some()
     {
         return unsupported("SELECT clauses other than WHERE, GROUP BY, ORDER BY, LIMIT");
+    }
+    for table in &select.from {
+        refuse_catalogs(table)?;
     }
     let (collection, alias) = match select.from.as_slice() {
         [] => (None, None),
@@ -1812,6 +1856,7 @@ fn plan_insert(insert: &ast::Insert) -> Result<Insert, PlanError> {
 fn single_table(
     table: &ast::TableWithJoins,
 ) -> Result<(CollectionName, Option<String>), PlanError> {
+    refuse_catalogs(table)?;
     if !table.joins.is_empty() {
         return unsupported("JOIN");
     }

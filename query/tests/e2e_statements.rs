@@ -526,3 +526,48 @@ fn id_in_another_case_finds_the_document() {
     let r = c.query("SELECT id() FROM orders WHERE NOT id() <> 'ORDERS/2-a'");
     assert_eq!(texts(&r.rows), ["orders/2-A"]);
 }
+
+// Checks `||` concatenates as PostgreSQL's text operator does: a JSON string field gives its
+// characters (no quotes), numbers and booleans their text form, NULL or a missing field on
+// either side gives NULL, and the result column is text.
+#[test]
+fn concatenation() {
+    let c = cluster();
+    let r = c.query(
+        "SELECT id() || ':' || address.city, 'total ' || total, paid || '!', \"Customer\" || NULL FROM orders WHERE id() = 'orders/2-A'",
+    );
+    assert!(r.columns.iter().all(|c| c.ty == SqlType::Text));
+    assert_eq!(texts(&r.rows), ["orders/2-A:Rome|total 25.5|false!|NULL"]);
+    let r = c.query("SELECT id() || address.city FROM orders WHERE id() = 'orders/4-A'");
+    assert_eq!(texts(&r.rows), ["NULL"]);
+    let r = c.query("SELECT id() FROM orders WHERE address.city || '/' || total = 'Oslo/10'");
+    assert_eq!(texts(&r.rows), ["orders/1-A"]);
+}
+
+// Checks a parameter beside `||` is text (as PostgreSQL infers it) and an UPDATE stores the
+// joined string.
+#[test]
+fn concatenation_with_a_parameter_in_an_update() {
+    let mut f = MemFragment::default();
+    f.put("users", "users/1", json!({"name": "Ann"}));
+    let prepared = one("UPDATE users SET name = name || $1 WHERE id() = 'users/1' RETURNING name");
+    assert_eq!(param_types(&prepared), [Some(SqlType::Text)]);
+    let Statement::Update(up) = bind(&prepared, &[Datum::Text(" Lee".into())]).expect("binds")
+    else {
+        panic!()
+    };
+    let out = execute_update(&up, &f, &[router::ShardRange::ALL]).expect("updates");
+    assert_eq!(out.returning, vec![vec![Datum::Json(json!("Ann Lee"))]]);
+}
+
+// Checks `version()` answers in PostgreSQL's form (drivers read the leading "PostgreSQL
+// <version>") with the version reported at startup, and takes no arguments.
+#[test]
+fn version_in_postgresql_form() {
+    let Statement::Select(select) = one("SELECT version()") else { panic!() };
+    let r = query::exec::execute_constant(&select).expect("evaluates");
+    assert_eq!(r.columns.first().map(|c| c.ty), Some(SqlType::Text));
+    let text = texts(&r.rows).concat();
+    assert!(text.starts_with(&format!("PostgreSQL {} (Tessera ", query::SERVER_VERSION)), "{text}");
+    assert!(matches!(query::parse("SELECT version(1)"), Err(query::PlanError::Unsupported { .. })));
+}

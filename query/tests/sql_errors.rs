@@ -63,6 +63,27 @@ fn unsupported_constructs_are_named() {
     );
 }
 
+// Checks a query of PostgreSQL's system catalogs is refused as such, by the catalog's name,
+// also when it joins catalogs (psql's `\dt`) or writes to one; other schemas stay a
+// qualified-name error.
+#[test]
+fn system_catalogs_are_refused_by_name() {
+    let psql_dt = "SELECT n.nspname, c.relname FROM pg_catalog.pg_class c \
+        LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r'";
+    for (sql, catalog) in [
+        (psql_dt, "pg_catalog.pg_class"),
+        ("SELECT * FROM information_schema.tables", "information_schema.tables"),
+        ("SELECT * FROM c JOIN pg_catalog.pg_type t ON t.oid = c.x", "pg_catalog.pg_type"),
+        ("DELETE FROM pg_catalog.pg_class", "pg_catalog.pg_class"),
+        ("INSERT INTO pg_catalog.pg_class VALUES ('x', '{}')", "pg_catalog.pg_class"),
+    ] {
+        let construct = unsupported(sql);
+        assert!(construct.contains(&format!("system catalog {catalog}")), "{sql}: {construct}");
+        assert!(construct.contains("SHOW FRAGMENTS"), "{construct}");
+    }
+    assert!(unsupported("SELECT * FROM other.c").contains("qualified name other.c"));
+}
+
 // Checks other planning errors: grouping, INSERT shape, negative LIMIT, bad json literal.
 #[test]
 fn invalid_statements() {

@@ -609,7 +609,7 @@ impl Session {
             return Some(v.clone());
         }
         let fixed = match name {
-            "server_version" => "15.0",
+            "server_version" => query::SERVER_VERSION,
             "server_version_num" => "150000",
             "server_encoding" | "client_encoding" => "UTF8",
             "transaction_isolation" | "default_transaction_isolation" => "serializable",

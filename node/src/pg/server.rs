@@ -62,7 +62,7 @@ impl Default for PgConfig {
             auth: PgAuth::Trust,
             idle_timeout: PG_IDLE_TIMEOUT_DEFAULT,
             startup_timeout: PG_STARTUP_TIMEOUT,
-            server_version: "15.0".to_owned(),
+            server_version: query::SERVER_VERSION.to_owned(),
             peer_data: None,
         }
     }

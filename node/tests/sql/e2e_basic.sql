@@ -9,3 +9,4 @@ CREATE TABLE orders () WITH (sharding = '{"Fields":["Customer"],"Range":1000}');
 INSERT INTO orders VALUES ('orders/1-A$', '{"Customer":"customers/1-A"}') RETURNING id();
 SHOW SHARDING orders;
 SELECT 1 + 2 AS three;
+SELECT title || ' (' || year || ')' FROM books WHERE id() = 'books/1';
