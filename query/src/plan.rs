@@ -1019,6 +1019,9 @@ fn function_name(f: &ast::Function) -> Result<String, PlanError> {
     }
     match parts.as_slice() {
         [one] => Ok(one.clone()),
+        // PostgreSQL's built-in functions live in pg_catalog, and drivers qualify them
+        // (`pg_catalog.version()`).
+        [schema, one] if schema == "pg_catalog" => Ok(one.clone()),
         _ => unsupported(format!("function {}", parts.join("."))),
     }
 }

@@ -560,8 +560,9 @@ fn concatenation_with_a_parameter_in_an_update() {
     assert_eq!(out.returning, vec![vec![Datum::Json(json!("Ann Lee"))]]);
 }
 
-// Checks `version()` answers in PostgreSQL's form (drivers read the leading "PostgreSQL
-// <version>") with the version reported at startup, and takes no arguments.
+// Checks `version()` (also as `pg_catalog.version()`) answers in PostgreSQL's form (drivers
+// read the leading "PostgreSQL <version>") with the version reported at startup, and takes
+// no arguments.
 #[test]
 fn version_in_postgresql_form() {
     let Statement::Select(select) = one("SELECT version()") else { panic!() };
@@ -570,4 +571,12 @@ fn version_in_postgresql_form() {
     let text = texts(&r.rows).concat();
     assert!(text.starts_with(&format!("PostgreSQL {} (Tessera ", query::SERVER_VERSION)), "{text}");
     assert!(matches!(query::parse("SELECT version(1)"), Err(query::PlanError::Unsupported { .. })));
+    // Qualified with pg_catalog, as SQLAlchemy asks it; another schema is not a built-in.
+    let Statement::Select(select) = one("SELECT pg_catalog.version()") else { panic!() };
+    let qualified = query::exec::execute_constant(&select).expect("evaluates");
+    assert_eq!(texts(&qualified.rows), texts(&r.rows));
+    assert!(matches!(
+        query::parse("SELECT other.version()"),
+        Err(query::PlanError::Unsupported { .. })
+    ));
 }
