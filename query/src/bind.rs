@@ -158,6 +158,13 @@ fn infer(e: &Expr, hint: Hint, note: &mut dyn FnMut(usize, Hint)) {
             infer(expr, Some(SqlType::Text), note);
             infer(pattern, Some(SqlType::Text), note);
         }
+        Expr::Call { func: crate::expr::ScalarFunc::Coalesce, args } => {
+            let from_args = args.iter().find_map(sibling_type);
+            args.iter().for_each(|arg| infer(arg, from_args, note));
+        }
+        Expr::Call { args, .. } => {
+            args.iter().for_each(|arg| infer(arg, Some(SqlType::Text), note))
+        }
         Expr::Literal(_) | Expr::Id | Expr::Field(_) | Expr::Excluded(_) => {}
     }
 }

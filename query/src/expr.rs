@@ -203,6 +203,50 @@ impl BinaryOp {
     }
 }
 
+/// Scalar functions (`lower(e)`, `coalesce(a, b, …)`), evaluated per row.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ScalarFunc {
+    /// `coalesce(a, b, …)`: the first argument that is not NULL.
+    Coalesce,
+    /// `lower(e)`: the text form, lower-cased.
+    Lower,
+    /// `upper(e)`: the text form, upper-cased.
+    Upper,
+    /// `length(e)` / `char_length(e)`: characters of the text form.
+    Length,
+}
+
+impl ScalarFunc {
+    /// The function a (folded, unqualified) name calls, if it is one.
+    pub fn from_name(name: &str) -> Option<ScalarFunc> {
+        Some(match name {
+            "coalesce" => ScalarFunc::Coalesce,
+            "lower" => ScalarFunc::Lower,
+            "upper" => ScalarFunc::Upper,
+            "length" | "char_length" | "character_length" => ScalarFunc::Length,
+            _ => return None,
+        })
+    }
+
+    /// Its name in SQL.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScalarFunc::Coalesce => "coalesce",
+            ScalarFunc::Lower => "lower",
+            ScalarFunc::Upper => "upper",
+            ScalarFunc::Length => "length",
+        }
+    }
+
+    /// Whether it takes `n` arguments (`coalesce` one or more, the others exactly one).
+    pub fn takes(self, n: usize) -> bool {
+        match self {
+            ScalarFunc::Coalesce => n >= 1,
+            ScalarFunc::Lower | ScalarFunc::Upper | ScalarFunc::Length => n == 1,
+        }
+    }
+}
+
 /// An expression in a plan. Built by the planner with depth at most
 /// [`crate::limits::EXPR_DEPTH_MAX`].
 #[derive(Clone, PartialEq, Debug)]
@@ -276,6 +320,13 @@ pub enum Expr {
         /// The target type.
         to: SqlType,
     },
+    /// `f(args)`: a scalar function (arity checked by the planner).
+    Call {
+        /// The function.
+        func: ScalarFunc,
+        /// Its arguments.
+        args: Vec<Expr>,
+    },
 }
 
 impl Expr {
@@ -305,6 +356,11 @@ impl Expr {
             Expr::Like { expr, pattern, .. } => {
                 expr.walk(visit);
                 pattern.walk(visit);
+            }
+            Expr::Call { args, .. } => {
+                for e in args {
+                    e.walk(visit);
+                }
             }
         }
     }
@@ -343,6 +399,10 @@ impl Expr {
                 pattern: Box::new(pattern.try_map(f)?),
                 negated,
             },
+            Expr::Call { func, args } => Expr::Call {
+                func,
+                args: args.into_iter().map(|e| e.try_map(f)).collect::<Result<_, _>>()?,
+            },
         };
         f(mapped)
     }
@@ -379,6 +439,16 @@ impl fmt::Display for Expr {
                 write!(f, "({expr} {}LIKE {pattern})", if *negated { "NOT " } else { "" })
             }
             Expr::Cast { expr, to } => write!(f, "{expr}::{to}"),
+            Expr::Call { func, args } => {
+                write!(f, "{}(", func.name())?;
+                for (i, e) in args.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{e}")?;
+                }
+                f.write_str(")")
+            }
         }
     }
 }
@@ -687,6 +757,38 @@ pub fn eval<'v, D: DocValue<'v>>(
             }
         }
         Expr::Cast { expr, to } => cast(eval(expr, row)?, *to)?,
+        Expr::Call { func: ScalarFunc::Coalesce, args } => {
+            for arg in args {
+                let v = eval(arg, row)?;
+                if !matches!(v, Value::Null) {
+                    return Ok(v);
+                }
+            }
+            Value::Null
+        }
+        Expr::Call { func, args } => match args.first() {
+            Some(arg) => text_function(*func, eval(arg, row)?)?,
+            None => Value::Null,
+        },
+    })
+}
+
+/// `lower`, `upper` and `length` over the text form of a value (`cast` to text: a string as
+/// it is, a number or boolean as PostgreSQL prints it); NULL gives NULL.
+fn text_function<'v, D: DocValue<'v>>(
+    func: ScalarFunc,
+    v: Value<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    if matches!(v, Value::Null) {
+        return Ok(Value::Null);
+    }
+    let text = cast(v, SqlType::Text)?;
+    let Some(s) = text.as_str() else { return Ok(Value::Null) };
+    Ok(match func {
+        ScalarFunc::Lower => Value::Text(s.to_lowercase()),
+        ScalarFunc::Upper => Value::Text(s.to_uppercase()),
+        ScalarFunc::Length => Value::Int(i64::try_from(s.chars().count()).unwrap_or(i64::MAX)),
+        ScalarFunc::Coalesce => text,
     })
 }
 

@@ -12,7 +12,7 @@ use router::ShardingConfig;
 use sqlparser::ast;
 
 use crate::error::PlanError;
-use crate::expr::{BinaryOp, Expr, FieldPath, Literal, UnaryOp};
+use crate::expr::{BinaryOp, Expr, FieldPath, Literal, ScalarFunc, UnaryOp};
 use crate::limits::{EXPR_DEPTH_MAX, IN_LIST_MAX, INSERT_ROWS_MAX, PARAMS_MAX, PATH_STEPS_MAX};
 use crate::types::SqlType;
 
@@ -802,7 +802,7 @@ impl ExprPlanner<'_> {
             ast::Expr::Cast { kind, expr, data_type, format: None } => {
                 self.cast(kind, expr, data_type, depth)
             }
-            ast::Expr::Function(f) => self.function(f),
+            ast::Expr::Function(f) => self.function(f, depth),
             other => unsupported(expr_construct(other)),
         }
     }
@@ -933,10 +933,25 @@ impl ExprPlanner<'_> {
     }
 
     #[inline(never)]
-    fn function(&self, f: &ast::Function) -> Result<Expr, PlanError> {
+    fn function(&self, f: &ast::Function, depth: usize) -> Result<Expr, PlanError> {
         let name = function_name(f)?;
         if AggregateFunc::from_name(&name).is_some() {
             return unsupported(format!("aggregate function {name} in this position"));
+        }
+        if let Some(func) = ScalarFunc::from_name(&name) {
+            let args = function_args(f)?
+                .into_iter()
+                .map(|arg| match arg {
+                    Some(e) => self.expr(e, depth + 1),
+                    None => unsupported(format!("{name}(*)")),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            if !func.takes(args.len()) {
+                return Err(PlanError::Invalid {
+                    what: format!("{name}() does not take {} arguments", args.len()),
+                });
+            }
+            return Ok(Expr::Call { func, args });
         }
         if name == "version" && function_args(f)?.is_empty() {
             // Drivers and tools ask it to learn the dialect: PostgreSQL's form first.
@@ -1158,6 +1173,14 @@ pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
         Expr::Literal(Literal::Json(_)) | Expr::Field(_) | Expr::Excluded(_) => SqlType::Json,
         Expr::Param(i) => params.get(*i).copied().flatten().unwrap_or(SqlType::Text),
         Expr::Cast { to, .. } => *to,
+        Expr::Call { func: ScalarFunc::Lower | ScalarFunc::Upper, .. } => SqlType::Text,
+        Expr::Call { func: ScalarFunc::Length, .. } => SqlType::Int8,
+        // The arguments' type when they agree, else text (every value has a text form).
+        Expr::Call { func: ScalarFunc::Coalesce, args } => {
+            let mut types = args.iter().map(|a| expr_type(a, params));
+            let first = types.next().unwrap_or(SqlType::Text);
+            if types.all(|t| t == first) { first } else { SqlType::Text }
+        }
         Expr::Unary { op: UnaryOp::Not, .. }
         | Expr::IsNull { .. }
         | Expr::InList { .. }

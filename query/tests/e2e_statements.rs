@@ -580,3 +580,53 @@ fn version_in_postgresql_form() {
         Err(query::PlanError::Unsupported { .. })
     ));
 }
+
+// Checks the scalar functions: lower/upper/length over the text form (NULL in, NULL out),
+// coalesce takes the first argument that is not NULL, result columns are named after the
+// function and typed (lower text, length int8, coalesce its arguments' type when they agree,
+// else text), and a filter on lower() finds both spellings.
+#[test]
+fn scalar_functions() {
+    let c = cluster();
+    let r = c.query(
+        "SELECT upper(address.city), length(id()), char_length('héllo'), lower(total), \
+         coalesce(paid, address.paid), coalesce(address.city, 'none'), lower(address.city) \
+         FROM orders WHERE id() = 'orders/4-A'",
+    );
+    let columns: Vec<(&str, SqlType)> = r.columns.iter().map(|c| (c.name.as_str(), c.ty)).collect();
+    assert_eq!(
+        columns,
+        [
+            ("upper", SqlType::Text),
+            ("length", SqlType::Int8),
+            ("char_length", SqlType::Int8),
+            ("lower", SqlType::Text),
+            ("coalesce", SqlType::Json),
+            ("coalesce", SqlType::Text),
+            ("lower", SqlType::Text),
+        ]
+    );
+    assert_eq!(texts(&r.rows), ["NULL|10|5|n/a|NULL|none|NULL"]);
+    let r = c.query("SELECT coalesce(paid, false) FROM orders WHERE id() = 'orders/2-A'");
+    assert_eq!(r.columns.first().map(|c| c.ty), Some(SqlType::Text));
+    assert_eq!(texts(&r.rows), ["false"]);
+    let r = c.query("SELECT upper('é' || address.city) FROM orders WHERE id() = 'orders/2-A'");
+    assert_eq!(texts(&r.rows), ["ÉROME"]);
+    let r = c.query("SELECT id() FROM orders WHERE lower(address.city) = 'oslo' ORDER BY id()");
+    assert_eq!(texts(&r.rows), ["orders/1-A", "orders/3-A"]);
+    let r = c.query("SELECT coalesce(nickname, name, 'anon') FROM users");
+    assert_eq!(texts(&r.rows), ["Ann"]);
+    let r = c.query("SELECT lower(address.city), count(*) FROM orders GROUP BY 1 ORDER BY 1");
+    assert_eq!(texts(&r.rows), ["oslo|2", "rome|1", "NULL|1"]);
+}
+
+// Checks a parameter inside lower() is text, and one inside coalesce() takes the type of a
+// typed sibling argument.
+#[test]
+fn scalar_function_parameters() {
+    assert_eq!(
+        param_types(&one("SELECT id() FROM c WHERE lower(name) = lower($1)")),
+        [Some(SqlType::Text)]
+    );
+    assert_eq!(param_types(&one("SELECT coalesce(n, $1, 0) FROM c")), [Some(SqlType::Int8)]);
+}

@@ -46,7 +46,7 @@ fn unsupported_constructs_are_named() {
     assert!(unsupported("SELECT * FROM a, b").contains("JOIN"));
     assert!(unsupported("SELECT DISTINCT x FROM c").contains("DISTINCT"));
     assert!(unsupported("SELECT x FROM c GROUP BY x HAVING count(*) > 1").contains("HAVING"));
-    assert!(unsupported("SELECT upper(x) FROM c").contains("function upper"));
+    assert!(unsupported("SELECT initcap(x) FROM c").contains("function initcap"));
     assert!(unsupported("SELECT * FROM c WHERE x IN (SELECT y FROM d)").contains("subquery"));
     assert!(unsupported("WITH t AS (SELECT 1) SELECT * FROM t").contains("WITH"));
     assert!(unsupported("SELECT x FROM c UNION SELECT y FROM d").contains("UNION"));
@@ -167,4 +167,52 @@ fn wide_statements_are_not_limited() {
     let list: Vec<String> = (0..5_000).map(|i| format!("-{i}")).collect();
     parse(&format!("SELECT * FROM c WHERE n IN ({})", list.join(", ")))
         .expect("long IN list plans");
+}
+
+// Checks a scalar function called with the wrong number of arguments is an invalid
+// statement naming the count, and `lower(*)` is unsupported.
+#[test]
+fn scalar_function_arity() {
+    for (sql, count) in [
+        ("SELECT lower() FROM c", 0),
+        ("SELECT upper(a, b) FROM c", 2),
+        ("SELECT coalesce() FROM c", 0),
+        ("SELECT length(a, b, c) FROM c", 3),
+    ] {
+        match err(sql) {
+            PlanError::Invalid { what } => {
+                assert!(what.contains(&format!("does not take {count} arguments")), "{sql}: {what}")
+            }
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+    assert!(unsupported("SELECT lower(*) FROM c").contains("lower(*)"));
+}
+
+// Checks nested scalar functions as deep as the parser accepts evaluate on a test thread's
+// stack (each level is an evaluation frame), and deeper nesting is an error.
+#[test]
+fn deepest_nested_functions_evaluate() {
+    let mut depth = query::limits::EXPR_DEPTH_MAX;
+    let nest = |n: usize| {
+        let inner = (0..n).fold("a".to_owned(), |acc, i| {
+            if i % 2 == 0 { format!("lower({acc})") } else { format!("coalesce({acc}, 'x')") }
+        });
+        format!("SELECT * FROM c WHERE {inner} = 'abc'")
+    };
+    let stmt = loop {
+        match parse(&nest(depth)) {
+            Ok(mut plan) => break plan.remove(0),
+            Err(PlanError::TooDeep { .. }) if depth > 8 => depth -= 1,
+            Err(other) => panic!("depth {depth}: {other:?}"),
+        }
+    };
+    // The parser's recursion limit comes first for calls (each takes a few levels).
+    assert!(depth + 8 >= query::limits::SQL_RECURSION_MAX, "only {depth} levels plan");
+    let query::Statement::Select(select) = stmt else { panic!("select") };
+    let doc = serde_json::json!({"a": "ABC"});
+    let row = query::expr::Row { id: "x", doc: Some(&doc), excluded: None };
+    let filter = select.filter.as_ref().expect("filter");
+    assert!(query::expr::matches(filter, &row).expect("evaluates"));
+    assert!(matches!(err(&nest(depth + 10)), PlanError::TooDeep { .. }));
 }

@@ -10,3 +10,4 @@ INSERT INTO orders VALUES ('orders/1-A$', '{"Customer":"customers/1-A"}') RETURN
 SHOW SHARDING orders;
 SELECT 1 + 2 AS three;
 SELECT title || ' (' || year || ')' FROM books WHERE id() = 'books/1';
+SELECT upper(title), length(title), coalesce(subtitle, 'none') FROM books WHERE id() = 'books/1';
