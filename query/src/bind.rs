@@ -165,6 +165,21 @@ fn infer(e: &Expr, hint: Hint, note: &mut dyn FnMut(usize, Hint)) {
         Expr::Call { args, .. } => {
             args.iter().for_each(|arg| infer(arg, Some(SqlType::Text), note))
         }
+        Expr::Case { operand, whens, otherwise } => {
+            let results = || whens.iter().map(|(_, r)| r).chain(otherwise.as_deref());
+            let from_results = results().find_map(sibling_type);
+            match operand {
+                // Each WHEN value is compared with the operand, as in `x = v`.
+                Some(x) => {
+                    let from_values = whens.iter().find_map(|(v, _)| sibling_type(v));
+                    infer(x, from_values, note);
+                    let from_operand = sibling_type(x).or(from_values);
+                    whens.iter().for_each(|(v, _)| infer(v, from_operand, note));
+                }
+                None => whens.iter().for_each(|(c, _)| infer(c, Some(SqlType::Bool), note)),
+            }
+            results().for_each(|r| infer(r, from_results, note));
+        }
         Expr::Literal(_) | Expr::Id | Expr::Field(_) | Expr::Excluded(_) => {}
     }
 }

@@ -320,6 +320,17 @@ pub enum Expr {
         /// The target type.
         to: SqlType,
     },
+    /// `CASE [x] WHEN c THEN r … [ELSE e] END`: the result of the first condition that is
+    /// true (with an operand `x`, the first `c` equal to it, as `x = c` compares), else `e`,
+    /// else NULL. The operand is evaluated once.
+    Case {
+        /// The operand of a simple CASE.
+        operand: Option<Box<Expr>>,
+        /// Each condition (a value to compare the operand with) and its result, in order.
+        whens: Vec<(Expr, Expr)>,
+        /// `ELSE`
+        otherwise: Option<Box<Expr>>,
+    },
     /// `f(args)`: a scalar function (arity checked by the planner).
     Call {
         /// The function.
@@ -359,6 +370,18 @@ impl Expr {
             }
             Expr::Call { args, .. } => {
                 for e in args {
+                    e.walk(visit);
+                }
+            }
+            Expr::Case { operand, whens, otherwise } => {
+                if let Some(x) = operand {
+                    x.walk(visit);
+                }
+                for (condition, result) in whens {
+                    condition.walk(visit);
+                    result.walk(visit);
+                }
+                if let Some(e) = otherwise {
                     e.walk(visit);
                 }
             }
@@ -402,6 +425,20 @@ impl Expr {
             Expr::Call { func, args } => Expr::Call {
                 func,
                 args: args.into_iter().map(|e| e.try_map(f)).collect::<Result<_, _>>()?,
+            },
+            Expr::Case { operand, whens, otherwise } => Expr::Case {
+                operand: match operand {
+                    Some(x) => Some(Box::new(x.try_map(f)?)),
+                    None => None,
+                },
+                whens: whens
+                    .into_iter()
+                    .map(|(c, r)| Ok((c.try_map(f)?, r.try_map(f)?)))
+                    .collect::<Result<_, _>>()?,
+                otherwise: match otherwise {
+                    Some(e) => Some(Box::new(e.try_map(f)?)),
+                    None => None,
+                },
             },
         };
         f(mapped)
@@ -448,6 +485,19 @@ impl fmt::Display for Expr {
                     write!(f, "{e}")?;
                 }
                 f.write_str(")")
+            }
+            Expr::Case { operand, whens, otherwise } => {
+                f.write_str("CASE")?;
+                if let Some(x) = operand {
+                    write!(f, " {x}")?;
+                }
+                for (condition, result) in whens {
+                    write!(f, " WHEN {condition} THEN {result}")?;
+                }
+                if let Some(e) = otherwise {
+                    write!(f, " ELSE {e}")?;
+                }
+                f.write_str(" END")
             }
         }
     }
@@ -718,8 +768,7 @@ pub fn eval<'v, D: DocValue<'v>>(
             let is_id = matches!(**expr, Expr::Id);
             for candidate in list {
                 let c = eval(candidate, row)?;
-                let equal = if is_id { id_equal(&v, &c) } else { None };
-                match equal.or_else(|| compare_op(BinaryOp::Eq, &v, &c)) {
+                match equals(is_id, &v, &c) {
                     Some(true) => {
                         found = true;
                         break;
@@ -770,7 +819,40 @@ pub fn eval<'v, D: DocValue<'v>>(
             Some(arg) => text_function(*func, eval(arg, row)?)?,
             None => Value::Null,
         },
+        Expr::Case { operand, whens, otherwise } => {
+            match case_branch(operand.as_deref(), whens, otherwise.as_deref(), row)? {
+                Some(e) => eval(e, row)?,
+                None => Value::Null,
+            }
+        }
     })
+}
+
+/// The branch of a CASE that applies to `row`: the result of the first WHEN that holds,
+/// else ELSE (`None`: neither, NULL). Out of `eval` so its locals stay out of the recursive
+/// frame.
+#[inline(never)]
+fn case_branch<'v, D: DocValue<'v>>(
+    operand: Option<&'v Expr>,
+    whens: &'v [(Expr, Expr)],
+    otherwise: Option<&'v Expr>,
+    row: &Row<'v, D>,
+) -> Result<Option<&'v Expr>, ExecError> {
+    let x = match operand {
+        Some(x) => Some((matches!(x, Expr::Id), eval(x, row)?)),
+        None => None,
+    };
+    for (condition, result) in whens {
+        let c = eval(condition, row)?;
+        let holds = match &x {
+            Some((is_id, v)) => equals(*is_id, v, &c) == Some(true),
+            None => c.truth() == Some(true),
+        };
+        if holds {
+            return Ok(Some(result));
+        }
+    }
+    Ok(otherwise)
 }
 
 /// `lower`, `upper` and `length` over the text form of a value (`cast` to text: a string as
@@ -795,6 +877,12 @@ fn text_function<'v, D: DocValue<'v>>(
 /// Whether the filter holds for the row (NULL counts as false).
 pub fn matches<'v, D: DocValue<'v>>(filter: &'v Expr, row: &Row<'v, D>) -> Result<bool, ExecError> {
     Ok(matches!(eval(filter, row)?, Value::Bool(true)))
+}
+
+/// `v = c` as `=` compares (`None` is NULL); `is_id`: `v` is `id()`, compared as ids are.
+fn equals<'v, D: DocValue<'v>>(is_id: bool, v: &Value<'v, D>, c: &Value<'v, D>) -> Option<bool> {
+    let equal = if is_id { id_equal(v, c) } else { None };
+    equal.or_else(|| compare_op(BinaryOp::Eq, v, c))
 }
 
 /// Equality of document ids: ids that differ only in case are the same document (SHARDING.md

@@ -803,6 +803,9 @@ impl ExprPlanner<'_> {
                 self.cast(kind, expr, data_type, depth)
             }
             ast::Expr::Function(f) => self.function(f, depth),
+            ast::Expr::Case { operand, conditions, else_result, .. } => {
+                self.case(operand.as_deref(), conditions, else_result.as_deref(), depth)
+            }
             other => unsupported(expr_construct(other)),
         }
     }
@@ -932,6 +935,24 @@ impl ExprPlanner<'_> {
         fold_cast(inner, to)
     }
 
+    /// `CASE [x] WHEN … THEN … [ELSE …] END`.
+    #[inline(never)]
+    fn case(
+        &self,
+        operand: Option<&ast::Expr>,
+        conditions: &[ast::CaseWhen],
+        otherwise: Option<&ast::Expr>,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        let operand = operand.map(|x| self.sub(x, depth)).transpose()?;
+        let whens = conditions
+            .iter()
+            .map(|w| Ok((self.expr(&w.condition, depth + 1)?, self.expr(&w.result, depth + 1)?)))
+            .collect::<Result<Vec<_>, PlanError>>()?;
+        let otherwise = otherwise.map(|e| self.sub(e, depth)).transpose()?;
+        Ok(Expr::Case { operand, whens, otherwise })
+    }
+
     #[inline(never)]
     fn function(&self, f: &ast::Function, depth: usize) -> Result<Expr, PlanError> {
         let name = function_name(f)?;
@@ -984,7 +1005,6 @@ fn expr_construct(e: &ast::Expr) -> String {
         ast::Expr::ILike { .. } => "ILIKE",
         ast::Expr::Like { .. } => "LIKE with ESCAPE or ANY",
         ast::Expr::SimilarTo { .. } => "SIMILAR TO",
-        ast::Expr::Case { .. } => "CASE",
         ast::Expr::Cast { .. } => "CAST with FORMAT",
         ast::Expr::IsTrue(_)
         | ast::Expr::IsFalse(_)
@@ -1143,6 +1163,7 @@ fn default_column_name_within(e: &ast::Expr, depth: usize) -> String {
             _ => cast_name(e),
         },
         ast::Expr::Nested(inner) => default_column_name(inner),
+        ast::Expr::Case { .. } => "case".to_owned(),
         ast::Expr::Function(f) => match object_name_parts(&f.name) {
             Ok(parts) => parts.last().cloned().unwrap_or_else(|| "?column?".to_owned()),
             Err(_) => "?column?".to_owned(),
@@ -1161,6 +1182,16 @@ fn cast_name(e: &ast::Expr) -> String {
     }
 }
 
+/// The type of a value that is one of `exprs` (coalesce's arguments, CASE's results): their
+/// type when they agree, a bare NULL agreeing with any, else text (every value has a text
+/// form, where PostgreSQL would refuse the mix).
+fn common_type<'e>(exprs: impl Iterator<Item = &'e Expr>, params: &[Option<SqlType>]) -> SqlType {
+    let mut types =
+        exprs.filter(|e| !matches!(e, Expr::Literal(Literal::Null))).map(|e| expr_type(e, params));
+    let first = types.next().unwrap_or(SqlType::Text);
+    if types.all(|t| t == first) { first } else { SqlType::Text }
+}
+
 /// The static type of an expression (see the typing rule in [`crate::types`]).
 pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
     match e {
@@ -1175,11 +1206,9 @@ pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
         Expr::Cast { to, .. } => *to,
         Expr::Call { func: ScalarFunc::Lower | ScalarFunc::Upper, .. } => SqlType::Text,
         Expr::Call { func: ScalarFunc::Length, .. } => SqlType::Int8,
-        // The arguments' type when they agree, else text (every value has a text form).
-        Expr::Call { func: ScalarFunc::Coalesce, args } => {
-            let mut types = args.iter().map(|a| expr_type(a, params));
-            let first = types.next().unwrap_or(SqlType::Text);
-            if types.all(|t| t == first) { first } else { SqlType::Text }
+        Expr::Call { func: ScalarFunc::Coalesce, args } => common_type(args.iter(), params),
+        Expr::Case { whens, otherwise, .. } => {
+            common_type(whens.iter().map(|(_, r)| r).chain(otherwise.as_deref()), params)
         }
         Expr::Unary { op: UnaryOp::Not, .. }
         | Expr::IsNull { .. }

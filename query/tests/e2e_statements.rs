@@ -630,3 +630,54 @@ fn scalar_function_parameters() {
     );
     assert_eq!(param_types(&one("SELECT coalesce(n, $1, 0) FROM c")), [Some(SqlType::Int8)]);
 }
+
+// Checks CASE: searched (first true condition wins, NULL conditions do not), simple (the
+// operand compared as `=` compares, ids case-insensitively), ELSE and its absence (NULL),
+// the result type (agreeing results, a bare NULL agreeing with any; else text), CASE in an
+// aggregate's argument and in an UPDATE.
+#[test]
+fn case_expressions() {
+    let c = cluster();
+    let r = c.query(
+        "SELECT id(), CASE WHEN total > 20 THEN 'big' WHEN total > 8 THEN 'mid' ELSE 'small' END, \
+         CASE address.city WHEN 'Oslo' THEN 1 WHEN 'Rome' THEN 2 ELSE NULL END, \
+         CASE id() WHEN 'ORDERS/3-a' THEN true END, \
+         CASE WHEN paid THEN total ELSE 'unpaid' END \
+         FROM orders ORDER BY id()",
+    );
+    let types: Vec<SqlType> = r.columns.iter().map(|c| c.ty).collect();
+    assert_eq!(types, [SqlType::Text, SqlType::Text, SqlType::Int8, SqlType::Bool, SqlType::Text]);
+    assert_eq!(r.columns.get(1).map(|c| c.name.as_str()), Some("case"));
+    assert_eq!(
+        texts(&r.rows),
+        [
+            "orders/1-A|mid|1|NULL|10",
+            "orders/2-A|big|2|NULL|unpaid",
+            "orders/3-A|small|NULL|t|unpaid",
+            "orders/4-A|small|NULL|NULL|unpaid",
+        ]
+    );
+    let r = c.query(
+        "SELECT sum(CASE WHEN paid THEN 1 ELSE 0 END), count(*) FROM orders WHERE id() <> 'orders/4-A'",
+    );
+    assert_eq!(texts(&r.rows), ["1|3"]);
+    let mut f = MemFragment::default();
+    f.put("c", "c/1", json!({"n": 5}));
+    let Statement::Update(up) = one(
+        "UPDATE c SET size = CASE WHEN n < 10 THEN 'small' ELSE 'large' END WHERE id() = 'c/1' RETURNING size",
+    ) else {
+        panic!()
+    };
+    let out = execute_update(&up, &f, &[router::ShardRange::ALL]).expect("updates");
+    assert_eq!(out.returning, vec![vec![Datum::Json(json!("small"))]]);
+}
+
+// Checks parameters in CASE: conditions are bool, WHEN values of a simple CASE take the
+// operand's type, results a typed sibling result's.
+#[test]
+fn case_parameters() {
+    let types = param_types(&one("SELECT CASE WHEN $1 THEN $2 ELSE 0 END FROM c"));
+    assert_eq!(types, [Some(SqlType::Bool), Some(SqlType::Int8)]);
+    let types = param_types(&one("SELECT CASE id() WHEN $1 THEN 'a' END FROM c"));
+    assert_eq!(types, [Some(SqlType::Text)]);
+}
