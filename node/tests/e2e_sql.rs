@@ -308,7 +308,7 @@ async fn errors_carry_sqlstate_and_the_connection_survives() {
     let cases: &[(&str, &str)] = &[
         (r#"INSERT INTO e VALUES ('dup', '{"a":2}')"#, "23505"),
         ("SELECT * FRM e", "42601"),
-        ("SELECT DISTINCT a FROM e", "0A000"),
+        ("SELECT DISTINCT ON (a) a FROM e", "0A000"),
         ("SELECT a FROM e JOIN f ON true", "0A000"),
         (r#"INSERT INTO orders VALUES ('orders/9-A', '{"Customer":"customers/1-A"}')"#, "23514"),
         (r#"INSERT INTO e VALUES ('x$@9999999', '{}')"#, "22023"),

@@ -23,7 +23,7 @@ pub enum PlanError {
     /// Valid SQL that Tessera does not implement; `construct` names it.
     #[error("unsupported: {construct}")]
     Unsupported {
-        /// The construct, as a user would name it (`JOIN`, `DISTINCT`, `function initcap`).
+        /// The construct, as a user would name it (`JOIN`, `DISTINCT ON`, `function initcap`).
         construct: String,
     },
     /// The statement nests deeper than the parser's recursion limit or [`crate::limits::EXPR_DEPTH_MAX`].

@@ -1367,9 +1367,11 @@ fn plan_query(q: &ast::Query) -> Result<Statement, PlanError> {
         ast::SetExpr::Values(_) => return unsupported("VALUES as a query"),
         _ => return unsupported("this kind of query"),
     };
-    if select.distinct.is_some() {
-        return unsupported("DISTINCT");
-    }
+    let distinct = match &select.distinct {
+        None | Some(ast::Distinct::All) => false,
+        Some(ast::Distinct::Distinct) => true,
+        Some(ast::Distinct::On(_)) => return unsupported("DISTINCT ON"),
+    };
     if select.top.is_some() || select.into.is_some() || select.exclude.is_some() {
         return unsupported("TOP / INTO / EXCLUDE");
     }
@@ -1453,13 +1455,39 @@ fn plan_query(q: &ast::Query) -> Result<Statement, PlanError> {
     if is_aggregate && collection.is_none() {
         return unsupported("aggregates without FROM");
     }
+    // SELECT DISTINCT x, y is SELECT x, y … GROUP BY x, y. Rows of `*` are distinct already
+    // (each has its own id), and so is the one row of a SELECT without FROM.
+    let only_star = matches!(select.projection.as_slice(), [ast::SelectItem::Wildcard(_)]);
+    let distinct_by: Option<Vec<ast::Expr>> = if distinct && !only_star && collection.is_some() {
+        if is_aggregate {
+            return unsupported("DISTINCT with aggregates or GROUP BY");
+        }
+        let items = select.projection.iter().map(|item| match item {
+            ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } => {
+                Ok(e.clone())
+            }
+            _ => unsupported("DISTINCT with * beside other columns"),
+        });
+        Some(items.collect::<Result<_, _>>()?)
+    } else {
+        None
+    };
 
-    let shape = if is_aggregate {
+    let shape = if let Some(group_exprs) = &distinct_by {
+        plan_aggregate_shape(&select.projection, group_exprs, &planner)?
+    } else if is_aggregate {
         plan_aggregate_shape(&select.projection, group_exprs, &planner)?
     } else {
         SelectShape::Rows { outputs: plan_projection_rows(&select.projection, &planner)? }
     };
-    let order_by = plan_order_by(q.order_by.as_ref(), &select.projection, &shape, &planner)?;
+    let order_by = plan_order_by(q.order_by.as_ref(), &select.projection, &shape, &planner)
+        .map_err(|e| match e {
+            PlanError::Unsupported { .. } if distinct_by.is_some() => PlanError::Invalid {
+                what: "for SELECT DISTINCT, ORDER BY expressions must appear in the select list"
+                    .to_owned(),
+            },
+            other => other,
+        })?;
     let (limit, offset) = plan_limit(q.limit_clause.as_ref())?;
     if collection.is_none() && (!order_by.is_empty() || limit.is_some() || offset.is_some()) {
         return unsupported("ORDER BY, LIMIT or OFFSET without FROM");

@@ -681,3 +681,26 @@ fn case_parameters() {
     let types = param_types(&one("SELECT CASE id() WHEN $1 THEN 'a' END FROM c"));
     assert_eq!(types, [Some(SqlType::Text)]);
 }
+
+// Checks SELECT DISTINCT: duplicates removed across fragments (planned as GROUP BY the
+// select list), NULL one value, aliases and ORDER BY/LIMIT over the distinct rows; `*` rows
+// and a SELECT without FROM are distinct already.
+#[test]
+fn select_distinct() {
+    let c = cluster();
+    let r = c.query("SELECT DISTINCT \"Customer\" FROM orders ORDER BY 1");
+    assert_eq!(
+        r.columns.first().map(|c| (c.name.as_str(), c.ty)),
+        Some(("Customer", SqlType::Json))
+    );
+    assert_eq!(texts(&r.rows), ["\"customers/1-A\"", "\"customers/6-A\""]);
+    let r = c.query("SELECT DISTINCT lower(address.city) AS city FROM orders ORDER BY city");
+    assert_eq!(texts(&r.rows), ["oslo", "rome", "NULL"]);
+    let r = c.query("SELECT DISTINCT paid, \"Customer\" FROM orders");
+    assert_eq!(r.rows.len(), 4);
+    let r = c.query("SELECT DISTINCT \"Customer\" FROM orders ORDER BY 1 DESC LIMIT 1");
+    assert_eq!(texts(&r.rows), ["\"customers/6-A\""]);
+    assert_eq!(c.query("SELECT DISTINCT * FROM orders").rows.len(), 4);
+    let Statement::Select(constant) = one("SELECT DISTINCT 1") else { panic!() };
+    assert_eq!(query::exec::execute_constant(&constant).expect("evaluates").rows.len(), 1);
+}

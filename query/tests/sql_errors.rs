@@ -44,7 +44,9 @@ fn syntax_error_positions() {
 fn unsupported_constructs_are_named() {
     assert!(unsupported("SELECT * FROM a JOIN b ON a.x = b.y").contains("JOIN"));
     assert!(unsupported("SELECT * FROM a, b").contains("JOIN"));
-    assert!(unsupported("SELECT DISTINCT x FROM c").contains("DISTINCT"));
+    assert!(unsupported("SELECT DISTINCT ON (x) x FROM c").contains("DISTINCT ON"));
+    assert!(unsupported("SELECT DISTINCT count(*) FROM c").contains("DISTINCT with aggregates"));
+    assert!(unsupported("SELECT DISTINCT *, x FROM c").contains("DISTINCT with *"));
     assert!(unsupported("SELECT x FROM c GROUP BY x HAVING count(*) > 1").contains("HAVING"));
     assert!(unsupported("SELECT initcap(x) FROM c").contains("function initcap"));
     assert!(unsupported("SELECT * FROM c WHERE x IN (SELECT y FROM d)").contains("subquery"));
@@ -219,4 +221,14 @@ fn deepest_nested_functions_evaluate() {
     let filter = select.filter.as_ref().expect("filter");
     assert!(query::expr::matches(filter, &row).expect("evaluates"));
     assert!(matches!(err(&nest(depth + 10)), PlanError::TooDeep { .. } | PlanError::Syntax { .. }));
+}
+
+// Checks ORDER BY over SELECT DISTINCT must use the select list, as PostgreSQL requires.
+#[test]
+fn distinct_order_by_must_be_selected() {
+    match err("SELECT DISTINCT x FROM c ORDER BY y") {
+        PlanError::Invalid { what } => assert!(what.contains("must appear in the select list")),
+        other => panic!("{other:?}"),
+    }
+    assert!(parse("SELECT DISTINCT x AS k FROM c ORDER BY k").is_ok());
 }

@@ -78,7 +78,7 @@ def main(port: int) -> None:
     # Errors keep their SQLSTATE and the connection stays usable.
     for sql, params, code in [
         ("INSERT INTO py VALUES (%s, %s)", ("py/2", Json({})), "23505"),
-        ("SELECT DISTINCT n FROM py", None, "0A000"),
+        ("SELECT DISTINCT ON (n) n FROM py", None, "0A000"),
         ("SELEC 1", None, "42601"),
         ("INSERT INTO py VALUES (%s, %s)", ("x$@9999999", Json({})), "22023"),
     ]:
