@@ -1014,16 +1014,21 @@ fn arithmetic<'v, D: DocValue<'v>>(
     })
 }
 
-/// `||` as PostgreSQL's `text || text` and `anynonarray || text`: NULL on either side gives
-/// NULL; a number, boolean, array or object takes its text form (`cast` to text, so a JSON
-/// string field contributes its characters, not its quotes). PostgreSQL refuses `1 || 2`
-/// (no text operand); here it is `'12'`, as with any operand that is not text.
+/// `||`. NULL on either side gives NULL. When either side is an array or object it is
+/// PostgreSQL's `jsonb || jsonb` (`json_concat`), the other side read as JSON (text that
+/// parses as JSON is that value, other text a JSON string): `tags || '["new"]'` appends.
+/// Otherwise it is `text || text` / `anynonarray || text`: a number or boolean takes its
+/// text form (`cast` to text, so a JSON string field contributes its characters, not its
+/// quotes). PostgreSQL refuses `1 || 2` (no text operand); here it is `'12'`.
 fn concat<'v, D: DocValue<'v>>(
     l: Value<'v, D>,
     r: Value<'v, D>,
 ) -> Result<Value<'v, D>, ExecError> {
     if matches!(l, Value::Null) || matches!(r, Value::Null) {
         return Ok(Value::Null);
+    }
+    if is_container(&l) || is_container(&r) {
+        return Ok(Value::Json(json_concat(json_operand(l)?, json_operand(r)?)));
     }
     let (l, r) = (cast(l, SqlType::Text)?, cast(r, SqlType::Text)?);
     Ok(match (l.as_str(), r.as_str()) {
@@ -1035,6 +1040,50 @@ fn concat<'v, D: DocValue<'v>>(
         }
         _ => Value::Null,
     })
+}
+
+fn is_container<'v, D: DocValue<'v>>(v: &Value<'v, D>) -> bool {
+    match v {
+        Value::Doc(_) => true,
+        Value::JsonRef(j) => j.is_array() || j.is_object(),
+        Value::Json(j) => j.is_array() || j.is_object(),
+        _ => false,
+    }
+}
+
+/// One side of a JSON `||`: text that parses as JSON is that value, other text a JSON
+/// string, anything else its JSON form.
+fn json_operand<'v, D: DocValue<'v>>(v: Value<'v, D>) -> Result<serde_json::Value, ExecError> {
+    if matches!(v, Value::Str(_) | Value::Untyped(_) | Value::Text(_))
+        && let Ok(parsed) = cast(v.clone(), SqlType::Json)
+    {
+        return parsed.to_json();
+    }
+    v.to_json()
+}
+
+/// PostgreSQL's `jsonb || jsonb`: two arrays concatenate, two objects merge (the right
+/// side's value wins a shared key), otherwise a side that is not an array becomes a
+/// one-element array first.
+fn json_concat(l: serde_json::Value, r: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match (l, r) {
+        (J::Object(mut a), J::Object(b)) => {
+            a.extend(b);
+            J::Object(a)
+        }
+        (l, r) => {
+            let mut items = match l {
+                J::Array(a) => a,
+                other => vec![other],
+            };
+            match r {
+                J::Array(b) => items.extend(b),
+                other => items.push(other),
+            }
+            J::Array(items)
+        }
+    }
 }
 
 /// Untyped text in arithmetic reads as the number it spells (`n + $1` with `'2'`), as an

@@ -704,3 +704,32 @@ fn select_distinct() {
     let Statement::Select(constant) = one("SELECT DISTINCT 1") else { panic!() };
     assert_eq!(query::exec::execute_constant(&constant).expect("evaluates").rows.len(), 1);
 }
+
+// Checks `||` with an array or object on either side is PostgreSQL's jsonb concatenation:
+// arrays append (a JSON-text or plain-text other side read as JSON), objects merge with the
+// right side winning, mixed sides wrap the non-array in an array, NULL stays NULL; an
+// UPDATE stores the result as JSON.
+#[test]
+fn json_concatenation() {
+    let mut f = MemFragment::default();
+    f.put("c", "c/1", json!({"name": "Ann", "tags": ["a"], "meta": {"k": 1}}));
+    let Statement::Update(up) =
+        one("UPDATE c SET tags = tags || '[\"b\", 2]', meta = meta || '{\"k\": 2, \"z\": true}', \
+         both = meta || tags, named = name || tags, word = tags || 'c', gone = tags || NULL \
+         WHERE id() = 'c/1' RETURNING tags, meta, both, named, word, gone")
+    else {
+        panic!()
+    };
+    let out = execute_update(&up, &f, &[router::ShardRange::ALL]).expect("updates");
+    assert_eq!(
+        out.returning,
+        vec![vec![
+            Datum::Json(json!(["a", "b", 2])),
+            Datum::Json(json!({"k": 2, "z": true})),
+            Datum::Json(json!([{"k": 1}, "a"])),
+            Datum::Json(json!(["Ann", "a"])),
+            Datum::Json(json!(["a", "c"])),
+            Datum::Null,
+        ]]
+    );
+}
