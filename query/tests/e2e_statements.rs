@@ -562,7 +562,7 @@ fn concatenation_with_a_parameter_in_an_update() {
 
 // Checks `version()` (also as `pg_catalog.version()`) answers in PostgreSQL's form (drivers
 // read the leading "PostgreSQL <version>") with the version reported at startup, and takes
-// no arguments.
+// no arguments; `current_schema()` is `public`.
 #[test]
 fn version_in_postgresql_form() {
     let Statement::Select(select) = one("SELECT version()") else { panic!() };
@@ -579,6 +579,10 @@ fn version_in_postgresql_form() {
         query::parse("SELECT other.version()"),
         Err(query::PlanError::Unsupported { .. })
     ));
+    // The one namespace, as drivers ask on connect (SQLAlchemy: `select current_schema()`).
+    let Statement::Select(select) = one("SELECT current_schema()") else { panic!() };
+    let schema = query::exec::execute_constant(&select).expect("evaluates");
+    assert_eq!(texts(&schema.rows), ["public"]);
 }
 
 // Checks the scalar functions: lower/upper/length over the text form (NULL in, NULL out),
