@@ -304,7 +304,7 @@ pub enum Expr {
         /// `NOT BETWEEN`
         negated: bool,
     },
-    /// `e [NOT] LIKE pattern` (`%` any run, `_` one character, `\` escapes).
+    /// `e [NOT] LIKE pattern` (`%` any run, `_` one character, `\` escapes), or `ILIKE`.
     Like {
         /// The operand.
         expr: Box<Expr>,
@@ -312,6 +312,8 @@ pub enum Expr {
         pattern: Box<Expr>,
         /// `NOT LIKE`
         negated: bool,
+        /// `ILIKE`: both sides lower-cased first.
+        case_insensitive: bool,
     },
     /// `e::type` / `CAST(e AS type)`
     Cast {
@@ -417,10 +419,11 @@ impl Expr {
                 high: Box::new(high.try_map(f)?),
                 negated,
             },
-            Expr::Like { expr, pattern, negated } => Expr::Like {
+            Expr::Like { expr, pattern, negated, case_insensitive } => Expr::Like {
                 expr: Box::new(expr.try_map(f)?),
                 pattern: Box::new(pattern.try_map(f)?),
                 negated,
+                case_insensitive,
             },
             Expr::Call { func, args } => Expr::Call {
                 func,
@@ -472,9 +475,12 @@ impl fmt::Display for Expr {
             Expr::Between { expr, low, high, negated } => {
                 write!(f, "({expr} {}BETWEEN {low} AND {high})", if *negated { "NOT " } else { "" })
             }
-            Expr::Like { expr, pattern, negated } => {
-                write!(f, "({expr} {}LIKE {pattern})", if *negated { "NOT " } else { "" })
-            }
+            Expr::Like { expr, pattern, negated, case_insensitive } => write!(
+                f,
+                "({expr} {}{}LIKE {pattern})",
+                if *negated { "NOT " } else { "" },
+                if *case_insensitive { "I" } else { "" }
+            ),
             Expr::Cast { expr, to } => write!(f, "{expr}::{to}"),
             Expr::Call { func, args } => {
                 write!(f, "{}(", func.name())?;
@@ -795,10 +801,11 @@ pub fn eval<'v, D: DocValue<'v>>(
                 _ => Value::Null,
             }
         }
-        Expr::Like { expr, pattern, negated } => {
+        Expr::Like { expr, pattern, negated, case_insensitive } => {
             let v = eval(expr, row)?;
             let p = eval(pattern, row)?;
             match (v.as_str(), p.as_str()) {
+                (Some(s), Some(p)) if *case_insensitive => Value::Bool(ilike(s, p) != *negated),
                 (Some(s), Some(p)) => Value::Bool(like(s, p) != *negated),
                 _ if matches!(v, Value::Null) || matches!(p, Value::Null) => Value::Null,
                 // A non-string never matches a pattern (the mismatched-kinds rule).
@@ -1172,6 +1179,12 @@ pub fn cast<'v, D: DocValue<'v>>(v: Value<'v, D>, to: SqlType) -> Result<Value<'
             None => return Err(invalid(&v)),
         },
     })
+}
+
+/// `ILIKE`: `like` over both sides lower-cased (Unicode lower case, as `lower()`).
+#[inline(never)]
+fn ilike(text: &str, pattern: &str) -> bool {
+    like(&text.to_lowercase(), &pattern.to_lowercase())
 }
 
 /// SQL `LIKE`: `%` matches any run of characters, `_` exactly one, `\` makes the next

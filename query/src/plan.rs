@@ -797,7 +797,10 @@ impl ExprPlanner<'_> {
                 self.between(expr, low, high, *negated, depth)
             }
             ast::Expr::Like { negated, any: false, expr, pattern, escape_char: None } => {
-                self.like(expr, pattern, *negated, depth)
+                self.like(expr, pattern, *negated, false, depth)
+            }
+            ast::Expr::ILike { negated, any: false, expr, pattern, escape_char: None } => {
+                self.like(expr, pattern, *negated, true, depth)
             }
             ast::Expr::Cast { kind, expr, data_type, format: None } => {
                 self.cast(kind, expr, data_type, depth)
@@ -914,9 +917,15 @@ impl ExprPlanner<'_> {
         expr: &ast::Expr,
         pattern: &ast::Expr,
         negated: bool,
+        case_insensitive: bool,
         depth: usize,
     ) -> Result<Expr, PlanError> {
-        Ok(Expr::Like { expr: self.sub(expr, depth)?, pattern: self.sub(pattern, depth)?, negated })
+        Ok(Expr::Like {
+            expr: self.sub(expr, depth)?,
+            pattern: self.sub(pattern, depth)?,
+            negated,
+            case_insensitive,
+        })
     }
 
     #[inline(never)]
@@ -1006,7 +1015,7 @@ fn expr_construct(e: &ast::Expr) -> String {
         ast::Expr::Subquery(_) | ast::Expr::InSubquery { .. } | ast::Expr::Exists { .. } => {
             "subquery"
         }
-        ast::Expr::ILike { .. } => "ILIKE",
+        ast::Expr::ILike { .. } => "ILIKE with ESCAPE or ANY",
         ast::Expr::Like { .. } => "LIKE with ESCAPE or ANY",
         ast::Expr::SimilarTo { .. } => "SIMILAR TO",
         ast::Expr::Cast { .. } => "CAST with FORMAT",

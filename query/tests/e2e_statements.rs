@@ -737,3 +737,29 @@ fn json_concatenation() {
         ]]
     );
 }
+
+// Checks ILIKE matches regardless of case on both sides (NOT ILIKE the complement among
+// strings, NULL and non-strings as for LIKE), and EXPLAIN shows it as written.
+#[test]
+fn ilike_ignores_case() {
+    let c = cluster();
+    let ids = |sql: &str| {
+        let mut v: Vec<String> = texts(&c.query(sql).rows);
+        v.sort();
+        v
+    };
+    assert_eq!(
+        ids("SELECT id() FROM orders WHERE address.city ILIKE 'o%'"),
+        ["orders/1-A", "orders/3-A"]
+    );
+    assert_eq!(ids("SELECT id() FROM orders WHERE address.city LIKE 'o%'"), ["orders/3-A"]);
+    assert_eq!(ids("SELECT id() FROM orders WHERE address.city NOT ILIKE 'OSLO'"), ["orders/2-A"]);
+    assert_eq!(
+        ids("SELECT id() FROM orders WHERE 'ÉTÉ' ILIKE 'été' AND total = 7"),
+        ["orders/3-A"]
+    );
+    let Statement::Select(s) = one("SELECT * FROM orders WHERE address.city NOT ILIKE 'a%'") else {
+        panic!()
+    };
+    assert_eq!(s.filter.map(|f| f.to_string()).as_deref(), Some("(address.city NOT ILIKE 'a%')"));
+}

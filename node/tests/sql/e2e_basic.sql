@@ -12,3 +12,4 @@ SELECT 1 + 2 AS three;
 SELECT title || ' (' || year || ')' FROM books WHERE id() = 'books/1';
 SELECT upper(title), length(title), coalesce(subtitle, 'none') FROM books WHERE id() = 'books/1';
 SELECT DISTINCT year > 1900 FROM books ORDER BY 1;
+SELECT title FROM books WHERE title ILIKE 'd%';
