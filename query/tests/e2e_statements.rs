@@ -38,6 +38,13 @@ fn texts(rows: &[Vec<Datum>]) -> Vec<String> {
         .collect()
 }
 
+/// A query's rows as text, sorted (for results whose order the query leaves open).
+fn sorted_texts(c: &Cluster, sql: &str) -> Vec<String> {
+    let mut v = texts(&c.query(sql).rows);
+    v.sort();
+    v
+}
+
 // Checks SELECT * gives id text and doc json, fields are json, casts are typed, and dotted
 // and quoted paths read case-sensitive fields.
 #[test]
@@ -77,11 +84,7 @@ fn select_columns_and_types() {
 #[test]
 fn where_operators() {
     let c = cluster();
-    let ids = |sql: &str| {
-        let mut v: Vec<String> = texts(&c.query(sql).rows);
-        v.sort();
-        v
-    };
+    let ids = |sql: &str| sorted_texts(&c, sql);
     assert_eq!(ids("SELECT id() FROM orders WHERE total > 8"), ["orders/1-A", "orders/2-A"]);
     assert_eq!(
         ids("SELECT id() FROM orders WHERE total <> 10"),
@@ -743,11 +746,7 @@ fn json_concatenation() {
 #[test]
 fn ilike_ignores_case() {
     let c = cluster();
-    let ids = |sql: &str| {
-        let mut v: Vec<String> = texts(&c.query(sql).rows);
-        v.sort();
-        v
-    };
+    let ids = |sql: &str| sorted_texts(&c, sql);
     assert_eq!(
         ids("SELECT id() FROM orders WHERE address.city ILIKE 'o%'"),
         ["orders/1-A", "orders/3-A"]
