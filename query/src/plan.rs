@@ -1493,14 +1493,9 @@ fn plan_query(q: &ast::Query) -> Result<Statement, PlanError> {
     } else {
         SelectShape::Rows { outputs: plan_projection_rows(&select.projection, &planner)? }
     };
-    let order_by = plan_order_by(q.order_by.as_ref(), &select.projection, &shape, &planner)
-        .map_err(|e| match e {
-            PlanError::Unsupported { .. } if distinct_by.is_some() => PlanError::Invalid {
-                what: "for SELECT DISTINCT, ORDER BY expressions must appear in the select list"
-                    .to_owned(),
-            },
-            other => other,
-        })?;
+    let order =
+        OrderScope { items: &select.projection, shape: &shape, distinct: distinct_by.is_some() };
+    let order_by = plan_order_by(q.order_by.as_ref(), &order, &planner)?;
     let (limit, offset) = plan_limit(q.limit_clause.as_ref())?;
     if collection.is_none() && (!order_by.is_empty() || limit.is_some() || offset.is_some()) {
         return unsupported("ORDER BY, LIMIT or OFFSET without FROM");
@@ -1641,10 +1636,17 @@ fn plan_aggregate_shape(
     Ok(SelectShape::Aggregate { group_by, aggregates, outputs })
 }
 
+/// What ORDER BY may name: the select list and the shape planned from it (`distinct`: a
+/// SELECT DISTINCT, whose keys must be in the select list).
+struct OrderScope<'a> {
+    items: &'a [ast::SelectItem],
+    shape: &'a SelectShape,
+    distinct: bool,
+}
+
 fn plan_order_by(
     order_by: Option<&ast::OrderBy>,
-    items: &[ast::SelectItem],
-    shape: &SelectShape,
+    scope: &OrderScope<'_>,
     planner: &ExprPlanner<'_>,
 ) -> Result<Vec<OrderKey>, PlanError> {
     let Some(order_by) = order_by else {
@@ -1668,7 +1670,7 @@ fn plan_order_by(
             Some(ast::OrderBySort::Using(_)) => return unsupported("ORDER BY USING"),
         };
         let nulls_first = o.options.nulls_first.unwrap_or(descending);
-        let target = order_target(&o.expr, items, shape, planner)?;
+        let target = order_target(&o.expr, scope, planner)?;
         keys.push(OrderKey { target, descending, nulls_first });
     }
     Ok(keys)
@@ -1676,10 +1678,10 @@ fn plan_order_by(
 
 fn order_target(
     e: &ast::Expr,
-    items: &[ast::SelectItem],
-    shape: &SelectShape,
+    scope: &OrderScope<'_>,
     planner: &ExprPlanner<'_>,
 ) -> Result<OrderTarget, PlanError> {
+    let OrderScope { items, shape, distinct } = *scope;
     let output_count = match shape {
         SelectShape::Rows { outputs } => outputs.len(),
         SelectShape::Aggregate { outputs, .. } => outputs.len(),
@@ -1728,10 +1730,15 @@ fn order_target(
                     outputs.iter().position(|o| o.source == AggregateSource::Group(gi))
                 })
             };
-            found.map(OrderTarget::Output).ok_or_else(|| {
-                PlanError::unsupported(
+            found.map(OrderTarget::Output).ok_or_else(|| match distinct {
+                true => PlanError::Invalid {
+                    what:
+                        "for SELECT DISTINCT, ORDER BY expressions must appear in the select list"
+                            .to_owned(),
+                },
+                false => PlanError::unsupported(
                     "ORDER BY in an aggregate query on something not in the select list",
-                )
+                ),
             })
         }
     }
