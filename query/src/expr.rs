@@ -813,19 +813,7 @@ pub fn eval<'v, D: DocValue<'v>>(
             }
         }
         Expr::Cast { expr, to } => cast(eval(expr, row)?, *to)?,
-        Expr::Call { func: ScalarFunc::Coalesce, args } => {
-            for arg in args {
-                let v = eval(arg, row)?;
-                if !matches!(v, Value::Null) {
-                    return Ok(v);
-                }
-            }
-            Value::Null
-        }
-        Expr::Call { func, args } => match args.first() {
-            Some(arg) => text_function(*func, eval(arg, row)?)?,
-            None => Value::Null,
-        },
+        Expr::Call { func, args } => call(*func, args, row)?,
         Expr::Case { operand, whens, otherwise } => {
             match case_branch(operand.as_deref(), whens, otherwise.as_deref(), row)? {
                 Some(e) => eval(e, row)?,
@@ -862,23 +850,38 @@ fn case_branch<'v, D: DocValue<'v>>(
     Ok(otherwise)
 }
 
-/// `lower`, `upper` and `length` over the text form of a value (`cast` to text: a string as
-/// it is, a number or boolean as PostgreSQL prints it); NULL gives NULL.
-fn text_function<'v, D: DocValue<'v>>(
+/// A scalar function over `row`. `coalesce`: the first argument that is not NULL. `lower`,
+/// `upper` and `length`: over the text form of their argument (`cast` to text: a string as
+/// it is, a number or boolean as PostgreSQL prints it); NULL gives NULL. Out of `eval` so
+/// its locals stay out of the recursive frame.
+#[inline(never)]
+fn call<'v, D: DocValue<'v>>(
     func: ScalarFunc,
-    v: Value<'v, D>,
+    args: &'v [Expr],
+    row: &Row<'v, D>,
 ) -> Result<Value<'v, D>, ExecError> {
+    let over_text: fn(&str) -> Value<'v, D> = match func {
+        ScalarFunc::Coalesce => {
+            for arg in args {
+                let v = eval(arg, row)?;
+                if !matches!(v, Value::Null) {
+                    return Ok(v);
+                }
+            }
+            return Ok(Value::Null);
+        }
+        ScalarFunc::Lower => |s| Value::Text(s.to_lowercase()),
+        ScalarFunc::Upper => |s| Value::Text(s.to_uppercase()),
+        ScalarFunc::Length => |s| Value::Int(i64::try_from(s.chars().count()).unwrap_or(i64::MAX)),
+    };
+    let v = match args.first() {
+        Some(arg) => eval(arg, row)?,
+        None => Value::Null,
+    };
     if matches!(v, Value::Null) {
         return Ok(Value::Null);
     }
-    let text = cast(v, SqlType::Text)?;
-    let Some(s) = text.as_str() else { return Ok(Value::Null) };
-    Ok(match func {
-        ScalarFunc::Lower => Value::Text(s.to_lowercase()),
-        ScalarFunc::Upper => Value::Text(s.to_uppercase()),
-        ScalarFunc::Length => Value::Int(i64::try_from(s.chars().count()).unwrap_or(i64::MAX)),
-        ScalarFunc::Coalesce => text,
-    })
+    Ok(cast(v, SqlType::Text)?.as_str().map_or(Value::Null, over_text))
 }
 
 /// Whether the filter holds for the row (NULL counts as false).
@@ -1039,12 +1042,7 @@ fn concat<'v, D: DocValue<'v>>(
     }
     let (l, r) = (cast(l, SqlType::Text)?, cast(r, SqlType::Text)?);
     Ok(match (l.as_str(), r.as_str()) {
-        (Some(a), Some(b)) => {
-            let mut joined = String::with_capacity(a.len() + b.len());
-            joined.push_str(a);
-            joined.push_str(b);
-            Value::Text(joined)
-        }
+        (Some(a), Some(b)) => Value::Text([a, b].concat()),
         _ => Value::Null,
     })
 }

@@ -968,8 +968,14 @@ impl ExprPlanner<'_> {
         if AggregateFunc::from_name(&name).is_some() {
             return unsupported(format!("aggregate function {name} in this position"));
         }
-        if let Some(func) = ScalarFunc::from_name(&name) {
-            let args = function_args(f)?
+        let scalar = ScalarFunc::from_name(&name);
+        let constant = constant_function(&name);
+        if scalar.is_none() && constant.is_none() && name != "id" {
+            return unsupported(format!("function {name}"));
+        }
+        let args = function_args(f)?;
+        if let Some(func) = scalar {
+            let args = args
                 .into_iter()
                 .map(|arg| match arg {
                     Some(e) => self.expr(e, depth + 1),
@@ -983,28 +989,35 @@ impl ExprPlanner<'_> {
             }
             return Ok(Expr::Call { func, args });
         }
-        if name == "version" && function_args(f)?.is_empty() {
-            // Drivers and tools ask it to learn the dialect: PostgreSQL's form first.
-            return Ok(Expr::Literal(Literal::Str(format!(
-                "PostgreSQL {} (Tessera {})",
-                crate::SERVER_VERSION,
-                env!("CARGO_PKG_VERSION")
-            ))));
+        if let Some(value) = constant {
+            if !args.is_empty() {
+                return unsupported(format!("function {name}"));
+            }
+            return Ok(Expr::Literal(Literal::Str(value)));
         }
-        if name == "current_schema" && function_args(f)?.is_empty() {
-            // One namespace, which `public.c` names (drivers ask on connect).
-            return Ok(Expr::Literal(Literal::Str("public".to_owned())));
-        }
-        if name != "id" {
-            return unsupported(format!("function {name}"));
-        }
-        if !function_args(f)?.is_empty() {
+        if !args.is_empty() {
             return unsupported("id() with arguments");
         }
         if matches!(self.scope, Scope::Values) {
             return Err(PlanError::Invalid { what: "id() is not allowed in VALUES".to_owned() });
         }
         Ok(Expr::Id)
+    }
+}
+
+/// The value of a function without arguments that drivers and tools ask on connect, planned
+/// as a literal.
+fn constant_function(name: &str) -> Option<String> {
+    match name {
+        // The dialect, PostgreSQL's form first.
+        "version" => Some(format!(
+            "PostgreSQL {} (Tessera {})",
+            crate::SERVER_VERSION,
+            env!("CARGO_PKG_VERSION")
+        )),
+        // One namespace, which `public.c` names.
+        "current_schema" => Some("public".to_owned()),
+        _ => None,
     }
 }
 
@@ -1486,9 +1499,8 @@ fn plan_query(q: &ast::Query) -> Result<Statement, PlanError> {
         None
     };
 
-    let shape = if let Some(group_exprs) = &distinct_by {
-        plan_aggregate_shape(&select.projection, group_exprs, &planner)?
-    } else if is_aggregate {
+    let shape = if is_aggregate || distinct_by.is_some() {
+        let group_exprs = distinct_by.as_deref().unwrap_or(group_exprs);
         plan_aggregate_shape(&select.projection, group_exprs, &planner)?
     } else {
         SelectShape::Rows { outputs: plan_projection_rows(&select.projection, &planner)? }
