@@ -38,9 +38,14 @@ fn texts(rows: &[Vec<Datum>]) -> Vec<String> {
         .collect()
 }
 
+/// A query's rows as text, in the order the query returns them.
+fn query_texts(c: &Cluster, sql: &str) -> Vec<String> {
+    texts(&c.query(sql).rows)
+}
+
 /// A query's rows as text, sorted (for results whose order the query leaves open).
 fn sorted_texts(c: &Cluster, sql: &str) -> Vec<String> {
-    let mut v = texts(&c.query(sql).rows);
+    let mut v = query_texts(c, sql);
     v.sort();
     v
 }
@@ -541,10 +546,14 @@ fn concatenation() {
     );
     assert!(r.columns.iter().all(|c| c.ty == SqlType::Text));
     assert_eq!(texts(&r.rows), ["orders/2-A:Rome|total 25.5|false!|NULL"]);
-    let r = c.query("SELECT id() || address.city FROM orders WHERE id() = 'orders/4-A'");
-    assert_eq!(texts(&r.rows), ["NULL"]);
-    let r = c.query("SELECT id() FROM orders WHERE address.city || '/' || total = 'Oslo/10'");
-    assert_eq!(texts(&r.rows), ["orders/1-A"]);
+    assert_eq!(
+        query_texts(&c, "SELECT id() || address.city FROM orders WHERE id() = 'orders/4-A'"),
+        ["NULL"]
+    );
+    assert_eq!(
+        query_texts(&c, "SELECT id() FROM orders WHERE address.city || '/' || total = 'Oslo/10'"),
+        ["orders/1-A"]
+    );
 }
 
 // Checks a parameter beside `||` is text (as PostgreSQL infers it) and an UPDATE stores the
@@ -617,14 +626,19 @@ fn scalar_functions() {
     let r = c.query("SELECT coalesce(paid, false) FROM orders WHERE id() = 'orders/2-A'");
     assert_eq!(r.columns.first().map(|c| c.ty), Some(SqlType::Text));
     assert_eq!(texts(&r.rows), ["false"]);
-    let r = c.query("SELECT upper('é' || address.city) FROM orders WHERE id() = 'orders/2-A'");
-    assert_eq!(texts(&r.rows), ["ÉROME"]);
-    let r = c.query("SELECT id() FROM orders WHERE lower(address.city) = 'oslo' ORDER BY id()");
-    assert_eq!(texts(&r.rows), ["orders/1-A", "orders/3-A"]);
-    let r = c.query("SELECT coalesce(nickname, name, 'anon') FROM users");
-    assert_eq!(texts(&r.rows), ["Ann"]);
-    let r = c.query("SELECT lower(address.city), count(*) FROM orders GROUP BY 1 ORDER BY 1");
-    assert_eq!(texts(&r.rows), ["oslo|2", "rome|1", "NULL|1"]);
+    assert_eq!(
+        query_texts(&c, "SELECT upper('é' || address.city) FROM orders WHERE id() = 'orders/2-A'"),
+        ["ÉROME"]
+    );
+    assert_eq!(
+        query_texts(&c, "SELECT id() FROM orders WHERE lower(address.city) = 'oslo' ORDER BY id()"),
+        ["orders/1-A", "orders/3-A"]
+    );
+    assert_eq!(query_texts(&c, "SELECT coalesce(nickname, name, 'anon') FROM users"), ["Ann"]);
+    assert_eq!(
+        query_texts(&c, "SELECT lower(address.city), count(*) FROM orders GROUP BY 1 ORDER BY 1"),
+        ["oslo|2", "rome|1", "NULL|1"]
+    );
 }
 
 // Checks a parameter inside lower() is text, and one inside coalesce() takes the type of a
@@ -664,10 +678,13 @@ fn case_expressions() {
             "orders/4-A|small|NULL|NULL|unpaid",
         ]
     );
-    let r = c.query(
-        "SELECT sum(CASE WHEN paid THEN 1 ELSE 0 END), count(*) FROM orders WHERE id() <> 'orders/4-A'",
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT sum(CASE WHEN paid THEN 1 ELSE 0 END), count(*) FROM orders WHERE id() <> 'orders/4-A'",
+        ),
+        ["1|3"]
     );
-    assert_eq!(texts(&r.rows), ["1|3"]);
     let mut f = MemFragment::default();
     f.put("c", "c/1", json!({"n": 5}));
     let Statement::Update(up) = one(
@@ -701,12 +718,16 @@ fn select_distinct() {
         Some(("Customer", SqlType::Json))
     );
     assert_eq!(texts(&r.rows), ["\"customers/1-A\"", "\"customers/6-A\""]);
-    let r = c.query("SELECT DISTINCT lower(address.city) AS city FROM orders ORDER BY city");
-    assert_eq!(texts(&r.rows), ["oslo", "rome", "NULL"]);
+    assert_eq!(
+        query_texts(&c, "SELECT DISTINCT lower(address.city) AS city FROM orders ORDER BY city"),
+        ["oslo", "rome", "NULL"]
+    );
     let r = c.query("SELECT DISTINCT paid, \"Customer\" FROM orders");
     assert_eq!(r.rows.len(), 4);
-    let r = c.query("SELECT DISTINCT \"Customer\" FROM orders ORDER BY 1 DESC LIMIT 1");
-    assert_eq!(texts(&r.rows), ["\"customers/6-A\""]);
+    assert_eq!(
+        query_texts(&c, "SELECT DISTINCT \"Customer\" FROM orders ORDER BY 1 DESC LIMIT 1"),
+        ["\"customers/6-A\""]
+    );
     assert_eq!(c.query("SELECT DISTINCT * FROM orders").rows.len(), 4);
     let Statement::Select(constant) = one("SELECT DISTINCT 1") else { panic!() };
     assert_eq!(query::exec::execute_constant(&constant).expect("evaluates").rows.len(), 1);
