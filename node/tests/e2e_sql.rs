@@ -315,6 +315,7 @@ async fn errors_carry_sqlstate_and_the_connection_survives() {
         (r#"INSERT INTO e VALUES ('y$', '{}')"#, "22023"),
         ("SELECT 1 / 0", "22012"),
         ("SHOW no_such_setting", "42704"),
+        ("SELECT a, count(*) FROM e", "42803"),
     ];
     for (sql, code) in cases {
         let simple = client.simple_query(sql).await.expect_err(sql);

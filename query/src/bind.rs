@@ -82,9 +82,13 @@ fn visit_select(s: &Select, visit: &mut dyn FnMut(&Expr, Hint)) {
     }
     match &s.shape {
         SelectShape::Rows { outputs } => outputs.iter().for_each(|o| visit(&o.expr, None)),
-        SelectShape::Aggregate { group_by, aggregates, .. } => {
+        SelectShape::Aggregate { group_by, aggregates, outputs, having } => {
             group_by.iter().for_each(|g| visit(g, None));
             aggregates.iter().filter_map(|a| a.arg.as_ref()).for_each(|a| visit(a, None));
+            outputs.iter().for_each(|o| visit(&o.expr, None));
+            if let Some(h) = having {
+                visit(h, Some(SqlType::Bool));
+            }
         }
     }
     for key in &s.order_by {
@@ -109,6 +113,10 @@ fn sibling_type(e: &Expr) -> Hint {
         Expr::Literal(Literal::Float(_)) => Some(SqlType::Float8),
         Expr::Literal(Literal::Bool(_)) => Some(SqlType::Bool),
         Expr::Literal(Literal::Json(_)) => Some(SqlType::Json),
+        // A count or sum types its parameter (`HAVING count(*) > $1`); a field's key does not.
+        Expr::GroupKey { ty, .. } | Expr::AggregateResult { ty, .. } if *ty != SqlType::Json => {
+            Some(*ty)
+        }
         _ => None,
     }
 }
@@ -180,7 +188,12 @@ fn infer(e: &Expr, hint: Hint, note: &mut dyn FnMut(usize, Hint)) {
             }
             results().for_each(|r| infer(r, from_results, note));
         }
-        Expr::Literal(_) | Expr::Id | Expr::Field(_) | Expr::Excluded(_) => {}
+        Expr::Literal(_)
+        | Expr::Id
+        | Expr::Field(_)
+        | Expr::Excluded(_)
+        | Expr::GroupKey { .. }
+        | Expr::AggregateResult { .. } => {}
     }
 }
 
@@ -311,17 +324,23 @@ impl Binder<'_> {
         s.filter = self.opt(s.filter)?;
         s.shape = match s.shape {
             SelectShape::Rows { outputs } => SelectShape::Rows { outputs: self.outputs(outputs)? },
-            SelectShape::Aggregate { group_by, aggregates, outputs } => SelectShape::Aggregate {
-                group_by: group_by.into_iter().map(|g| self.expr(g)).collect::<Result<_, _>>()?,
-                aggregates: aggregates
-                    .into_iter()
-                    .map(|mut a| {
-                        a.arg = self.opt(a.arg)?;
-                        Ok(a)
-                    })
-                    .collect::<Result<_, PlanError>>()?,
-                outputs,
-            },
+            SelectShape::Aggregate { group_by, aggregates, outputs, having } => {
+                SelectShape::Aggregate {
+                    group_by: group_by
+                        .into_iter()
+                        .map(|g| self.expr(g))
+                        .collect::<Result<_, _>>()?,
+                    aggregates: aggregates
+                        .into_iter()
+                        .map(|mut a| {
+                            a.arg = self.opt(a.arg)?;
+                            Ok(a)
+                        })
+                        .collect::<Result<_, PlanError>>()?,
+                    outputs: self.outputs(outputs)?,
+                    having: self.opt(having)?,
+                }
+            }
         };
         s.order_by = s
             .order_by

@@ -70,6 +70,14 @@ pub enum PlanError {
         /// Router's reason.
         source: router::ConfigError,
     },
+    /// An aggregate query reads a column (or `id()`) outside GROUP BY and aggregate calls.
+    #[error(
+        "column {column} must appear in the GROUP BY clause or be used in an aggregate function"
+    )]
+    NotGrouped {
+        /// The column as planned (`a.b`, `id()`).
+        column: String,
+    },
     /// The statement names something the plan needs but does not have (a column, an alias).
     #[error("{what}")]
     Invalid {
@@ -93,6 +101,8 @@ pub enum PlanErrorCategory {
     BadParameter,
     /// 42804
     TypeMismatch,
+    /// 42803
+    Grouping,
     /// 22P02
     InvalidLiteral,
     /// 22023 (invalid parameter value)
@@ -111,6 +121,7 @@ impl PlanError {
             PlanError::LimitExceeded { .. } => PlanErrorCategory::LimitExceeded,
             PlanError::BadParameter { .. } => PlanErrorCategory::BadParameter,
             PlanError::TypeMismatch { .. } => PlanErrorCategory::TypeMismatch,
+            PlanError::NotGrouped { .. } => PlanErrorCategory::Grouping,
             PlanError::InvalidLiteral { .. } => PlanErrorCategory::InvalidLiteral,
             PlanError::InvalidSharding { .. } => PlanErrorCategory::InvalidSharding,
             PlanError::Invalid { .. } => PlanErrorCategory::Invalid,

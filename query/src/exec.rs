@@ -592,7 +592,7 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
             }
             rows.into_iter().skip(skip).take(take).map(|r| r.values).collect()
         }
-        SelectShape::Aggregate { group_by, aggregates, outputs } => {
+        SelectShape::Aggregate { group_by, aggregates, outputs, having } => {
             let mut groups: BTreeMap<Vec<OrdDatum>, Vec<AggState>> = BTreeMap::new();
             for p in partials {
                 let PartialBody::Groups(gs) = p.body else {
@@ -624,32 +624,45 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
             if group_by.is_empty() && groups.is_empty() {
                 groups.insert(Vec::new(), aggregates.iter().map(AggState::new).collect());
             }
-            let mut rows = Vec::with_capacity(groups.len());
+            let mut rows: Vec<(Vec<Datum>, Vec<Datum>)> = Vec::with_capacity(groups.len());
             for (key, states) in groups {
-                let mut finished: Vec<Option<Datum>> = Vec::with_capacity(states.len());
+                let mut results = Vec::with_capacity(states.len());
                 for (s, a) in states.into_iter().zip(aggregates) {
-                    finished.push(Some(s.finish(a.ty)?));
+                    results.push(s.finish(a.ty)?);
                 }
-                let mut values = Vec::with_capacity(outputs.len());
-                for o in outputs {
-                    let d = match o.source {
-                        crate::plan::AggregateSource::Group(i) => key
-                            .get(i)
-                            .map_or(Ok(Datum::Null), |k| coerce(k.0.clone(), o.column.ty))?,
-                        crate::plan::AggregateSource::Aggregate(i) => {
-                            finished.get(i).cloned().flatten().unwrap_or(Datum::Null)
-                        }
-                    };
-                    values.push(d);
+                let group = GroupValues { key: &key, results: &results };
+                if let Some(h) = having
+                    && !group.matches(h)?
+                {
+                    continue;
                 }
-                rows.push(values);
+                let values = outputs
+                    .iter()
+                    .map(|o| group.datum(&o.expr, o.column.ty))
+                    .collect::<Result<Vec<_>, _>>()?;
+                // Sort keys that are no output column, evaluated per group.
+                let keys = select
+                    .order_by
+                    .iter()
+                    .filter_map(|k| match &k.target {
+                        OrderTarget::Output(_) => None,
+                        OrderTarget::Expr(e) => Some(group.natural(e)),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                rows.push((values, keys));
             }
             if !select.order_by.is_empty() {
                 // Stable: ties keep group-key order.
-                rows.sort_by(|a, b| {
+                rows.sort_by(|(a, a_keys), (b, b_keys)| {
+                    let mut extra = 0;
                     for key in &select.order_by {
-                        let OrderTarget::Output(i) = key.target else { continue };
-                        let o = cmp_key(key, a.get(i), b.get(i));
+                        let o = match key.target {
+                            OrderTarget::Output(i) => cmp_key(key, a.get(i), b.get(i)),
+                            OrderTarget::Expr(_) => {
+                                extra += 1;
+                                cmp_key(key, a_keys.get(extra - 1), b_keys.get(extra - 1))
+                            }
+                        };
                         if o != Ordering::Equal {
                             return o;
                         }
@@ -657,11 +670,66 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
                     Ordering::Equal
                 });
             }
-            rows.into_iter().skip(skip).take(take).collect()
+            rows.into_iter().skip(skip).take(take).map(|(values, _)| values).collect()
         }
     };
     Ok(ResultSet { columns, rows, rows_scanned })
 }
+
+/// One merged group: its GROUP BY keys and its aggregates' results, the values an aggregate
+/// query's outputs, HAVING and ORDER BY read ([`Expr::GroupKey`], [`Expr::AggregateResult`]).
+struct GroupValues<'g> {
+    key: &'g [OrdDatum],
+    results: &'g [Datum],
+}
+
+impl GroupValues<'_> {
+    fn value(&self, e: &Expr) -> Option<Datum> {
+        match e {
+            Expr::GroupKey { index, .. } => {
+                Some(self.key.get(*index).map_or(Datum::Null, |k| k.0.clone()))
+            }
+            Expr::AggregateResult { index, .. } => {
+                Some(self.results.get(*index).cloned().unwrap_or(Datum::Null))
+            }
+            _ => None,
+        }
+    }
+
+    /// `e` with this group's values put in as literals.
+    fn bound(&self, e: &Expr) -> Result<Expr, ExecError> {
+        e.clone().try_map(&mut |x| {
+            Ok(match self.value(&x) {
+                Some(d) => Expr::Literal(Literal::from_datum(d)),
+                None => x,
+            })
+        })
+    }
+
+    /// An output column of type `ty`.
+    fn datum(&self, e: &Expr, ty: SqlType) -> Result<Datum, ExecError> {
+        if let Some(d) = self.value(e) {
+            return coerce(d, ty);
+        }
+        let bound = self.bound(e)?;
+        eval(&bound, &NO_ROW)?.to_datum(ty)
+    }
+
+    /// A sort key.
+    fn natural(&self, e: &Expr) -> Result<Datum, ExecError> {
+        let bound = self.bound(e)?;
+        eval(&bound, &NO_ROW)?.to_natural_datum()
+    }
+
+    /// Whether HAVING keeps the group.
+    fn matches(&self, e: &Expr) -> Result<bool, ExecError> {
+        let bound = self.bound(e)?;
+        matches(&bound, &NO_ROW)
+    }
+}
+
+/// The row of an expression that reads no document.
+const NO_ROW: Row<'static, &'static serde_json::Value> = Row { id: "", doc: None, excluded: None };
 
 /// Evaluates a SELECT without FROM (`SELECT 1`, `SELECT 'x'::text AS a`): one row.
 pub fn execute_constant(select: &Select) -> Result<ResultSet, ExecError> {

@@ -17,8 +17,7 @@ use router::FragmentId;
 use router::prune::RoutePlan;
 
 use crate::plan::{
-    AggregateSource, Count, OnConflict, OrderKey, OrderTarget, OutputColumn, Select, SelectShape,
-    Statement,
+    Count, OnConflict, OrderKey, OrderTarget, OutputColumn, Select, SelectShape, Statement,
 };
 use crate::types::SqlType;
 
@@ -85,32 +84,33 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
                         .collect::<Vec<_>>()
                         .join(", ")
                 )),
-                SelectShape::Aggregate { group_by, aggregates, outputs } => {
+                SelectShape::Aggregate { group_by, aggregates, outputs, having } => {
+                    // Outputs, HAVING and ORDER BY name each group's values key1… and agg1….
                     if !group_by.is_empty() {
-                        lines.push(format!("  Group by: {}", join(group_by)));
+                        let keys: Vec<String> = group_by
+                            .iter()
+                            .enumerate()
+                            .map(|(i, g)| format!("key{} = {g}", i + 1))
+                            .collect();
+                        lines.push(format!("  Group by: {}", keys.join(", ")));
                     }
                     let aggs: Vec<String> = aggregates
                         .iter()
-                        .map(|a| match &a.arg {
-                            None => format!("{}(*)", a.func.name()),
-                            Some(arg) => format!("{}({arg})", a.func.name()),
+                        .enumerate()
+                        .map(|(i, a)| match &a.arg {
+                            None => format!("agg{} = {}(*)", i + 1, a.func.name()),
+                            Some(arg) => format!("agg{} = {}({arg})", i + 1, a.func.name()),
                         })
                         .collect();
                     lines.push(format!(
                         "  Aggregates: {} (partial per fragment, merged)",
                         aggs.join(", ")
                     ));
-                    let outs: Vec<String> = outputs
-                        .iter()
-                        .map(|o| match o.source {
-                            AggregateSource::Group(i) => {
-                                format!("{} (group key {})", o.column.name, i + 1)
-                            }
-                            AggregateSource::Aggregate(i) => {
-                                format!("{} (aggregate {})", o.column.name, i + 1)
-                            }
-                        })
-                        .collect();
+                    if let Some(h) = having {
+                        lines.push(format!("  Having: {h} (at merge)"));
+                    }
+                    let outs: Vec<String> =
+                        outputs.iter().map(|o| format!("{} = {}", o.column.name, o.expr)).collect();
                     lines.push(format!("  Output: {}", outs.join(", ")));
                 }
             }

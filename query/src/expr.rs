@@ -261,6 +261,21 @@ pub enum Expr {
     Field(FieldPath),
     /// A field of the row being inserted, in `ON CONFLICT … DO UPDATE` (`excluded.f`).
     Excluded(FieldPath),
+    /// In an aggregate query's select list, HAVING and ORDER BY: the group's value of the
+    /// n-th GROUP BY expression. Replaced by a literal per group before evaluation.
+    GroupKey {
+        /// Index into the GROUP BY list.
+        index: usize,
+        /// The key's type.
+        ty: SqlType,
+    },
+    /// Like [`Expr::GroupKey`]: the group's result of the n-th aggregate.
+    AggregateResult {
+        /// Index into the query's aggregates.
+        index: usize,
+        /// The aggregate's result type.
+        ty: SqlType,
+    },
     /// `NOT e`, `-e`
     Unary {
         /// The operator.
@@ -347,7 +362,13 @@ impl Expr {
     pub fn walk(&self, visit: &mut dyn FnMut(&Expr)) {
         visit(self);
         match self {
-            Expr::Literal(_) | Expr::Param(_) | Expr::Id | Expr::Field(_) | Expr::Excluded(_) => {}
+            Expr::Literal(_)
+            | Expr::Param(_)
+            | Expr::Id
+            | Expr::Field(_)
+            | Expr::Excluded(_)
+            | Expr::GroupKey { .. }
+            | Expr::AggregateResult { .. } => {}
             Expr::Unary { expr, .. } | Expr::IsNull { expr, .. } | Expr::Cast { expr, .. } => {
                 expr.walk(visit)
             }
@@ -397,7 +418,9 @@ impl Expr {
             | Expr::Param(_)
             | Expr::Id
             | Expr::Field(_)
-            | Expr::Excluded(_)) => e,
+            | Expr::Excluded(_)
+            | Expr::GroupKey { .. }
+            | Expr::AggregateResult { .. }) => e,
             Expr::Unary { op, expr } => Expr::Unary { op, expr: Box::new(expr.try_map(f)?) },
             Expr::IsNull { expr, negated } => {
                 Expr::IsNull { expr: Box::new(expr.try_map(f)?), negated }
@@ -456,6 +479,8 @@ impl fmt::Display for Expr {
             Expr::Id => f.write_str("id()"),
             Expr::Field(p) => write!(f, "{p}"),
             Expr::Excluded(p) => write!(f, "excluded.{p}"),
+            Expr::GroupKey { index, .. } => write!(f, "key{}", index + 1),
+            Expr::AggregateResult { index, .. } => write!(f, "agg{}", index + 1),
             Expr::Unary { op: UnaryOp::Not, expr } => write!(f, "(NOT {expr})"),
             Expr::Unary { op: UnaryOp::Neg, expr } => write!(f, "(-{expr})"),
             Expr::Binary { op, left, right } => write!(f, "({left} {} {right})", op.symbol()),
@@ -695,6 +720,10 @@ pub fn eval<'v, D: DocValue<'v>>(
     Ok(match expr {
         Expr::Literal(l) => Value::from_literal(l),
         Expr::Param(i) => return Err(ExecError::UnboundParameter { index: i + 1 }),
+        // Replaced per group at merge (`exec::group_values`); never seen by a fragment.
+        Expr::GroupKey { .. } | Expr::AggregateResult { .. } => {
+            return Err(ExecError::PartialMismatch { what: "a group value outside its group" });
+        }
         Expr::Id => Value::Str(row.id),
         Expr::Field(path) => match row.doc.and_then(|d| d.path(path.steps())) {
             Some(d) => Value::from_doc(d),

@@ -6,6 +6,7 @@
 //! top-level field and dotted names walk objects. When the FROM clause gives the collection
 //! an alias (`FROM users u`), a leading `u.` on a column is the alias and is dropped.
 
+use std::cell::RefCell;
 use std::fmt;
 
 use router::ShardingConfig;
@@ -241,12 +242,7 @@ pub struct Select {
 impl Select {
     /// The result's columns.
     pub fn columns(&self) -> Vec<OutputColumn> {
-        match &self.shape {
-            SelectShape::Rows { outputs } => outputs.iter().map(|o| o.column.clone()).collect(),
-            SelectShape::Aggregate { outputs, .. } => {
-                outputs.iter().map(|o| o.column.clone()).collect()
-            }
-        }
+        self.shape.outputs().iter().map(|o| o.column.clone()).collect()
     }
 }
 
@@ -264,9 +260,22 @@ pub enum SelectShape {
         group_by: Vec<Expr>,
         /// The aggregates computed per group.
         aggregates: Vec<Aggregate>,
-        /// The projection, each column a group key or an aggregate.
-        outputs: Vec<AggregateOutput>,
+        /// The projection: expressions over the group's keys and aggregate results
+        /// ([`Expr::GroupKey`], [`Expr::AggregateResult`]) and constants.
+        outputs: Vec<Output>,
+        /// HAVING, over the same values as `outputs`: groups for which it is not true are
+        /// left out.
+        having: Option<Expr>,
     },
+}
+
+impl SelectShape {
+    /// The output columns.
+    pub fn outputs(&self) -> &[Output] {
+        match self {
+            SelectShape::Rows { outputs } | SelectShape::Aggregate { outputs, .. } => outputs,
+        }
+    }
 }
 
 /// An aggregate function.
@@ -317,24 +326,6 @@ pub struct Aggregate {
     pub arg: Option<Expr>,
     /// The result type.
     pub ty: SqlType,
-}
-
-/// Where an aggregate query's output column comes from.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum AggregateSource {
-    /// The n-th GROUP BY expression.
-    Group(usize),
-    /// The n-th aggregate.
-    Aggregate(usize),
-}
-
-/// An output column of an aggregate query.
-#[derive(Clone, PartialEq, Debug)]
-pub struct AggregateOutput {
-    /// Name and type.
-    pub column: OutputColumn,
-    /// Its source.
-    pub source: AggregateSource,
 }
 
 /// One ORDER BY key.
@@ -738,10 +729,55 @@ enum Scope<'s> {
     Values,
     /// `ON CONFLICT DO UPDATE`: fields of the existing document, `excluded.f` the new row.
     Upsert,
+    /// An aggregate query's select list, HAVING and ORDER BY: values of the group.
+    Group(&'s GroupScope<'s>),
 }
 
+#[derive(Clone, Copy)]
 struct ExprPlanner<'s> {
     scope: Scope<'s>,
+}
+
+/// What an aggregate query's select list, HAVING and ORDER BY read, as in PostgreSQL: an
+/// aggregate call becomes [`Expr::AggregateResult`] (each distinct call computed once), an
+/// expression equal to a GROUP BY expression [`Expr::GroupKey`], and an expression that reads
+/// no document stays as it is; anything else that reads the document is an error.
+struct GroupScope<'s> {
+    /// Plans GROUP BY expressions and aggregate arguments.
+    doc: ExprPlanner<'s>,
+    group_by: Vec<Expr>,
+    aggregates: RefCell<Vec<Aggregate>>,
+}
+
+impl GroupScope<'_> {
+    /// `e` as a value of the group, or `None` when its parts must be resolved one by one.
+    #[inline(never)]
+    fn resolve(&self, e: &ast::Expr, depth: usize) -> Result<Option<Expr>, PlanError> {
+        if let Some(agg) = as_aggregate(e, &self.doc, depth)? {
+            let ty = agg.ty;
+            let mut aggregates = self.aggregates.borrow_mut();
+            let index = match aggregates.iter().position(|a| *a == agg) {
+                Some(i) => i,
+                None => {
+                    aggregates.push(agg);
+                    aggregates.len() - 1
+                }
+            };
+            return Ok(Some(Expr::AggregateResult { index, ty }));
+        }
+        if contains_aggregate(e) {
+            return Ok(None);
+        }
+        let planned = self.doc.expr(e, depth)?;
+        if let Some(index) = self.group_by.iter().position(|g| *g == planned) {
+            return Ok(Some(Expr::GroupKey { index, ty: expr_type(&planned, &[]) }));
+        }
+        let mut reads_document = false;
+        planned.walk(&mut |x| {
+            reads_document |= matches!(x, Expr::Id | Expr::Field(_) | Expr::Excluded(_))
+        });
+        Ok((!reads_document).then_some(planned))
+    }
 }
 
 impl ExprPlanner<'_> {
@@ -773,6 +809,10 @@ impl ExprPlanner<'_> {
                     Ok(Expr::Field(FieldPath::new(steps)))
                 }
             }
+            // Reached only for a field that is no GROUP BY expression (`GroupScope::resolve`).
+            Scope::Group(g) => {
+                Err(PlanError::NotGrouped { column: g.doc.path(idents)?.to_string() })
+            }
         }
     }
 
@@ -782,6 +822,11 @@ impl ExprPlanner<'_> {
     fn expr(&self, e: &ast::Expr, depth: usize) -> Result<Expr, PlanError> {
         if depth > EXPR_DEPTH_MAX {
             return Err(PlanError::TooDeep { limit: EXPR_DEPTH_MAX });
+        }
+        if let Scope::Group(g) = self.scope
+            && let Some(value) = g.resolve(e, depth)?
+        {
+            return Ok(value);
         }
         match e {
             ast::Expr::Identifier(ident) => self.path(std::slice::from_ref(ident)),
@@ -998,10 +1043,13 @@ impl ExprPlanner<'_> {
         if !args.is_empty() {
             return unsupported("id() with arguments");
         }
-        if matches!(self.scope, Scope::Values) {
-            return Err(PlanError::Invalid { what: "id() is not allowed in VALUES".to_owned() });
+        match self.scope {
+            Scope::Values => {
+                Err(PlanError::Invalid { what: "id() is not allowed in VALUES".to_owned() })
+            }
+            Scope::Group(_) => Err(PlanError::NotGrouped { column: "id()".to_owned() }),
+            Scope::Document { .. } | Scope::Upsert => Ok(Expr::Id),
         }
-        Ok(Expr::Id)
     }
 }
 
@@ -1230,6 +1278,7 @@ pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
         Expr::Literal(Literal::Json(_)) | Expr::Field(_) | Expr::Excluded(_) => SqlType::Json,
         Expr::Param(i) => params.get(*i).copied().flatten().unwrap_or(SqlType::Text),
         Expr::Cast { to, .. } => *to,
+        Expr::GroupKey { ty, .. } | Expr::AggregateResult { ty, .. } => *ty,
         Expr::Call { func: ScalarFunc::Lower | ScalarFunc::Upper, .. } => SqlType::Text,
         Expr::Call { func: ScalarFunc::Length, .. } => SqlType::Int8,
         Expr::Call { func: ScalarFunc::Coalesce, args } => common_type(args.iter(), params),
@@ -1307,7 +1356,12 @@ fn plan_projection_rows(
 }
 
 /// An aggregate call, when `e` is one.
-fn as_aggregate(e: &ast::Expr, planner: &ExprPlanner<'_>) -> Result<Option<Aggregate>, PlanError> {
+/// `e` as an aggregate call (its argument planned by `planner` at `depth + 1`), if it is one.
+fn as_aggregate(
+    e: &ast::Expr,
+    planner: &ExprPlanner<'_>,
+    depth: usize,
+) -> Result<Option<Aggregate>, PlanError> {
     let ast::Expr::Function(f) = e else {
         return Ok(None);
     };
@@ -1318,7 +1372,7 @@ fn as_aggregate(e: &ast::Expr, planner: &ExprPlanner<'_>) -> Result<Option<Aggre
     let args = function_args(f)?;
     let arg = match (func, args.as_slice()) {
         (AggregateFunc::Count, [None]) => None,
-        (_, [Some(a)]) => Some(planner.expr(a, 1)?),
+        (_, [Some(a)]) => Some(planner.expr(a, depth + 1)?),
         _ => return unsupported(format!("{name} with these arguments")),
     };
     // Aggregates inside aggregates are refused by the expression planner (it rejects
@@ -1343,27 +1397,51 @@ fn contains_aggregate(e: &ast::Expr) -> bool {
     contains_aggregate_within(e, 0)
 }
 
-/// Whether an aggregate call appears at the top of `e` or under operators and casts. Stops
-/// (answering false) past [`EXPR_DEPTH_MAX`]; the planner then refuses the depth itself.
+/// Whether an aggregate call appears anywhere in `e` that the expression planner reads.
+/// Stops (answering false) past [`EXPR_DEPTH_MAX`]; the planner then refuses the depth itself.
 fn contains_aggregate_within(e: &ast::Expr, depth: usize) -> bool {
     if depth > EXPR_DEPTH_MAX {
         return false;
     }
-    let contains_aggregate = |e: &ast::Expr| contains_aggregate_within(e, depth + 1);
+    let any = |e: &ast::Expr| contains_aggregate_within(e, depth + 1);
     match e {
-        ast::Expr::Function(f) => f
-            .name
-            .0
-            .last()
-            .and_then(|p| match p {
-                ast::ObjectNamePart::Identifier(i) => AggregateFunc::from_name(&ident_name(i)),
-                ast::ObjectNamePart::Function(_) => None,
-            })
-            .is_some(),
-        ast::Expr::Nested(inner) | ast::Expr::Cast { expr: inner, .. } => contains_aggregate(inner),
-        ast::Expr::UnaryOp { expr, .. } => contains_aggregate(expr),
-        ast::Expr::BinaryOp { left, right, .. } => {
-            contains_aggregate(left) || contains_aggregate(right)
+        ast::Expr::Function(f) => {
+            let aggregate = f
+                .name
+                .0
+                .last()
+                .and_then(|p| match p {
+                    ast::ObjectNamePart::Identifier(i) => AggregateFunc::from_name(&ident_name(i)),
+                    ast::ObjectNamePart::Function(_) => None,
+                })
+                .is_some();
+            aggregate
+                || match &f.args {
+                    ast::FunctionArguments::List(list) => list.args.iter().any(|a| match a {
+                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e))
+                        | ast::FunctionArg::Named { arg: ast::FunctionArgExpr::Expr(e), .. }
+                        | ast::FunctionArg::ExprNamed {
+                            arg: ast::FunctionArgExpr::Expr(e), ..
+                        } => any(e),
+                        _ => false,
+                    }),
+                    _ => false,
+                }
+        }
+        ast::Expr::Nested(inner)
+        | ast::Expr::Cast { expr: inner, .. }
+        | ast::Expr::UnaryOp { expr: inner, .. }
+        | ast::Expr::IsNull(inner)
+        | ast::Expr::IsNotNull(inner) => any(inner),
+        ast::Expr::BinaryOp { left, right, .. }
+        | ast::Expr::Like { expr: left, pattern: right, .. }
+        | ast::Expr::ILike { expr: left, pattern: right, .. } => any(left) || any(right),
+        ast::Expr::InList { expr, list, .. } => any(expr) || list.iter().any(any),
+        ast::Expr::Between { expr, low, high, .. } => any(expr) || any(low) || any(high),
+        ast::Expr::Case { operand, conditions, else_result, .. } => {
+            operand.as_deref().is_some_and(any)
+                || conditions.iter().any(|w| any(&w.condition) || any(&w.result))
+                || else_result.as_deref().is_some_and(any)
         }
         _ => false,
     }
@@ -1400,9 +1478,6 @@ fn plan_query(q: &ast::Query) -> Result<Statement, PlanError> {
     };
     if select.top.is_some() || select.into.is_some() || select.exclude.is_some() {
         return unsupported("TOP / INTO / EXCLUDE");
-    }
-    if select.having.is_some() {
-        return unsupported("HAVING");
     }
     if !select.lateral_views.is_empty()
         || select.prewhere.is_some()
@@ -1472,6 +1547,7 @@ fn plan_query(q: &ast::Query) -> Result<Statement, PlanError> {
         ast::GroupByExpr::All(_) => return unsupported("GROUP BY ALL"),
     };
     let is_aggregate = !group_exprs.is_empty()
+        || select.having.is_some()
         || select.projection.iter().any(|item| match item {
             ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } => {
                 contains_aggregate(e)
@@ -1499,15 +1575,31 @@ fn plan_query(q: &ast::Query) -> Result<Statement, PlanError> {
         None
     };
 
-    let shape = if is_aggregate || distinct_by.is_some() {
+    let (shape, order_by) = if is_aggregate || distinct_by.is_some() {
         let group_exprs = distinct_by.as_deref().unwrap_or(group_exprs);
-        plan_aggregate_shape(&select.projection, group_exprs, &planner)?
+        let group = GroupScope {
+            doc: planner,
+            group_by: plan_group_by(&select.projection, group_exprs, &planner)?,
+            aggregates: RefCell::default(),
+        };
+        let values = ExprPlanner { scope: Scope::Group(&group) };
+        let outputs = plan_projection_groups(&select.projection, &values)?;
+        let having = select.having.as_ref().map(|h| values.expr(h, 0)).transpose()?;
+        let order = OrderScope {
+            items: &select.projection,
+            outputs: &outputs,
+            distinct: distinct_by.is_some(),
+        };
+        let order_by = plan_order_by(q.order_by.as_ref(), &order, &values)?;
+        let GroupScope { group_by, aggregates, .. } = group;
+        let aggregates = aggregates.into_inner();
+        (SelectShape::Aggregate { group_by, aggregates, outputs, having }, order_by)
     } else {
-        SelectShape::Rows { outputs: plan_projection_rows(&select.projection, &planner)? }
+        let outputs = plan_projection_rows(&select.projection, &planner)?;
+        let order = OrderScope { items: &select.projection, outputs: &outputs, distinct: false };
+        let order_by = plan_order_by(q.order_by.as_ref(), &order, &planner)?;
+        (SelectShape::Rows { outputs }, order_by)
     };
-    let order =
-        OrderScope { items: &select.projection, shape: &shape, distinct: distinct_by.is_some() };
-    let order_by = plan_order_by(q.order_by.as_ref(), &order, &planner)?;
     let (limit, offset) = plan_limit(q.limit_clause.as_ref())?;
     if collection.is_none() && (!order_by.is_empty() || limit.is_some() || offset.is_some()) {
         return unsupported("ORDER BY, LIMIT or OFFSET without FROM");
@@ -1553,11 +1645,12 @@ fn plan_table_function(
     }
 }
 
-fn plan_aggregate_shape(
+/// GROUP BY's expressions; an item may name a select-list expression by position or alias.
+fn plan_group_by(
     items: &[ast::SelectItem],
     group_exprs: &[ast::Expr],
     planner: &ExprPlanner<'_>,
-) -> Result<SelectShape, PlanError> {
+) -> Result<Vec<Expr>, PlanError> {
     // GROUP BY may name a select-list item by position or alias.
     let mut group_by = Vec::new();
     for g in group_exprs {
@@ -1601,8 +1694,15 @@ fn plan_aggregate_shape(
         }
         group_by.push(planner.expr(resolved, 0)?);
     }
-    let mut aggregates: Vec<Aggregate> = Vec::new();
-    let mut outputs = Vec::new();
+    Ok(group_by)
+}
+
+/// An aggregate query's select list, each item an expression over the group's values.
+fn plan_projection_groups(
+    items: &[ast::SelectItem],
+    values: &ExprPlanner<'_>,
+) -> Result<Vec<Output>, PlanError> {
+    let mut outputs = Vec::with_capacity(items.len());
     for item in items {
         let (e, name) = match item {
             ast::SelectItem::UnnamedExpr(e) => (e, default_column_name(e)),
@@ -1614,45 +1714,17 @@ fn plan_aggregate_shape(
             }
             ast::SelectItem::ExprWithAliases { .. } => return unsupported("multiple aliases"),
         };
-        if let Some(agg) = as_aggregate(e, planner)? {
-            let ty = agg.ty;
-            let index = match aggregates.iter().position(|a| *a == agg) {
-                Some(i) => i,
-                None => {
-                    aggregates.push(agg);
-                    aggregates.len() - 1
-                }
-            };
-            outputs.push(AggregateOutput {
-                column: OutputColumn { name, ty },
-                source: AggregateSource::Aggregate(index),
-            });
-            continue;
-        }
-        if contains_aggregate(e) {
-            return unsupported("expressions over aggregate results");
-        }
-        let expr = planner.expr(e, 0)?;
-        let Some(index) = group_by.iter().position(|g| *g == expr) else {
-            return Err(PlanError::Invalid {
-                what: format!(
-                    "column {expr} must appear in the GROUP BY clause or be used in an aggregate function"
-                ),
-            });
-        };
-        outputs.push(AggregateOutput {
-            column: OutputColumn { name, ty: expr_type(&expr, &[]) },
-            source: AggregateSource::Group(index),
-        });
+        let expr = values.expr(e, 0)?;
+        outputs.push(Output { column: OutputColumn { name, ty: expr_type(&expr, &[]) }, expr });
     }
-    Ok(SelectShape::Aggregate { group_by, aggregates, outputs })
+    Ok(outputs)
 }
 
-/// What ORDER BY may name: the select list and the shape planned from it (`distinct`: a
+/// What ORDER BY may name: the select list and the outputs planned from it (`distinct`: a
 /// SELECT DISTINCT, whose keys must be in the select list).
 struct OrderScope<'a> {
     items: &'a [ast::SelectItem],
-    shape: &'a SelectShape,
+    outputs: &'a [Output],
     distinct: bool,
 }
 
@@ -1693,17 +1765,13 @@ fn order_target(
     scope: &OrderScope<'_>,
     planner: &ExprPlanner<'_>,
 ) -> Result<OrderTarget, PlanError> {
-    let OrderScope { items, shape, distinct } = *scope;
-    let output_count = match shape {
-        SelectShape::Rows { outputs } => outputs.len(),
-        SelectShape::Aggregate { outputs, .. } => outputs.len(),
-    };
+    let OrderScope { items, outputs, distinct } = *scope;
     // A position: ORDER BY 2.
     if let ast::Expr::Value(v) = e
         && let ast::Value::Number(n, _) = &v.value
     {
         return match n.parse::<usize>() {
-            Ok(p) if (1..=output_count).contains(&p) => Ok(OrderTarget::Output(p - 1)),
+            Ok(p) if (1..=outputs.len()).contains(&p) => Ok(OrderTarget::Output(p - 1)),
             _ => Err(PlanError::Invalid {
                 what: format!("ORDER BY position {n} is not in select list"),
             }),
@@ -1723,36 +1791,19 @@ fn order_target(
             }
         }
     }
-    match shape {
-        SelectShape::Rows { outputs } => {
-            let expr = planner.expr(e, 0)?;
-            match outputs.iter().position(|o| o.expr == expr) {
-                Some(i) => Ok(OrderTarget::Output(i)),
-                None => Ok(OrderTarget::Expr(expr)),
-            }
-        }
-        SelectShape::Aggregate { group_by, aggregates, outputs } => {
-            let found = if let Some(agg) = as_aggregate(e, planner)? {
-                aggregates.iter().position(|a| *a == agg).and_then(|ai| {
-                    outputs.iter().position(|o| o.source == AggregateSource::Aggregate(ai))
-                })
-            } else {
-                let expr = planner.expr(e, 0)?;
-                group_by.iter().position(|g| *g == expr).and_then(|gi| {
-                    outputs.iter().position(|o| o.source == AggregateSource::Group(gi))
-                })
-            };
-            found.map(OrderTarget::Output).ok_or_else(|| match distinct {
-                true => PlanError::Invalid {
-                    what:
-                        "for SELECT DISTINCT, ORDER BY expressions must appear in the select list"
-                            .to_owned(),
-                },
-                false => PlanError::unsupported(
-                    "ORDER BY in an aggregate query on something not in the select list",
-                ),
-            })
-        }
+    // An expression: an output's if one computes it, else its own (per document, or per
+    // group in an aggregate query).
+    let distinct_error = || PlanError::Invalid {
+        what: "for SELECT DISTINCT, ORDER BY expressions must appear in the select list".to_owned(),
+    };
+    let expr = match planner.expr(e, 0) {
+        Err(PlanError::NotGrouped { .. }) if distinct => return Err(distinct_error()),
+        planned => planned?,
+    };
+    match outputs.iter().position(|o| o.expr == expr) {
+        Some(i) => Ok(OrderTarget::Output(i)),
+        None if distinct => Err(distinct_error()),
+        None => Ok(OrderTarget::Expr(expr)),
     }
 }
 
@@ -2057,19 +2108,20 @@ mod tests {
         let s = select(
             "SELECT g AS k, count(*), count(*) AS again, max(v) FROM c GROUP BY 1 ORDER BY again DESC, k",
         );
-        let SelectShape::Aggregate { group_by, aggregates, outputs } = &s.shape else {
+        let SelectShape::Aggregate { group_by, aggregates, outputs, having: None } = &s.shape
+        else {
             panic!("aggregate")
         };
         assert_eq!(group_by.len(), 1);
         assert_eq!(aggregates.len(), 2, "count(*) is computed once");
-        assert_eq!(outputs[1].source, outputs[2].source);
+        assert_eq!(outputs[1].expr, outputs[2].expr);
         assert_eq!(s.order_by[0].target, OrderTarget::Output(2));
         assert!(s.order_by[0].descending);
         assert!(s.order_by[0].nulls_first, "DESC defaults to NULLS FIRST");
         assert_eq!(s.order_by[1].target, OrderTarget::Output(0));
         // A name that is no alias is a field, so `g` is then not grouped.
         let e = crate::parse("SELECT g, count(*) FROM c GROUP BY other").expect_err("not grouped");
-        assert!(matches!(e, PlanError::Invalid { .. }), "{e:?}");
+        assert!(matches!(e, PlanError::NotGrouped { .. }), "{e:?}");
     }
 
     // Checks literal planning: negative folding, big integers as floats, placeholders.

@@ -783,3 +783,95 @@ fn ilike_ignores_case() {
     };
     assert_eq!(s.filter.map(|f| f.to_string()).as_deref(), Some("(address.city NOT ILIKE 'a%')"));
 }
+
+// Checks aggregate queries compute over the group's values as PostgreSQL does: HAVING
+// (with and without GROUP BY), expressions over aggregates and over group keys in the select
+// list, ORDER BY an aggregate that is not selected, a HAVING parameter typed by its sibling,
+// and a document reference outside GROUP BY refused with 42803's error.
+#[test]
+fn having_and_expressions_over_groups() {
+    let c = cluster();
+    // c1: totals 10 and 7; c6: 25.5 and "n/a" (a string, not summed).
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT \"Customer\", count(*) FROM orders GROUP BY 1 HAVING sum(total) > 20"
+        ),
+        ["\"customers/6-A\"|2"]
+    );
+    let r = c.query(
+        "SELECT \"Customer\" AS c, sum(total) / count(*) AS per, max(total) IS NULL, 'x' \
+         FROM orders GROUP BY c ORDER BY per DESC",
+    );
+    let types: Vec<SqlType> = r.columns.iter().map(|c| c.ty).collect();
+    assert_eq!(types, [SqlType::Json, SqlType::Float8, SqlType::Bool, SqlType::Text]);
+    assert_eq!(texts(&r.rows), ["\"customers/6-A\"|12.75|f|x", "\"customers/1-A\"|8.5|f|x"]);
+    assert_eq!(
+        query_texts(&c, "SELECT \"Customer\" FROM orders GROUP BY 1 ORDER BY min(total) DESC"),
+        ["\"customers/6-A\"", "\"customers/1-A\""]
+    );
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT lower(address.city) || '!', count(*) * 10 FROM orders \
+             GROUP BY lower(address.city) ORDER BY 1",
+        ),
+        ["oslo!|20", "rome!|10", "NULL|10"]
+    );
+    assert_eq!(query_texts(&c, "SELECT count(*) FROM orders HAVING count(*) > 3"), ["4"]);
+    assert!(query_texts(&c, "SELECT count(*) FROM orders HAVING count(*) > 4").is_empty());
+    let having = one("SELECT paid FROM orders GROUP BY paid HAVING count(*) > $1 ORDER BY 1");
+    assert_eq!(param_types(&having), [Some(SqlType::Int8)]);
+    let Statement::Select(bound) = bind(&having, &[Datum::Int8(1)]).expect("binds") else {
+        panic!()
+    };
+    assert_eq!(texts(&c.select(&bound).rows), ["NULL"]);
+    for (sql, column) in [
+        ("SELECT \"Customer\" FROM orders GROUP BY 1 HAVING total > 5", "total"),
+        ("SELECT count(*) FROM orders HAVING id() = 'x'", "id()"),
+        ("SELECT paid, total + count(*) FROM orders GROUP BY paid", "total"),
+        ("SELECT paid FROM orders GROUP BY paid ORDER BY address.city", "address.city"),
+    ] {
+        match query::parse(sql) {
+            Err(query::PlanError::NotGrouped { column: got }) => assert_eq!(got, column, "{sql}"),
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+}
+
+// Checks EXPLAIN names an aggregate query's group values (key1…, agg1…) in its outputs,
+// HAVING and ORDER BY.
+#[test]
+fn explain_shows_group_values() {
+    let stmt =
+        one("SELECT \"Customer\" AS c, sum(total) / count(*) AS per FROM orders GROUP BY c \
+         HAVING count(*) > 1 ORDER BY max(total)");
+    let lines = query::explain(&stmt, None, None).join("\n");
+    for want in [
+        "Group by: key1 = \"Customer\"",
+        "Aggregates: agg1 = sum(total), agg2 = count(*), agg3 = max(total)",
+        "Having: (agg2 > 1) (at merge)",
+        "Output: c = key1, per = (agg1 / agg2)",
+        "Order by: agg3 ASC NULLS LAST",
+    ] {
+        assert!(lines.contains(want), "{want:?} not in:\n{lines}");
+    }
+}
+
+// Checks the deepest expression the planner accepts in HAVING and in an aggregate query's
+// select list plans (the group scope plans each level's subtree again to find GROUP BY
+// expressions), binds and evaluates per group on a test thread's stack; one level more is
+// refused as too deep.
+#[test]
+fn deepest_group_expressions_evaluate() {
+    let mut c = Cluster::new(2);
+    c.put("c", "c/1", json!({"a": 1}));
+    c.put("c", "c/2", json!({"a": 1}));
+    let depth = query::limits::EXPR_DEPTH_MAX - 2;
+    let chain = " + 1".repeat(depth);
+    let r = c.query(&format!("SELECT a{chain} FROM c GROUP BY a HAVING a{chain} > count(*)"));
+    assert_eq!(texts(&r.rows), [(depth + 1).to_string()]);
+    let too_deep =
+        format!("SELECT count(*) FROM c GROUP BY a HAVING a{} > 0", " + 1".repeat(depth + 10));
+    assert!(matches!(query::parse(&too_deep), Err(query::PlanError::TooDeep { .. })));
+}

@@ -252,6 +252,25 @@ fn ids(rows: &[Vec<Datum>]) -> Vec<String> {
         .collect()
 }
 
+/// The documents matching `p`, grouped by `g` (groups in the map's order, None first).
+fn groups_by_g<'d>(docs: &'d [Doc], p: &P) -> Vec<(Option<String>, Vec<&'d Doc>)> {
+    let mut groups: std::collections::BTreeMap<Option<String>, Vec<&Doc>> = Default::default();
+    for d in docs.iter().filter(|d| p.eval(d) == Some(true)) {
+        groups.entry(d.g.clone()).or_default().push(d);
+    }
+    groups.into_iter().collect()
+}
+
+/// Group keys in the query's ascending order: NULL last.
+fn cmp_g(x: &Option<String>, y: &Option<String>) -> Ordering {
+    match (x, y) {
+        (None, None) => Ordering::Equal,
+        (None, _) => Ordering::Greater,
+        (_, None) => Ordering::Less,
+        (Some(a), Some(b)) => a.cmp(b),
+    }
+}
+
 proptest! {
     // Filters: the set of matching ids equals the oracle's, on 1 and on k fragments.
     #[test]
@@ -322,18 +341,8 @@ proptest! {
         let multi = build(&docs, k).query(&sql);
         let single = build(&docs, 1).query(&sql);
         prop_assert_eq!(&multi, &single, "{}", sql);
-        let mut groups: std::collections::BTreeMap<Option<String>, Vec<&Doc>> = Default::default();
-        for d in docs.iter().filter(|d| p.eval(d) == Some(true)) {
-            groups.entry(d.g.clone()).or_default().push(d);
-        }
-        // BTreeMap puts None first; the query sorts NULL last.
-        let mut ordered: Vec<(Option<String>, Vec<&Doc>)> = groups.into_iter().collect();
-        ordered.sort_by(|(x, _), (y, _)| match (x, y) {
-            (None, None) => Ordering::Equal,
-            (None, _) => Ordering::Greater,
-            (_, None) => Ordering::Less,
-            (Some(a), Some(b)) => a.cmp(b),
-        });
+        let mut ordered = groups_by_g(&docs, &p);
+        ordered.sort_by(|(x, _), (y, _)| cmp_g(x, y));
         let want: Vec<Vec<Datum>> = ordered
             .into_iter()
             .map(|(g, ds)| {
@@ -349,6 +358,32 @@ proptest! {
                     min,
                     max,
                 ]
+            })
+            .collect();
+        prop_assert_eq!(&multi.rows, &want, "{}", sql);
+    }
+
+    // HAVING, an expression over an aggregate, and ORDER BY an aggregate that is not
+    // selected: equal over any number of fragments, and to the oracle's filtered groups
+    // ordered by how many non-NULL `a` each has (most first), then g.
+    #[test]
+    fn model_having(docs in arb_docs(), p in arb_pred(), k in 2u32..6, least in 1i64..4) {
+        let sql = format!(
+            "SELECT g, count(*) * 2 AS twice FROM c WHERE {} GROUP BY g HAVING count(*) >= {least} \
+             ORDER BY count(a) DESC, g",
+            p.sql()
+        );
+        let multi = build(&docs, k).query(&sql);
+        let single = build(&docs, 1).query(&sql);
+        prop_assert_eq!(&multi, &single, "{}", sql);
+        let non_null = |ds: &[&Doc]| ds.iter().filter(|d| !matches!(d.a, A::Missing | A::Null)).count();
+        let mut kept = groups_by_g(&docs, &p);
+        kept.retain(|(_, ds)| ds.len() as i64 >= least);
+        kept.sort_by(|(x, xs), (y, ys)| non_null(ys).cmp(&non_null(xs)).then_with(|| cmp_g(x, y)));
+        let want: Vec<Vec<Datum>> = kept
+            .into_iter()
+            .map(|(g, ds)| {
+                vec![g.map_or(Datum::Null, |g| Datum::Json(json!(g))), Datum::Int8(2 * ds.len() as i64)]
             })
             .collect();
         prop_assert_eq!(&multi.rows, &want, "{}", sql);

@@ -47,7 +47,6 @@ fn unsupported_constructs_are_named() {
     assert!(unsupported("SELECT DISTINCT ON (x) x FROM c").contains("DISTINCT ON"));
     assert!(unsupported("SELECT DISTINCT count(*) FROM c").contains("DISTINCT with aggregates"));
     assert!(unsupported("SELECT DISTINCT *, x FROM c").contains("DISTINCT with *"));
-    assert!(unsupported("SELECT x FROM c GROUP BY x HAVING count(*) > 1").contains("HAVING"));
     assert!(unsupported("SELECT initcap(x) FROM c").contains("function initcap"));
     assert!(unsupported("SELECT * FROM c WHERE x IN (SELECT y FROM d)").contains("subquery"));
     assert!(unsupported("WITH t AS (SELECT 1) SELECT * FROM t").contains("WITH"));
@@ -56,7 +55,7 @@ fn unsupported_constructs_are_named() {
     assert!(unsupported("SELECT * FROM c WHERE x ~ 'a'").contains("operator"));
     assert!(unsupported("DROP TABLE c").contains("DROP"));
     assert!(unsupported("UPDATE c SET id = 'x'").contains("id"));
-    assert!(unsupported("SELECT count(*) + 1 FROM c").contains("aggregate"));
+    assert!(unsupported("SELECT sum(count(*)) FROM c").contains("aggregate function count"));
     assert!(unsupported("CREATE TABLE c (a int)").contains("column definitions"));
     assert!(unsupported("SELECT * FROM generate_series(1, 3)").contains("generate_series"));
     assert_eq!(
@@ -89,7 +88,7 @@ fn system_catalogs_are_refused_by_name() {
 // Checks other planning errors: grouping, INSERT shape, negative LIMIT, bad json literal.
 #[test]
 fn invalid_statements() {
-    assert_eq!(err("SELECT a, count(*) FROM c").category(), PlanErrorCategory::Invalid);
+    assert_eq!(err("SELECT a, count(*) FROM c").category(), PlanErrorCategory::Grouping);
     assert_eq!(err("SELECT * FROM c GROUP BY a").category(), PlanErrorCategory::Invalid);
     assert_eq!(err("INSERT INTO c VALUES ('a')").category(), PlanErrorCategory::Invalid);
     assert_eq!(err("INSERT INTO c (a, b) VALUES (1, 2)").category(), PlanErrorCategory::Invalid);

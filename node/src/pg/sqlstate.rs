@@ -111,6 +111,8 @@ impl SqlState {
     pub const CHECK_VIOLATION: SqlState = SqlState::of(b"23514");
     /// 42804 datatype_mismatch.
     pub const DATATYPE_MISMATCH: SqlState = SqlState::of(b"42804");
+    /// 42803 grouping_error: a column outside GROUP BY and aggregates in an aggregate query.
+    pub const GROUPING_ERROR: SqlState = SqlState::of(b"42803");
     /// 42P02 undefined_parameter: `$n` without a value.
     pub const UNDEFINED_PARAMETER: SqlState = SqlState::of(b"42P02");
     /// 42P07 duplicate_table: CREATE TABLE of a configured collection.
@@ -153,6 +155,7 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
             P::TooDeep | P::LimitExceeded => SqlState::PROGRAM_LIMIT_EXCEEDED,
             P::BadParameter => SqlState::INVALID_TEXT_REPRESENTATION,
             P::TypeMismatch => SqlState::DATATYPE_MISMATCH,
+            P::Grouping => SqlState::GROUPING_ERROR,
             P::InvalidLiteral => SqlState::INVALID_TEXT_REPRESENTATION,
             P::InvalidSharding | P::Invalid => SqlState::INVALID_PARAMETER_VALUE,
         },

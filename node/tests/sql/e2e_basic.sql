@@ -13,3 +13,4 @@ SELECT title || ' (' || year || ')' FROM books WHERE id() = 'books/1';
 SELECT upper(title), length(title), coalesce(subtitle, 'none') FROM books WHERE id() = 'books/1';
 SELECT DISTINCT year > 1900 FROM books ORDER BY 1;
 SELECT title FROM books WHERE title ILIKE 'd%';
+SELECT count(*), max(year)::int8 - min(year)::int8 AS span FROM books HAVING count(*) > 1;
