@@ -12,6 +12,14 @@ pub const SQL_BYTES_MAX: usize = 1 << 20;
 /// inside a 2 MiB test thread stack in debug builds.
 pub const SQL_RECURSION_MAX: usize = 48;
 
+/// Stack that sqlparser's recursive functions (`parse_subexpr`, `parse_query`,
+/// `parse_table_factor`, …, marked with the `recursive` crate) require to be left before they
+/// go on; with less they continue on a freshly allocated stack segment. The crate's default,
+/// 128 KiB, is less than one level of parenthesised FROM items takes in a debug build, so a
+/// fuzzed `FROM (((SELECT FROM ((((…` of about twenty levels overflowed a 2 MiB thread stack
+/// inside the recursion budget above.
+pub const SQL_PARSER_STACK_MIN: usize = 512 * 1024;
+
 /// Deepest chain of operator tokens (`+`, `=`, `AND`, `::`, …) in one expression, estimated
 /// per parenthesis level with commas starting fresh siblings. sqlparser builds chains of
 /// infix operators (`1+1+1+…`) in a loop, not by recursion, so its recursion limit does not

@@ -3,14 +3,15 @@
 //! The text is tokenized once; before parsing, operator tokens are counted against
 //! [`SQL_OPERATORS_MAX`] (sqlparser builds `1+1+1…` iteratively, so its recursion limit alone
 //! does not bound tree depth), then the tokens are parsed with the recursion limit
-//! [`SQL_RECURSION_MAX`].
+//! [`SQL_RECURSION_MAX`], sqlparser's recursive functions keeping [`SQL_PARSER_STACK_MIN`] of
+//! stack in reserve.
 
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::{Parser, ParserError};
 use sqlparser::tokenizer::{Token, Tokenizer};
 
 use crate::error::PlanError;
-use crate::limits::{SQL_BYTES_MAX, SQL_OPERATORS_MAX, SQL_RECURSION_MAX};
+use crate::limits::{SQL_BYTES_MAX, SQL_OPERATORS_MAX, SQL_PARSER_STACK_MIN, SQL_RECURSION_MAX};
 
 /// Parses SQL text into sqlparser statements (PostgreSQL dialect) within the crate's limits.
 pub(crate) fn parse_ast(sql: &str) -> Result<Vec<sqlparser::ast::Statement>, PlanError> {
@@ -29,6 +30,9 @@ pub(crate) fn parse_ast(sql: &str) -> Result<Vec<sqlparser::ast::Statement>, Pla
             limit: SQL_OPERATORS_MAX,
         });
     }
+    // A process-wide setting of the `recursive` crate, which only sqlparser uses here.
+    static STACK: std::sync::Once = std::sync::Once::new();
+    STACK.call_once(|| recursive::set_minimum_stack_size(SQL_PARSER_STACK_MIN));
     Parser::new(&dialect)
         .with_recursion_limit(SQL_RECURSION_MAX)
         .with_tokens_with_locations(tokens)

@@ -126,6 +126,30 @@ fn deep_nesting_is_an_error() {
     parse(&ok).expect("moderate nesting plans");
 }
 
+// Checks parenthesised FROM items nested inside the parser's recursion budget are an error on
+// a test thread's stack in a debug build (a fuzzed input of about twenty levels overflowed it
+// before sqlparser's recursive functions kept `SQL_PARSER_STACK_MIN` in reserve).
+#[test]
+fn nested_from_items_do_not_overflow_the_stack() {
+    let fuzzed = "SELECT ((((((((((a)))))))))) FROM(((SELECT  FROM(((((( ((((((((((a)))))))))) \
+                  FROM*((((((((((((";
+    assert_eq!(err(fuzzed).category(), PlanErrorCategory::Syntax);
+    for n in [10, 20, 30, 47] {
+        let nested = format!("SELECT * FROM {}SELECT * FROM c{}", "(".repeat(n), ")".repeat(n));
+        let e = err(&nested);
+        assert!(
+            matches!(e, PlanError::Unsupported { .. } | PlanError::TooDeep { .. }),
+            "{n}: {e:?}"
+        );
+        let joins = format!("SELECT * FROM {}a JOIN b ON true{}", "(".repeat(n), ")".repeat(n));
+        let e = err(&joins);
+        assert!(
+            matches!(e, PlanError::Unsupported { .. } | PlanError::TooDeep { .. }),
+            "{n}: {e:?}"
+        );
+    }
+}
+
 // Checks long infix chains (built iteratively by the parser) are bounded by the operator
 // limit, and that text beyond the byte limit is refused before tokenizing.
 #[test]
