@@ -74,5 +74,5 @@ fn psql_describe_names_the_missing_catalog() {
         stderr.contains("ERROR:  0A000: unsupported: the system catalog pg_catalog.pg_class"),
         "{stderr}"
     );
-    assert!(stderr.contains("SHOW FRAGMENTS and SHOW SHARDING"), "{stderr}");
+    assert!(stderr.contains("SHOW COLLECTIONS, SHOW SHARDING and SHOW FRAGMENTS"), "{stderr}");
 }

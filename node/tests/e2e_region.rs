@@ -236,7 +236,8 @@ async fn e2e_buffered_then_served_through_every_node() {
     let row = clients[0].query_one("SELECT count(*) FROM docs", &[]).await.unwrap();
     assert_eq!(row.get::<_, i64>(0), total - 1);
     // Inspection agrees from every node: documents per fragment (SHOW FRAGMENTS, remote ones
-    // asked from their owners) and per node (SHOW CLUSTER) add up to every document.
+    // asked from their owners), per node (SHOW CLUSTER) and per collection (SHOW COLLECTIONS,
+    // every owner asked; the proxy owns nothing) add up to every document.
     for c in &clients {
         let fragments = simple_rows(&c.simple_query("SHOW FRAGMENTS").await.unwrap());
         let docs: i64 =
@@ -247,6 +248,9 @@ async fn e2e_buffered_then_served_through_every_node() {
         let docs: i64 =
             members.iter().map(|r| r[10].as_deref().unwrap().parse::<i64>().unwrap()).sum();
         assert_eq!(docs, total - 1, "{members:?}");
+        let collections = simple_rows(&c.simple_query("SHOW COLLECTIONS").await.unwrap());
+        let want = [Some("docs".to_owned()), Some((total - 1).to_string()), None];
+        assert_eq!(collections, [want], "{collections:?}");
     }
 
     // A write over fragments of several nodes is a cross-node transaction of one statement,
@@ -316,6 +320,9 @@ async fn e2e_crashed_owner_is_unavailable_then_served_after_restart() {
     assert_eq!(support::sqlstate(&err), "08006", "{err}");
     let message = err.as_db_error().unwrap().message().to_owned();
     assert!(message.contains("node 2"), "{message}");
+    // SHOW COLLECTIONS still answers, with the counts unknown rather than this node's alone.
+    let collections = simple_rows(&c1.simple_query("SHOW COLLECTIONS").await.unwrap());
+    assert_eq!(collections, [[Some("notes".to_owned()), None, None]], "{collections:?}");
     second.start_again();
     let total = wait_for(&[&first, &second], "the owner back", || async {
         let rows = simple(&first, "SELECT count(*) FROM notes").await?;

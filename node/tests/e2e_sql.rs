@@ -383,3 +383,43 @@ async fn ids_match_in_any_case() {
     let n: i64 = client.query_one("SELECT count(*) FROM o", &[]).await.unwrap().get(0);
     assert_eq!(n, 0);
 }
+
+// Checks SHOW COLLECTIONS (and SHOW TABLES) lists every collection with documents, summed
+// over every executor's fragments, and every configured one, even empty, with its sharding
+// configuration; a collection whose last document is deleted leaves the list.
+#[tokio::test]
+async fn show_collections_lists_documents_and_configuration() {
+    let node = Node::start();
+    let client = node.connect().await;
+    for i in 0..40 {
+        client
+            .execute("INSERT INTO books VALUES ($1, '{}')", &[&format!("books/{i}")])
+            .await
+            .unwrap();
+    }
+    client.batch_execute(r#"INSERT INTO gone VALUES ('gone/1', '{}')"#).await.unwrap();
+    client
+        .batch_execute(r#"CREATE TABLE orders () WITH (sharding = '{"Fields":["Customer"]}')"#)
+        .await
+        .unwrap();
+    // Forty ids spread over every executor's fragments.
+    let fragments = simple_rows(&client.simple_query("SHOW FRAGMENTS").await.unwrap());
+    let holding = fragments.iter().filter(|r| r[3].as_deref() != Some("0")).count();
+    assert!(holding > 1, "{fragments:?}");
+    let show = |sql: &'static str| {
+        let client = &client;
+        async move { simple_rows(&client.simple_query(sql).await.unwrap()) }
+    };
+    let orders = r#"{"Fields":["Customer"],"Range":1,"Mutable":false}"#;
+    let want = vec![
+        vec![Some("books".to_owned()), Some("40".to_owned()), None],
+        vec![Some("gone".to_owned()), Some("1".to_owned()), None],
+        vec![Some("orders".to_owned()), Some("0".to_owned()), Some(orders.to_owned())],
+    ];
+    assert_eq!(show("SHOW COLLECTIONS").await, want);
+    assert_eq!(show("SHOW TABLES").await, want);
+    client.batch_execute("DELETE FROM gone WHERE id() = 'gone/1'").await.unwrap();
+    let names: Vec<Option<String>> =
+        show("SHOW COLLECTIONS").await.into_iter().map(|r| r[0].clone()).collect();
+    assert_eq!(names, [Some("books".to_owned()), Some("orders".to_owned())]);
+}

@@ -169,6 +169,7 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
             lines.push(format!("Alter sharding of {collection}"))
         }
         Statement::ShowFragments => lines.push("Show fragments".to_owned()),
+        Statement::ShowCollections => lines.push("Show collections".to_owned()),
         Statement::ShowSharding { .. } => lines.push("Show sharding".to_owned()),
         Statement::Show { name } => lines.push(format!("Show {name}")),
         Statement::Set { name, .. } => lines.push(format!("Set {name}")),

@@ -82,6 +82,9 @@ pub enum Statement {
     },
     /// `SHOW FRAGMENTS`
     ShowFragments,
+    /// `SHOW COLLECTIONS` (also `SHOW TABLES`): every collection that has documents or a
+    /// sharding configuration.
+    ShowCollections,
     /// `SHOW SHARDING [c]`
     ShowSharding {
         /// One collection, or every collection.
@@ -146,6 +149,7 @@ impl Statement {
             Statement::ShowSharding { collection } => collection.as_ref(),
             Statement::Explain { inner, .. } => inner.collection(),
             Statement::ShowFragments
+            | Statement::ShowCollections
             | Statement::Show { .. }
             | Statement::MoveFragment { .. }
             | Statement::SplitFragment { .. }
@@ -164,6 +168,7 @@ impl Statement {
     /// - EXPLAIN: `QUERY PLAN text`;
     /// - `verify_sharding`: `id text, reason text`;
     /// - SHOW FRAGMENTS: `fragment text, shards text, executor text, documents int8, bytes int8`;
+    /// - SHOW COLLECTIONS: `collection text, documents int8, sharding json`;
     /// - SHOW SHARDING: `collection text, sharding json`; `SHOW x`: `x text`.
     pub fn result_columns(&self) -> Option<Vec<OutputColumn>> {
         let col = |name: &str, ty| OutputColumn { name: name.to_owned(), ty };
@@ -185,6 +190,11 @@ impl Statement {
                 col("executor", SqlType::Text),
                 col("documents", SqlType::Int8),
                 col("bytes", SqlType::Int8),
+            ]),
+            Statement::ShowCollections => Some(vec![
+                col("collection", SqlType::Text),
+                col("documents", SqlType::Int8),
+                col("sharding", SqlType::Json),
             ]),
             Statement::ShowSharding { .. } => {
                 Some(vec![col("collection", SqlType::Text), col("sharding", SqlType::Json)])
@@ -484,7 +494,7 @@ fn is_catalog_schema(schema: &str) -> bool {
 fn catalog_refused(name: &ast::ObjectName) -> PlanError {
     PlanError::unsupported(format!(
         "the system catalog {name} (psql's \\d commands read it): Tessera keeps no catalogs; \
-         SHOW FRAGMENTS and SHOW SHARDING describe its data"
+         SHOW COLLECTIONS, SHOW SHARDING and SHOW FRAGMENTS describe its data"
     ))
 }
 
@@ -532,6 +542,10 @@ fn plan_statement(stmt: &ast::Statement) -> Result<Statement, PlanError> {
             Ok(Statement::Explain { analyze: *analyze, inner: Box::new(inner) })
         }
         ast::Statement::ShowVariable { variable } => plan_show(variable),
+        // MySQL's spelling, which newcomers type; any clause on it stays unsupported.
+        ast::Statement::ShowTables { .. } if stmt.to_string() == "SHOW TABLES" => {
+            Ok(Statement::ShowCollections)
+        }
         ast::Statement::StartTransaction { statements, .. } if statements.is_empty() => {
             Ok(Statement::Begin)
         }
@@ -597,6 +611,7 @@ fn plan_show(variable: &[ast::Ident]) -> Result<Statement, PlanError> {
     let names: Vec<String> = variable.iter().map(|i| i.value.to_lowercase()).collect();
     match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["fragments"] => Ok(Statement::ShowFragments),
+        ["collections"] => Ok(Statement::ShowCollections),
         ["sharding"] => Ok(Statement::ShowSharding { collection: None }),
         ["sharding", _] => Ok(Statement::ShowSharding {
             collection: variable.get(1).map(|i| CollectionName(ident_name(i))),

@@ -392,6 +392,15 @@ fn utility_statements() {
         matches!(one("SELECT * FROM verify_sharding('orders')"), Statement::VerifySharding { collection } if collection.as_str() == "orders")
     );
     assert_eq!(one("SHOW FRAGMENTS"), Statement::ShowFragments);
+    assert_eq!(one("SHOW COLLECTIONS"), Statement::ShowCollections);
+    assert_eq!(one("show tables"), Statement::ShowCollections);
+    assert!(query::parse("SHOW FULL TABLES").is_err(), "MySQL's clauses stay unsupported");
+    let columns = Statement::ShowCollections.result_columns().expect("rows");
+    let columns: Vec<(&str, SqlType)> = columns.iter().map(|c| (c.name.as_str(), c.ty)).collect();
+    assert_eq!(
+        columns,
+        [("collection", SqlType::Text), ("documents", SqlType::Int8), ("sharding", SqlType::Json)]
+    );
     assert_eq!(one("SHOW SHARDING"), Statement::ShowSharding { collection: None });
     assert_eq!(
         one("SHOW transaction_isolation"),

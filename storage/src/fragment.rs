@@ -1106,6 +1106,12 @@ impl Fragment {
         self.inner.st.borrow().index.collections().map(str::to_owned).collect()
     }
 
+    /// Collections that have documents, with how many each has here, sorted by name.
+    pub fn collection_docs(&self) -> Vec<(String, u64)> {
+        let st = self.inner.st.borrow();
+        st.index.collection_docs().map(|(c, n)| (c.to_owned(), n)).collect()
+    }
+
     /// Counters, including per-shard document counts and bytes.
     pub fn stats(&self) -> FragmentStats {
         let shards = self.inner.st.borrow().index.shards_in(ShardRange::ALL);

@@ -315,6 +315,12 @@ impl Index {
         self.collections.keys().map(|c| &**c)
     }
 
+    /// Collection names with their document counts, sorted by name (a collection whose last
+    /// document is removed leaves the index, so every count is at least one).
+    pub fn collection_docs(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.collections.iter().map(|(c, coll)| (&**c, coll.by_key.len() as u64))
+    }
+
     /// Per-shard counters of the shards in `range` that have documents, in shard order. Walks
     /// every shard with documents (a hash table: a write updates one counter without a tree
     /// descent over up to `SHARD_COUNT` shards).
@@ -387,7 +393,7 @@ mod tests {
     proptest! {
         // Against a map of (collection, key) to (shard, bytes): overwrites of the same and of
         // another size, moves to another shard, removals; then the counters, the per-shard
-        // counters and every scan form agree with the model.
+        // and per-collection counters and every scan form agree with the model.
         #[test]
         fn model_counters_and_scans(ops in proptest::collection::vec(op(), 0..200), from in 0u32..6, after in proptest::option::of((0u32..5, 0u8..8))) {
             let seg = segment();
@@ -415,6 +421,12 @@ mod tests {
             }
             prop_assert_eq!(index.docs(), model.len() as u64);
             prop_assert_eq!(index.live_bytes(), model.values().map(|v| v.1).sum::<u64>());
+            let mut per_collection: BTreeMap<&str, u64> = BTreeMap::new();
+            for (c, _) in model.keys() {
+                *per_collection.entry(c.as_str()).or_default() += 1;
+            }
+            let got: BTreeMap<&str, u64> = index.collection_docs().collect();
+            prop_assert_eq!(got, per_collection);
             let mut shards: BTreeMap<ShardId, ShardStats> = BTreeMap::new();
             for (s, bytes) in model.values() {
                 let st = shards.entry(shard(*s)).or_default();

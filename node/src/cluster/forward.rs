@@ -141,6 +141,15 @@ pub struct WirePartial {
     pub grouped: bool,
 }
 
+/// One collection's documents on the answering node, for SHOW COLLECTIONS.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct WireCollection {
+    /// The collection.
+    pub name: String,
+    /// Its live documents on that node.
+    pub documents: u64,
+}
+
 /// One fragment as SHOW FRAGMENTS shows it.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct WireFragment {
@@ -298,6 +307,9 @@ pub enum Share {
         /// The transaction id.
         txid: u64,
     },
+    /// The owner's documents per collection; answered with `Collections`. Added last, so
+    /// every older share keeps its encoding.
+    Collections,
 }
 
 /// A forwarded share.
@@ -362,6 +374,8 @@ pub enum Reply {
         /// COMMIT (else ABORT).
         commit: bool,
     },
+    /// The owner's documents per collection (collections it holds none of are absent).
+    Collections(Vec<WireCollection>),
 }
 
 /// Everything on a data connection.

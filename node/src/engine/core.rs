@@ -1172,6 +1172,18 @@ impl Core {
             .collect()
     }
 
+    /// Documents per collection over this executor's fragments (collections with none are
+    /// absent).
+    pub fn collection_docs(&self) -> BTreeMap<String, u64> {
+        let mut docs: BTreeMap<String, u64> = BTreeMap::new();
+        for f in self.fragments.borrow().values() {
+            for (collection, n) in f.collection_docs() {
+                *docs.entry(collection).or_default() += n;
+            }
+        }
+        docs
+    }
+
     /// Changes one collection's configuration durably and publishes the new catalog to every
     /// executor. Runs on executor 0 only, one change at a time. `decide` sees the current
     /// configuration and returns the entry to store (or why not).

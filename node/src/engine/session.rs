@@ -403,6 +403,11 @@ impl Session {
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("SHOW"))
             }
+            Statement::ShowCollections => {
+                let rows = self.collection_rows().await?;
+                write_rows(sink, &rows).await?;
+                Ok(CommandTag::new("SHOW"))
+            }
             Statement::ShowSharding { collection } => {
                 let catalog = self.core.shared().catalog();
                 let rows: Rows = catalog
@@ -410,9 +415,7 @@ impl Session {
                     .iter()
                     .filter(|(name, _)| collection.as_ref().is_none_or(|c| c.as_str() == *name))
                     .map(|(name, config)| {
-                        let json = serde_json::from_str(&config.to_json())
-                            .unwrap_or(serde_json::Value::Null);
-                        vec![Datum::Text(name.clone()), Datum::Json(json)]
+                        vec![Datum::Text(name.clone()), Datum::Json(config_json(config))]
                     })
                     .collect();
                 write_rows(sink, &rows).await?;
@@ -927,6 +930,14 @@ impl Session {
                     .collect(),
             ));
         }
+        if let Share::Collections = request.share {
+            let docs = self.local_collection_docs().await?;
+            return Ok(Reply::Collections(
+                docs.into_iter()
+                    .map(|(name, documents)| forward::WireCollection { name, documents })
+                    .collect(),
+            ));
+        }
         if let Share::TxnApply { target } = request.share {
             return self.apply_forwarded(&map, target).await;
         }
@@ -1058,7 +1069,9 @@ impl Session {
             | Share::TxnPrepare { .. }
             | Share::TxnFinish { .. }
             | Share::TxnDecide { .. } => Err(internal("commit share handled above")),
-            Share::Fragments => Err(internal("fragments share handled above")),
+            Share::Fragments | Share::Collections => {
+                Err(internal("fragments and collections shares handled above"))
+            }
         }
     }
 
@@ -2162,26 +2175,12 @@ impl Session {
         &self,
         map: &ShardMap,
     ) -> Result<BTreeMap<FragmentId, (u64, u64)>, EngineError> {
-        let shared = self.core.shared();
         let mut counts: BTreeMap<FragmentId, (u64, u64)> = BTreeMap::new();
         for r in self.fragment_rows().await? {
             counts.insert(r.fragment, (r.documents, r.bytes));
         }
-        let nodes: std::collections::BTreeSet<NodeId> =
-            map.fragments().iter().map(|f| f.owner().node).filter(|n| *n != shared.me).collect();
-        let mut asked = Vec::new();
-        for node in nodes {
-            let request = forward::Request {
-                epoch: map.epoch().0,
-                sql: String::new(),
-                index: 0,
-                params: Vec::new(),
-                share: Share::Fragments,
-            };
-            asked.push(glommio::spawn_local(forward::call(node.0, request, true)));
-        }
-        for task in asked {
-            if let Ok(Reply::Fragments(list)) = task.await {
+        for answer in self.ask_other_owners(map, &Share::Fragments).await {
+            if let Ok(Reply::Fragments(list)) = answer {
                 for f in list {
                     counts.insert(FragmentId::new(f.fragment), (f.documents, f.bytes));
                 }
@@ -2258,13 +2257,100 @@ impl Session {
             .collect::<Rows>())
     }
 
-    async fn fragment_rows(&self) -> Result<Vec<FragmentRow>, EngineError> {
-        let mut groups: BTreeMap<ExecutorIndex, Vec<()>> = BTreeMap::new();
-        for i in 0..self.ctx.mesh.len() {
-            groups.insert(ExecutorIndex::new(i), vec![()]);
+    /// Sends `share` (one that reads no SQL) to every other node owning fragments of `map`,
+    /// all at once; each node's answer, or why there is none.
+    async fn ask_other_owners(
+        &self,
+        map: &ShardMap,
+        share: &Share,
+    ) -> Vec<Result<Reply, RegionError>> {
+        let me = self.core.shared().me;
+        let nodes: BTreeSet<NodeId> =
+            map.fragments().iter().map(|f| f.owner().node).filter(|n| *n != me).collect();
+        let mut asked = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let request = forward::Request {
+                epoch: map.epoch().0,
+                sql: String::new(),
+                index: 0,
+                params: Vec::new(),
+                share: share.clone(),
+            };
+            asked.push(glommio::spawn_local(forward::call(node.0, request, true)));
         }
-        let rows = self
-            .fan_out(groups, &(), |core, (), _| async move { Ok(core.fragment_rows()) })
+        let mut answers = Vec::with_capacity(asked.len());
+        for task in asked {
+            answers.push(task.await);
+        }
+        answers
+    }
+
+    /// One unit of work for every executor of this node, for [`Session::fan_out`].
+    fn every_executor(&self) -> BTreeMap<ExecutorIndex, Vec<()>> {
+        (0..self.ctx.mesh.len()).map(|i| (ExecutorIndex::new(i), vec![()])).collect()
+    }
+
+    /// Documents per collection over every executor of this node.
+    async fn local_collection_docs(&self) -> Result<BTreeMap<String, u64>, EngineError> {
+        let per_executor =
+            self.fan_out(self.every_executor(), &(), |core, (), _| async move {
+                Ok(core.collection_docs())
+            })
+            .await?;
+        let mut docs: BTreeMap<String, u64> = BTreeMap::new();
+        for (collection, n) in per_executor.into_iter().flatten() {
+            *docs.entry(collection).or_default() += n;
+        }
+        Ok(docs)
+    }
+
+    /// SHOW COLLECTIONS: every collection with documents here or, on a cluster node, on any
+    /// node owning fragments (one forwarded request per node), and every configured one, with
+    /// its documents and sharding configuration (NULL: hashed by id). When a node does not
+    /// answer, every count is NULL (unknown), and a collection only it holds is missing.
+    async fn collection_rows(&self) -> Result<Rows, EngineError> {
+        let shared = Arc::clone(self.core.shared());
+        let mut docs = self.local_collection_docs().await?;
+        let mut complete = true;
+        if shared.clustered
+            && let Some(map) = shared.map()
+        {
+            for answer in self.ask_other_owners(&map, &Share::Collections).await {
+                match answer {
+                    Ok(Reply::Collections(list)) => {
+                        for c in list {
+                            *docs.entry(c.name).or_default() += c.documents;
+                        }
+                    }
+                    _ => complete = false,
+                }
+            }
+        }
+        let catalog = shared.catalog();
+        let configs = catalog.configs();
+        let names: BTreeSet<&String> = docs.keys().chain(configs.keys()).collect();
+        let rows = names
+            .into_iter()
+            .map(|name| {
+                let documents = match (complete, docs.get(name)) {
+                    (false, _) => Datum::Null,
+                    (true, n) => {
+                        Datum::Int8(i64::try_from(n.copied().unwrap_or(0)).unwrap_or(i64::MAX))
+                    }
+                };
+                let sharding =
+                    configs.get(name).map_or(Datum::Null, |c| Datum::Json(config_json(c)));
+                vec![Datum::Text(name.clone()), documents, sharding]
+            })
+            .collect();
+        Ok(rows)
+    }
+
+    async fn fragment_rows(&self) -> Result<Vec<FragmentRow>, EngineError> {
+        let rows =
+            self.fan_out(self.every_executor(), &(), |core, (), _| async move {
+                Ok(core.fragment_rows())
+            })
             .await?;
         let mut rows: Vec<FragmentRow> = rows.into_iter().flatten().collect();
         rows.sort_by_key(|r| r.fragment);
@@ -2551,6 +2637,7 @@ fn reply_error(reply: Reply) -> Result<u64, EngineError> {
         Reply::Partials(_)
         | Reply::Written { .. }
         | Reply::Fragments(_)
+        | Reply::Collections(_)
         | Reply::TxnRead { .. }
         | Reply::TxnShares(_)
         | Reply::Decided { .. }
@@ -2567,9 +2654,12 @@ fn internal(what: &'static str) -> EngineError {
 }
 
 fn entry_of(config: &router::ShardingConfig) -> CollectionEntry {
-    CollectionEntry {
-        sharding: serde_json::from_str(&config.to_json()).unwrap_or(serde_json::Value::Null),
-    }
+    CollectionEntry { sharding: config_json(config) }
+}
+
+/// A sharding configuration as the JSON SHOW SHARDING and SHOW COLLECTIONS show.
+fn config_json(config: &router::ShardingConfig) -> serde_json::Value {
+    serde_json::from_str(&config.to_json()).unwrap_or(serde_json::Value::Null)
 }
 
 fn collection_of(statement: &Statement) -> Option<&CollectionName> {
