@@ -912,6 +912,12 @@ impl ExprPlanner<'_> {
         depth: usize,
     ) -> Result<Expr, PlanError> {
         let op = match op {
+            ast::BinaryOperator::Arrow
+            | ast::BinaryOperator::LongArrow
+            | ast::BinaryOperator::HashArrow
+            | ast::BinaryOperator::HashLongArrow => {
+                return self.json_access(left, op, right, depth);
+            }
             ast::BinaryOperator::And => BinaryOp::And,
             ast::BinaryOperator::Or => BinaryOp::Or,
             ast::BinaryOperator::Eq => BinaryOp::Eq,
@@ -929,6 +935,49 @@ impl ExprPlanner<'_> {
             other => return unsupported(format!("operator {other}")),
         };
         Ok(Expr::Binary { op, left: self.sub(left, depth)?, right: self.sub(right, depth)? })
+    }
+
+    /// PostgreSQL's jsonb access on a field: `f -> 'k'` is the field `f.k` (json),
+    /// `f ->> 'k'` its text (`(f.k)::text`), and `#>` / `#>>` the same with a path array
+    /// (`f #> '{a,b}'`). Array indexes and other left operands are refused by name.
+    #[inline(never)]
+    fn json_access(
+        &self,
+        left: &ast::Expr,
+        op: &ast::BinaryOperator,
+        right: &ast::Expr,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        let by_path =
+            matches!(op, ast::BinaryOperator::HashArrow | ast::BinaryOperator::HashLongArrow);
+        let as_text =
+            matches!(op, ast::BinaryOperator::LongArrow | ast::BinaryOperator::HashLongArrow);
+        let key = match right {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::SingleQuotedString(s) => s,
+                ast::Value::Number(..) if !by_path => {
+                    return unsupported(format!("{op} with an array index"));
+                }
+                _ => return unsupported(format!("{op} with a key that is not a string literal")),
+            },
+            _ => return unsupported(format!("{op} with a key that is not a string literal")),
+        };
+        let keys = if by_path { text_array(key)? } else { vec![key.clone()] };
+        let (base, excluded) = match self.expr(left, depth + 1)? {
+            Expr::Field(path) => (path, false),
+            Expr::Excluded(path) => (path, true),
+            _ => return unsupported(format!("{op} on something other than a document field")),
+        };
+        let steps: Vec<String> = base.steps().iter().cloned().chain(keys).collect();
+        if steps.len() > PATH_STEPS_MAX {
+            return Err(PlanError::LimitExceeded {
+                what: "steps in a field path",
+                limit: PATH_STEPS_MAX,
+            });
+        }
+        let path = FieldPath::new(steps);
+        let field = if excluded { Expr::Excluded(path) } else { Expr::Field(path) };
+        Ok(if as_text { Expr::Cast { expr: Box::new(field), to: SqlType::Text } } else { field })
     }
 
     #[inline(never)]
@@ -1122,6 +1171,39 @@ fn expr_construct(e: &ast::Expr) -> String {
 }
 
 /// `'…'::json` of a literal is parsed at plan time so a malformed document is a plan error.
+/// The elements of a one-dimensional text array literal (`'{a,b,"c d"}'`), for `#>` paths.
+fn text_array(literal: &str) -> Result<Vec<String>, PlanError> {
+    let invalid = |reason: &str| PlanError::InvalidLiteral {
+        literal: literal.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let inner = literal
+        .trim()
+        .strip_prefix('{')
+        .and_then(|s| s.strip_suffix('}'))
+        .ok_or_else(|| invalid("a path is an array literal such as '{a,b}'"))?;
+    if inner.contains(['{', '}', '\\']) {
+        return Err(invalid("nested arrays and escapes are not supported in a path"));
+    }
+    if inner.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    inner
+        .split(',')
+        .map(|item| {
+            let item = item.trim();
+            match item.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
+                Some(quoted) if !quoted.contains('"') => Ok(quoted.to_owned()),
+                Some(_) => Err(invalid("a quote inside a quoted path element")),
+                None if item.is_empty() || item.contains('"') => {
+                    Err(invalid("an empty or partly quoted path element"))
+                }
+                None => Ok(item.to_owned()),
+            }
+        })
+        .collect()
+}
+
 fn fold_cast(inner: Expr, to: SqlType) -> Result<Expr, PlanError> {
     match (&inner, to) {
         (Expr::Literal(Literal::Str(s)), SqlType::Json) => match serde_json::from_str(s) {

@@ -884,3 +884,56 @@ fn deepest_group_expressions_evaluate() {
         format!("SELECT count(*) FROM c GROUP BY a HAVING a{} > 0", " + 1".repeat(depth + 10));
     assert!(matches!(query::parse(&too_deep), Err(query::PlanError::TooDeep { .. })));
 }
+
+// Checks PostgreSQL's jsonb access operators on fields: `->` is the nested field (json),
+// `->>` its text, `#>` / `#>>` the same by path array; they filter, group and type as the
+// dotted path and its `::text` cast do; array indexes, non-field operands and malformed
+// paths are refused by name.
+#[test]
+fn json_access_operators() {
+    let c = cluster();
+    let r = c.query(
+        "SELECT address->>'city', address->'city', address #>> '{city}', \"Customer\"->>'x', \
+         address->>'zip' FROM orders WHERE id() = 'orders/1-A'",
+    );
+    let types: Vec<SqlType> = r.columns.iter().map(|c| c.ty).collect();
+    assert_eq!(types, [SqlType::Text, SqlType::Json, SqlType::Text, SqlType::Text, SqlType::Text]);
+    assert_eq!(texts(&r.rows), ["Oslo|\"Oslo\"|Oslo|NULL|NULL"]);
+    assert_eq!(
+        query_texts(&c, "SELECT id() FROM orders WHERE address->>'city' = 'Oslo'"),
+        ["orders/1-A"]
+    );
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT lower(address->>'city') AS city, count(*) FROM orders GROUP BY 1 ORDER BY 1",
+        ),
+        ["oslo|2", "rome|1", "NULL|1"]
+    );
+    let mut nested = Cluster::new(2);
+    nested.put("c", "c/1", json!({"a": {"b": {"c": 5, "d": [1, 2]}}}));
+    assert_eq!(
+        query_texts(
+            &nested,
+            "SELECT a->'b'->>'c', a #> '{b, \"d\"}', (a #>> '{b,c}')::int8 + 1 FROM c"
+        ),
+        ["5|[1,2]|6"]
+    );
+    for (sql, construct) in [
+        ("SELECT tags->0 FROM c", "array index"),
+        ("SELECT '{\"a\": 1}'::json->'a' FROM c", "other than a document field"),
+        ("SELECT a->b FROM c", "not a string literal"),
+    ] {
+        match query::parse(sql) {
+            Err(query::PlanError::Unsupported { construct: got }) => {
+                assert!(got.contains(construct), "{sql}: {got}")
+            }
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+    for bad in
+        ["SELECT a #> 'b' FROM c", "SELECT a #> '{b,{c}}' FROM c", "SELECT a #> '{\"b}' FROM c"]
+    {
+        assert!(matches!(query::parse(bad), Err(query::PlanError::InvalidLiteral { .. })), "{bad}");
+    }
+}
