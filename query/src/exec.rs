@@ -16,7 +16,7 @@ use router::{ShardId, ShardRange};
 
 use crate::error::ExecError;
 use crate::expr::{BinaryOp, Expr, FieldPath, Literal, Row, Value, doc_to_json, eval, matches};
-use crate::limits::{GROUPS_MAX, RESULT_ROWS_MAX};
+use crate::limits::{DISTINCT_VALUES_MAX, GROUPS_MAX, RESULT_ROWS_MAX};
 use crate::plan::{
     Aggregate, AggregateFunc, Assignment, CollectionName, Count, Delete, Insert, InsertBody,
     OnConflict, OrderKey, OrderTarget, Output, OutputColumn, Select, SelectShape, Update,
@@ -122,6 +122,9 @@ pub struct GroupPartial {
 pub enum AggState {
     /// `count`
     Count(i64),
+    /// `count(DISTINCT e)`: the distinct values seen (canonical numbers); a query's sets
+    /// together hold at most [`DISTINCT_VALUES_MAX`] ([`DistinctBudget`]).
+    CountDistinct(BTreeSet<OrdDatum>),
     /// `sum` of `int8`
     SumInt(Option<i64>),
     /// `sum` of anything else (numbers only)
@@ -143,6 +146,7 @@ impl AggState {
     fn new(a: &Aggregate) -> AggState {
         match a.func {
             AggregateFunc::Count => AggState::Count(0),
+            AggregateFunc::CountDistinct => AggState::CountDistinct(BTreeSet::new()),
             AggregateFunc::Sum if a.ty == SqlType::Int8 => AggState::SumInt(None),
             AggregateFunc::Sum => AggState::SumFloat(None),
             AggregateFunc::Min => AggState::Min(None),
@@ -151,13 +155,17 @@ impl AggState {
         }
     }
 
-    /// Adds one value (`None` for `count(*)`'s row).
-    fn add<'v, D: DocValue<'v>>(&mut self, v: Option<&Value<'v, D>>) -> Result<(), ExecError> {
+    /// Adds one value (`None` for `count(*)`'s row). Returns how many values the state newly
+    /// holds (one for a value new to a `count(DISTINCT …)` set, else none).
+    fn add<'v, D: DocValue<'v>>(&mut self, v: Option<&Value<'v, D>>) -> Result<usize, ExecError> {
         let overflow = ExecError::Overflow { what: "sum" };
         match (self, v) {
             (AggState::Count(n), None) => *n = n.saturating_add(1),
             (_, Some(Value::Null)) => {}
             (AggState::Count(n), Some(_)) => *n = n.saturating_add(1),
+            (AggState::CountDistinct(seen), Some(v)) => {
+                return Ok(usize::from(seen.insert(OrdDatum(canonical(v.to_natural_datum()?)))));
+            }
             (AggState::SumInt(s), Some(Value::Int(i))) => {
                 *s = Some(s.unwrap_or(0).checked_add(*i).ok_or(overflow)?)
             }
@@ -184,13 +192,27 @@ impl AggState {
             // Only count(*) passes no value; other aggregates always have an argument.
             (_, None) => {}
         }
-        Ok(())
+        Ok(0)
     }
 
-    /// Folds another fragment's state for the same aggregate into this one.
-    fn combine(&mut self, other: AggState) -> Result<(), ExecError> {
+    /// Values a `count(DISTINCT …)` state holds (none for the others).
+    fn held(&self) -> usize {
+        match self {
+            AggState::CountDistinct(seen) => seen.len(),
+            _ => 0,
+        }
+    }
+
+    /// Folds another fragment's state for the same aggregate into this one. Returns how many
+    /// values this state newly holds (as [`AggState::add`]).
+    fn combine(&mut self, other: AggState) -> Result<usize, ExecError> {
         match (self, other) {
             (AggState::Count(a), AggState::Count(b)) => *a = a.saturating_add(b),
+            (AggState::CountDistinct(a), AggState::CountDistinct(b)) => {
+                let before = a.len();
+                a.extend(b);
+                return Ok(a.len() - before);
+            }
             (AggState::SumInt(a), AggState::SumInt(b)) => {
                 if let Some(b) = b {
                     *a = Some(
@@ -219,12 +241,15 @@ impl AggState {
             }
             _ => return Err(ExecError::PartialMismatch { what: "aggregate state kinds differ" }),
         }
-        Ok(())
+        Ok(0)
     }
 
     fn finish(self, ty: SqlType) -> Result<Datum, ExecError> {
         match self {
             AggState::Count(n) => Ok(Datum::Int8(n)),
+            AggState::CountDistinct(seen) => {
+                Ok(Datum::Int8(i64::try_from(seen.len()).unwrap_or(i64::MAX)))
+            }
             AggState::SumInt(s) => Ok(s.map_or(Datum::Null, Datum::Int8)),
             AggState::SumFloat(s) => Ok(s.map_or(Datum::Null, Datum::Float8)),
             AggState::Min(m) | AggState::Max(m) => m.map_or(Ok(Datum::Null), |d| coerce(d, ty)),
@@ -233,6 +258,26 @@ impl AggState {
                 Ok(if count == 0 { Datum::Null } else { Datum::Float8(sum / count as f64) })
             }
         }
+    }
+}
+
+/// The distinct values one query's `count(DISTINCT …)` states hold, over every group, kept
+/// within [`DISTINCT_VALUES_MAX`].
+#[derive(Default)]
+struct DistinctBudget {
+    held: usize,
+}
+
+impl DistinctBudget {
+    fn spend(&mut self, values: usize) -> Result<(), ExecError> {
+        self.held = self.held.saturating_add(values);
+        if self.held > DISTINCT_VALUES_MAX {
+            return Err(ExecError::LimitExceeded {
+                what: "distinct values held by count(DISTINCT …) in one query",
+                limit: DISTINCT_VALUES_MAX,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -515,6 +560,7 @@ pub fn execute_select<'s, S: FragmentSource>(
         }
         SelectShape::Aggregate { group_by, aggregates, .. } => {
             let mut groups: BTreeMap<Vec<OrdDatum>, Vec<AggState>> = BTreeMap::new();
+            let mut distinct = DistinctBudget::default();
             let scanned =
                 for_each_match(source, collection, select.filter.as_ref(), ranges, &mut |d| {
                     let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
@@ -529,10 +575,11 @@ pub fn execute_select<'s, S: FragmentSource>(
                         .entry(key)
                         .or_insert_with(|| aggregates.iter().map(AggState::new).collect());
                     for (state, agg) in states.iter_mut().zip(aggregates) {
-                        match &agg.arg {
+                        let new = match &agg.arg {
                             None => state.add::<S::Doc<'s>>(None)?,
                             Some(arg) => state.add(Some(&eval(arg, &row)?))?,
-                        }
+                        };
+                        distinct.spend(new)?;
                     }
                     Ok(ControlFlow::Continue(()))
                 })?;
@@ -594,6 +641,7 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
         }
         SelectShape::Aggregate { group_by, aggregates, outputs, having } => {
             let mut groups: BTreeMap<Vec<OrdDatum>, Vec<AggState>> = BTreeMap::new();
+            let mut distinct = DistinctBudget::default();
             for p in partials {
                 let PartialBody::Groups(gs) = p.body else {
                     return Err(ExecError::PartialMismatch {
@@ -607,7 +655,7 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
                     let key: Vec<OrdDatum> = g.key.into_iter().map(OrdDatum).collect();
                     if let Some(states) = groups.get_mut(&key) {
                         for (s, o) in states.iter_mut().zip(g.states) {
-                            s.combine(o)?;
+                            distinct.spend(s.combine(o)?)?;
                         }
                     } else {
                         if groups.len() >= GROUPS_MAX {
@@ -616,6 +664,7 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
                                 limit: GROUPS_MAX,
                             });
                         }
+                        distinct.spend(g.states.iter().map(AggState::held).sum())?;
                         groups.insert(key, g.states);
                     }
                 }
@@ -1109,6 +1158,27 @@ mod tests {
             Err(ExecError::PathConflict { .. })
         ));
         assert!(set_path(&mut doc, &path(&[]), json!(3)).is_err());
+    }
+
+    // Checks the distinct values of a query's count(DISTINCT …) states are counted once
+    // each, as added and as merged, and stop at DISTINCT_VALUES_MAX with a named limit.
+    #[test]
+    fn distinct_values_are_limited() {
+        let value = |i: usize| Value::<&serde_json::Value>::Int(i as i64);
+        let mut a = AggState::CountDistinct(BTreeSet::new());
+        let mut budget = DistinctBudget::default();
+        for i in 0..DISTINCT_VALUES_MAX {
+            budget.spend(a.add(Some(&value(i))).expect("adds")).expect("under the limit");
+        }
+        assert_eq!(a.add(Some(&value(0))), Ok(0), "a value already counted");
+        assert_eq!(a.add(Some(&Value::<&serde_json::Value>::Float(1.0))), Ok(0), "1.0 is 1");
+        let e = budget.spend(a.add(Some(&value(DISTINCT_VALUES_MAX))).expect("adds"));
+        assert!(matches!(e, Err(ExecError::LimitExceeded { limit: DISTINCT_VALUES_MAX, .. })));
+        let mut b = AggState::CountDistinct([OrdDatum(Datum::Int8(0))].into());
+        let twice = AggState::CountDistinct([0, 1, 2].map(|i| OrdDatum(Datum::Int8(i))).into());
+        assert_eq!(b.combine(twice), Ok(2));
+        assert_eq!(b.held(), 3);
+        assert_eq!(b.finish(SqlType::Int8), Ok(Datum::Int8(3)));
     }
 
     // Checks equal numbers get one spelling, and only where that is exact.

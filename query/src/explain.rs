@@ -17,7 +17,8 @@ use router::FragmentId;
 use router::prune::RoutePlan;
 
 use crate::plan::{
-    Count, OnConflict, OrderKey, OrderTarget, OutputColumn, Select, SelectShape, Statement,
+    AggregateFunc, Count, OnConflict, OrderKey, OrderTarget, OutputColumn, Select, SelectShape,
+    Statement,
 };
 use crate::types::SqlType;
 
@@ -97,9 +98,18 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
                     let aggs: Vec<String> = aggregates
                         .iter()
                         .enumerate()
-                        .map(|(i, a)| match &a.arg {
-                            None => format!("agg{} = {}(*)", i + 1, a.func.name()),
-                            Some(arg) => format!("agg{} = {}({arg})", i + 1, a.func.name()),
+                        .map(|(i, a)| {
+                            let distinct = if a.func == AggregateFunc::CountDistinct {
+                                "DISTINCT "
+                            } else {
+                                ""
+                            };
+                            match &a.arg {
+                                None => format!("agg{} = {}(*)", i + 1, a.func.name()),
+                                Some(arg) => {
+                                    format!("agg{} = {}({distinct}{arg})", i + 1, a.func.name())
+                                }
+                            }
                         })
                         .collect();
                     lines.push(format!(

@@ -44,6 +44,11 @@ pub const IN_LIST_MAX: usize = 10_000;
 /// Partial results cross executors as messages and are held in memory while merged.
 pub const RESULT_ROWS_MAX: usize = 1_000_000;
 
+/// Most distinct values the `count(DISTINCT e)` calls of one query hold over all groups
+/// (per fragment and merged): fragments send their sets whole, so the merge can count each
+/// value once, and this bounds that memory however many groups there are.
+pub const DISTINCT_VALUES_MAX: usize = 100_000;
+
 /// Most distinct groups one `GROUP BY` may produce (per fragment and merged).
 pub const GROUPS_MAX: usize = 100_000;
 

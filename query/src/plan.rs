@@ -293,6 +293,9 @@ impl SelectShape {
 pub enum AggregateFunc {
     /// `count(*)` / `count(e)` (non-NULL values)
     Count,
+    /// `count(DISTINCT e)`: distinct non-NULL values, as `=` tells them apart (`1` and
+    /// `1.0` are one value)
+    CountDistinct,
     /// `sum(e)` over numbers
     Sum,
     /// `min(e)`
@@ -318,7 +321,7 @@ impl AggregateFunc {
     /// The SQL name.
     pub fn name(self) -> &'static str {
         match self {
-            AggregateFunc::Count => "count",
+            AggregateFunc::Count | AggregateFunc::CountDistinct => "count",
             AggregateFunc::Sum => "sum",
             AggregateFunc::Min => "min",
             AggregateFunc::Max => "max",
@@ -1234,27 +1237,38 @@ fn function_name(f: &ast::Function) -> Result<String, PlanError> {
 
 /// The plain argument list of a call (`None` entries stand for `*`).
 fn function_args(f: &ast::Function) -> Result<Vec<Option<&ast::Expr>>, PlanError> {
+    match function_args_distinct(f)? {
+        (_, true) => unsupported("DISTINCT in a function call"),
+        (args, false) => Ok(args),
+    }
+}
+
+/// A call's arguments (`None` for `*`) and whether they are marked DISTINCT.
+fn function_args_distinct(f: &ast::Function) -> Result<(Vec<Option<&ast::Expr>>, bool), PlanError> {
     if !matches!(f.parameters, ast::FunctionArguments::None) {
         return unsupported("function parameters");
     }
     match &f.args {
-        ast::FunctionArguments::None => Ok(Vec::new()),
+        ast::FunctionArguments::None => Ok((Vec::new(), false)),
         ast::FunctionArguments::Subquery(_) => unsupported("subquery"),
         ast::FunctionArguments::List(list) => {
-            if list.duplicate_treatment.is_some() {
-                return unsupported("DISTINCT in a function call");
-            }
+            let distinct = match list.duplicate_treatment {
+                None | Some(ast::DuplicateTreatment::All) => false,
+                Some(ast::DuplicateTreatment::Distinct) => true,
+            };
             if !list.clauses.is_empty() {
                 return unsupported("clauses in a function call");
             }
-            list.args
+            let args = list
+                .args
                 .iter()
                 .map(|a| match a {
                     ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Ok(Some(e)),
                     ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard) => Ok(None),
                     _ => unsupported("named or qualified-wildcard function arguments"),
                 })
-                .collect()
+                .collect::<Result<_, _>>()?;
+            Ok((args, distinct))
         }
     }
 }
@@ -1452,7 +1466,6 @@ fn plan_projection_rows(
     Ok(outputs)
 }
 
-/// An aggregate call, when `e` is one.
 /// `e` as an aggregate call (its argument planned by `planner` at `depth + 1`), if it is one.
 fn as_aggregate(
     e: &ast::Expr,
@@ -1463,10 +1476,16 @@ fn as_aggregate(
         return Ok(None);
     };
     let name = function_name(f)?;
-    let Some(func) = AggregateFunc::from_name(&name) else {
+    let Some(mut func) = AggregateFunc::from_name(&name) else {
         return Ok(None);
     };
-    let args = function_args(f)?;
+    let (args, distinct) = function_args_distinct(f)?;
+    if distinct {
+        if func != AggregateFunc::Count {
+            return unsupported(format!("DISTINCT in {name}()"));
+        }
+        func = AggregateFunc::CountDistinct;
+    }
     let arg = match (func, args.as_slice()) {
         (AggregateFunc::Count, [None]) => None,
         (_, [Some(a)]) => Some(planner.expr(a, depth + 1)?),
@@ -1476,7 +1495,7 @@ fn as_aggregate(
     // aggregate names), so only the argument's type matters here.
     let arg_ty = arg.as_ref().map(|a| expr_type(a, &[]));
     let ty = match func {
-        AggregateFunc::Count => SqlType::Int8,
+        AggregateFunc::Count | AggregateFunc::CountDistinct => SqlType::Int8,
         AggregateFunc::Sum => {
             if arg_ty == Some(SqlType::Int8) {
                 SqlType::Int8

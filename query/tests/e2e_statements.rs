@@ -937,3 +937,39 @@ fn json_access_operators() {
         assert!(matches!(query::parse(bad), Err(query::PlanError::InvalidLiteral { .. })), "{bad}");
     }
 }
+
+// Checks count(DISTINCT e): NULLs skipped, equal numbers (`7` and `7.0`) one value, per
+// group and over fragments; EXPLAIN names it; DISTINCT in other aggregates is refused by
+// name.
+#[test]
+fn count_distinct() {
+    let mut c = cluster();
+    c.put("orders", "orders/5-A", json!({"Customer": "customers/1-A", "total": 7.0}));
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT count(DISTINCT \"Customer\"), count(DISTINCT total), count(DISTINCT paid), count(*) FROM orders",
+        ),
+        ["2|4|2|5"]
+    );
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT \"Customer\", count(DISTINCT total) AS n, count(total) FROM orders \
+             GROUP BY 1 HAVING count(DISTINCT total) > 1 ORDER BY n DESC",
+        ),
+        ["\"customers/1-A\"|2|3", "\"customers/6-A\"|2|2"]
+    );
+    let lines = query::explain(&one("SELECT count(DISTINCT a), count(a) FROM c"), None, None);
+    assert!(
+        lines.iter().any(|l| l.contains("agg1 = count(DISTINCT a), agg2 = count(a)")),
+        "{lines:?}"
+    );
+    match query::parse("SELECT sum(DISTINCT a) FROM c") {
+        Err(query::PlanError::Unsupported { construct }) => {
+            assert!(construct.contains("DISTINCT in sum()"), "{construct}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(query::parse("SELECT lower(DISTINCT a) FROM c").is_err());
+}

@@ -117,6 +117,9 @@ pub enum WireAgg {
         /// Count.
         count: i64,
     },
+    /// count(DISTINCT …): the distinct values seen, in order. Added last, so every older
+    /// state keeps its encoding.
+    CountDistinct(Vec<WireDatum>),
 }
 
 /// One group of an aggregate's partial result.
@@ -639,6 +642,9 @@ fn agg_to_wire(a: &AggState) -> WireAgg {
         AggState::Min(d) => WireAgg::Min(d.as_ref().map(datum_to_wire)),
         AggState::Max(d) => WireAgg::Max(d.as_ref().map(datum_to_wire)),
         AggState::Avg { sum, count } => WireAgg::Avg { sum: *sum, count: *count },
+        AggState::CountDistinct(seen) => {
+            WireAgg::CountDistinct(seen.iter().map(|v| datum_to_wire(&v.0)).collect())
+        }
     }
 }
 
@@ -650,6 +656,20 @@ fn agg_from_wire(a: WireAgg) -> Result<AggState, String> {
         WireAgg::Min(d) => AggState::Min(d.map(datum_from_wire).transpose()?),
         WireAgg::Max(d) => AggState::Max(d.map(datum_from_wire).transpose()?),
         WireAgg::Avg { sum, count } => AggState::Avg { sum, count },
+        WireAgg::CountDistinct(values) => {
+            if values.len() > query::limits::DISTINCT_VALUES_MAX {
+                return Err(format!(
+                    "{} distinct values in one count(DISTINCT …), over the limit of {}",
+                    values.len(),
+                    query::limits::DISTINCT_VALUES_MAX
+                ));
+            }
+            let seen = values
+                .into_iter()
+                .map(|d| datum_from_wire(d).map(query::types::OrdDatum))
+                .collect::<Result<_, _>>()?;
+            AggState::CountDistinct(seen)
+        }
     })
 }
 
@@ -1165,6 +1185,16 @@ mod tests {
                         AggState::Min(Some(Datum::Text("m".into()))),
                         AggState::Max(None),
                         AggState::Avg { sum: 3.5, count: 2 },
+                        AggState::CountDistinct(
+                            [
+                                Datum::Int8(1),
+                                Datum::Text("b".into()),
+                                Datum::Json(serde_json::json!([2])),
+                            ]
+                            .into_iter()
+                            .map(query::types::OrdDatum)
+                            .collect(),
+                        ),
                     ],
                 }]),
             },
