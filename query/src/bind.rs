@@ -166,9 +166,35 @@ fn infer(e: &Expr, hint: Hint, note: &mut dyn FnMut(usize, Hint)) {
             infer(expr, Some(SqlType::Text), note);
             infer(pattern, Some(SqlType::Text), note);
         }
-        Expr::Call { func: crate::expr::ScalarFunc::Coalesce, args } => {
+        Expr::Call {
+            func:
+                crate::expr::ScalarFunc::Coalesce
+                | crate::expr::ScalarFunc::NullIf
+                | crate::expr::ScalarFunc::Greatest
+                | crate::expr::ScalarFunc::Least,
+            args,
+        } => {
             let from_args = args.iter().find_map(sibling_type);
             args.iter().for_each(|arg| infer(arg, from_args, note));
+        }
+        // A number (substr: a text), then integers (round's digits, substr's positions).
+        Expr::Call {
+            func:
+                func @ (crate::expr::ScalarFunc::Abs
+                | crate::expr::ScalarFunc::Round
+                | crate::expr::ScalarFunc::Floor
+                | crate::expr::ScalarFunc::Ceil
+                | crate::expr::ScalarFunc::Substr),
+            args,
+        } => {
+            let first = if *func == crate::expr::ScalarFunc::Substr {
+                SqlType::Text
+            } else {
+                SqlType::Float8
+            };
+            for (i, arg) in args.iter().enumerate() {
+                infer(arg, Some(if i == 0 { first } else { SqlType::Int8 }), note);
+            }
         }
         Expr::Call { args, .. } => {
             args.iter().for_each(|arg| infer(arg, Some(SqlType::Text), note))

@@ -194,6 +194,14 @@ pub enum ExecError {
         /// The limit.
         limit: usize,
     },
+    /// A function was given an argument outside its domain (`substr` with a negative length).
+    #[error("invalid argument to {function}: {reason}")]
+    InvalidArgument {
+        /// The function.
+        function: &'static str,
+        /// What is wrong with the argument.
+        reason: &'static str,
+    },
     /// A partial result does not have the shape its plan produces: a bug in the caller, which
     /// merged partials of different statements.
     #[error("partial result does not match the plan: {what}")]
@@ -226,6 +234,8 @@ pub enum ExecErrorCategory {
     InvalidDocument,
     /// 54000
     LimitExceeded,
+    /// 22023 (invalid parameter value)
+    InvalidArgument,
     /// XX000: a bug in the caller.
     Internal,
 }
@@ -243,6 +253,7 @@ impl ExecError {
             | ExecError::PathConflict { .. }
             | ExecError::DocumentTooDeep { .. } => ExecErrorCategory::InvalidDocument,
             ExecError::LimitExceeded { .. } => ExecErrorCategory::LimitExceeded,
+            ExecError::InvalidArgument { .. } => ExecErrorCategory::InvalidArgument,
             ExecError::PartialMismatch { .. } | ExecError::WrongStatement { .. } => {
                 ExecErrorCategory::Internal
             }

@@ -214,6 +214,35 @@ pub enum ScalarFunc {
     Upper,
     /// `length(e)` / `char_length(e)`: characters of the text form.
     Length,
+    /// `nullif(a, b)`: NULL when `a = b`, else `a`.
+    NullIf,
+    /// `greatest(a, …)`: the largest argument that is not NULL, in the total order of
+    /// [`crate::types::datum_cmp`].
+    Greatest,
+    /// `least(a, …)`: the smallest, likewise.
+    Least,
+    /// `abs(x)` of a number (NULL for anything else, as arithmetic).
+    Abs,
+    /// `round(x)` / `round(x, digits)`: halves away from zero.
+    Round,
+    /// `floor(x)`.
+    Floor,
+    /// `ceil(x)` / `ceiling(x)`.
+    Ceil,
+    /// `replace(s, from, to)` over text forms.
+    Replace,
+    /// `substr(s, start [, count])` / `SUBSTRING(s FROM start [FOR count])`: characters,
+    /// 1-based, as PostgreSQL counts them (a start before 1 shortens the count).
+    Substr,
+    /// `concat(a, …)`: the text forms of the arguments that are not NULL, joined.
+    Concat,
+    /// `btrim(s [, chars])` / `TRIM([BOTH] [chars FROM] s)`: `chars` (a space by default)
+    /// removed from both ends.
+    Btrim,
+    /// `ltrim` / `TRIM(LEADING …)`: from the start.
+    Ltrim,
+    /// `rtrim` / `TRIM(TRAILING …)`: from the end.
+    Rtrim,
 }
 
 impl ScalarFunc {
@@ -224,6 +253,19 @@ impl ScalarFunc {
             "lower" => ScalarFunc::Lower,
             "upper" => ScalarFunc::Upper,
             "length" | "char_length" | "character_length" => ScalarFunc::Length,
+            "nullif" => ScalarFunc::NullIf,
+            "greatest" => ScalarFunc::Greatest,
+            "least" => ScalarFunc::Least,
+            "abs" => ScalarFunc::Abs,
+            "round" => ScalarFunc::Round,
+            "floor" => ScalarFunc::Floor,
+            "ceil" | "ceiling" => ScalarFunc::Ceil,
+            "replace" => ScalarFunc::Replace,
+            "substr" | "substring" => ScalarFunc::Substr,
+            "concat" => ScalarFunc::Concat,
+            "btrim" => ScalarFunc::Btrim,
+            "ltrim" => ScalarFunc::Ltrim,
+            "rtrim" => ScalarFunc::Rtrim,
             _ => return None,
         })
     }
@@ -235,14 +277,41 @@ impl ScalarFunc {
             ScalarFunc::Lower => "lower",
             ScalarFunc::Upper => "upper",
             ScalarFunc::Length => "length",
+            ScalarFunc::NullIf => "nullif",
+            ScalarFunc::Greatest => "greatest",
+            ScalarFunc::Least => "least",
+            ScalarFunc::Abs => "abs",
+            ScalarFunc::Round => "round",
+            ScalarFunc::Floor => "floor",
+            ScalarFunc::Ceil => "ceil",
+            ScalarFunc::Replace => "replace",
+            ScalarFunc::Substr => "substr",
+            ScalarFunc::Concat => "concat",
+            ScalarFunc::Btrim => "btrim",
+            ScalarFunc::Ltrim => "ltrim",
+            ScalarFunc::Rtrim => "rtrim",
         }
     }
 
-    /// Whether it takes `n` arguments (`coalesce` one or more, the others exactly one).
+    /// Whether it takes `n` arguments.
     pub fn takes(self, n: usize) -> bool {
         match self {
-            ScalarFunc::Coalesce => n >= 1,
-            ScalarFunc::Lower | ScalarFunc::Upper | ScalarFunc::Length => n == 1,
+            ScalarFunc::Coalesce
+            | ScalarFunc::Greatest
+            | ScalarFunc::Least
+            | ScalarFunc::Concat => n >= 1,
+            ScalarFunc::Lower
+            | ScalarFunc::Upper
+            | ScalarFunc::Length
+            | ScalarFunc::Abs
+            | ScalarFunc::Floor
+            | ScalarFunc::Ceil => n == 1,
+            ScalarFunc::NullIf => n == 2,
+            ScalarFunc::Round | ScalarFunc::Btrim | ScalarFunc::Ltrim | ScalarFunc::Rtrim => {
+                n == 1 || n == 2
+            }
+            ScalarFunc::Substr => n == 2 || n == 3,
+            ScalarFunc::Replace => n == 3,
         }
     }
 }
@@ -879,10 +948,12 @@ fn case_branch<'v, D: DocValue<'v>>(
     Ok(otherwise)
 }
 
-/// A scalar function over `row`. `coalesce`: the first argument that is not NULL. `lower`,
-/// `upper` and `length`: over the text form of their argument (`cast` to text: a string as
-/// it is, a number or boolean as PostgreSQL prints it); NULL gives NULL. Out of `eval` so
-/// its locals stay out of the recursive frame.
+/// A scalar function over `row` (see [`ScalarFunc`] for each). Text functions read the text
+/// form of their arguments (`cast` to text: a string as it is, a number or boolean as
+/// PostgreSQL prints it), numeric ones numbers only (anything else gives NULL, as
+/// arithmetic does); a NULL argument gives NULL except in `coalesce`, `greatest`, `least`
+/// and `concat`, which skip NULLs. Out of `eval` so its locals stay out of the recursive
+/// frame.
 #[inline(never)]
 fn call<'v, D: DocValue<'v>>(
     func: ScalarFunc,
@@ -902,15 +973,201 @@ fn call<'v, D: DocValue<'v>>(
         ScalarFunc::Lower => |s| Value::Text(s.to_lowercase()),
         ScalarFunc::Upper => |s| Value::Text(s.to_uppercase()),
         ScalarFunc::Length => |s| Value::Int(i64::try_from(s.chars().count()).unwrap_or(i64::MAX)),
+        ScalarFunc::NullIf => return null_if(args, row),
+        ScalarFunc::Greatest => return extreme(args, row, Ordering::Greater),
+        ScalarFunc::Least => return extreme(args, row, Ordering::Less),
+        ScalarFunc::Abs | ScalarFunc::Round | ScalarFunc::Floor | ScalarFunc::Ceil => {
+            return numeric(func, args, row);
+        }
+        ScalarFunc::Concat => {
+            let mut out = String::new();
+            for arg in args {
+                if let Some(t) = text_arg(Some(arg), row)? {
+                    out.push_str(&t);
+                }
+            }
+            return Ok(Value::Text(out));
+        }
+        ScalarFunc::Replace
+        | ScalarFunc::Substr
+        | ScalarFunc::Btrim
+        | ScalarFunc::Ltrim
+        | ScalarFunc::Rtrim => return text_function(func, args, row),
     };
-    let v = match args.first() {
-        Some(arg) => eval(arg, row)?,
-        None => Value::Null,
-    };
-    if matches!(v, Value::Null) {
-        return Ok(Value::Null);
+    match text_arg(args.first(), row)? {
+        Some(t) => Ok(over_text(&t)),
+        None => Ok(Value::Null),
     }
-    Ok(cast(v, SqlType::Text)?.as_str().map_or(Value::Null, over_text))
+}
+
+/// The text form of an argument (`None`: NULL or no such argument).
+fn text_arg<'v, D: DocValue<'v>>(
+    arg: Option<&'v Expr>,
+    row: &Row<'v, D>,
+) -> Result<Option<String>, ExecError> {
+    let Some(arg) = arg else { return Ok(None) };
+    let v = eval(arg, row)?;
+    if matches!(v, Value::Null) {
+        return Ok(None);
+    }
+    Ok(cast(v, SqlType::Text)?.as_str().map(str::to_owned))
+}
+
+/// An integer argument (`None`: NULL, or not an integer).
+fn int_arg<'v, D: DocValue<'v>>(arg: &'v Expr, row: &Row<'v, D>) -> Result<Option<i64>, ExecError> {
+    Ok(match eval(arg, row)? {
+        Value::Int(i) => Some(i),
+        Value::Null => None,
+        v @ (Value::Str(_) | Value::Untyped(_) | Value::Text(_)) => match cast(v, SqlType::Int8)? {
+            Value::Int(i) => Some(i),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+fn null_if<'v, D: DocValue<'v>>(
+    args: &'v [Expr],
+    row: &Row<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    let (Some(a), Some(b)) = (args.first(), args.get(1)) else { return Ok(Value::Null) };
+    let a = eval(a, row)?;
+    let b = eval(b, row)?;
+    Ok(if equals(false, &a, &b) == Some(true) { Value::Null } else { a })
+}
+
+/// `greatest` (`want` Greater) or `least` (Less): NULLs skipped, the total order of
+/// [`crate::types::datum_cmp`] between the others (numbers < text < bool < json).
+fn extreme<'v, D: DocValue<'v>>(
+    args: &'v [Expr],
+    row: &Row<'v, D>,
+    want: Ordering,
+) -> Result<Value<'v, D>, ExecError> {
+    let mut best: Option<(Datum, Value<'v, D>)> = None;
+    for arg in args {
+        let v = eval(arg, row)?;
+        if matches!(v, Value::Null) {
+            continue;
+        }
+        let d = v.to_natural_datum()?;
+        if best.as_ref().is_none_or(|(b, _)| crate::types::datum_cmp(&d, b) == want) {
+            best = Some((d, v));
+        }
+    }
+    Ok(best.map_or(Value::Null, |(_, v)| v))
+}
+
+fn numeric<'v, D: DocValue<'v>>(
+    func: ScalarFunc,
+    args: &'v [Expr],
+    row: &Row<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    let Some(x) = args.first() else { return Ok(Value::Null) };
+    let x = match eval(x, row)? {
+        v @ (Value::Int(_) | Value::Float(_)) => v,
+        v @ (Value::Str(_) | Value::Untyped(_) | Value::Text(_)) => {
+            match cast(v, SqlType::Float8) {
+                Ok(f @ Value::Float(_)) => f,
+                _ => return Ok(Value::Null),
+            }
+        }
+        _ => return Ok(Value::Null),
+    };
+    let digits = match args.get(1) {
+        Some(d) => match int_arg(d, row)? {
+            Some(d) => Some(d),
+            None => return Ok(Value::Null),
+        },
+        None => None,
+    };
+    Ok(match (func, x, digits) {
+        (ScalarFunc::Abs, Value::Int(i), _) => {
+            Value::Int(i.checked_abs().ok_or(ExecError::Overflow { what: "abs" })?)
+        }
+        (ScalarFunc::Abs, Value::Float(f), _) => Value::Float(f.abs()),
+        (ScalarFunc::Round | ScalarFunc::Floor | ScalarFunc::Ceil, Value::Int(i), None) => {
+            Value::Int(i)
+        }
+        (ScalarFunc::Round, v, Some(d)) => {
+            let f = match v {
+                #[allow(clippy::cast_precision_loss)] // round(x, d) is float8, as documented
+                Value::Int(i) => i as f64,
+                Value::Float(f) => f,
+                _ => return Ok(Value::Null),
+            };
+            let scale = 10f64.powi(i32::try_from(d.clamp(-308, 308)).unwrap_or(0));
+            let rounded = (f * scale).round() / scale;
+            Value::Float(if rounded.is_finite() { rounded } else { f })
+        }
+        (ScalarFunc::Round, Value::Float(f), None) => Value::Float(f.round()),
+        (ScalarFunc::Floor, Value::Float(f), None) => Value::Float(f.floor()),
+        (ScalarFunc::Ceil, Value::Float(f), None) => Value::Float(f.ceil()),
+        _ => Value::Null,
+    })
+}
+
+fn text_function<'v, D: DocValue<'v>>(
+    func: ScalarFunc,
+    args: &'v [Expr],
+    row: &Row<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    let Some(s) = text_arg(args.first(), row)? else { return Ok(Value::Null) };
+    Ok(match func {
+        ScalarFunc::Replace => {
+            let (Some(from), Some(to)) = (text_arg(args.get(1), row)?, text_arg(args.get(2), row)?)
+            else {
+                return Ok(Value::Null);
+            };
+            Value::Text(if from.is_empty() { s } else { s.replace(&from, &to) })
+        }
+        ScalarFunc::Substr => {
+            let Some(start) = args.get(1).map(|a| int_arg(a, row)).transpose()?.flatten() else {
+                return Ok(Value::Null);
+            };
+            let count = match args.get(2) {
+                Some(c) => match int_arg(c, row)? {
+                    Some(c) if c < 0 => {
+                        return Err(ExecError::InvalidArgument {
+                            function: "substr",
+                            reason: "negative substring length not allowed",
+                        });
+                    }
+                    Some(c) => Some(c),
+                    None => return Ok(Value::Null),
+                },
+                None => None,
+            };
+            // Characters at 1-based positions start .. start + count, clipped to the text.
+            let end = count.map(|c| start.saturating_add(c));
+            let first = start.max(1);
+            let taken: String = s
+                .chars()
+                .zip(1i64..)
+                .filter(|(_, i)| *i >= first && end.is_none_or(|e| *i < e))
+                .map(|(c, _)| c)
+                .collect();
+            Value::Text(taken)
+        }
+        ScalarFunc::Btrim | ScalarFunc::Ltrim | ScalarFunc::Rtrim => {
+            let chars: Vec<char> = match args.get(1) {
+                Some(_) => match text_arg(args.get(1), row)? {
+                    Some(c) => c.chars().collect(),
+                    None => return Ok(Value::Null),
+                },
+                None => vec![' '],
+            };
+            let strip = |c: char| chars.contains(&c);
+            Value::Text(
+                match func {
+                    ScalarFunc::Ltrim => s.trim_start_matches(strip),
+                    ScalarFunc::Rtrim => s.trim_end_matches(strip),
+                    _ => s.trim_matches(strip),
+                }
+                .to_owned(),
+            )
+        }
+        _ => Value::Null,
+    })
 }
 
 /// Whether the filter holds for the row (NULL counts as false).

@@ -872,6 +872,23 @@ impl ExprPlanner<'_> {
             ast::Expr::Case { operand, conditions, else_result, .. } => {
                 self.case(operand.as_deref(), conditions, else_result.as_deref(), depth)
             }
+            ast::Expr::Substring { expr, substring_from, substring_for, .. } => {
+                self.substring(expr, substring_from.as_deref(), substring_for.as_deref(), depth)
+            }
+            ast::Expr::Trim { expr, trim_where, trim_what, trim_characters: None } => {
+                self.trim(expr, trim_where.as_ref(), trim_what.as_deref(), depth)
+            }
+            // sqlparser reads CEIL(x) and FLOOR(x) as constructs of their own.
+            ast::Expr::Ceil {
+                expr,
+                field: ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime),
+            } => Ok(Expr::Call { func: ScalarFunc::Ceil, args: vec![self.expr(expr, depth + 1)?] }),
+            ast::Expr::Floor {
+                expr,
+                field: ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime),
+            } => {
+                Ok(Expr::Call { func: ScalarFunc::Floor, args: vec![self.expr(expr, depth + 1)?] })
+            }
             other => unsupported(expr_construct(other)),
         }
     }
@@ -1054,6 +1071,47 @@ impl ExprPlanner<'_> {
         let to = sql_type(data_type)?;
         let inner = self.expr(expr, depth + 1)?;
         fold_cast(inner, to)
+    }
+
+    /// `SUBSTRING(s FROM a FOR n)` / `SUBSTRING(s, a, n)` / `SUBSTR(…)`: `substr`.
+    #[inline(never)]
+    fn substring(
+        &self,
+        expr: &ast::Expr,
+        from: Option<&ast::Expr>,
+        count: Option<&ast::Expr>,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        let mut args = vec![self.expr(expr, depth + 1)?];
+        args.push(match from {
+            Some(f) => self.expr(f, depth + 1)?,
+            None => Expr::Literal(Literal::Int(1)),
+        });
+        if let Some(n) = count {
+            args.push(self.expr(n, depth + 1)?);
+        }
+        Ok(Expr::Call { func: ScalarFunc::Substr, args })
+    }
+
+    /// `TRIM([BOTH | LEADING | TRAILING] [chars FROM] s)`: `btrim`, `ltrim`, `rtrim`.
+    #[inline(never)]
+    fn trim(
+        &self,
+        expr: &ast::Expr,
+        side: Option<&ast::TrimWhereField>,
+        chars: Option<&ast::Expr>,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        let func = match side {
+            None | Some(ast::TrimWhereField::Both) => ScalarFunc::Btrim,
+            Some(ast::TrimWhereField::Leading) => ScalarFunc::Ltrim,
+            Some(ast::TrimWhereField::Trailing) => ScalarFunc::Rtrim,
+        };
+        let mut args = vec![self.expr(expr, depth + 1)?];
+        if let Some(c) = chars {
+            args.push(self.expr(c, depth + 1)?);
+        }
+        Ok(Expr::Call { func, args })
     }
 
     /// `CASE [x] WHEN … THEN … [ELSE …] END`.
@@ -1367,14 +1425,27 @@ fn cast_name(e: &ast::Expr) -> String {
     }
 }
 
-/// The type of a value that is one of `exprs` (coalesce's arguments, CASE's results): their
-/// type when they agree, a bare NULL agreeing with any, else text (every value has a text
-/// form, where PostgreSQL would refuse the mix).
+/// The type of a value that is one of `exprs` (coalesce's, greatest's and least's arguments,
+/// CASE's results): their type when they agree, a bare NULL agreeing with any; float8 for
+/// int8 and float8 together; else text (every value has a text form, where PostgreSQL would
+/// refuse the mix).
 fn common_type<'e>(exprs: impl Iterator<Item = &'e Expr>, params: &[Option<SqlType>]) -> SqlType {
     let mut types =
         exprs.filter(|e| !matches!(e, Expr::Literal(Literal::Null))).map(|e| expr_type(e, params));
     let first = types.next().unwrap_or(SqlType::Text);
-    if types.all(|t| t == first) { first } else { SqlType::Text }
+    let numeric = |t: SqlType| matches!(t, SqlType::Int8 | SqlType::Float8);
+    let mut all_numeric = numeric(first);
+    let mut agree = true;
+    for t in types {
+        agree &= t == first;
+        all_numeric &= numeric(t);
+    }
+    // int8 and float8 together are float8, as arithmetic on them is.
+    match (agree, all_numeric) {
+        (true, _) => first,
+        (false, true) => SqlType::Float8,
+        (false, false) => SqlType::Text,
+    }
 }
 
 /// The static type of an expression (see the typing rule in [`crate::types`]).
@@ -1390,9 +1461,34 @@ pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
         Expr::Param(i) => params.get(*i).copied().flatten().unwrap_or(SqlType::Text),
         Expr::Cast { to, .. } => *to,
         Expr::GroupKey { ty, .. } | Expr::AggregateResult { ty, .. } => *ty,
-        Expr::Call { func: ScalarFunc::Lower | ScalarFunc::Upper, .. } => SqlType::Text,
+        Expr::Call {
+            func:
+                ScalarFunc::Lower
+                | ScalarFunc::Upper
+                | ScalarFunc::Replace
+                | ScalarFunc::Substr
+                | ScalarFunc::Concat
+                | ScalarFunc::Btrim
+                | ScalarFunc::Ltrim
+                | ScalarFunc::Rtrim,
+            ..
+        } => SqlType::Text,
         Expr::Call { func: ScalarFunc::Length, .. } => SqlType::Int8,
-        Expr::Call { func: ScalarFunc::Coalesce, args } => common_type(args.iter(), params),
+        Expr::Call {
+            func: ScalarFunc::Coalesce | ScalarFunc::Greatest | ScalarFunc::Least,
+            args,
+        } => common_type(args.iter(), params),
+        Expr::Call { func: ScalarFunc::NullIf, args } => {
+            args.first().map_or(SqlType::Text, |a| expr_type(a, params))
+        }
+        // An integer stays one (`round(x, d)` is always float8, as PostgreSQL's numeric).
+        Expr::Call {
+            func: ScalarFunc::Abs | ScalarFunc::Floor | ScalarFunc::Ceil | ScalarFunc::Round,
+            args,
+        } => match args.as_slice() {
+            [x] if expr_type(x, params) == SqlType::Int8 => SqlType::Int8,
+            _ => SqlType::Float8,
+        },
         Expr::Case { whens, otherwise, .. } => {
             common_type(whens.iter().map(|(_, r)| r).chain(otherwise.as_deref()), params)
         }
@@ -1554,6 +1650,15 @@ fn contains_aggregate_within(e: &ast::Expr, depth: usize) -> bool {
         | ast::Expr::ILike { expr: left, pattern: right, .. } => any(left) || any(right),
         ast::Expr::InList { expr, list, .. } => any(expr) || list.iter().any(any),
         ast::Expr::Between { expr, low, high, .. } => any(expr) || any(low) || any(high),
+        ast::Expr::Substring { expr, substring_from, substring_for, .. } => {
+            any(expr)
+                || substring_from.as_deref().is_some_and(any)
+                || substring_for.as_deref().is_some_and(any)
+        }
+        ast::Expr::Trim { expr, trim_what, .. } => {
+            any(expr) || trim_what.as_deref().is_some_and(any)
+        }
+        ast::Expr::Ceil { expr, .. } | ast::Expr::Floor { expr, .. } => any(expr),
         ast::Expr::Case { operand, conditions, else_result, .. } => {
             operand.as_deref().is_some_and(any)
                 || conditions.iter().any(|w| any(&w.condition) || any(&w.result))

@@ -973,3 +973,57 @@ fn count_distinct() {
     }
     assert!(query::parse("SELECT lower(DISTINCT a) FROM c").is_err());
 }
+
+// Checks the numeric and text functions PostgreSQL users reach for: nullif, greatest/least
+// (NULLs skipped, int8 with float8 is float8), abs/round/floor/ceil (halves away from zero,
+// integers stay integers, round with digits float8, non-numbers NULL, abs overflow 22003),
+// replace, substr and SUBSTRING (1-based, a start before 1 shortens the count, a negative
+// count refused), concat (NULLs skipped), btrim/ltrim/rtrim and TRIM's three forms.
+#[test]
+fn numeric_and_text_functions() {
+    let mut c = Cluster::new(2);
+    c.put("c", "c/1", json!({"s": "  Hi  ", "n": -5, "f": 2.5, "t": "abc"}));
+    let r = c.query(
+        "SELECT nullif(n::int8, -5), nullif(t::text, 'x'), greatest(1, 3, NULL, 2), \
+         least(1.5, 2), greatest(NULL, NULL), abs(n), abs(-7), round(f), round(-2.5), \
+         round(2.375, 2), round(1234.5678, -2), round(5), floor(-2.5), ceil(-2.5), ceiling(2.1), \
+         floor(t) FROM c",
+    );
+    let types: Vec<SqlType> = r.columns.iter().map(|c| c.ty).collect();
+    use SqlType::{Float8 as F, Int8 as I, Text as T};
+    assert_eq!(types, [I, T, I, F, T, F, I, F, F, F, F, I, F, F, F, F]);
+    assert_eq!(texts(&r.rows), ["NULL|abc|3|1.5|NULL|5|7|3|-3|2.38|1200|5|-3|-2|3|NULL"]);
+    let r = c.query(
+        "SELECT replace('abcabc', 'b', 'X'), replace(t, '', 'x'), substr('hello', 2, 3), \
+         substr('hello', 0, 3), substr('hello', 3), SUBSTRING('hello' FROM 2 FOR 2), \
+         SUBSTRING('hello' FROM 4), concat('a', NULL, 1, true), TRIM(s), \
+         TRIM(LEADING 'x' FROM 'xxaxx'), TRIM(TRAILING ' ' FROM '  a  '), btrim('xyaxy', 'xy'), \
+         ltrim('  a '), rtrim('a..', '.') FROM c",
+    );
+    assert!(r.columns.iter().all(|c| c.ty == SqlType::Text));
+    assert_eq!(texts(&r.rows), ["aXcaXc|abc|ell|he|llo|el|lo|a1true|Hi|axx|  a|a|a |a"]);
+    for (sql, want) in [
+        ("SELECT abs(-9223372036854775807 - 1) FROM c", "Overflow"),
+        ("SELECT substr('hello', 2, -1) FROM c", "InvalidArgument"),
+    ] {
+        let Statement::Select(s) = one(sql) else { panic!() };
+        let mut f = MemFragment::default();
+        f.put("c", "c/1", json!({}));
+        let e = query::exec::execute_select(&s, &f, &[router::ShardRange::ALL])
+            .and_then(|p| query::exec::merge(&s, vec![p]))
+            .expect_err(sql);
+        assert!(format!("{e:?}").starts_with(want), "{sql}: {e:?}");
+    }
+    assert_eq!(
+        param_types(&one("SELECT abs($1), round($2, $3), substr($4, $5), greatest($6, 2) FROM c")),
+        [
+            Some(SqlType::Float8),
+            Some(SqlType::Float8),
+            Some(SqlType::Int8),
+            Some(SqlType::Text),
+            Some(SqlType::Int8),
+            Some(SqlType::Int8)
+        ]
+    );
+    assert!(matches!(query::parse("SELECT round(1, 2, 3)"), Err(query::PlanError::Invalid { .. })));
+}

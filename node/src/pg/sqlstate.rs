@@ -167,6 +167,7 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
             X::DuplicateId => SqlState::UNIQUE_VIOLATION,
             X::InvalidDocument => SqlState::DATA_EXCEPTION,
             X::LimitExceeded => SqlState::PROGRAM_LIMIT_EXCEEDED,
+            X::InvalidArgument => SqlState::INVALID_PARAMETER_VALUE,
             X::Internal => SqlState::INTERNAL_ERROR,
         },
         E::Append(e) => append_state(e),
