@@ -193,3 +193,31 @@ async fn oversized_and_deep_sql_get_errors() {
     let one: i64 = second.query_one("SELECT 1::int8", &[]).await.unwrap().get(0);
     assert_eq!(one, 1);
 }
+
+// Checks DEALLOCATE of a statement prepared by name over the protocol (as drivers name
+// them): it goes, a Bind of it is then 26000, and a second DEALLOCATE of it is 26000, on a
+// connection that keeps answering.
+#[tokio::test]
+async fn deallocate_drops_a_named_statement() {
+    let node = Node::start();
+    let mut stream = session(node.addr());
+    let mut parse = b"named\0SELECT 1::int8\0".to_vec();
+    parse.extend_from_slice(&0u16.to_be_bytes());
+    let mut bytes = frame(b'P', &parse);
+    bytes.extend_from_slice(&frame(b'S', b""));
+    stream.write_all(&bytes).unwrap();
+    let (messages, ready) = read_until_ready(&mut stream);
+    assert!(ready && error_field(&messages, b'C').is_none(), "{messages:?}");
+    stream.write_all(&query(b"DEALLOCATE named")).unwrap();
+    let (messages, ready) = read_until_ready(&mut stream);
+    assert!(ready, "{messages:?}");
+    let tag = messages.iter().find(|(t, _)| *t == b'C').map(|(_, b)| b.clone());
+    assert_eq!(tag.as_deref(), Some(&b"DEALLOCATE\0"[..]), "{messages:?}");
+    let mut bind = b"\0named\0".to_vec();
+    bind.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    let mut bytes = frame(b'B', &bind);
+    bytes.extend_from_slice(&frame(b'E', b"\0\0\0\0\0"));
+    bytes.extend_from_slice(&frame(b'S', b""));
+    expect_error_then_usable(&mut stream, &bytes, "26000");
+    expect_error_then_usable(&mut stream, &query(b"DEALLOCATE named"), "26000");
+}

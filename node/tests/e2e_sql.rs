@@ -423,3 +423,85 @@ async fn show_collections_lists_documents_and_configuration() {
         show("SHOW COLLECTIONS").await.into_iter().map(|r| r[0].clone()).collect();
     assert_eq!(names, [Some("books".to_owned()), Some("orders".to_owned())]);
 }
+
+// Checks current_user, session_user and current_database() answer the startup message's
+// names over both protocols (the database defaulting to the user, as in PostgreSQL), and
+// that a statement reading documents refuses them by name instead of evaluating them on
+// an executor that knows no session.
+#[tokio::test]
+async fn session_names_are_the_startup_names() {
+    let node = Node::start();
+    let port = node.conn_str();
+    let port = port.split_whitespace().find_map(|kv| kv.strip_prefix("port=")).unwrap().to_owned();
+    for (extra, database) in [("dbname=shop", "shop"), ("", "alice")] {
+        let conn = format!("host=127.0.0.1 port={port} user=alice sslmode=disable {extra}");
+        let (client, connection) =
+            tokio_postgres::connect(&conn, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let sql = "SELECT current_user, session_user, current_database(), current_catalog";
+        let want = vec![vec![
+            Some("alice".to_owned()),
+            Some("alice".to_owned()),
+            Some(database.to_owned()),
+            Some(database.to_owned()),
+        ]];
+        assert_eq!(simple_rows(&client.simple_query(sql).await.unwrap()), want);
+        let row = client.query_one(sql, &[]).await.unwrap();
+        assert_eq!(row.get::<_, String>(2), database);
+        assert_eq!(row.columns()[0].name(), "current_user");
+        let e = client.simple_query("SELECT current_user FROM books").await.unwrap_err();
+        assert_eq!(sqlstate(&e), "0A000", "{e}");
+    }
+}
+
+// Checks what connection poolers and drivers send between clients: DEALLOCATE name / ALL
+// drop prepared statements (a missing one is 26000), RESET puts settings back, DISCARD ALL
+// does both (over either protocol) and is refused inside a transaction block (25001).
+#[tokio::test]
+async fn deallocate_reset_and_discard_all() {
+    let node = Node::start();
+    let client = node.connect().await;
+    // (DEALLOCATE of one named statement: e2e_bad_input, on the raw protocol.)
+    let two = client.prepare("SELECT 2::int8").await.unwrap();
+    assert_eq!(client.query_one(&two, &[]).await.unwrap().get::<_, i64>(0), 2);
+    let e = client.simple_query("DEALLOCATE PREPARE nosuch").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "26000", "{e}");
+    let tags: Vec<String> = client
+        .simple_query("DEALLOCATE ALL")
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::CommandComplete(_) => Some("done".to_owned()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tags, ["done"]);
+    let e = client.query_one(&two, &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "26000", "{e}");
+
+    let show = |sql: &'static str| {
+        let client = &client;
+        async move { simple_rows(&client.simple_query(sql).await.unwrap()) }
+    };
+    client.batch_execute("SET application_name = 'pooled'").await.unwrap();
+    assert_eq!(show("SHOW application_name").await, [[Some("pooled".to_owned())]]);
+    client.batch_execute("RESET application_name").await.unwrap();
+    assert_eq!(show("SHOW application_name").await, [[Some(String::new())]]);
+    client.batch_execute("SET application_name = 'again'").await.unwrap();
+    let kept = client.prepare("SELECT 3::int8").await.unwrap();
+    client.batch_execute("BEGIN").await.unwrap();
+    let e = client.simple_query("DISCARD ALL").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "25001", "{e}");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(client.query_one(&kept, &[]).await.unwrap().get::<_, i64>(0), 3);
+    // Over the extended protocol, the portal running DISCARD ALL stays until it answers.
+    client.execute("DISCARD ALL", &[]).await.unwrap();
+    assert_eq!(show("SHOW application_name").await, [[Some(String::new())]]);
+    let e = client.query_one(&kept, &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "26000", "{e}");
+    client.batch_execute("SET application_name = 'x'; RESET ALL").await.unwrap();
+    assert_eq!(show("SHOW application_name").await, [[Some(String::new())]]);
+}

@@ -39,7 +39,7 @@ type Hint = Option<SqlType>;
 
 /// Calls `visit` with every top-level expression of the statement and the type its position
 /// implies for a bare parameter; LIMIT and OFFSET parameters are passed as `Expr::Param`.
-fn visit_statement(stmt: &Statement, visit: &mut dyn FnMut(&Expr, Hint)) {
+pub(crate) fn visit_statement(stmt: &Statement, visit: &mut dyn FnMut(&Expr, Hint)) {
     match stmt {
         Statement::Select(s) => visit_select(s, visit),
         Statement::Insert(i) => {
@@ -219,7 +219,8 @@ fn infer(e: &Expr, hint: Hint, note: &mut dyn FnMut(usize, Hint)) {
         | Expr::Field(_)
         | Expr::Excluded(_)
         | Expr::GroupKey { .. }
-        | Expr::AggregateResult { .. } => {}
+        | Expr::AggregateResult { .. }
+        | Expr::Session(_) => {}
     }
 }
 

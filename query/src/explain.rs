@@ -183,6 +183,13 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
         Statement::ShowSharding { .. } => lines.push("Show sharding".to_owned()),
         Statement::Show { name } => lines.push(format!("Show {name}")),
         Statement::Set { name, .. } => lines.push(format!("Set {name}")),
+        Statement::Reset { name } => {
+            lines.push(format!("Reset {}", name.as_deref().unwrap_or("all")))
+        }
+        Statement::Deallocate { name } => {
+            lines.push(format!("Deallocate {}", name.as_deref().unwrap_or("all")))
+        }
+        Statement::DiscardAll => lines.push("Discard all".to_owned()),
         Statement::MoveFragment { fragment, node } => {
             lines.push(format!("Move fragment ${fragment} to node {node}"))
         }

@@ -316,6 +316,24 @@ impl ScalarFunc {
     }
 }
 
+/// A value of the client's session, known to node, not to the plan.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SessionValue {
+    /// `current_user`, `session_user`, `user`: the user the connection started as.
+    User,
+    /// `current_database()`, `current_catalog`: the database it named.
+    Database,
+}
+
+/// The session's names, put into a plan by [`crate::plan::Select::with_session`].
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct SessionNames {
+    /// The startup message's `user`.
+    pub user: String,
+    /// Its `database` (the user name when it names none, as in PostgreSQL).
+    pub database: String,
+}
+
 /// An expression in a plan. Built by the planner with depth at most
 /// [`crate::limits::EXPR_DEPTH_MAX`].
 #[derive(Clone, PartialEq, Debug)]
@@ -338,6 +356,9 @@ pub enum Expr {
         /// The key's type.
         ty: SqlType,
     },
+    /// A session value; only in a SELECT without FROM (the planner refuses it elsewhere),
+    /// replaced by a literal before evaluation ([`crate::plan::Select::with_session`]).
+    Session(SessionValue),
     /// Like [`Expr::GroupKey`]: the group's result of the n-th aggregate.
     AggregateResult {
         /// Index into the query's aggregates.
@@ -437,7 +458,8 @@ impl Expr {
             | Expr::Field(_)
             | Expr::Excluded(_)
             | Expr::GroupKey { .. }
-            | Expr::AggregateResult { .. } => {}
+            | Expr::AggregateResult { .. }
+            | Expr::Session(_) => {}
             Expr::Unary { expr, .. } | Expr::IsNull { expr, .. } | Expr::Cast { expr, .. } => {
                 expr.walk(visit)
             }
@@ -489,7 +511,8 @@ impl Expr {
             | Expr::Field(_)
             | Expr::Excluded(_)
             | Expr::GroupKey { .. }
-            | Expr::AggregateResult { .. }) => e,
+            | Expr::AggregateResult { .. }
+            | Expr::Session(_)) => e,
             Expr::Unary { op, expr } => Expr::Unary { op, expr: Box::new(expr.try_map(f)?) },
             Expr::IsNull { expr, negated } => {
                 Expr::IsNull { expr: Box::new(expr.try_map(f)?), negated }
@@ -550,6 +573,8 @@ impl fmt::Display for Expr {
             Expr::Excluded(p) => write!(f, "excluded.{p}"),
             Expr::GroupKey { index, .. } => write!(f, "key{}", index + 1),
             Expr::AggregateResult { index, .. } => write!(f, "agg{}", index + 1),
+            Expr::Session(SessionValue::User) => f.write_str("current_user"),
+            Expr::Session(SessionValue::Database) => f.write_str("current_database()"),
             Expr::Unary { op: UnaryOp::Not, expr } => write!(f, "(NOT {expr})"),
             Expr::Unary { op: UnaryOp::Neg, expr } => write!(f, "(-{expr})"),
             Expr::Binary { op, left, right } => write!(f, "({left} {} {right})", op.symbol()),
@@ -792,6 +817,11 @@ pub fn eval<'v, D: DocValue<'v>>(
         // Replaced per group at merge (`exec::group_values`); never seen by a fragment.
         Expr::GroupKey { .. } | Expr::AggregateResult { .. } => {
             return Err(ExecError::PartialMismatch { what: "a group value outside its group" });
+        }
+        Expr::Session(_) => {
+            return Err(ExecError::WrongStatement {
+                what: "a plan with its session values put in",
+            });
         }
         Expr::Id => Value::Str(row.id),
         Expr::Field(path) => match row.doc.and_then(|d| d.path(path.steps())) {

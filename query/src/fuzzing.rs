@@ -105,7 +105,9 @@ fn run(stmt: &Statement, source: &Fixed) {
     let all = [ShardRange::ALL];
     match stmt {
         Statement::Select(s) if s.collection.is_none() => {
-            let _ = execute_constant(s);
+            // As node runs it: the session's names put in first.
+            let names = crate::expr::SessionNames { user: "u".into(), database: "d".into() };
+            let _ = execute_constant(&s.with_session(&names));
         }
         Statement::Select(s) => {
             // Two fragments holding the same documents: merge must accept any partials of

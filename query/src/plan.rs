@@ -13,7 +13,9 @@ use router::ShardingConfig;
 use sqlparser::ast;
 
 use crate::error::PlanError;
-use crate::expr::{BinaryOp, Expr, FieldPath, Literal, ScalarFunc, UnaryOp};
+use crate::expr::{
+    BinaryOp, Expr, FieldPath, Literal, ScalarFunc, SessionNames, SessionValue, UnaryOp,
+};
 use crate::limits::{EXPR_DEPTH_MAX, IN_LIST_MAX, INSERT_ROWS_MAX, PARAMS_MAX, PATH_STEPS_MAX};
 use crate::types::SqlType;
 
@@ -126,6 +128,20 @@ pub enum Statement {
         /// The upper fragment (starting where `left` ends).
         right: u32,
     },
+    /// `RESET name` / `RESET ALL` (`None`): settings back to their defaults.
+    Reset {
+        /// The setting, lower-cased; `None` for every one.
+        name: Option<String>,
+    },
+    /// `DEALLOCATE [PREPARE] name` / `DEALLOCATE ALL` (`None`): the connection drops
+    /// prepared statements (node's wire layer holds them).
+    Deallocate {
+        /// The statement's name as the client gave it to Parse; `None` for every one.
+        name: Option<String>,
+    },
+    /// `DISCARD ALL`: prepared statements, portals and settings dropped, as a connection
+    /// pooler resets a connection between clients.
+    DiscardAll,
     /// `BEGIN` / `START TRANSACTION`
     Begin,
     /// `COMMIT` / `END`
@@ -155,6 +171,9 @@ impl Statement {
             | Statement::SplitFragment { .. }
             | Statement::MergeFragments { .. }
             | Statement::Set { .. }
+            | Statement::Reset { .. }
+            | Statement::Deallocate { .. }
+            | Statement::DiscardAll
             | Statement::Begin
             | Statement::Commit
             | Statement::Rollback => None,
@@ -206,6 +225,9 @@ impl Statement {
             | Statement::SplitFragment { .. }
             | Statement::MergeFragments { .. }
             | Statement::Set { .. }
+            | Statement::Reset { .. }
+            | Statement::Deallocate { .. }
+            | Statement::DiscardAll
             | Statement::Begin
             | Statement::Commit
             | Statement::Rollback => None,
@@ -253,6 +275,30 @@ impl Select {
     /// The result's columns.
     pub fn columns(&self) -> Vec<OutputColumn> {
         self.shape.outputs().iter().map(|o| o.column.clone()).collect()
+    }
+
+    /// This SELECT with the session's user and database in place of `current_user` and
+    /// `current_database()` (only a SELECT without FROM holds them).
+    pub fn with_session(&self, names: &SessionNames) -> Select {
+        let mut select = self.clone();
+        if let SelectShape::Rows { outputs } = &mut select.shape {
+            for o in outputs {
+                let expr = std::mem::replace(&mut o.expr, Expr::Literal(Literal::Null));
+                let put: Result<Expr, std::convert::Infallible> = expr.try_map(&mut |e| {
+                    Ok(match e {
+                        Expr::Session(SessionValue::User) => {
+                            Expr::Literal(Literal::Str(names.user.clone()))
+                        }
+                        Expr::Session(SessionValue::Database) => {
+                            Expr::Literal(Literal::Str(names.database.clone()))
+                        }
+                        other => other,
+                    })
+                });
+                o.expr = put.unwrap_or_else(|never| match never {});
+            }
+        }
+        select
     }
 }
 
@@ -452,7 +498,10 @@ pub struct Delete {
 
 /// Plans every statement of an AST.
 pub(crate) fn plan_statements(stmts: Vec<ast::Statement>) -> Result<Vec<Statement>, PlanError> {
-    stmts.into_iter().map(|s| plan_statement(&s)).collect()
+    stmts
+        .into_iter()
+        .map(|s| plan_statement(&s).and_then(refuse_misplaced_session_values))
+        .collect()
 }
 
 fn unsupported<T>(construct: impl Into<String>) -> Result<T, PlanError> {
@@ -517,6 +566,33 @@ fn refuse_catalogs(table: &ast::TableWithJoins) -> Result<(), PlanError> {
     Ok(())
 }
 
+/// `current_user` and `current_database()` are put in by node for a SELECT without FROM
+/// (`Select::with_session`), evaluated on the session's own executor. Anywhere else the
+/// expression may be evaluated on another executor or node, which knows no session, so it is
+/// refused by name.
+fn refuse_misplaced_session_values(stmt: Statement) -> Result<Statement, PlanError> {
+    let constant_select =
+        |s: &Statement| matches!(s, Statement::Select(sel) if sel.collection.is_none());
+    let allowed = match &stmt {
+        Statement::Explain { inner, .. } => constant_select(inner),
+        other => constant_select(other),
+    };
+    if allowed {
+        return Ok(stmt);
+    }
+    let mut found = false;
+    crate::bind::visit_statement(&stmt, &mut |e, _| {
+        e.walk(&mut |x| found |= matches!(x, Expr::Session(_)));
+    });
+    if found {
+        return unsupported(
+            "current_user or current_database() in a statement that reads or writes documents \
+             (SELECT them without FROM)",
+        );
+    }
+    Ok(stmt)
+}
+
 fn plan_statement(stmt: &ast::Statement) -> Result<Statement, PlanError> {
     match stmt {
         ast::Statement::Query(q) => plan_query(q),
@@ -555,6 +631,28 @@ fn plan_statement(stmt: &ast::Statement) -> Result<Statement, PlanError> {
         ast::Statement::Commit { chain: false, .. } => Ok(Statement::Commit),
         ast::Statement::Rollback { chain: false, savepoint: None } => Ok(Statement::Rollback),
         ast::Statement::Set(set) => plan_set(set),
+        ast::Statement::Reset(reset) => Ok(Statement::Reset {
+            name: match &reset.reset {
+                ast::Reset::ALL => None,
+                ast::Reset::ConfigurationParameter(name) => {
+                    Some(object_name_parts(name)?.join("."))
+                }
+                ast::Reset::SessionAuthorization => {
+                    return unsupported("RESET SESSION AUTHORIZATION");
+                }
+            },
+        }),
+        ast::Statement::Deallocate { name, .. } => Ok(Statement::Deallocate {
+            // `ALL` unquoted is every statement; quoted, a statement named "ALL".
+            name: if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all") {
+                None
+            } else {
+                Some(ident_name(name))
+            },
+        }),
+        ast::Statement::Discard { object_type: ast::DiscardObject::ALL } => {
+            Ok(Statement::DiscardAll)
+        }
         other => unsupported(statement_construct(other)),
     }
 }
@@ -1140,10 +1238,21 @@ impl ExprPlanner<'_> {
         }
         let scalar = ScalarFunc::from_name(&name);
         let constant = constant_function(&name);
-        if scalar.is_none() && constant.is_none() && name != "id" {
+        let session = match name.as_str() {
+            "current_user" | "session_user" | "user" => Some(SessionValue::User),
+            "current_database" | "current_catalog" => Some(SessionValue::Database),
+            _ => None,
+        };
+        if scalar.is_none() && constant.is_none() && session.is_none() && name != "id" {
             return unsupported(format!("function {name}"));
         }
         let args = function_args(f)?;
+        if let Some(value) = session {
+            if !args.is_empty() {
+                return unsupported(format!("function {name} with arguments"));
+            }
+            return Ok(Expr::Session(value));
+        }
         if let Some(func) = scalar {
             let args = args
                 .into_iter()
@@ -1461,6 +1570,7 @@ pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
         Expr::Param(i) => params.get(*i).copied().flatten().unwrap_or(SqlType::Text),
         Expr::Cast { to, .. } => *to,
         Expr::GroupKey { ty, .. } | Expr::AggregateResult { ty, .. } => *ty,
+        Expr::Session(_) => SqlType::Text,
         Expr::Call {
             func:
                 ScalarFunc::Lower

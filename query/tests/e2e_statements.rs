@@ -395,6 +395,16 @@ fn utility_statements() {
     assert_eq!(one("SHOW COLLECTIONS"), Statement::ShowCollections);
     assert_eq!(one("show tables"), Statement::ShowCollections);
     assert!(query::parse("SHOW FULL TABLES").is_err(), "MySQL's clauses stay unsupported");
+    assert_eq!(one("DISCARD ALL"), Statement::DiscardAll);
+    assert!(query::parse("DISCARD PLANS").is_err(), "only DISCARD ALL");
+    assert_eq!(one("DEALLOCATE ALL"), Statement::Deallocate { name: None });
+    assert_eq!(one("DEALLOCATE PREPARE Foo"), Statement::Deallocate { name: Some("foo".into()) });
+    assert_eq!(one("DEALLOCATE \"ALL\""), Statement::Deallocate { name: Some("ALL".into()) });
+    assert_eq!(one("RESET ALL"), Statement::Reset { name: None });
+    assert_eq!(
+        one("RESET Application_Name"),
+        Statement::Reset { name: Some("application_name".into()) }
+    );
     let columns = Statement::ShowCollections.result_columns().expect("rows");
     let columns: Vec<(&str, SqlType)> = columns.iter().map(|c| (c.name.as_str(), c.ty)).collect();
     assert_eq!(
@@ -1026,4 +1036,43 @@ fn numeric_and_text_functions() {
         ]
     );
     assert!(matches!(query::parse("SELECT round(1, 2, 3)"), Err(query::PlanError::Invalid { .. })));
+}
+
+// Checks current_user / session_user / user and current_database() / current_catalog plan
+// as session values that node puts in (`Select::with_session`) for a SELECT without FROM,
+// are an error if evaluated without it, and are refused by name wherever they would be
+// evaluated over documents (on executors that know no session).
+#[test]
+fn session_values() {
+    let Statement::Select(s) =
+        one("SELECT current_user, session_user, user, current_database(), current_catalog")
+    else {
+        panic!()
+    };
+    assert!(s.columns().iter().all(|c| c.ty == SqlType::Text));
+    assert_eq!(s.columns().first().map(|c| c.name.as_str()), Some("current_user"));
+    assert!(query::exec::execute_constant(&s).is_err(), "not evaluated without the session");
+    let names = query::expr::SessionNames { user: "alice".into(), database: "shop".into() };
+    let r = query::exec::execute_constant(&s.with_session(&names)).expect("evaluates");
+    assert_eq!(texts(&r.rows), ["alice|alice|alice|shop|shop"]);
+    assert!(query::parse("EXPLAIN SELECT current_user").is_ok());
+    for sql in [
+        "SELECT current_user FROM c",
+        "SELECT id() FROM c WHERE owner = current_user",
+        "INSERT INTO c (id, owner) VALUES ('c/1', current_user)",
+        "UPDATE c SET owner = current_database()",
+        "DELETE FROM c WHERE owner = session_user",
+        "EXPLAIN SELECT current_user FROM c",
+    ] {
+        match query::parse(sql) {
+            Err(query::PlanError::Unsupported { construct }) => {
+                assert!(
+                    construct.contains("current_user or current_database()"),
+                    "{sql}: {construct}"
+                )
+            }
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+    assert!(query::parse("SELECT current_database(1)").is_err());
 }

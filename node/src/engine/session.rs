@@ -78,6 +78,8 @@ pub struct Session {
     ctx: ExecutorContext<Core>,
     settings: BTreeMap<String, String>,
     block: Block,
+    /// The startup message's user and database, for `current_user` / `current_database()`.
+    names: query::expr::SessionNames,
     /// The text of the last parsed SQL (slow-statement log), bounded.
     last_sql: Arc<str>,
     /// Opcode and fragments of the last statement routed (slow-statement log).
@@ -184,6 +186,7 @@ impl Session {
             ctx,
             settings: BTreeMap::new(),
             block: Block::Idle,
+            names: query::expr::SessionNames::default(),
             last_sql: Arc::from(""),
             last_route: std::cell::RefCell::new(None),
             sql: Arc::from(""),
@@ -319,7 +322,7 @@ impl Session {
         }
         match &*statement {
             Statement::Select(select) if select.collection.is_none() => {
-                let result = query::execute_constant(select)?;
+                let result = query::execute_constant(&select.with_session(&self.names))?;
                 let n = write_rows(sink, &result.rows).await?;
                 Ok(CommandTag::with_rows("SELECT", n))
             }
@@ -522,6 +525,23 @@ impl Session {
             Statement::Set { name, value } => {
                 self.settings.insert(name.clone(), value.clone());
                 Ok(CommandTag::new("SET"))
+            }
+            Statement::Reset { name: Some(name) } => {
+                self.settings.remove(name);
+                Ok(CommandTag::new("RESET"))
+            }
+            Statement::Reset { name: None } => {
+                self.settings.clear();
+                Ok(CommandTag::new("RESET"))
+            }
+            // The wire layer dropped the statements (`Engine::connection_effect`).
+            Statement::Deallocate { name } => Ok(CommandTag::new(match name {
+                Some(_) => "DEALLOCATE",
+                None => "DEALLOCATE ALL",
+            })),
+            Statement::DiscardAll => {
+                self.settings.clear();
+                Ok(CommandTag::new("DISCARD ALL"))
             }
             Statement::MoveFragment { fragment, node } => {
                 let epoch = crate::cluster::ops::plan_move(*fragment, *node).await?;
@@ -2516,6 +2536,24 @@ impl Engine for Session {
     // planning happen together in `parse`; `plan` attaches the client's parameter types.
     type Parsed = Statement;
     type Statement = Prepared;
+
+    fn connection_effect(&self, statement: &Prepared) -> Option<crate::pg::ConnectionEffect> {
+        match &*statement.statement {
+            Statement::Deallocate { name } => {
+                Some(crate::pg::ConnectionEffect::Deallocate(name.clone()))
+            }
+            Statement::DiscardAll => Some(crate::pg::ConnectionEffect::DiscardAll),
+            _ => None,
+        }
+    }
+
+    async fn start_session(&mut self, session: &crate::pg::SessionInfo) -> Result<(), PgError> {
+        self.names = query::expr::SessionNames {
+            user: session.user.clone(),
+            database: session.database.clone(),
+        };
+        Ok(())
+    }
 
     async fn parse(&mut self, sql: &str) -> Result<Vec<Statement>, PgError> {
         let limit = crate::metrics::limits::SLOW_STATEMENT_TEXT_CHARS_MAX;

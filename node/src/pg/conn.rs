@@ -31,8 +31,8 @@ use pgwire::messages::startup::{
 use tracing::debug;
 
 use crate::pg::engine::{
-    CancelFlag, Column, Description, Engine, Format, Oid, Params, RowSink, SessionInfo,
-    TransactionStatus,
+    CancelFlag, Column, ConnectionEffect, Description, Engine, Format, Oid, Params, RowSink,
+    SessionInfo, TransactionStatus,
 };
 use crate::pg::error::{Notice, PgError, ServeError};
 use crate::pg::frame::{
@@ -550,6 +550,9 @@ impl<E: Engine> Conn<E> {
     /// Plans and runs one statement of a simple query: RowDescription, rows, CommandComplete.
     async fn simple_statement(&mut self, parsed: E::Parsed) -> Result<(), PgError> {
         let statement = self.engine.plan(parsed, &[]).await?;
+        if let Some(effect) = self.engine.connection_effect(&statement) {
+            self.apply_effect(effect, None)?;
+        }
         let description = self.engine.describe(&statement);
         let column_count = description.columns.as_ref().map_or(0, Vec::len);
         if let Some(columns) = &description.columns {
@@ -566,6 +569,37 @@ impl<E: Engine> Conn<E> {
         );
         let tag = self.engine.execute(&statement, Params::empty(), &mut sink).await?;
         self.encode(B::CommandComplete(CommandComplete::new(tag.as_str().to_owned())));
+        Ok(())
+    }
+
+    /// Drops what a DEALLOCATE or DISCARD ALL names, before the engine runs the statement
+    /// (`running`: the portal executing it, which stays until its Execute is answered).
+    fn apply_effect(
+        &mut self,
+        effect: ConnectionEffect,
+        running: Option<&str>,
+    ) -> Result<(), PgError> {
+        match effect {
+            ConnectionEffect::Deallocate(Some(name)) => {
+                if self.statements.remove(&name).is_none() {
+                    return Err(PgError::new(
+                        SqlState::INVALID_SQL_STATEMENT_NAME,
+                        format!("prepared statement \"{name}\" does not exist"),
+                    ));
+                }
+            }
+            ConnectionEffect::Deallocate(None) => self.statements.clear(),
+            ConnectionEffect::DiscardAll => {
+                if self.engine.transaction_status() != TransactionStatus::Idle {
+                    return Err(PgError::new(
+                        SqlState::ACTIVE_SQL_TRANSACTION,
+                        "DISCARD ALL cannot run inside a transaction block",
+                    ));
+                }
+                self.statements.clear();
+                self.portals.retain(|name, _| Some(name.as_str()) == running);
+            }
+        }
         Ok(())
     }
 
@@ -709,6 +743,17 @@ impl<E: Engine> Conn<E> {
                 PortalState::Ready | PortalState::Done { .. } => 0,
             })
             .sum();
+        // A DEALLOCATE or DISCARD ALL acts on this connection first (once, on its first
+        // Execute).
+        let effect = self
+            .portals
+            .get(name)
+            .filter(|p| matches!(p.state, PortalState::Ready))
+            .and_then(|p| p.prepared.statement.as_ref())
+            .and_then(|statement| self.engine.connection_effect(statement));
+        if let Some(effect) = effect {
+            self.apply_effect(effect, Some(name))?;
+        }
         let portal = self.portals.get_mut(name).ok_or_else(|| unknown_portal(name))?;
         let Some(statement) = &portal.prepared.statement else {
             put(&mut self.out, B::EmptyQueryResponse(EmptyQueryResponse::new()));

@@ -162,6 +162,17 @@ pub enum TransactionStatus {
     Failed,
 }
 
+/// What a statement asks of the connection itself, whose prepared statements and portals
+/// live in the wire layer, not in the engine ([`Engine::connection_effect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectionEffect {
+    /// `DEALLOCATE name` (a missing one is 26000), or every prepared statement (`None`).
+    Deallocate(Option<String>),
+    /// `DISCARD ALL`: every prepared statement and portal (refused inside a transaction
+    /// block, 25001); the engine resets its own settings when it runs the statement.
+    DiscardAll,
+}
+
 /// Who connected: the startup parameters after authentication.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionInfo {
@@ -556,6 +567,12 @@ pub trait Engine {
 
     /// The transaction state for ReadyForQuery.
     fn transaction_status(&self) -> TransactionStatus;
+
+    /// What `statement` asks of the connection before it runs (almost always nothing).
+    fn connection_effect(&self, statement: &Self::Statement) -> Option<ConnectionEffect> {
+        let _ = statement;
+        None
+    }
 }
 
 #[cfg(test)]
