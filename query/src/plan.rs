@@ -1627,32 +1627,51 @@ pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
     }
 }
 
+/// A select list of plain rows. `tables`: the names `t.*` may qualify `*` with (the
+/// collection and its alias).
 fn plan_projection_rows(
     items: &[ast::SelectItem],
     planner: &ExprPlanner<'_>,
+    tables: &[&str],
 ) -> Result<Vec<Output>, PlanError> {
     let mut outputs = Vec::new();
     for item in items {
-        match item {
-            ast::SelectItem::Wildcard(options) => {
-                if options.opt_exclude.is_some()
-                    || options.opt_except.is_some()
-                    || options.opt_replace.is_some()
-                    || options.opt_rename.is_some()
-                    || options.opt_ilike.is_some()
-                {
-                    return unsupported("wildcard options");
-                }
-                outputs.push(Output {
-                    column: OutputColumn { name: "id".to_owned(), ty: SqlType::Text },
-                    expr: Expr::Id,
-                });
-                outputs.push(Output {
-                    column: OutputColumn { name: "doc".to_owned(), ty: SqlType::Json },
-                    expr: Expr::Field(FieldPath::default()),
-                });
+        let wildcard = match item {
+            ast::SelectItem::Wildcard(options) => Some(options),
+            ast::SelectItem::QualifiedWildcard(
+                ast::SelectItemQualifiedWildcardKind::ObjectName(name),
+                options,
+            ) if object_name_parts(name).is_ok_and(
+                |parts| matches!(parts.as_slice(), [t] if tables.contains(&t.as_str())),
+            ) =>
+            {
+                Some(options)
             }
-            ast::SelectItem::QualifiedWildcard(..) => return unsupported("qualified wildcard"),
+            _ => None,
+        };
+        if let Some(options) = wildcard {
+            if options.opt_exclude.is_some()
+                || options.opt_except.is_some()
+                || options.opt_replace.is_some()
+                || options.opt_rename.is_some()
+                || options.opt_ilike.is_some()
+            {
+                return unsupported("wildcard options");
+            }
+            outputs.push(Output {
+                column: OutputColumn { name: "id".to_owned(), ty: SqlType::Text },
+                expr: Expr::Id,
+            });
+            outputs.push(Output {
+                column: OutputColumn { name: "doc".to_owned(), ty: SqlType::Json },
+                expr: Expr::Field(FieldPath::default()),
+            });
+            continue;
+        }
+        match item {
+            ast::SelectItem::Wildcard(_) | ast::SelectItem::QualifiedWildcard(..) => {
+                return unsupported("qualified wildcard of another table");
+            }
             ast::SelectItem::UnnamedExpr(e) => {
                 let expr = planner.expr(e, 0)?;
                 let ty = expr_type(&expr, &[]);
@@ -1782,9 +1801,14 @@ fn plan_query(q: &ast::Query) -> Result<Statement, PlanError> {
     if q.with.is_some() {
         return unsupported("WITH");
     }
-    if q.fetch.is_some() {
-        return unsupported("FETCH");
-    }
+    let fetch = match &q.fetch {
+        None => None,
+        Some(ast::Fetch { with_ties: false, percent: false, quantity }) => Some(match quantity {
+            Some(e) => plan_count(e, "FETCH FIRST")?,
+            None => Some(Count::Value(1)),
+        }),
+        Some(_) => return unsupported("FETCH … WITH TIES or PERCENT"),
+    };
     if !q.locks.is_empty() {
         return unsupported("FOR UPDATE / FOR SHARE");
     }
@@ -1926,12 +1950,24 @@ fn plan_query(q: &ast::Query) -> Result<Statement, PlanError> {
         let aggregates = aggregates.into_inner();
         (SelectShape::Aggregate { group_by, aggregates, outputs, having }, order_by)
     } else {
-        let outputs = plan_projection_rows(&select.projection, &planner)?;
+        let names: Vec<&str> = collection
+            .as_ref()
+            .map(CollectionName::as_str)
+            .into_iter()
+            .chain(alias.as_deref())
+            .collect();
+        let outputs = plan_projection_rows(&select.projection, &planner, &names)?;
         let order = OrderScope { items: &select.projection, outputs: &outputs, distinct: false };
         let order_by = plan_order_by(q.order_by.as_ref(), &order, &planner)?;
         (SelectShape::Rows { outputs }, order_by)
     };
-    let (limit, offset) = plan_limit(q.limit_clause.as_ref())?;
+    let (mut limit, offset) = plan_limit(q.limit_clause.as_ref())?;
+    if let Some(fetch) = fetch {
+        if limit.is_some() {
+            return Err(PlanError::Invalid { what: "LIMIT and FETCH FIRST together".to_owned() });
+        }
+        limit = fetch;
+    }
     if collection.is_none() && (!order_by.is_empty() || limit.is_some() || offset.is_some()) {
         return unsupported("ORDER BY, LIMIT or OFFSET without FROM");
     }
@@ -2117,7 +2153,9 @@ fn order_target(
                 ast::SelectItem::ExprWithAlias { alias, .. } if ident_name(alias) == name => {
                     return Ok(OrderTarget::Output(column));
                 }
-                ast::SelectItem::Wildcard(_) => column += 2,
+                ast::SelectItem::Wildcard(_) | ast::SelectItem::QualifiedWildcard(..) => {
+                    column += 2
+                }
                 _ => column += 1,
             }
         }
@@ -2180,7 +2218,7 @@ fn plan_returning(
 ) -> Result<Vec<Output>, PlanError> {
     match returning {
         None => Ok(Vec::new()),
-        Some(items) => plan_projection_rows(items, planner),
+        Some(items) => plan_projection_rows(items, planner, &[]),
     }
 }
 

@@ -1076,3 +1076,32 @@ fn session_values() {
     }
     assert!(query::parse("SELECT current_database(1)").is_err());
 }
+
+// Checks `c.*` / `alias.*` is `*` (another table's qualifier refused), and FETCH FIRST n ROWS
+// ONLY is LIMIT n (FIRST ROW ONLY one; WITH TIES and LIMIT beside it refused).
+#[test]
+fn qualified_star_and_fetch_first() {
+    let c = cluster();
+    let r = c.query("SELECT orders.*, total FROM orders WHERE id() = 'orders/1-A'");
+    let names: Vec<&str> = r.columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["id", "doc", "total"]);
+    assert_eq!(
+        query_texts(&c, "SELECT o.*, total FROM orders o ORDER BY 3 DESC FETCH FIRST 1 ROW ONLY")
+            .len(),
+        1
+    );
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT id() FROM orders ORDER BY id() OFFSET 1 ROWS FETCH FIRST 2 ROWS ONLY"
+        ),
+        ["orders/2-A", "orders/3-A"]
+    );
+    assert_eq!(
+        query_texts(&c, "SELECT id() FROM orders ORDER BY id() FETCH FIRST ROW ONLY"),
+        ["orders/1-A"]
+    );
+    assert!(query::parse("SELECT other.* FROM orders").is_err());
+    assert!(query::parse("SELECT * FROM orders FETCH FIRST 2 ROWS WITH TIES").is_err());
+    assert!(query::parse("SELECT * FROM orders LIMIT 1 FETCH FIRST 2 ROWS ONLY").is_err());
+}
