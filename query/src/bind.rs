@@ -85,6 +85,8 @@ fn visit_select(s: &Select, visit: &mut dyn FnMut(&Expr, Hint)) {
         SelectShape::Aggregate { group_by, aggregates, outputs, having } => {
             group_by.iter().for_each(|g| visit(g, None));
             aggregates.iter().filter_map(|a| a.arg.as_ref()).for_each(|a| visit(a, None));
+            let filters = aggregates.iter().filter_map(|a| a.filter.as_ref());
+            filters.for_each(|f| visit(f, Some(SqlType::Bool)));
             outputs.iter().for_each(|o| visit(&o.expr, None));
             if let Some(h) = having {
                 visit(h, Some(SqlType::Bool));
@@ -361,6 +363,7 @@ impl Binder<'_> {
                         .into_iter()
                         .map(|mut a| {
                             a.arg = self.opt(a.arg)?;
+                            a.filter = self.opt(a.filter)?;
                             Ok(a)
                         })
                         .collect::<Result<_, PlanError>>()?,

@@ -575,6 +575,11 @@ pub fn execute_select<'s, S: FragmentSource>(
                         .entry(key)
                         .or_insert_with(|| aggregates.iter().map(AggState::new).collect());
                     for (state, agg) in states.iter_mut().zip(aggregates) {
+                        if let Some(filter) = &agg.filter
+                            && !matches(filter, &row)?
+                        {
+                            continue;
+                        }
                         let new = match &agg.arg {
                             None => state.add::<S::Doc<'s>>(None)?,
                             Some(arg) => state.add(Some(&eval(arg, &row)?))?,

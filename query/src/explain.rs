@@ -104,11 +104,15 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
                             } else {
                                 ""
                             };
-                            match &a.arg {
+                            let call = match &a.arg {
                                 None => format!("agg{} = {}(*)", i + 1, a.func.name()),
                                 Some(arg) => {
                                     format!("agg{} = {}({distinct}{arg})", i + 1, a.func.name())
                                 }
+                            };
+                            match &a.filter {
+                                Some(f) => format!("{call} FILTER (WHERE {f})"),
+                                None => call,
                             }
                         })
                         .collect();

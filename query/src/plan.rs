@@ -385,6 +385,8 @@ pub struct Aggregate {
     pub arg: Option<Expr>,
     /// The result type.
     pub ty: SqlType,
+    /// `FILTER (WHERE …)`: only documents for which it is true are aggregated.
+    pub filter: Option<Expr>,
 }
 
 /// One ORDER BY key.
@@ -1385,13 +1387,17 @@ fn fold_cast(inner: Expr, to: SqlType) -> Result<Expr, PlanError> {
 }
 
 fn function_name(f: &ast::Function) -> Result<String, PlanError> {
+    if f.filter.is_some() {
+        return unsupported("FILTER on a function that is not an aggregate");
+    }
+    call_name(f)
+}
+
+/// A call's name, FILTER allowed (aggregates take it).
+fn call_name(f: &ast::Function) -> Result<String, PlanError> {
     let parts = object_name_parts(&f.name)?;
-    if f.filter.is_some()
-        || f.over.is_some()
-        || !f.within_group.is_empty()
-        || f.null_treatment.is_some()
-    {
-        return unsupported("FILTER, OVER or WITHIN GROUP on a function");
+    if f.over.is_some() || !f.within_group.is_empty() || f.null_treatment.is_some() {
+        return unsupported("OVER or WITHIN GROUP on a function");
     }
     match parts.as_slice() {
         [one] => Ok(one.clone()),
@@ -1700,10 +1706,12 @@ fn as_aggregate(
     let ast::Expr::Function(f) = e else {
         return Ok(None);
     };
-    let name = function_name(f)?;
+    let name = call_name(f)?;
     let Some(mut func) = AggregateFunc::from_name(&name) else {
         return Ok(None);
     };
+    // FILTER (WHERE …) reads the document, as WHERE does.
+    let filter = f.filter.as_deref().map(|w| planner.expr(w, depth + 1)).transpose()?;
     let (args, distinct) = function_args_distinct(f)?;
     if distinct {
         if func != AggregateFunc::Count {
@@ -1731,7 +1739,7 @@ fn as_aggregate(
         AggregateFunc::Avg => SqlType::Float8,
         AggregateFunc::Min | AggregateFunc::Max => arg_ty.unwrap_or(SqlType::Json),
     };
-    Ok(Some(Aggregate { func, arg, ty }))
+    Ok(Some(Aggregate { func, arg, ty, filter }))
 }
 
 fn contains_aggregate(e: &ast::Expr) -> bool {

@@ -1105,3 +1105,39 @@ fn qualified_star_and_fetch_first() {
     assert!(query::parse("SELECT * FROM orders FETCH FIRST 2 ROWS WITH TIES").is_err());
     assert!(query::parse("SELECT * FROM orders LIMIT 1 FETCH FIRST 2 ROWS ONLY").is_err());
 }
+
+// Checks FILTER (WHERE …) on aggregates: only documents for which it is true are counted,
+// the same call with and without FILTER are two aggregates, it works per group and in
+// HAVING, EXPLAIN shows it, and a FILTER on a scalar function is refused by name.
+#[test]
+fn aggregate_filter() {
+    let c = cluster();
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT count(*) FILTER (WHERE paid), count(*), \
+             sum(total) FILTER (WHERE \"Customer\" = 'customers/1-A') FROM orders",
+        ),
+        ["1|4|17"]
+    );
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT \"Customer\", count(*) FILTER (WHERE total > 8) AS big FROM orders \
+             GROUP BY 1 HAVING count(*) FILTER (WHERE total > 8) > 0 ORDER BY 1",
+        ),
+        ["\"customers/1-A\"|1", "\"customers/6-A\"|1"]
+    );
+    let lines = query::explain(&one("SELECT count(*) FILTER (WHERE paid) FROM c"), None, None);
+    assert!(lines.iter().any(|l| l.contains("agg1 = count(*) FILTER (WHERE paid)")), "{lines:?}");
+    match query::parse("SELECT lower(a) FILTER (WHERE true) FROM c") {
+        Err(query::PlanError::Unsupported { construct }) => {
+            assert!(
+                construct.contains("FILTER on a function that is not an aggregate"),
+                "{construct}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(query::parse("SELECT count(*) FILTER (WHERE count(*) > 1) FROM c").is_err());
+}
