@@ -694,35 +694,22 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
                     .iter()
                     .map(|o| group.datum(&o.expr, o.column.ty))
                     .collect::<Result<Vec<_>, _>>()?;
-                // Sort keys that are no output column, evaluated per group.
+                // One sort key per ORDER BY key: an output column's value, or evaluated.
                 let keys = select
                     .order_by
                     .iter()
-                    .filter_map(|k| match &k.target {
-                        OrderTarget::Output(_) => None,
-                        OrderTarget::Expr(e) => Some(group.natural(e)),
+                    .map(|k| match &k.target {
+                        OrderTarget::Output(i) => {
+                            Ok(values.get(*i).cloned().unwrap_or(Datum::Null))
+                        }
+                        OrderTarget::Expr(e) => group.natural(e),
                     })
-                    .collect::<Result<Vec<_>, _>>()?;
+                    .collect::<Result<Vec<_>, ExecError>>()?;
                 rows.push((values, keys));
             }
             if !select.order_by.is_empty() {
-                // Stable: ties keep group-key order.
-                rows.sort_by(|(a, a_keys), (b, b_keys)| {
-                    let mut extra = 0;
-                    for key in &select.order_by {
-                        let o = match key.target {
-                            OrderTarget::Output(i) => cmp_key(key, a.get(i), b.get(i)),
-                            OrderTarget::Expr(_) => {
-                                extra += 1;
-                                cmp_key(key, a_keys.get(extra - 1), b_keys.get(extra - 1))
-                            }
-                        };
-                        if o != Ordering::Equal {
-                            return o;
-                        }
-                    }
-                    Ordering::Equal
-                });
+                // Stable, and groups have no id to break ties: they keep group-key order.
+                rows.sort_by(|(_, a), (_, b)| cmp_parts(&select.order_by, a, "", b, ""));
             }
             rows.into_iter().skip(skip).take(take).map(|(values, _)| values).collect()
         }
@@ -751,12 +738,10 @@ impl GroupValues<'_> {
     }
 
     /// `e` with this group's values put in as literals.
-    fn bound(&self, e: &Expr) -> Result<Expr, ExecError> {
-        e.clone().try_map(&mut |x| {
-            Ok(match self.value(&x) {
-                Some(d) => Expr::Literal(Literal::from_datum(d)),
-                None => x,
-            })
+    fn bound(&self, e: &Expr) -> Expr {
+        e.clone().map(&mut |x| match self.value(&x) {
+            Some(d) => Expr::Literal(Literal::from_datum(d)),
+            None => x,
         })
     }
 
@@ -765,20 +750,17 @@ impl GroupValues<'_> {
         if let Some(d) = self.value(e) {
             return coerce(d, ty);
         }
-        let bound = self.bound(e)?;
-        eval(&bound, &NO_ROW)?.to_datum(ty)
+        eval(&self.bound(e), &NO_ROW)?.to_datum(ty)
     }
 
     /// A sort key.
     fn natural(&self, e: &Expr) -> Result<Datum, ExecError> {
-        let bound = self.bound(e)?;
-        eval(&bound, &NO_ROW)?.to_natural_datum()
+        eval(&self.bound(e), &NO_ROW)?.to_natural_datum()
     }
 
     /// Whether HAVING keeps the group.
     fn matches(&self, e: &Expr) -> Result<bool, ExecError> {
-        let bound = self.bound(e)?;
-        matches(&bound, &NO_ROW)
+        matches(&self.bound(e), &NO_ROW)
     }
 }
 
@@ -793,10 +775,9 @@ pub fn execute_constant(select: &Select) -> Result<ResultSet, ExecError> {
     if select.collection.is_some() {
         return Err(ExecError::WrongStatement { what: "a SELECT without FROM" });
     }
-    let row: Row<'_, &serde_json::Value> = Row { id: "", doc: None, excluded: None };
     Ok(ResultSet {
         columns: select.columns(),
-        rows: vec![output_row(outputs, &row)?],
+        rows: vec![output_row(outputs, &NO_ROW)?],
         rows_scanned: 0,
     })
 }
@@ -978,11 +959,10 @@ pub struct PlacedDocument {
 impl Insert {
     /// Evaluates the bound VALUES rows into documents, in order.
     pub fn documents(&self) -> Result<Vec<NewDocument>, ExecError> {
-        let empty: Row<'_, &serde_json::Value> = Row { id: "", doc: None, excluded: None };
         self.rows
             .iter()
             .map(|r| {
-                let id = match eval(&r.id, &empty)? {
+                let id = match eval(&r.id, &NO_ROW)? {
                     Value::Str(s) | Value::Untyped(s) => s.to_owned(),
                     Value::Text(s) => s,
                     Value::Null => {
@@ -1002,7 +982,7 @@ impl Insert {
                     });
                 }
                 let doc = match &r.body {
-                    InsertBody::Document(e) => match eval(e, &empty)? {
+                    InsertBody::Document(e) => match eval(e, &NO_ROW)? {
                         v @ (Value::Str(_) | Value::Untyped(_) | Value::Text(_)) => {
                             crate::expr::cast(v, SqlType::Json)?.to_json()?
                         }
@@ -1011,7 +991,7 @@ impl Insert {
                     InsertBody::Fields(fields) => {
                         let mut map = serde_json::Map::new();
                         for (name, e) in fields {
-                            map.insert(name.clone(), eval(e, &empty)?.to_json()?);
+                            map.insert(name.clone(), eval(e, &NO_ROW)?.to_json()?);
                         }
                         serde_json::Value::Object(map)
                     }

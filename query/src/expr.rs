@@ -502,6 +502,13 @@ impl Expr {
         }
     }
 
+    /// Rewrites every sub-expression bottom-up with `f`, which cannot fail (puts known
+    /// values in for placeholders).
+    pub(crate) fn map(self, f: &mut dyn FnMut(Expr) -> Expr) -> Expr {
+        let mapped: Result<Expr, std::convert::Infallible> = self.try_map(&mut |e| Ok(f(e)));
+        mapped.unwrap_or_else(|never| match never {})
+    }
+
     /// Rewrites every sub-expression bottom-up with `f` (used to bind parameters).
     pub(crate) fn try_map<E>(self, f: &mut dyn FnMut(Expr) -> Result<Expr, E>) -> Result<Expr, E> {
         let mapped = match self {
@@ -814,7 +821,7 @@ pub fn eval<'v, D: DocValue<'v>>(
     Ok(match expr {
         Expr::Literal(l) => Value::from_literal(l),
         Expr::Param(i) => return Err(ExecError::UnboundParameter { index: i + 1 }),
-        // Replaced per group at merge (`exec::group_values`); never seen by a fragment.
+        // Replaced per group at merge (`exec::GroupValues`); never seen by a fragment.
         Expr::GroupKey { .. } | Expr::AggregateResult { .. } => {
             return Err(ExecError::PartialMismatch { what: "a group value outside its group" });
         }
@@ -1179,12 +1186,10 @@ fn text_function<'v, D: DocValue<'v>>(
             Value::Text(taken)
         }
         ScalarFunc::Btrim | ScalarFunc::Ltrim | ScalarFunc::Rtrim => {
-            let chars: Vec<char> = match args.get(1) {
-                Some(_) => match text_arg(args.get(1), row)? {
-                    Some(c) => c.chars().collect(),
-                    None => return Ok(Value::Null),
-                },
-                None => vec![' '],
+            let chars: Vec<char> = match (args.len() > 1, text_arg(args.get(1), row)?) {
+                (false, _) => vec![' '],
+                (true, Some(c)) => c.chars().collect(),
+                (true, None) => return Ok(Value::Null),
             };
             let strip = |c: char| chars.contains(&c);
             Value::Text(

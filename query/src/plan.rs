@@ -278,27 +278,32 @@ impl Select {
     }
 
     /// This SELECT with the session's user and database in place of `current_user` and
-    /// `current_database()` (only a SELECT without FROM holds them).
-    pub fn with_session(&self, names: &SessionNames) -> Select {
+    /// `current_database()` (only a SELECT without FROM holds them); borrowed, not copied,
+    /// when it names neither (`SELECT 1`, which poolers send to check a connection).
+    pub fn with_session(&self, names: &SessionNames) -> std::borrow::Cow<'_, Select> {
+        let mut names_one = false;
+        for o in self.shape.outputs() {
+            o.expr.walk(&mut |e| names_one |= matches!(e, Expr::Session(_)));
+        }
+        if !names_one {
+            return std::borrow::Cow::Borrowed(self);
+        }
         let mut select = self.clone();
         if let SelectShape::Rows { outputs } = &mut select.shape {
             for o in outputs {
                 let expr = std::mem::replace(&mut o.expr, Expr::Literal(Literal::Null));
-                let put: Result<Expr, std::convert::Infallible> = expr.try_map(&mut |e| {
-                    Ok(match e {
-                        Expr::Session(SessionValue::User) => {
-                            Expr::Literal(Literal::Str(names.user.clone()))
-                        }
-                        Expr::Session(SessionValue::Database) => {
-                            Expr::Literal(Literal::Str(names.database.clone()))
-                        }
-                        other => other,
-                    })
+                o.expr = expr.map(&mut |e| match e {
+                    Expr::Session(SessionValue::User) => {
+                        Expr::Literal(Literal::Str(names.user.clone()))
+                    }
+                    Expr::Session(SessionValue::Database) => {
+                        Expr::Literal(Literal::Str(names.database.clone()))
+                    }
+                    other => other,
                 });
-                o.expr = put.unwrap_or_else(|never| match never {});
             }
         }
-        select
+        std::borrow::Cow::Owned(select)
     }
 }
 
@@ -982,13 +987,11 @@ impl ExprPlanner<'_> {
             ast::Expr::Ceil {
                 expr,
                 field: ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime),
-            } => Ok(Expr::Call { func: ScalarFunc::Ceil, args: vec![self.expr(expr, depth + 1)?] }),
+            } => self.call(ScalarFunc::Ceil, "ceil", &[Some(expr)], depth),
             ast::Expr::Floor {
                 expr,
                 field: ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime),
-            } => {
-                Ok(Expr::Call { func: ScalarFunc::Floor, args: vec![self.expr(expr, depth + 1)?] })
-            }
+            } => self.call(ScalarFunc::Floor, "floor", &[Some(expr)], depth),
             other => unsupported(expr_construct(other)),
         }
     }
@@ -1072,14 +1075,15 @@ impl ExprPlanner<'_> {
             matches!(op, ast::BinaryOperator::HashArrow | ast::BinaryOperator::HashLongArrow);
         let as_text =
             matches!(op, ast::BinaryOperator::LongArrow | ast::BinaryOperator::HashLongArrow);
-        let key = match right {
-            ast::Expr::Value(v) => match &v.value {
-                ast::Value::SingleQuotedString(s) => s,
-                ast::Value::Number(..) if !by_path => {
-                    return unsupported(format!("{op} with an array index"));
-                }
-                _ => return unsupported(format!("{op} with a key that is not a string literal")),
-            },
+        let literal = match right {
+            ast::Expr::Value(v) => Some(&v.value),
+            _ => None,
+        };
+        let key = match literal {
+            Some(ast::Value::SingleQuotedString(s)) => s,
+            Some(ast::Value::Number(..)) if !by_path => {
+                return unsupported(format!("{op} with an array index"));
+            }
             _ => return unsupported(format!("{op} with a key that is not a string literal")),
         };
         let keys = if by_path { text_array(key)? } else { vec![key.clone()] };
@@ -1207,9 +1211,31 @@ impl ExprPlanner<'_> {
             Some(ast::TrimWhereField::Leading) => ScalarFunc::Ltrim,
             Some(ast::TrimWhereField::Trailing) => ScalarFunc::Rtrim,
         };
-        let mut args = vec![self.expr(expr, depth + 1)?];
-        if let Some(c) = chars {
-            args.push(self.expr(c, depth + 1)?);
+        let args: Vec<Option<&ast::Expr>> = std::iter::once(expr).chain(chars).map(Some).collect();
+        self.call(func, "trim", &args, depth)
+    }
+
+    /// A call of scalar function `func` (`name` as written), its arguments (`None`: `*`)
+    /// planned in order, then counted.
+    #[inline(never)]
+    fn call(
+        &self,
+        func: ScalarFunc,
+        name: &str,
+        args: &[Option<&ast::Expr>],
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        let args = args
+            .iter()
+            .map(|arg| match arg {
+                Some(e) => self.expr(e, depth + 1),
+                None => unsupported(format!("{name}(*)")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if !func.takes(args.len()) {
+            return Err(PlanError::Invalid {
+                what: format!("{name}() does not take {} arguments", args.len()),
+            });
         }
         Ok(Expr::Call { func, args })
     }
@@ -1256,19 +1282,7 @@ impl ExprPlanner<'_> {
             return Ok(Expr::Session(value));
         }
         if let Some(func) = scalar {
-            let args = args
-                .into_iter()
-                .map(|arg| match arg {
-                    Some(e) => self.expr(e, depth + 1),
-                    None => unsupported(format!("{name}(*)")),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            if !func.takes(args.len()) {
-                return Err(PlanError::Invalid {
-                    what: format!("{name}() does not take {} arguments", args.len()),
-                });
-            }
-            return Ok(Expr::Call { func, args });
+            return self.call(func, &name, &args, depth);
         }
         if let Some(value) = constant {
             if !args.is_empty() {
@@ -1342,7 +1356,6 @@ fn expr_construct(e: &ast::Expr) -> String {
     name.to_owned()
 }
 
-/// `'…'::json` of a literal is parsed at plan time so a malformed document is a plan error.
 /// The elements of a one-dimensional text array literal (`'{a,b,"c d"}'`), for `#>` paths.
 fn text_array(literal: &str) -> Result<Vec<String>, PlanError> {
     let invalid = |reason: &str| PlanError::InvalidLiteral {
@@ -1376,6 +1389,7 @@ fn text_array(literal: &str) -> Result<Vec<String>, PlanError> {
         .collect()
 }
 
+/// `'…'::json` of a literal is parsed at plan time so a malformed document is a plan error.
 fn fold_cast(inner: Expr, to: SqlType) -> Result<Expr, PlanError> {
     match (&inner, to) {
         (Expr::Literal(Literal::Str(s)), SqlType::Json) => match serde_json::from_str(s) {

@@ -582,10 +582,7 @@ impl<E: Engine> Conn<E> {
         match effect {
             ConnectionEffect::Deallocate(Some(name)) => {
                 if self.statements.remove(&name).is_none() {
-                    return Err(PgError::new(
-                        SqlState::INVALID_SQL_STATEMENT_NAME,
-                        format!("prepared statement \"{name}\" does not exist"),
-                    ));
+                    return Err(unknown_statement(&name));
                 }
             }
             ConnectionEffect::Deallocate(None) => self.statements.clear(),
