@@ -221,3 +221,64 @@ async fn deallocate_drops_a_named_statement() {
     expect_error_then_usable(&mut stream, &bytes, "26000");
     expect_error_then_usable(&mut stream, &query(b"DEALLOCATE named"), "26000");
 }
+
+/// Starts `COPY <collection> FROM STDIN` on a raw session: waits for CopyInResponse.
+fn start_copy_in(stream: &mut TcpStream, collection: &str) {
+    stream.write_all(&query(format!("COPY {collection} FROM STDIN").as_bytes())).unwrap();
+    let (tag, body) = read_message(stream).expect("CopyInResponse");
+    assert_eq!((tag, body), (b'G', vec![0, 0, 2, 0, 0, 0, 0]), "text format, two text columns");
+}
+
+// Checks the COPY sub-protocol on raw frames: Sync and Flush during a simple-protocol COPY are
+// ignored (one CommandComplete and one ReadyForQuery at CopyDone); any other message ends the
+// COPY with 08P01 and nothing of it is written; CopyData and CopyDone arriving after that (or
+// outside any COPY) are dropped without an answer, as PostgreSQL does; a CopyFail is 57014.
+#[tokio::test]
+async fn copy_protocol_violations_end_the_copy() {
+    let node = Node::start();
+    let mut stream = session(node.addr());
+
+    start_copy_in(&mut stream, "raw");
+    let mut bytes = frame(b'd', b"r/1\t{}\n");
+    bytes.extend(frame(b'S', b""));
+    bytes.extend(frame(b'H', b""));
+    bytes.extend(frame(b'd', b"r/2\t{\"a\": 1}\n"));
+    bytes.extend(frame(b'c', b""));
+    stream.write_all(&bytes).unwrap();
+    let (messages, ready) = read_until_ready(&mut stream);
+    assert!(ready);
+    let tags: String = messages.iter().map(|(t, _)| char::from(*t)).collect();
+    assert_eq!(tags, "CZ", "{messages:?}");
+    assert_eq!(messages[0].1, b"COPY 2\0");
+
+    start_copy_in(&mut stream, "raw2");
+    let mut bytes = frame(b'd', b"s/1\t{}\n");
+    bytes.extend(frame(b'P', b"\0SELECT 1\0\0\0"));
+    stream.write_all(&bytes).unwrap();
+    let (messages, ready) = read_until_ready(&mut stream);
+    assert!(ready, "{messages:?}");
+    assert_eq!(error_field(&messages, b'C').as_deref(), Some("08P01"), "{messages:?}");
+    // Stray copy messages are dropped silently; the next query is answered.
+    let mut bytes = frame(b'd', b"s/2\t{}\n");
+    bytes.extend(frame(b'c', b""));
+    bytes.extend(query(b"SELECT count(*) FROM raw2"));
+    stream.write_all(&bytes).unwrap();
+    let (messages, ready) = read_until_ready(&mut stream);
+    assert!(ready);
+    let tags: String = messages.iter().map(|(t, _)| char::from(*t)).collect();
+    assert_eq!(tags, "TDCZ", "{messages:?}");
+    assert!(messages[1].1.ends_with(b"0"), "nothing of the failed COPY was written");
+
+    start_copy_in(&mut stream, "raw3");
+    let mut bytes = frame(b'd', b"t/1\t{}\n");
+    bytes.extend(frame(b'f', b"client gave up\0"));
+    stream.write_all(&bytes).unwrap();
+    let (messages, ready) = read_until_ready(&mut stream);
+    assert!(ready);
+    assert_eq!(error_field(&messages, b'C').as_deref(), Some("57014"), "{messages:?}");
+    assert_eq!(
+        error_field(&messages, b'M').as_deref(),
+        Some("COPY from stdin failed: client gave up")
+    );
+    expect_error_then_usable(&mut stream, &frame(b'Y', b""), "08P01");
+}

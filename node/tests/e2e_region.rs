@@ -256,6 +256,27 @@ async fn e2e_buffered_then_served_through_every_node() {
         assert_eq!(collections, [want], "{collections:?}");
     }
 
+    // COPY through the proxy: every batch is forwarded to the owners of its rows, and COPY
+    // TO from a data node reads the other node's fragments too.
+    let mut input = String::new();
+    for i in 0..1_200 {
+        input.push_str(&format!("copied/{i}\t{{\"n\": {i}}}\n"));
+    }
+    let sink = clients[2].copy_in::<_, bytes::Bytes>("COPY copied FROM STDIN").await.unwrap();
+    futures_util::pin_mut!(sink);
+    futures_util::SinkExt::send(&mut sink, bytes::Bytes::from(input)).await.unwrap();
+    assert_eq!(sink.finish().await.unwrap(), 1_200);
+    let out = clients[0].copy_out("COPY copied (id) TO STDOUT").await.unwrap();
+    let chunks: Vec<_> = futures_util::StreamExt::collect(out).await;
+    let lines: BTreeSet<String> =
+        chunks.into_iter().map(|c| String::from_utf8(c.unwrap().to_vec()).unwrap()).collect();
+    assert_eq!(lines.len(), 1_200);
+    assert!(lines.contains("copied/1199\n"), "one CopyData per row");
+    for c in &clients {
+        let row = c.query_one("SELECT count(*) FROM copied", &[]).await.unwrap();
+        assert_eq!(row.get::<_, i64>(0), 1_200);
+    }
+
     // A write over fragments of several nodes is a cross-node transaction of one statement,
     // and a transaction block reads every node's fragments (see e2e_xnode for the rest).
     let deleted = clients[0].execute("DELETE FROM docs WHERE n::int8 = 1000", &[]).await.unwrap();

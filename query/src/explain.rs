@@ -175,7 +175,12 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
         Statement::VerifySharding { collection } => {
             lines.push(format!("Verify sharding of {collection}"))
         }
-        Statement::Explain { inner, .. } => statement_lines(inner, lines),
+        Statement::Explain { inner, .. } | Statement::CopyTo { query: inner, .. } => {
+            statement_lines(inner, lines)
+        }
+        Statement::CopyFrom { collection, .. } => {
+            lines.push(format!("Copy from the client into {collection}"))
+        }
         Statement::CreateCollection { collection, .. } => {
             lines.push(format!("Create collection {collection}"))
         }

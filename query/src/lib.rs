@@ -43,6 +43,7 @@
 
 mod alter_fragment;
 pub mod bind;
+pub mod copy;
 pub mod error;
 pub mod exec;
 pub mod explain;

@@ -58,3 +58,8 @@ pub const JSON_DEPTH_MAX: usize = 128;
 
 /// Longest dotted path (`a.b.c…`) in a field reference.
 pub const PATH_STEPS_MAX: usize = 32;
+
+/// Longest row of COPY input, in bytes: a document (at most 1 MiB archived) written as JSON
+/// text with its id, escapes included, fits with room to spare. The decoder refuses a longer
+/// row before buffering more of it.
+pub const COPY_ROW_BYTES_MAX: usize = 4 << 20;

@@ -12,6 +12,7 @@ use std::fmt;
 use router::ShardingConfig;
 use sqlparser::ast;
 
+use crate::copy::{CopyFormat, CopyKind};
 use crate::error::PlanError;
 use crate::expr::{
     BinaryOp, Expr, FieldPath, Literal, ScalarFunc, SessionNames, SessionValue, UnaryOp,
@@ -142,6 +143,24 @@ pub enum Statement {
     /// `DISCARD ALL`: prepared statements, portals and settings dropped, as a connection
     /// pooler resets a connection between clients.
     DiscardAll,
+    /// `COPY c [(id, doc)] FROM STDIN [WITH (…)]`: node reads the rows from the client's
+    /// CopyData messages and inserts them in batches.
+    CopyFrom {
+        /// The collection written.
+        collection: CollectionName,
+        /// The columns in the order the input gives them (`id` and `doc`, each once).
+        columns: [CopyColumn; 2],
+        /// The data format.
+        format: CopyFormat,
+    },
+    /// `COPY c [(columns)] TO STDOUT` or `COPY (SELECT …) TO STDOUT`: the query's rows sent in
+    /// CopyData messages.
+    CopyTo {
+        /// The SELECT whose rows are sent (a [`Statement::Select`]).
+        query: Box<Statement>,
+        /// The data format.
+        format: CopyFormat,
+    },
     /// `BEGIN` / `START TRANSACTION`
     Begin,
     /// `COMMIT` / `END`
@@ -163,7 +182,10 @@ impl Statement {
             | Statement::AlterSharding { collection, .. }
             | Statement::VerifySharding { collection } => Some(collection),
             Statement::ShowSharding { collection } => collection.as_ref(),
-            Statement::Explain { inner, .. } => inner.collection(),
+            Statement::Explain { inner, .. } | Statement::CopyTo { query: inner, .. } => {
+                inner.collection()
+            }
+            Statement::CopyFrom { collection, .. } => Some(collection),
             Statement::ShowFragments
             | Statement::ShowCollections
             | Statement::Show { .. }
@@ -221,6 +243,8 @@ impl Statement {
             Statement::Show { name } => Some(vec![col(name, SqlType::Text)]),
             Statement::CreateCollection { .. }
             | Statement::AlterSharding { .. }
+            | Statement::CopyFrom { .. }
+            | Statement::CopyTo { .. }
             | Statement::MoveFragment { .. }
             | Statement::SplitFragment { .. }
             | Statement::MergeFragments { .. }
@@ -231,6 +255,25 @@ impl Statement {
             | Statement::Begin
             | Statement::Commit
             | Statement::Rollback => None,
+        }
+    }
+}
+
+/// A column of `COPY … FROM STDIN`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CopyColumn {
+    /// The document id (text).
+    Id,
+    /// The whole document (a JSON object as text).
+    Doc,
+}
+
+impl CopyColumn {
+    /// The column's name, as errors name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CopyColumn::Id => "id",
+            CopyColumn::Doc => "doc",
         }
     }
 }
@@ -625,7 +668,21 @@ fn plan_statement(stmt: &ast::Statement) -> Result<Statement, PlanError> {
             if matches!(inner, Statement::Explain { .. }) {
                 return unsupported("EXPLAIN of EXPLAIN");
             }
+            if matches!(inner, Statement::CopyFrom { .. } | Statement::CopyTo { .. }) {
+                return unsupported("EXPLAIN of COPY");
+            }
             Ok(Statement::Explain { analyze: *analyze, inner: Box::new(inner) })
+        }
+        ast::Statement::Copy { source, to, target, options, legacy_options, values } => {
+            if !values.is_empty() {
+                return unsupported("COPY data in the statement text (send it as COPY data)");
+            }
+            let format = copy_format(options, legacy_options)?;
+            if *to {
+                plan_copy_to(source, target, format)
+            } else {
+                plan_copy_from(source, target, format)
+            }
         }
         ast::Statement::ShowVariable { variable } => plan_show(variable),
         // MySQL's spelling, which newcomers type; any clause on it stays unsupported.
@@ -662,6 +719,185 @@ fn plan_statement(stmt: &ast::Statement) -> Result<Statement, PlanError> {
         }
         other => unsupported(statement_construct(other)),
     }
+}
+
+/// COPY's options, new style (`WITH (FORMAT csv, HEADER, …)`) and old (`CSV HEADER`,
+/// `DELIMITER AS ','`, `NULL AS ''`), which psql's `\copy` passes on as written.
+fn copy_format(
+    options: &[ast::CopyOption],
+    legacy: &[ast::CopyLegacyOption],
+) -> Result<CopyFormat, PlanError> {
+    use ast::{CopyLegacyCsvOption as LC, CopyLegacyOption as L, CopyOption as O};
+    let mut kind = CopyKind::Text;
+    let (mut delimiter, mut null, mut header, mut quote, mut escape) =
+        (None, None, None, None, None);
+    for option in options {
+        match option {
+            O::Format(name) => {
+                kind = match ident_name(name).as_str() {
+                    "text" => CopyKind::Text,
+                    "csv" => CopyKind::Csv,
+                    "binary" => return unsupported("COPY in binary format (use text or csv)"),
+                    other => {
+                        return Err(PlanError::Invalid {
+                            what: format!("COPY format \"{other}\" not recognized"),
+                        });
+                    }
+                }
+            }
+            O::Delimiter(c) => delimiter = Some(*c),
+            O::Null(s) => null = Some(s.clone()),
+            O::Header(h) => header = Some(*h),
+            O::Quote(c) => quote = Some(*c),
+            O::Escape(c) => escape = Some(*c),
+            O::Encoding(e) if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {
+            }
+            O::Encoding(e) => {
+                return unsupported(format!("COPY encoding {e} (Tessera reads and writes UTF8)"));
+            }
+            O::Freeze(_) => return unsupported("COPY option FREEZE"),
+            O::ForceQuote(_) | O::ForceNotNull(_) | O::ForceNull(_) => {
+                return unsupported("COPY options FORCE_QUOTE, FORCE_NOT_NULL and FORCE_NULL");
+            }
+        }
+    }
+    for option in legacy {
+        match option {
+            L::Csv(csv) => {
+                kind = CopyKind::Csv;
+                for o in csv {
+                    match o {
+                        LC::Header => header = Some(true),
+                        LC::Quote(c) => quote = Some(*c),
+                        LC::Escape(c) => escape = Some(*c),
+                        LC::ForceQuote(_) | LC::ForceNotNull(_) => {
+                            return unsupported("COPY options FORCE QUOTE and FORCE NOT NULL");
+                        }
+                    }
+                }
+            }
+            L::Delimiter(c) => delimiter = Some(*c),
+            L::Null(s) => null = Some(s.clone()),
+            L::Header => header = Some(true),
+            L::Binary => return unsupported("COPY in binary format (use text or csv)"),
+            _ => {
+                return unsupported(
+                    "COPY option (Tessera takes FORMAT, DELIMITER, NULL, HEADER, QUOTE, ESCAPE, ENCODING)",
+                );
+            }
+        }
+    }
+    let mut format = match kind {
+        CopyKind::Text => CopyFormat::text(),
+        CopyKind::Csv => CopyFormat::csv(),
+    };
+    let one_byte = |c: char, what: &str| -> Result<u8, PlanError> {
+        u8::try_from(c).ok().filter(u8::is_ascii).ok_or_else(|| PlanError::Unsupported {
+            construct: format!("COPY {what} that is not a single one-byte character"),
+        })
+    };
+    if let Some(c) = delimiter {
+        format.delimiter = one_byte(c, "delimiter")?;
+    }
+    if let Some(n) = null {
+        format.null = n;
+    }
+    format.header = header.unwrap_or(false);
+    if kind == CopyKind::Text && (quote.is_some() || escape.is_some()) {
+        return Err(PlanError::Invalid {
+            what: "COPY QUOTE and ESCAPE are available only in CSV mode".to_owned(),
+        });
+    }
+    if let Some(c) = quote {
+        format.quote = one_byte(c, "quote")?;
+        format.escape = format.quote;
+    }
+    if let Some(c) = escape {
+        format.escape = one_byte(c, "escape")?;
+    }
+    format.check().map_err(|what| PlanError::Invalid { what })?;
+    Ok(format)
+}
+
+/// Where COPY reads or writes other than the client: refused, pointing at psql's `\copy`.
+fn copy_target(target: &ast::CopyTarget, stdio: ast::CopyTarget) -> Result<(), PlanError> {
+    match target {
+        t if *t == stdio => Ok(()),
+        ast::CopyTarget::File { .. } => unsupported(
+            "COPY to or from a file on the server (use psql's \\copy, which reads and writes the file on the client)",
+        ),
+        ast::CopyTarget::Program { .. } => unsupported("COPY … PROGRAM"),
+        _ => unsupported("COPY FROM STDOUT / TO STDIN"),
+    }
+}
+
+fn plan_copy_from(
+    source: &ast::CopySource,
+    target: &ast::CopyTarget,
+    format: CopyFormat,
+) -> Result<Statement, PlanError> {
+    copy_target(target, ast::CopyTarget::Stdin)?;
+    let ast::CopySource::Table { table_name, columns } = source else {
+        return unsupported("COPY (query) FROM");
+    };
+    let collection = collection_name(table_name)?;
+    let mut order = Vec::with_capacity(2);
+    for column in columns {
+        let c = match ident_name(column).as_str() {
+            "id" => CopyColumn::Id,
+            "doc" => CopyColumn::Doc,
+            other => {
+                return unsupported(format!(
+                    "COPY into column {other:?} (COPY loads whole documents: columns id and doc)"
+                ));
+            }
+        };
+        if order.contains(&c) {
+            return Err(PlanError::Invalid {
+                what: format!("column \"{}\" specified more than once", c.name()),
+            });
+        }
+        order.push(c);
+    }
+    let columns = match order.as_slice() {
+        [] | [CopyColumn::Id, CopyColumn::Doc] => [CopyColumn::Id, CopyColumn::Doc],
+        [CopyColumn::Doc, CopyColumn::Id] => [CopyColumn::Doc, CopyColumn::Id],
+        _ => return unsupported("COPY without both columns id and doc"),
+    };
+    Ok(Statement::CopyFrom { collection, columns, format })
+}
+
+fn plan_copy_to(
+    source: &ast::CopySource,
+    target: &ast::CopyTarget,
+    format: CopyFormat,
+) -> Result<Statement, PlanError> {
+    copy_target(target, ast::CopyTarget::Stdout)?;
+    let query = match source {
+        ast::CopySource::Query(q) => plan_query(q)?,
+        ast::CopySource::Table { table_name, columns } => {
+            // `COPY c (a, b) TO STDOUT` is `SELECT a, b FROM c`, with `id` as `id()`.
+            let list = if columns.is_empty() {
+                "*".to_owned()
+            } else {
+                columns
+                    .iter()
+                    .map(|c| if ident_name(c) == "id" { "id()".to_owned() } else { c.to_string() })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let text = format!("SELECT {list} FROM {table_name}");
+            let mut planned = plan_statements(crate::parse::parse_ast(&text)?)?;
+            match (planned.pop(), planned.is_empty()) {
+                (Some(one), true) => one,
+                _ => return Err(PlanError::Invalid { what: format!("COPY of {table_name}") }),
+            }
+        }
+    };
+    if !matches!(query, Statement::Select(_)) {
+        return unsupported("COPY (statement) TO other than a SELECT");
+    }
+    Ok(Statement::CopyTo { query: Box::new(query), format })
 }
 
 /// Names an unsupported statement without rendering it (rendering recurses through every

@@ -1141,3 +1141,82 @@ fn aggregate_filter() {
     }
     assert!(query::parse("SELECT count(*) FILTER (WHERE count(*) > 1) FROM c").is_err());
 }
+
+// Checks COPY plans: FROM STDIN with both column orders and every option spelling psql
+// passes on (new-style, legacy `CSV HEADER`, `DELIMITER AS`), TO STDOUT of a collection (its
+// columns, `id` as `id()`) and of a query, which route and execute as that SELECT; and the
+// refusals (files, PROGRAM, binary, other columns, bad option combinations) by category.
+#[test]
+fn copy_plans_and_refusals() {
+    use query::copy::{CopyFormat, CopyKind};
+    use query::plan::CopyColumn;
+    let from = |sql: &str| match one(sql) {
+        Statement::CopyFrom { collection, columns, format } => {
+            (collection.as_str().to_owned(), columns, format)
+        }
+        other => panic!("{sql}: {other:?}"),
+    };
+    let (c, columns, format) = from("COPY Orders FROM STDIN");
+    assert_eq!(
+        (c.as_str(), columns, format),
+        ("orders", [CopyColumn::Id, CopyColumn::Doc], CopyFormat::text())
+    );
+    let (_, columns, format) = from(
+        "COPY public.o (doc, id) FROM STDIN WITH (FORMAT csv, HEADER, DELIMITER ';', NULL 'x', ESCAPE '\\')",
+    );
+    assert_eq!(columns, [CopyColumn::Doc, CopyColumn::Id]);
+    assert_eq!(
+        format,
+        CopyFormat {
+            delimiter: b';',
+            null: "x".into(),
+            header: true,
+            escape: b'\\',
+            ..CopyFormat::csv()
+        }
+    );
+    let (_, _, format) = from("COPY o FROM STDIN CSV HEADER");
+    assert_eq!((format.kind, format.header, format.delimiter), (CopyKind::Csv, true, b','));
+    let (_, _, format) = from("COPY o FROM STDIN DELIMITER AS '|' NULL AS ''");
+    assert_eq!((format.kind, format.delimiter, format.null.as_str()), (CopyKind::Text, b'|', ""));
+
+    let c = cluster();
+    let to = |sql: &str| match one(sql) {
+        Statement::CopyTo { query, format } => (*query, format),
+        other => panic!("{sql}: {other:?}"),
+    };
+    let (select, format) = to("COPY orders (id, total) TO STDOUT (FORMAT csv)");
+    assert_eq!(format.kind, CopyKind::Csv);
+    assert_eq!(select, one("SELECT id(), total FROM orders"));
+    let (select, _) = to("COPY orders TO STDOUT");
+    assert_eq!(select, one("SELECT * FROM orders"));
+    let (select, _) = to("COPY (SELECT id() FROM orders WHERE id() = 'orders/2-A') TO STDOUT");
+    let Statement::Select(select) = select else { panic!("a SELECT") };
+    let (result, plan) = c.select_routed(&select);
+    assert_eq!(texts(&result.rows), vec!["orders/2-A"]);
+    assert_eq!(plan.opcode, Opcode::Single, "COPY of a query routes as the query");
+
+    for (sql, category) in [
+        ("COPY o FROM '/etc/passwd'", query::PlanErrorCategory::Unsupported),
+        ("COPY o TO PROGRAM 'ls'", query::PlanErrorCategory::Unsupported),
+        ("COPY o TO STDIN", query::PlanErrorCategory::Unsupported),
+        ("COPY o FROM STDIN BINARY", query::PlanErrorCategory::Unsupported),
+        ("COPY o (name) FROM STDIN", query::PlanErrorCategory::Unsupported),
+        ("COPY o (id) FROM STDIN", query::PlanErrorCategory::Unsupported),
+        ("COPY (SELECT 1) FROM STDIN", query::PlanErrorCategory::Syntax),
+        ("COPY o FROM STDIN (FORCE_NULL (a))", query::PlanErrorCategory::Unsupported),
+        ("COPY o FROM STDIN (DELIMITER 'é')", query::PlanErrorCategory::Syntax),
+        ("COPY o FROM STDIN (FORMAT xml)", query::PlanErrorCategory::Invalid),
+        ("COPY o FROM STDIN (QUOTE '\"')", query::PlanErrorCategory::Invalid),
+        ("COPY o FROM STDIN (DELIMITER '\\')", query::PlanErrorCategory::Invalid),
+        (
+            "COPY o FROM STDIN (FORMAT csv, DELIMITER ',', NULL 'a,b')",
+            query::PlanErrorCategory::Invalid,
+        ),
+        ("COPY o (id, id) FROM STDIN", query::PlanErrorCategory::Invalid),
+        ("EXPLAIN COPY o TO STDOUT", query::PlanErrorCategory::Unsupported),
+    ] {
+        let err = query::parse(sql).expect_err(sql);
+        assert_eq!(err.category(), category, "{sql}: {err}");
+    }
+}

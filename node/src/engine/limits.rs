@@ -47,3 +47,13 @@ pub const COORDINATOR_ABORT_MEMORY: Duration = Duration::from_secs(600);
 
 /// Times an autocommit statement spanning fragments is run again after its commit conflicted.
 pub const TXN_AUTOCOMMIT_ATTEMPTS_MAX: u32 = 16;
+
+/// Rows of `COPY … FROM STDIN` written as one INSERT (one atomic write; outside a block, one
+/// commit): large enough that the per-statement cost (planning is cached, a two-phase commit
+/// over several fragments) is spread thin, well inside `TXN_FRAGMENT_OPS_MAX` per fragment
+/// and query's `INSERT_ROWS_MAX`.
+pub const COPY_BATCH_ROWS: usize = 1_000;
+
+/// Bytes of COPY input (ids and documents as text) after which a batch is written before it
+/// reaches `COPY_BATCH_ROWS`: bounds the memory one COPY holds.
+pub const COPY_BATCH_BYTES: usize = 8 << 20;

@@ -50,6 +50,7 @@ use crate::pg::{
 use crate::runtime::{ExecutorContext, ExecutorIndex};
 
 mod block;
+mod copy;
 
 /// A planned statement, kept by the wire layer for reuse.
 pub struct Prepared {
@@ -94,6 +95,8 @@ pub struct Session {
     block_text: Option<block::BlockText>,
     /// Outcomes of a shipped block not yet replayed.
     replay: Option<block::Replay>,
+    /// A running `COPY … FROM STDIN`.
+    copy: Option<copy::CopyIn>,
 }
 
 impl Drop for Session {
@@ -156,7 +159,9 @@ fn needs_map(statement: &Statement) -> bool {
         | Statement::Update(_)
         | Statement::Delete(_)
         | Statement::VerifySharding { .. } => true,
-        Statement::Explain { inner, .. } => needs_map(inner),
+        Statement::Explain { inner, .. } | Statement::CopyTo { query: inner, .. } => {
+            needs_map(inner)
+        }
         _ => false,
     }
 }
@@ -194,6 +199,7 @@ impl Session {
             forwardable: std::cell::RefCell::new(None),
             block_text: None,
             replay: None,
+            copy: None,
         }
     }
 
@@ -359,6 +365,10 @@ impl Session {
                 write_rows(sink, &outcome.returning).await?;
                 Ok(CommandTag::with_rows(verb, outcome.affected))
             }
+            Statement::CopyFrom { collection, columns, format } => {
+                Ok(self.copy_from(collection, *columns, format))
+            }
+            Statement::CopyTo { query, format } => self.copy_to(query, format, sink).await,
             Statement::CreateCollection { collection, sharding, if_not_exists } => {
                 self.create(collection, sharding.clone(), *if_not_exists).await?;
                 Ok(CommandTag::new("CREATE TABLE"))
@@ -971,7 +981,8 @@ impl Session {
             .ok_or_else(|| internal("forwarded statement index outside its text"))?;
         let values = forward::datums_from_wire(request.params).map_err(bad_reply)?;
         let mut statement = query::bind(&unbound, &values)?;
-        if let Statement::Explain { inner, .. } = statement {
+        if let Statement::Explain { inner, .. } | Statement::CopyTo { query: inner, .. } = statement
+        {
             statement = *inner;
         }
         let statement = Arc::new(statement);
@@ -1291,6 +1302,17 @@ impl Session {
     }
 
     /// Publishes this session's open block for SHOW TRANSACTIONS.
+    /// After a statement's error: an open block fails (only ROLLBACK or COMMIT is accepted
+    /// until it ends), as in PostgreSQL.
+    fn fail_block(&mut self) {
+        if let Block::Open(_) = self.block
+            && let Block::Open(txn) = std::mem::replace(&mut self.block, Block::Idle)
+        {
+            self.publish(&txn, "failed");
+            self.block = Block::Failed(txn);
+        }
+    }
+
     fn publish(&self, txn: &Txn, state: &'static str) {
         self.core.set_session_txn(
             txn.number,
@@ -2581,10 +2603,7 @@ impl Engine for Session {
         sink: &mut RowSink<'_>,
     ) -> Result<CommandTag, PgError> {
         if self.ctx.shutdown.is_triggered() {
-            return Err(PgError::fatal(
-                SqlState::ADMIN_SHUTDOWN,
-                "terminating connection: the node is shutting down",
-            ));
+            return Err(shutting_down());
         }
         let _running = Running::start(self.core.shared());
         // As in PostgreSQL, a failed block accepts only its end.
@@ -2615,12 +2634,8 @@ impl Engine for Session {
                 }
             }
         };
-        if result.is_err()
-            && let Block::Open(_) = self.block
-            && let Block::Open(txn) = std::mem::replace(&mut self.block, Block::Idle)
-        {
-            self.publish(&txn, "failed");
-            self.block = Block::Failed(txn);
+        if result.is_err() {
+            self.fail_block();
         }
         self.finished(statement, started, result.is_ok());
         if let Err(e) = &result
@@ -2631,6 +2646,28 @@ impl Engine for Session {
         result.map_err(|e| engine_error(&e))
     }
 
+    fn copy_mode(&self, statement: &Prepared) -> Option<crate::pg::CopyMode> {
+        match &*statement.statement {
+            Statement::CopyFrom { .. } => Some(crate::pg::CopyMode::In { columns: 2 }),
+            Statement::CopyTo { query, .. } => Some(crate::pg::CopyMode::Out {
+                columns: query.result_columns().map_or(0, |c| c.len()),
+            }),
+            _ => None,
+        }
+    }
+
+    async fn copy_data(&mut self, data: &[u8]) -> Result<(), PgError> {
+        self.copy_input(data).await
+    }
+
+    async fn copy_done(&mut self) -> Result<CommandTag, PgError> {
+        self.copy_finish().await
+    }
+
+    fn copy_abort(&mut self) {
+        self.copy_dropped();
+    }
+
     fn transaction_status(&self) -> TransactionStatus {
         match self.block {
             Block::Idle => TransactionStatus::Idle,
@@ -2638,6 +2675,11 @@ impl Engine for Session {
             Block::Failed(_) => TransactionStatus::Failed,
         }
     }
+}
+
+/// The error every statement gets once the node is stopping.
+fn shutting_down() -> PgError {
+    PgError::fatal(SqlState::ADMIN_SHUTDOWN, "terminating connection: the node is shutting down")
 }
 
 /// Errors the client did not cause (disk, catalog, backup, a stopped fragment): logged.

@@ -17,6 +17,7 @@ use bytes::{Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use pgwire::messages::PgWireBackendMessage as B;
+use pgwire::messages::copy::{CopyDone, CopyInResponse, CopyOutResponse};
 use pgwire::messages::data::{FieldDescription, NoData, ParameterDescription, RowDescription};
 use pgwire::messages::extendedquery::{
     BindComplete, CloseComplete, ParseComplete, PortalSuspended,
@@ -31,8 +32,8 @@ use pgwire::messages::startup::{
 use tracing::debug;
 
 use crate::pg::engine::{
-    CancelFlag, Column, ConnectionEffect, Description, Engine, Format, Oid, Params, RowSink,
-    SessionInfo, TransactionStatus,
+    CancelFlag, Column, ConnectionEffect, CopyMode, Description, Engine, Format, Oid, Params,
+    RowSink, SessionInfo, TransactionStatus,
 };
 use crate::pg::error::{Notice, PgError, ServeError};
 use crate::pg::frame::{
@@ -74,6 +75,7 @@ pub async fn serve_connection<E: Engine>(
         cancel: CancelFlag::default(),
         starting: true,
         peer_data: false,
+        copy_in: None,
     };
     let result = conn.run(config, registry).await;
     if conn.peer_data
@@ -133,6 +135,15 @@ struct Conn<E: Engine> {
     starting: bool,
     /// The connection is a cluster data connection, handed to `PgConfig::peer_data`.
     peer_data: bool,
+    /// A `COPY … FROM STDIN` is receiving the client's data.
+    copy_in: Option<CopyIn>,
+}
+
+/// A running `COPY … FROM STDIN`.
+#[derive(Clone, Copy)]
+struct CopyIn {
+    /// Started by Execute (the client ends with Sync) rather than by a simple query.
+    extended: bool,
 }
 
 enum Next {
@@ -427,6 +438,9 @@ impl<E: Engine> Conn<E> {
     }
 
     async fn handle(&mut self, frame: Frame) -> Result<Next, ServeError> {
+        if let Some(copy) = self.copy_in {
+            return Ok(self.copy_in_frame(frame, copy).await);
+        }
         let extended_tag = matches!(frame.tag, b'P' | b'B' | b'D' | b'E' | b'C' | b'H' | b'S');
         let is_sync = frame.tag == b'S';
         let message = match decode_message(frame) {
@@ -501,6 +515,52 @@ impl<E: Engine> Conn<E> {
         Ok(Next::Continue)
     }
 
+    /// A message while the client sends COPY data, by PostgreSQL's rules: CopyData goes to the
+    /// engine, CopyDone finishes, CopyFail fails the COPY (57014), Flush and Sync are ignored,
+    /// anything else ends the COPY with 08P01. After a failure, later copy messages are dropped
+    /// (as outside a COPY) and an extended batch skips to its Sync.
+    async fn copy_in_frame(&mut self, frame: Frame, copy: CopyIn) -> Next {
+        let err = match frame.tag {
+            b'd' => match self.engine.copy_data(&frame.body).await {
+                Ok(()) => return Next::Continue,
+                Err(e) => e,
+            },
+            b'c' => match self.engine.copy_done().await {
+                Ok(tag) => {
+                    self.copy_in = None;
+                    self.encode(B::CommandComplete(CommandComplete::new(tag.as_str().to_owned())));
+                    if !copy.extended {
+                        self.send_ready();
+                    }
+                    return Next::Continue;
+                }
+                Err(e) => e,
+            },
+            b'f' => {
+                let text = frame.body.split(|&b| b == 0).next().unwrap_or_default();
+                PgError::new(
+                    SqlState::QUERY_CANCELED,
+                    format!("COPY from stdin failed: {}", String::from_utf8_lossy(text)),
+                )
+            }
+            b'H' | b'S' => return Next::Continue,
+            b'X' => {
+                self.engine.copy_abort();
+                self.copy_in = None;
+                return Next::Terminate;
+            }
+            other => PgError::new(
+                SqlState::PROTOCOL_VIOLATION,
+                format!("unexpected message type 0x{other:02X} during COPY from stdin"),
+            ),
+        };
+        self.engine.copy_abort();
+        self.copy_in = None;
+        self.send_error(&err);
+        self.after_error(copy.extended);
+        Next::Continue
+    }
+
     /// Ends an extended batch: stop skipping, answer ReadyForQuery.
     fn sync(&mut self) {
         self.skip_until_sync = false;
@@ -538,20 +598,49 @@ impl<E: Engine> Conn<E> {
         if parsed.is_empty() {
             self.encode(B::EmptyQueryResponse(EmptyQueryResponse::new()));
         }
+        let only = parsed.len() == 1;
         for parsed in parsed {
-            if let Err(err) = self.simple_statement(parsed).await {
+            if let Err(err) = self.simple_statement(parsed, only).await {
                 self.send_error(&err);
                 break;
             }
         }
-        self.send_ready();
+        // A COPY FROM STDIN answers ReadyForQuery once its data has arrived.
+        if self.copy_in.is_none() {
+            self.send_ready();
+        }
     }
 
-    /// Plans and runs one statement of a simple query: RowDescription, rows, CommandComplete.
-    async fn simple_statement(&mut self, parsed: E::Parsed) -> Result<(), PgError> {
+    /// Plans and runs one statement of a simple query (`only`: the query holds no other):
+    /// RowDescription, rows, CommandComplete.
+    async fn simple_statement(&mut self, parsed: E::Parsed, only: bool) -> Result<(), PgError> {
         let statement = self.engine.plan(parsed, &[]).await?;
         if let Some(effect) = self.engine.connection_effect(&statement) {
             self.apply_effect(effect, None)?;
+        }
+        if let Some(mode) = self.engine.copy_mode(&statement) {
+            if matches!(mode, CopyMode::In { .. }) && !only {
+                return Err(PgError::new(
+                    SqlState::FEATURE_NOT_SUPPORTED,
+                    "COPY FROM STDIN must be the only statement of its query",
+                )
+                .with_hint("Send the COPY as a query of its own."));
+            }
+            self.cancel.reset();
+            let tag = copy_start(
+                &mut self.engine,
+                &statement,
+                Params::empty(),
+                &mut self.out,
+                &mut self.stream,
+                &self.cancel,
+            )
+            .await?;
+            match tag {
+                Some(tag) => self.encode(B::CommandComplete(CommandComplete::new(tag))),
+                None => self.copy_in = Some(CopyIn { extended: false }),
+            }
+            return Ok(());
         }
         let description = self.engine.describe(&statement);
         let column_count = description.columns.as_ref().map_or(0, Vec::len);
@@ -760,6 +849,29 @@ impl<E: Engine> Conn<E> {
         if let PortalState::Ready = portal.state {
             self.cancel.reset();
             let params = Params::new(&portal.param_types, &portal.param_formats, &portal.params);
+            if self.engine.copy_mode(statement).is_some() {
+                // A COPY runs to its end whatever the row limit.
+                let tag = copy_start(
+                    &mut self.engine,
+                    statement,
+                    params,
+                    &mut self.out,
+                    &mut self.stream,
+                    &self.cancel,
+                )
+                .await?;
+                match tag {
+                    Some(tag) => {
+                        portal.state = PortalState::Done { tag: tag.clone() };
+                        put(&mut self.out, B::CommandComplete(CommandComplete::new(tag)));
+                    }
+                    None => {
+                        portal.state = PortalState::Done { tag: "COPY 0".to_owned() };
+                        self.copy_in = Some(CopyIn { extended: true });
+                    }
+                }
+                return Ok(());
+            }
             if limit.is_none() {
                 let mut sink = RowSink::streaming(
                     &mut self.out,
@@ -811,6 +923,43 @@ impl<E: Engine> Conn<E> {
             PortalState::Ready => {}
         }
         Ok(())
+    }
+}
+
+/// Starts a COPY statement. `COPY … TO STDOUT`: CopyOutResponse, the rows, CopyDone; returns
+/// the tag for CommandComplete. `COPY … FROM STDIN`: the engine readies itself, then
+/// CopyInResponse; returns `None` (the data follows).
+async fn copy_start<E: Engine>(
+    engine: &mut E,
+    statement: &E::Statement,
+    params: Params<'_>,
+    out: &mut BytesMut,
+    stream: &mut TcpStream,
+    cancel: &CancelFlag,
+) -> Result<Option<String>, PgError> {
+    let text_columns = |columns: usize| -> Result<(i16, Vec<i16>), PgError> {
+        let n = i16::try_from(columns).map_err(|_| {
+            PgError::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "too many columns for COPY")
+        })?;
+        Ok((n, vec![0; columns]))
+    };
+    match engine.copy_mode(statement) {
+        Some(CopyMode::In { columns }) => {
+            let (n, formats) = text_columns(columns)?;
+            let mut sink = RowSink::streaming(out, None, &[], 0, cancel);
+            engine.execute(statement, params, &mut sink).await?;
+            put(out, B::CopyInResponse(CopyInResponse::new(0, n, formats)));
+            Ok(None)
+        }
+        Some(CopyMode::Out { columns }) => {
+            let (n, formats) = text_columns(columns)?;
+            put(out, B::CopyOutResponse(CopyOutResponse::new(0, n, formats)));
+            let mut sink = RowSink::streaming(out, Some(stream), &[], columns, cancel);
+            let tag = engine.execute(statement, params, &mut sink).await?;
+            put(out, B::CopyDone(CopyDone::new()));
+            Ok(Some(tag.as_str().to_owned()))
+        }
+        None => Err(PgError::new(SqlState::INTERNAL_ERROR, "not a COPY statement")),
     }
 }
 

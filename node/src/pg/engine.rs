@@ -173,6 +173,25 @@ pub enum ConnectionEffect {
     DiscardAll,
 }
 
+/// What a COPY statement exchanges with the client ([`Engine::copy_mode`]); both directions
+/// carry text-format rows (format code 0), whatever the statement's text or CSV options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyMode {
+    /// `COPY … FROM STDIN`: the client sends rows of this many columns in CopyData messages,
+    /// then CopyDone (or CopyFail); the wire layer hands them to [`Engine::copy_data`] and
+    /// [`Engine::copy_done`].
+    In {
+        /// Columns per row.
+        columns: usize,
+    },
+    /// `COPY … TO STDOUT`: [`Engine::execute`] writes each row with [`RowSink::copy_data`];
+    /// the wire layer sends CopyOutResponse before and CopyDone after.
+    Out {
+        /// Columns per row.
+        columns: usize,
+    },
+}
+
 /// Who connected: the startup parameters after authentication.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionInfo {
@@ -395,6 +414,28 @@ impl<'a> RowSink<'a> {
         crate::pg::conn::encode_notice(out, notice);
     }
 
+    /// Sends one row of `COPY … TO STDOUT`, already in the statement's format (newline
+    /// included), as a CopyData message. A row above the unsent-rows budget is 54000.
+    pub fn copy_data(&mut self, row: &[u8]) -> Result<(), PgError> {
+        let len =
+            i32::try_from(row.len().saturating_add(4)).ok().filter(|_| row.len() <= self.bytes_max);
+        let Some(len) = len else {
+            return Err(PgError::new(
+                SqlState::PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "COPY row of {} bytes exceeds the result limit of {} bytes",
+                    row.len(),
+                    self.bytes_max
+                ),
+            ));
+        };
+        self.rows_out.put_u8(b'd');
+        self.rows_out.put_i32(len);
+        self.rows_out.put_slice(row);
+        self.rows += 1;
+        Ok(())
+    }
+
     /// Starts a DataRow; add each column's value in order, then [`RowWriter::finish`].
     pub fn row(&mut self) -> RowWriter<'_, 'a> {
         let start = self.rows_out.len();
@@ -567,6 +608,26 @@ pub trait Engine {
 
     /// The transaction state for ReadyForQuery.
     fn transaction_status(&self) -> TransactionStatus;
+
+    /// Whether `statement` is a COPY, and which way its rows go. Default: never.
+    fn copy_mode(&self, _statement: &Self::Statement) -> Option<CopyMode> {
+        None
+    }
+
+    /// One CopyData message of a `COPY … FROM STDIN` that [`Engine::execute`] started. An
+    /// error ends the COPY (the wire layer then calls [`Engine::copy_abort`]).
+    async fn copy_data(&mut self, _data: &[u8]) -> Result<(), PgError> {
+        Err(PgError::new(SqlState::PROTOCOL_VIOLATION, "no COPY FROM STDIN is running"))
+    }
+
+    /// CopyDone: the rest of the rows are written; the tag (`COPY n`).
+    async fn copy_done(&mut self) -> Result<CommandTag, PgError> {
+        Err(PgError::new(SqlState::PROTOCOL_VIOLATION, "no COPY FROM STDIN is running"))
+    }
+
+    /// The COPY ends without CopyDone (CopyFail, an error, a protocol violation): rows not yet
+    /// written are dropped.
+    fn copy_abort(&mut self) {}
 
     /// What `statement` asks of the connection before it runs (almost always nothing).
     fn connection_effect(&self, statement: &Self::Statement) -> Option<ConnectionEffect> {

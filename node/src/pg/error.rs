@@ -35,6 +35,7 @@ pub struct PgError {
     detail: Option<String>,
     hint: Option<String>,
     position: Option<u32>,
+    context: Option<String>,
 }
 
 impl PgError {
@@ -47,6 +48,7 @@ impl PgError {
             detail: None,
             hint: None,
             position: None,
+            context: None,
         }
     }
 
@@ -76,6 +78,18 @@ impl PgError {
     pub fn with_position(mut self, position: u32) -> PgError {
         self.position = Some(position);
         self
+    }
+
+    /// Adds where the error happened (the `W` field, psql's `CONTEXT:` line), for instance
+    /// `COPY orders, line 3`.
+    pub fn with_context(mut self, context: impl Into<String>) -> PgError {
+        self.context = Some(context.into());
+        self
+    }
+
+    /// The context, if any.
+    pub fn context(&self) -> Option<&str> {
+        self.context.as_deref()
     }
 
     /// The severity.
@@ -125,6 +139,9 @@ impl PgError {
         }
         if let Some(position) = self.position {
             fields.push((b'P', position.to_string()));
+        }
+        if let Some(context) = &self.context {
+            fields.push((b'W', context.clone()));
         }
         fields
     }

@@ -32,8 +32,8 @@ pub mod sqlstate;
 
 pub use conn::serve_connection;
 pub use engine::{
-    CancelFlag, Column, CommandTag, ConnectionEffect, Description, Engine, Format, Oid, Param,
-    Params, RowSink, RowWriter, SessionInfo, TransactionStatus,
+    CancelFlag, Column, CommandTag, ConnectionEffect, CopyMode, Description, Engine, Format, Oid,
+    Param, Params, RowSink, RowWriter, SessionInfo, TransactionStatus,
 };
 pub use error::{Notice, PgError, ServeError, Severity};
 pub use scram::ScramCredentials;

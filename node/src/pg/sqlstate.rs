@@ -105,6 +105,10 @@ impl SqlState {
     pub const INVALID_PARAMETER_VALUE: SqlState = SqlState::of(b"22023");
     /// 22000 data_exception: a document that is not a valid JSON object.
     pub const DATA_EXCEPTION: SqlState = SqlState::of(b"22000");
+    /// 22P04 bad_copy_file_format: COPY input that does not parse as its format.
+    pub const BAD_COPY_FILE_FORMAT: SqlState = SqlState::of(b"22P04");
+    /// 23502 not_null_violation: a NULL id or document in COPY input.
+    pub const NOT_NULL_VIOLATION: SqlState = SqlState::of(b"23502");
     /// 23505 unique_violation: a document with that id exists.
     pub const UNIQUE_VIOLATION: SqlState = SqlState::of(b"23505");
     /// 23514 check_violation: a document breaks its collection's content configuration.
