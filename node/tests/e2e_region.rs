@@ -276,6 +276,12 @@ async fn e2e_buffered_then_served_through_every_node() {
         let row = c.query_one("SELECT count(*) FROM copied", &[]).await.unwrap();
         assert_eq!(row.get::<_, i64>(0), 1_200);
     }
+    // TRUNCATE through the proxy: each round is forwarded to both data nodes as its text.
+    clients[2].batch_execute("TRUNCATE copied").await.unwrap();
+    for c in &clients {
+        let row = c.query_one("SELECT count(*) FROM copied", &[]).await.unwrap();
+        assert_eq!(row.get::<_, i64>(0), 0);
+    }
 
     // A write over fragments of several nodes is a cross-node transaction of one statement,
     // and a transaction block reads every node's fragments (see e2e_xnode for the rest).

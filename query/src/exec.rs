@@ -926,10 +926,14 @@ pub fn execute_delete<'s, S: FragmentSource>(
                 let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
                 out.returning.push(output_row(&delete.returning, &row)?);
             }
-            out.push_intent(WriteIntent::Delete {
+            let flow = out.push_intent(WriteIntent::Delete {
                 id: d.id.to_owned(),
                 shard: d.shard,
                 version_read: d.version,
+            })?;
+            Ok(match delete.per_fragment_max {
+                Some(max) if out.intents.len() >= max => ControlFlow::Break(()),
+                _ => flow,
             })
         })?;
     Ok(out)

@@ -181,6 +181,11 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
         Statement::CopyFrom { collection, .. } => {
             lines.push(format!("Copy from the client into {collection}"))
         }
+        Statement::Truncate { collections } => {
+            for collection in collections {
+                lines.push(format!("Truncate {collection}"));
+            }
+        }
         Statement::CreateCollection { collection, .. } => {
             lines.push(format!("Create collection {collection}"))
         }

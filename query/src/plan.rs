@@ -161,6 +161,12 @@ pub enum Statement {
         /// The data format.
         format: CopyFormat,
     },
+    /// `TRUNCATE c [, …]`: every document of each collection deleted (node deletes them in
+    /// rounds, see `node::engine::session`).
+    Truncate {
+        /// The collections, each once, in the order written.
+        collections: Vec<CollectionName>,
+    },
     /// `BEGIN` / `START TRANSACTION`
     Begin,
     /// `COMMIT` / `END`
@@ -186,6 +192,7 @@ impl Statement {
                 inner.collection()
             }
             Statement::CopyFrom { collection, .. } => Some(collection),
+            Statement::Truncate { collections } => collections.first(),
             Statement::ShowFragments
             | Statement::ShowCollections
             | Statement::Show { .. }
@@ -245,6 +252,7 @@ impl Statement {
             | Statement::AlterSharding { .. }
             | Statement::CopyFrom { .. }
             | Statement::CopyTo { .. }
+            | Statement::Truncate { .. }
             | Statement::MoveFragment { .. }
             | Statement::SplitFragment { .. }
             | Statement::MergeFragments { .. }
@@ -544,6 +552,9 @@ pub struct Delete {
     pub filter: Option<Expr>,
     /// `RETURNING` columns, evaluated over the deleted document.
     pub returning: Vec<Output>,
+    /// Most documents deleted per fragment (the first ones the scan meets); `None` for a
+    /// DELETE as written. Only node's TRUNCATE sets it: it deletes in rounds.
+    pub per_fragment_max: Option<usize>,
 }
 
 /// Plans every statement of an AST.
@@ -671,6 +682,9 @@ fn plan_statement(stmt: &ast::Statement) -> Result<Statement, PlanError> {
             if matches!(inner, Statement::CopyFrom { .. } | Statement::CopyTo { .. }) {
                 return unsupported("EXPLAIN of COPY");
             }
+            if matches!(inner, Statement::Truncate { .. }) {
+                return unsupported("EXPLAIN of TRUNCATE");
+            }
             Ok(Statement::Explain { analyze: *analyze, inner: Box::new(inner) })
         }
         ast::Statement::Copy { source, to, target, options, legacy_options, values } => {
@@ -684,6 +698,7 @@ fn plan_statement(stmt: &ast::Statement) -> Result<Statement, PlanError> {
                 plan_copy_from(source, target, format)
             }
         }
+        ast::Statement::Truncate(truncate) => plan_truncate(truncate),
         ast::Statement::ShowVariable { variable } => plan_show(variable),
         // MySQL's spelling, which newcomers type; any clause on it stays unsupported.
         ast::Statement::ShowTables { .. } if stmt.to_string() == "SHOW TABLES" => {
@@ -905,7 +920,6 @@ fn plan_copy_to(
 fn statement_construct(s: &ast::Statement) -> String {
     let name = match s {
         ast::Statement::Drop { .. } => "DROP",
-        ast::Statement::Truncate(_) => "TRUNCATE",
         ast::Statement::CreateView(_) => "CREATE VIEW",
         ast::Statement::CreateIndex(_) => "CREATE INDEX",
         ast::Statement::CreateSchema { .. } => "CREATE SCHEMA",
@@ -2701,7 +2715,24 @@ fn plan_delete(delete: &ast::Delete) -> Result<Delete, PlanError> {
         collection,
         filter: delete.selection.as_ref().map(|e| planner.expr(e, 0)).transpose()?,
         returning: plan_returning(delete.returning.as_ref(), &planner)?,
+        per_fragment_max: None,
     })
+}
+
+/// `TRUNCATE [TABLE] [ONLY] c [, …] [RESTART IDENTITY | CONTINUE IDENTITY] [CASCADE |
+/// RESTRICT]`: there are no sequences or foreign keys, so those options change nothing.
+fn plan_truncate(truncate: &ast::Truncate) -> Result<Statement, PlanError> {
+    if truncate.partitions.is_some() || truncate.on_cluster.is_some() {
+        return unsupported("TRUNCATE … PARTITION or ON CLUSTER");
+    }
+    let mut collections = Vec::with_capacity(truncate.table_names.len());
+    for target in &truncate.table_names {
+        let collection = collection_name(&target.name)?;
+        if !collections.contains(&collection) {
+            collections.push(collection);
+        }
+    }
+    Ok(Statement::Truncate { collections })
 }
 
 #[cfg(test)]

@@ -1220,3 +1220,38 @@ fn copy_plans_and_refusals() {
         assert_eq!(err.category(), category, "{sql}: {err}");
     }
 }
+
+// Checks TRUNCATE plans each collection once in order (options that need sequences or
+// foreign keys change nothing here), and a fragment's share of a capped DELETE stops at
+// its cap.
+#[test]
+fn truncate_plans_and_a_capped_delete_stops() {
+    let names = |sql: &str| match one(sql) {
+        Statement::Truncate { collections } => {
+            collections.iter().map(|c| c.as_str().to_owned()).collect::<Vec<_>>()
+        }
+        other => panic!("{sql}: {other:?}"),
+    };
+    assert_eq!(names("TRUNCATE a"), ["a"]);
+    assert_eq!(names("TRUNCATE TABLE ONLY A, \"B\", a RESTART IDENTITY CASCADE"), ["a", "B"]);
+    assert!(query::parse("EXPLAIN TRUNCATE a").is_err());
+
+    let mut c = Cluster::new(2);
+    for i in 0..10 {
+        c.put("t", &format!("t/{i}"), json!({"i": i}));
+    }
+    let Statement::Delete(mut delete) = one("DELETE FROM t") else { panic!("delete") };
+    let per_fragment = |delete: &query::plan::Delete| -> Vec<usize> {
+        let fragments = c.fragments.iter().enumerate();
+        fragments
+            .map(|(i, f)| execute_delete(delete, f, &[c.ranges[i]]).unwrap().intents.len())
+            .collect()
+    };
+    let all = per_fragment(&delete);
+    assert_eq!(all.iter().sum::<usize>(), 10);
+    delete.per_fragment_max = Some(3);
+    let capped = per_fragment(&delete);
+    let expected: Vec<usize> = all.iter().map(|&n| n.min(3)).collect();
+    assert!(expected.iter().sum::<usize>() < 10, "the cap bites: {all:?}");
+    assert_eq!(capped, expected);
+}

@@ -130,7 +130,8 @@ pub enum EngineError {
     #[error(
         "{ops} documents written or read on fragment {fragment} in one commit, the limit is \
          {max} per fragment: split the write into smaller statements or transactions (for \
-         example narrower WHERE conditions, or fewer VALUES rows)"
+         example narrower WHERE conditions, or fewer VALUES rows; TRUNCATE empties a whole \
+         collection)"
     )]
     FragmentOpsLimit {
         /// The fragment.

@@ -51,6 +51,7 @@ use crate::runtime::{ExecutorContext, ExecutorIndex};
 
 mod block;
 mod copy;
+mod truncate;
 
 /// A planned statement, kept by the wire layer for reuse.
 pub struct Prepared {
@@ -158,6 +159,7 @@ fn needs_map(statement: &Statement) -> bool {
         Statement::Insert(_)
         | Statement::Update(_)
         | Statement::Delete(_)
+        | Statement::Truncate { .. }
         | Statement::VerifySharding { .. } => true,
         Statement::Explain { inner, .. } | Statement::CopyTo { query: inner, .. } => {
             needs_map(inner)
@@ -369,6 +371,7 @@ impl Session {
                 Ok(self.copy_from(collection, *columns, format))
             }
             Statement::CopyTo { query, format } => self.copy_to(query, format, sink).await,
+            Statement::Truncate { collections } => self.truncate(collections, sink).await,
             Statement::CreateCollection { collection, sharding, if_not_exists } => {
                 self.create(collection, sharding.clone(), *if_not_exists).await?;
                 Ok(CommandTag::new("CREATE TABLE"))
@@ -984,6 +987,12 @@ impl Session {
         if let Statement::Explain { inner, .. } | Statement::CopyTo { query: inner, .. } = statement
         {
             statement = *inner;
+        }
+        // A TRUNCATE's round arrives as the text `TRUNCATE "c"` (see `truncate`).
+        if let Statement::Truncate { collections } = &statement
+            && let [collection] = collections.as_slice()
+        {
+            statement = truncate::round(collection, map.len());
         }
         let statement = Arc::new(statement);
         *self.forwardable.borrow_mut() =

@@ -1,0 +1,84 @@
+//! `TRUNCATE c`: every document of the collection deleted, in rounds.
+//!
+//! One atomic write may change at most `TXN_FRAGMENT_OPS_MAX` documents of a fragment (one
+//! storage record), so a collection larger than that cannot go in one DELETE. TRUNCATE runs
+//! DELETEs without a filter that stop after [`round_cap`] documents per fragment, each an
+//! ordinary autocommit write (atomic across fragments, two-phase commit, forwarded on a
+//! cluster as the text `TRUNCATE "c"`, which the owner plans into the same round), until a
+//! round deletes fewer than the cap: then no fragment had more left when it was scanned.
+//! It is not one transaction: an error (or a cancel) stops it part way, with the rounds
+//! before it done; a document written meanwhile may survive it. Refused inside a block.
+
+use std::sync::Arc;
+
+use query::CollectionName;
+use query::plan::{Delete, Statement};
+
+use super::{Block, Session};
+use crate::engine::error::EngineError;
+use crate::engine::limits::{TXN_FRAGMENT_OPS_MAX, TXN_WRITES_MAX};
+use crate::pg::{CommandTag, RowSink};
+
+/// Most documents one round deletes per fragment, for a map of `fragments`: one storage
+/// record per fragment, and all of them together within one transaction's write bound.
+pub(super) fn round_cap(fragments: usize) -> usize {
+    TXN_FRAGMENT_OPS_MAX.min(TXN_WRITES_MAX / fragments.max(1)).max(1)
+}
+
+/// One round of TRUNCATE over `collection`.
+pub(super) fn round(collection: &CollectionName, fragments: usize) -> Statement {
+    Statement::Delete(Delete {
+        collection: collection.clone(),
+        filter: None,
+        returning: Vec::new(),
+        per_fragment_max: Some(round_cap(fragments)),
+    })
+}
+
+impl Session {
+    /// Runs `TRUNCATE` over each collection in turn.
+    pub(super) async fn truncate(
+        &mut self,
+        collections: &[CollectionName],
+        sink: &RowSink<'_>,
+    ) -> Result<CommandTag, EngineError> {
+        if !matches!(self.block, Block::Idle) {
+            return Err(EngineError::NotSupported {
+                what: "TRUNCATE inside a transaction block",
+                hint: "run TRUNCATE on its own (it deletes in rounds, not atomically), or DELETE \
+                       inside the block",
+            });
+        }
+        for collection in collections {
+            let text = format!("TRUNCATE \"{}\"", collection.as_str().replace('"', "\"\""));
+            let text: Arc<str> = Arc::from(text);
+            loop {
+                sink.check_cancelled().map_err(|_| EngineError::Cancelled)?;
+                let fragments = self.core.shared().map().map_or(1, |m| m.len());
+                let statement = Arc::new(round(collection, fragments));
+                *self.forwardable.borrow_mut() = Some((Arc::clone(&text), 0, Vec::new()));
+                let outcome = self.write(&statement).await?;
+                if outcome.affected < round_cap(fragments) as u64 {
+                    break;
+                }
+            }
+        }
+        Ok(CommandTag::new("TRUNCATE TABLE"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks a round stays within one record per fragment and one transaction's writes.
+    #[test]
+    fn unit_round_cap_fits_both_bounds() {
+        for fragments in [0, 1, 2, 8, 16, 17, 4_096, 100_000] {
+            let cap = round_cap(fragments);
+            assert!((1..=TXN_FRAGMENT_OPS_MAX).contains(&cap), "{fragments}: {cap}");
+            assert!(cap * fragments.max(1) <= TXN_WRITES_MAX.max(fragments), "{fragments}: {cap}");
+        }
+        assert_eq!(round_cap(8), TXN_FRAGMENT_OPS_MAX);
+    }
+}

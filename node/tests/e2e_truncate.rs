@@ -1,0 +1,83 @@
+//! TRUNCATE against a real `tessera serve` with two fragments (one per executor): a
+//! collection too large for one DELETE (more than `TXN_FRAGMENT_OPS_MAX` documents on a
+//! fragment, so `DELETE FROM c` is 54000) is emptied in rounds; other collections are left
+//! alone; TRUNCATE of several collections, of one never written, and inside a block.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod support;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, pin_mut};
+use support::{Node, NodeOptions, simple_rows, sqlstate};
+
+async fn load(client: &tokio_postgres::Client, collection: &str, n: usize) {
+    let mut input = String::new();
+    for i in 0..n {
+        input.push_str(&format!("{collection}/{i}\t{{\"n\": {i}}}\n"));
+    }
+    let sink = client.copy_in::<_, Bytes>(&format!("COPY {collection} FROM STDIN")).await.unwrap();
+    pin_mut!(sink);
+    sink.send(Bytes::from(input)).await.unwrap();
+    assert_eq!(sink.finish().await.unwrap(), n as u64);
+}
+
+async fn count(client: &tokio_postgres::Client, collection: &str) -> i64 {
+    let row = client.query_one(&format!("SELECT count(*) FROM {collection}"), &[]).await.unwrap();
+    row.get(0)
+}
+
+// Checks 10,000 documents over two fragments (about 5,000 each, above the 4,096 one write
+// may change per fragment) are refused by DELETE and emptied by TRUNCATE in rounds; a second
+// collection keeps its documents until it is truncated too; the collection then takes new
+// documents, and SHOW COLLECTIONS no longer lists an emptied collection without a
+// configuration.
+#[tokio::test]
+async fn truncate_empties_a_collection_too_large_for_one_delete() {
+    let node = Node::start_with(NodeOptions { fragments: 2, ..NodeOptions::default() });
+    let client = node.connect().await;
+    load(&client, "big", 10_000).await;
+    load(&client, "small", 10).await;
+    let err = client.batch_execute("DELETE FROM big").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "54000", "{err:?}");
+    assert_eq!(count(&client, "big").await, 10_000, "the refused DELETE changed nothing");
+
+    let messages = client.simple_query("TRUNCATE TABLE big").await.unwrap();
+    assert!(
+        messages
+            .iter()
+            .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::CommandComplete(0))),
+        "{messages:?}"
+    );
+    assert_eq!(count(&client, "big").await, 0);
+    assert_eq!(count(&client, "small").await, 10);
+    let listed = simple_rows(&client.simple_query("SHOW COLLECTIONS").await.unwrap());
+    let names: Vec<_> = listed.iter().map(|r| r[0].clone().unwrap()).collect();
+    assert_eq!(names, ["small"], "{listed:?}");
+
+    client.batch_execute("INSERT INTO big VALUES ('big/1', '{}')").await.unwrap();
+    client
+        .batch_execute("TRUNCATE big, small, never_written RESTART IDENTITY CASCADE")
+        .await
+        .unwrap();
+    assert_eq!((count(&client, "big").await, count(&client, "small").await), (0, 0));
+}
+
+// Checks TRUNCATE inside a block is refused by name (it cannot be atomic) and fails the
+// block, and EXPLAIN TRUNCATE is refused; nothing is deleted by either.
+#[tokio::test]
+async fn truncate_is_refused_inside_a_block() {
+    let node = Node::start();
+    let client = node.connect().await;
+    load(&client, "t", 5).await;
+    client.batch_execute("BEGIN").await.unwrap();
+    let err = client.batch_execute("TRUNCATE t").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "0A000", "{err:?}");
+    let message = err.as_db_error().unwrap().message();
+    assert!(message.contains("TRUNCATE inside a transaction block"), "{message}");
+    let failed = client.batch_execute("SELECT 1").await.unwrap_err();
+    assert_eq!(sqlstate(&failed), "25P02");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    let err = client.batch_execute("EXPLAIN TRUNCATE t").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "0A000", "{err:?}");
+    assert_eq!(count(&client, "t").await, 5);
+}
