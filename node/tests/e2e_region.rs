@@ -9,7 +9,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 
 use support::cluster::{cluster_args, simple, wait_for};
-use support::{Node, NodeOptions, free_loopback_port, simple_rows};
+use support::{Node, NodeOptions, free_loopback_port, simple_rows, sqlstate};
 
 const FRAGMENTS: u32 = 6;
 
@@ -254,6 +254,19 @@ async fn e2e_buffered_then_served_through_every_node() {
         let collections = simple_rows(&c.simple_query("SHOW COLLECTIONS").await.unwrap());
         let want = [Some("docs".to_owned()), Some((total - 1).to_string()), None];
         assert_eq!(collections, [want], "{collections:?}");
+    }
+
+    // Collection configurations are each node's own, so a cluster refuses them: a node with
+    // one would place, validate and prune differently from the others.
+    for c in &clients {
+        for sql in [
+            r#"CREATE TABLE inv () WITH (sharding = '{"Fields": ["Customer"]}')"#,
+            r#"ALTER TABLE docs SET (sharding = '{"Fields": ["g"]}')"#,
+        ] {
+            let err = c.batch_execute(sql).await.unwrap_err();
+            assert_eq!(sqlstate(&err), "0A000", "{sql}: {err:?}");
+        }
+        c.batch_execute("CREATE TABLE plain ()").await.unwrap();
     }
 
     // COPY through the proxy: every batch is forwarded to the owners of its rows, and COPY

@@ -138,3 +138,23 @@ fn staged_segments_larger_than_memory_refuse_to_start() {
     let segments = fragments.filter(|f| f.path().extension().is_some_and(|e| e == "seg"));
     assert_eq!(segments.count(), 0, "no fragment opened");
 }
+
+// Checks a data directory holding a content sharding configuration does not start as a
+// cluster node (the cluster does not replicate configurations, so this node would place and
+// prune that collection unlike the others), naming the collection; without the cluster flags
+// the same directory serves.
+#[test]
+fn a_configured_catalog_does_not_start_as_a_cluster_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    let catalog = r#"{"format": 1, "version": 1, "collections": {"invoices": {"sharding": {"Fields": ["Customer"]}}}}"#;
+    std::fs::write(dir.path().join("data").join("catalog.json"), catalog).unwrap();
+    let peer = support::free_loopback_port().to_string();
+    let peer_listen = format!("127.0.0.1:{peer}");
+    let args = ["--cluster-name", "c", "--node-id", "1", "--peer-listen", &peer_listen];
+    let out = serve_once(dir.path(), &args, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the node must not start: {stderr}");
+    assert!(stderr.contains("content sharding configurations (collections invoices)"), "{stderr}");
+    assert!(!stderr.contains("ready: listening on"), "{stderr}");
+}

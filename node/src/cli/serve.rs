@@ -158,6 +158,17 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     )?;
     let map = shard_map(data.layout(), config.executors)?;
     let catalog = Catalog::load(data.root()).map_err(|e| e.to_string())?;
+    if config.cluster.is_some() && !catalog.collections.is_empty() {
+        // Each node would place `$` ids, validate and prune by its own configurations.
+        let names: Vec<&str> = catalog.collections.keys().map(String::as_str).collect();
+        return Err(format!(
+            "{} holds content sharding configurations (collections {}), which a cluster does \
+             not replicate: nodes would place, validate and prune that collection differently. \
+             Serve this data directory without --cluster-name",
+            data.root().join("catalog.json").display(),
+            names.join(", ")
+        ));
+    }
     let catalog = CatalogView::new(catalog)?;
     // A cluster node follows the replicated map (`cluster::region`): it opens no fragment
     // here; layout.json decides only on a single node.

@@ -2483,6 +2483,15 @@ impl Session {
         + Send
         + 'static,
     ) -> Result<(), EngineError> {
+        if self.core.shared().clustered {
+            // The catalog is each node's own: a configuration on one node would make it place,
+            // validate and prune differently from the others (wrong reads, not errors).
+            return Err(EngineError::NotSupported {
+                what: "a content sharding configuration on a cluster",
+                hint: "the cluster does not replicate collection configurations yet; a \
+                       cluster places every document by its id",
+            });
+        }
         let catalog_owner = ExecutorIndex::new(0);
         if self.core.index() == catalog_owner {
             return self.core.change_catalog(collection, decide).await;
