@@ -66,7 +66,7 @@ done
 for target in tessera postgres; do
   for what in load dump; do
     col=7; [ "$what" = dump ] && col=12
-    med=$(grep " $target " "$out/copy.txt" | awk -v c="$col" '{print $c}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+    med=$(grep -E "^round [0-9]+ $target " "$out/copy.txt" | awk -v c="$col" '{print $c}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
     echo "median $target $what: $med rows/s" | tee -a "$out/copy.txt"
   done
 done
