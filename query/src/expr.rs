@@ -172,6 +172,10 @@ pub enum BinaryOp {
     Mod,
     /// `||`: text concatenation.
     Concat,
+    /// `IS DISTINCT FROM`: `<>` with NULL as a value (never NULL itself).
+    IsDistinctFrom,
+    /// `IS NOT DISTINCT FROM`: `=` with NULL as a value (never NULL itself).
+    IsNotDistinctFrom,
 }
 
 impl BinaryOp {
@@ -191,14 +195,24 @@ impl BinaryOp {
             BinaryOp::Div => "/",
             BinaryOp::Mod => "%",
             BinaryOp::Concat => "||",
+            BinaryOp::IsDistinctFrom => "IS DISTINCT FROM",
+            BinaryOp::IsNotDistinctFrom => "IS NOT DISTINCT FROM",
         }
     }
 
-    /// Whether this is one of `= <> < <= > >=`.
+    /// Whether this is a comparison (a bool result, operands typed from each other): one of
+    /// `= <> < <= > >=`, `IS [NOT] DISTINCT FROM`.
     pub fn is_comparison(self) -> bool {
         matches!(
             self,
-            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+            BinaryOp::Eq
+                | BinaryOp::Ne
+                | BinaryOp::Lt
+                | BinaryOp::Le
+                | BinaryOp::Gt
+                | BinaryOp::Ge
+                | BinaryOp::IsDistinctFrom
+                | BinaryOp::IsNotDistinctFrom
         )
     }
 }
@@ -886,6 +900,20 @@ pub fn eval<'v, D: DocValue<'v>>(
             let r = eval(right, row)?;
             let equal = id_equal(&l, &r).or_else(|| compare_op(BinaryOp::Eq, &l, &r));
             equal.map_or(Value::Null, |e| Value::Bool(e == (*op == BinaryOp::Eq)))
+        }
+        Expr::Binary {
+            op: op @ (BinaryOp::IsDistinctFrom | BinaryOp::IsNotDistinctFrom),
+            left,
+            right,
+        } => {
+            let is_id = matches!(**left, Expr::Id) || matches!(**right, Expr::Id);
+            let (l, r) = (eval(left, row)?, eval(right, row)?);
+            let same = match (matches!(l, Value::Null), matches!(r, Value::Null)) {
+                (true, true) => true,
+                (true, false) | (false, true) => false,
+                (false, false) => equals(is_id, &l, &r) == Some(true),
+            };
+            Value::Bool(same == (*op == BinaryOp::IsNotDistinctFrom))
         }
         Expr::Binary { op, left, right } if op.is_comparison() => {
             let l = eval(left, row)?;

@@ -286,6 +286,13 @@ impl CopyColumn {
     }
 }
 
+/// The right side of `IS [NOT] DISTINCT FROM`: an expression, or TRUE/FALSE for `IS [NOT]
+/// TRUE/FALSE`.
+enum Against<'a> {
+    Expr(&'a ast::Expr),
+    Bool(bool),
+}
+
 /// An output column: its name and type (see [`crate::types`] for the typing rule).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct OutputColumn {
@@ -1208,8 +1215,31 @@ impl ExprPlanner<'_> {
             ast::Expr::Nested(inner) => self.expr(inner, depth + 1),
             ast::Expr::UnaryOp { op, expr } => self.unary(op, expr, depth),
             ast::Expr::BinaryOp { left, op, right } => self.binary(left, op, right, depth),
-            ast::Expr::IsNull(inner) => self.is_null(inner, false, depth),
-            ast::Expr::IsNotNull(inner) => self.is_null(inner, true, depth),
+            ast::Expr::IsNull(inner) | ast::Expr::IsUnknown(inner) => {
+                self.is_null(inner, false, depth)
+            }
+            ast::Expr::IsNotNull(inner) | ast::Expr::IsNotUnknown(inner) => {
+                self.is_null(inner, true, depth)
+            }
+            ast::Expr::IsDistinctFrom(left, right) => {
+                self.distinct(left, BinaryOp::IsDistinctFrom, Against::Expr(right), depth)
+            }
+            ast::Expr::IsNotDistinctFrom(left, right) => {
+                self.distinct(left, BinaryOp::IsNotDistinctFrom, Against::Expr(right), depth)
+            }
+            // `x IS TRUE` is `x IS NOT DISTINCT FROM TRUE`: false for NULL, never NULL.
+            ast::Expr::IsTrue(inner) => {
+                self.distinct(inner, BinaryOp::IsNotDistinctFrom, Against::Bool(true), depth)
+            }
+            ast::Expr::IsNotTrue(inner) => {
+                self.distinct(inner, BinaryOp::IsDistinctFrom, Against::Bool(true), depth)
+            }
+            ast::Expr::IsFalse(inner) => {
+                self.distinct(inner, BinaryOp::IsNotDistinctFrom, Against::Bool(false), depth)
+            }
+            ast::Expr::IsNotFalse(inner) => {
+                self.distinct(inner, BinaryOp::IsDistinctFrom, Against::Bool(false), depth)
+            }
             ast::Expr::InList { expr, list, negated } => self.in_list(expr, list, *negated, depth),
             ast::Expr::Between { expr, negated, low, high } => {
                 self.between(expr, low, high, *negated, depth)
@@ -1274,6 +1304,22 @@ impl ExprPlanner<'_> {
             },
             other => return unsupported(format!("operator {other}")),
         })
+    }
+
+    /// `left IS [NOT] DISTINCT FROM right`, or against a boolean (`IS [NOT] TRUE/FALSE`).
+    #[inline(never)]
+    fn distinct(
+        &self,
+        left: &ast::Expr,
+        op: BinaryOp,
+        right: Against<'_>,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        let right = match right {
+            Against::Bool(b) => Box::new(Expr::Literal(Literal::Bool(b))),
+            Against::Expr(r) => self.sub(r, depth)?,
+        };
+        Ok(Expr::Binary { op, left: self.sub(left, depth)?, right })
     }
 
     #[inline(never)]
@@ -2045,8 +2091,16 @@ fn contains_aggregate_within(e: &ast::Expr, depth: usize) -> bool {
         | ast::Expr::Cast { expr: inner, .. }
         | ast::Expr::UnaryOp { expr: inner, .. }
         | ast::Expr::IsNull(inner)
-        | ast::Expr::IsNotNull(inner) => any(inner),
+        | ast::Expr::IsNotNull(inner)
+        | ast::Expr::IsTrue(inner)
+        | ast::Expr::IsNotTrue(inner)
+        | ast::Expr::IsFalse(inner)
+        | ast::Expr::IsNotFalse(inner)
+        | ast::Expr::IsUnknown(inner)
+        | ast::Expr::IsNotUnknown(inner) => any(inner),
         ast::Expr::BinaryOp { left, right, .. }
+        | ast::Expr::IsDistinctFrom(left, right)
+        | ast::Expr::IsNotDistinctFrom(left, right)
         | ast::Expr::Like { expr: left, pattern: right, .. }
         | ast::Expr::ILike { expr: left, pattern: right, .. } => any(left) || any(right),
         ast::Expr::InList { expr, list, .. } => any(expr) || list.iter().any(any),

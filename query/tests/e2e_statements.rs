@@ -1255,3 +1255,39 @@ fn truncate_plans_and_a_capped_delete_stops() {
     assert!(expected.iter().sum::<usize>() < 10, "the cap bites: {all:?}");
     assert_eq!(capped, expected);
 }
+
+// Checks IS [NOT] DISTINCT FROM (NULL compared as a value, ids case-insensitively) and IS
+// [NOT] TRUE / FALSE / UNKNOWN over documents where `paid` is true, false or missing; the
+// results are bool and never NULL; a parameter is typed from the other side as in `=`.
+#[test]
+fn distinct_from_and_truth_tests() {
+    let c = cluster();
+    let ids = |filter: &str| sorted_texts(&c, &format!("SELECT id() FROM orders WHERE {filter}"));
+    let all = ["orders/1-A", "orders/2-A", "orders/3-A", "orders/4-A"];
+    assert_eq!(ids("paid IS DISTINCT FROM true"), all[1..]);
+    assert_eq!(ids("paid IS NOT DISTINCT FROM NULL"), all[2..]);
+    assert_eq!(ids("paid IS NOT DISTINCT FROM false"), ["orders/2-A"]);
+    assert_eq!(ids("total IS DISTINCT FROM 10"), all[1..]);
+    assert_eq!(ids("id() IS NOT DISTINCT FROM 'ORDERS/1-a'"), ["orders/1-A"]);
+    assert_eq!(ids("paid IS TRUE"), ["orders/1-A"]);
+    assert_eq!(ids("paid IS NOT TRUE"), all[1..]);
+    assert_eq!(ids("paid IS FALSE"), ["orders/2-A"]);
+    assert_eq!(ids("paid IS NOT FALSE"), ["orders/1-A", "orders/3-A", "orders/4-A"]);
+    assert_eq!(ids("paid IS UNKNOWN"), all[2..]);
+    assert_eq!(ids("paid IS NOT UNKNOWN"), all[..2]);
+    assert_eq!(ids("(paid = true) IS NOT TRUE"), all[1..], "NOT TRUE holds where = is NULL");
+
+    let Statement::Select(s) = one(
+        "SELECT NULL IS DISTINCT FROM NULL, 1 IS DISTINCT FROM 2, NULL IS NOT DISTINCT FROM NULL, \
+         1 IS DISTINCT FROM NULL, NULL IS TRUE",
+    ) else {
+        panic!("select")
+    };
+    let r = query::execute_constant(&s).expect("evaluates");
+    assert_eq!(texts(&r.rows), ["f|t|t|t|f"]);
+    assert!(s.columns().iter().all(|c| c.ty == SqlType::Bool));
+    let with_param = one("SELECT id() FROM orders WHERE total IS DISTINCT FROM $1");
+    assert_eq!(param_types(&with_param), [None], "typed from the field, as in total = $1");
+    let with_cast = one("SELECT id() FROM orders WHERE total::int8 IS DISTINCT FROM $1");
+    assert_eq!(param_types(&with_cast), [Some(SqlType::Int8)]);
+}
