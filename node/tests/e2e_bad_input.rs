@@ -282,3 +282,38 @@ async fn copy_protocol_violations_end_the_copy() {
     );
     expect_error_then_usable(&mut stream, &frame(b'Y', b""), "08P01");
 }
+
+// Checks a CancelRequest during COPY FROM STDIN (psql's Ctrl-C) ends the COPY with 57014 at
+// the next message, with nothing of it written. The cancel goes on a second raw connection
+// with the key from BackendKeyData; the node closes that connection once the flag is set, so
+// reading it to EOF orders the cancel before the next CopyData.
+#[tokio::test]
+async fn cancel_ends_a_copy() {
+    let node = Node::start();
+    let mut stream = raw_connect(node.addr());
+    stream.write_all(&startup_packet()).unwrap();
+    let (messages, ready) = read_until_ready(&mut stream);
+    assert!(ready, "startup: {messages:?}");
+    let (_, key) = messages.iter().find(|(t, _)| *t == b'K').expect("BackendKeyData");
+    start_copy_in(&mut stream, "cancelled");
+    stream.write_all(&frame(b'd', b"c/1\t{}\n")).unwrap();
+
+    let mut cancel = raw_connect(node.addr());
+    let mut request = u32::try_from(8 + key.len()).unwrap().to_be_bytes().to_vec();
+    request.extend_from_slice(&80_877_102u32.to_be_bytes());
+    request.extend_from_slice(key);
+    cancel.write_all(&request).unwrap();
+    let mut rest = Vec::new();
+    cancel.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "a cancel gets no answer: {rest:?}");
+
+    let mut bytes = frame(b'd', b"c/2\t{}\n");
+    bytes.extend(frame(b'c', b""));
+    stream.write_all(&bytes).unwrap();
+    let (messages, ready) = read_until_ready(&mut stream);
+    assert!(ready);
+    assert_eq!(error_field(&messages, b'C').as_deref(), Some("57014"), "{messages:?}");
+    stream.write_all(&query(b"SELECT count(*) FROM cancelled")).unwrap();
+    let (messages, _) = read_until_ready(&mut stream);
+    assert!(messages[1].1.ends_with(b"0"), "nothing of the COPY was written: {messages:?}");
+}
