@@ -68,18 +68,22 @@ impl Catalog {
         }
     }
 
-    /// A copy with `collection` set to `entry` and the version bumped, written durably to
-    /// `dir` before it is returned. Blocking file I/O: run it off the executor.
+    /// A copy with `collection` set to `entry` (removed for `None`) and the version bumped,
+    /// written durably to `dir` before it is returned. Blocking file I/O: run it off the
+    /// executor.
     pub fn with_entry(
         &self,
         dir: &Path,
         collection: &str,
-        entry: CollectionEntry,
+        entry: Option<CollectionEntry>,
     ) -> Result<Catalog, DataDirError> {
         let mut next = self.clone();
         next.format = CATALOG_FORMAT;
         next.version += 1;
-        next.collections.insert(collection.to_owned(), entry);
+        match entry {
+            Some(entry) => next.collections.insert(collection.to_owned(), entry),
+            None => next.collections.remove(collection),
+        };
         let mut bytes = serde_json::to_vec_pretty(&next).unwrap_or_default();
         bytes.push(b'\n');
         write_atomically(dir, CATALOG_FILE, &bytes)?;
@@ -107,11 +111,14 @@ mod tests {
         assert_eq!(empty.version, 0);
         assert!(empty.collections.is_empty());
         let entry = CollectionEntry { sharding: serde_json::json!({"Fields": ["Customer"]}) };
-        let next = empty.with_entry(&dir, "orders", entry.clone()).expect("write");
+        let next = empty.with_entry(&dir, "orders", Some(entry.clone())).expect("write");
         assert_eq!(next.version, 1);
         let loaded = Catalog::load(&dir).expect("load");
         assert_eq!(loaded, next);
         assert_eq!(loaded.get("orders"), Some(&entry));
+        let removed = loaded.with_entry(&dir, "orders", None).expect("remove");
+        assert_eq!(removed.version, 2);
+        assert_eq!(Catalog::load(&dir).expect("load").get("orders"), None, "removal is durable");
         std::fs::write(dir.join(CATALOG_FILE), b"{").expect("damage");
         assert!(Catalog::load(&dir).is_err(), "a damaged catalog is refused, not emptied");
         std::fs::remove_dir_all(&dir).expect("cleanup");

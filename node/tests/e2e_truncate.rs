@@ -81,3 +81,42 @@ async fn truncate_is_refused_inside_a_block() {
     assert_eq!(sqlstate(&err), "0A000", "{err:?}");
     assert_eq!(count(&client, "t").await, 5);
 }
+
+// Checks DROP TABLE deletes the documents and removes the sharding configuration (durably:
+// gone after a restart, and a trailing-`$` id then has nothing to place it by), that a
+// collection with neither is 42P01 and with IF EXISTS only a notice, that it is refused in a
+// block, and that the name can be configured again.
+#[tokio::test]
+async fn drop_table_removes_documents_and_configuration() {
+    let mut node = Node::start();
+    let client = node.connect().await;
+    let configure = r#"CREATE TABLE inv () WITH (sharding = '{"Fields": ["Customer"]}')"#;
+    client.batch_execute(configure).await.unwrap();
+    let insert = r#"INSERT INTO inv VALUES ('inv/1$', '{"Customer": "c/1"}'), ('inv/2$', '{"Customer": "c/2"}')"#;
+    client.batch_execute(insert).await.unwrap();
+    load(&client, "plain", 10).await;
+    client.batch_execute("DROP TABLE inv, public.plain").await.unwrap();
+    assert_eq!((count(&client, "inv").await, count(&client, "plain").await), (0, 0));
+    assert!(simple_rows(&client.simple_query("SHOW COLLECTIONS").await.unwrap()).is_empty());
+    assert!(simple_rows(&client.simple_query("SHOW SHARDING").await.unwrap()).is_empty());
+    let err = client.batch_execute(insert).await.unwrap_err();
+    assert_eq!(sqlstate(&err), "22023", "no configuration places a trailing-$ id: {err:?}");
+
+    let err = client.batch_execute("DROP TABLE inv").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "42P01", "{err:?}");
+    client.batch_execute("DROP TABLE IF EXISTS inv").await.unwrap();
+    client.batch_execute("BEGIN").await.unwrap();
+    let err = client.batch_execute("DROP TABLE IF EXISTS inv").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "0A000", "{err:?}");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    let err = client.batch_execute("DROP VIEW inv").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "0A000", "only tables: {err:?}");
+
+    drop(client);
+    node.restart();
+    let client = node.connect().await;
+    assert!(simple_rows(&client.simple_query("SHOW SHARDING").await.unwrap()).is_empty());
+    client.batch_execute(configure).await.unwrap();
+    client.batch_execute(insert).await.unwrap();
+    assert_eq!(count(&client, "inv").await, 2);
+}

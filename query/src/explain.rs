@@ -186,6 +186,11 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
                 lines.push(format!("Truncate {collection}"));
             }
         }
+        Statement::DropCollections { collections, .. } => {
+            for collection in collections {
+                lines.push(format!("Drop {collection}"));
+            }
+        }
         Statement::CreateCollection { collection, .. } => {
             lines.push(format!("Create collection {collection}"))
         }

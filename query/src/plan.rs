@@ -167,6 +167,15 @@ pub enum Statement {
         /// The collections, each once, in the order written.
         collections: Vec<CollectionName>,
     },
+    /// `DROP TABLE [IF EXISTS] c [, …]`: every document deleted as by TRUNCATE, then the
+    /// collection's sharding configuration removed.
+    DropCollections {
+        /// The collections, each once, in the order written.
+        collections: Vec<CollectionName>,
+        /// `IF EXISTS`: a collection without documents or configuration is a notice, not
+        /// 42P01.
+        if_exists: bool,
+    },
     /// `BEGIN` / `START TRANSACTION`
     Begin,
     /// `COMMIT` / `END`
@@ -192,7 +201,8 @@ impl Statement {
                 inner.collection()
             }
             Statement::CopyFrom { collection, .. } => Some(collection),
-            Statement::Truncate { collections } => collections.first(),
+            Statement::Truncate { collections }
+            | Statement::DropCollections { collections, .. } => collections.first(),
             Statement::ShowFragments
             | Statement::ShowCollections
             | Statement::Show { .. }
@@ -253,6 +263,7 @@ impl Statement {
             | Statement::CopyFrom { .. }
             | Statement::CopyTo { .. }
             | Statement::Truncate { .. }
+            | Statement::DropCollections { .. }
             | Statement::MoveFragment { .. }
             | Statement::SplitFragment { .. }
             | Statement::MergeFragments { .. }
@@ -689,8 +700,8 @@ fn plan_statement(stmt: &ast::Statement) -> Result<Statement, PlanError> {
             if matches!(inner, Statement::CopyFrom { .. } | Statement::CopyTo { .. }) {
                 return unsupported("EXPLAIN of COPY");
             }
-            if matches!(inner, Statement::Truncate { .. }) {
-                return unsupported("EXPLAIN of TRUNCATE");
+            if matches!(inner, Statement::Truncate { .. } | Statement::DropCollections { .. }) {
+                return unsupported("EXPLAIN of TRUNCATE or DROP TABLE");
             }
             Ok(Statement::Explain { analyze: *analyze, inner: Box::new(inner) })
         }
@@ -706,6 +717,18 @@ fn plan_statement(stmt: &ast::Statement) -> Result<Statement, PlanError> {
             }
         }
         ast::Statement::Truncate(truncate) => plan_truncate(truncate),
+        ast::Statement::Drop {
+            object_type: ast::ObjectType::Table,
+            if_exists,
+            names,
+            purge: false,
+            temporary: false,
+            table: None,
+            ..
+        } => Ok(Statement::DropCollections {
+            collections: distinct_collections(names.iter())?,
+            if_exists: *if_exists,
+        }),
         ast::Statement::ShowVariable { variable } => plan_show(variable),
         // MySQL's spelling, which newcomers type; any clause on it stays unsupported.
         ast::Statement::ShowTables { .. } if stmt.to_string() == "SHOW TABLES" => {
@@ -2779,14 +2802,22 @@ fn plan_truncate(truncate: &ast::Truncate) -> Result<Statement, PlanError> {
     if truncate.partitions.is_some() || truncate.on_cluster.is_some() {
         return unsupported("TRUNCATE … PARTITION or ON CLUSTER");
     }
-    let mut collections = Vec::with_capacity(truncate.table_names.len());
-    for target in &truncate.table_names {
-        let collection = collection_name(&target.name)?;
+    let names = truncate.table_names.iter().map(|t| &t.name);
+    Ok(Statement::Truncate { collections: distinct_collections(names)? })
+}
+
+/// The collections named, each once, in the order written.
+fn distinct_collections<'a>(
+    names: impl Iterator<Item = &'a ast::ObjectName>,
+) -> Result<Vec<CollectionName>, PlanError> {
+    let mut collections = Vec::new();
+    for name in names {
+        let collection = collection_name(name)?;
         if !collections.contains(&collection) {
             collections.push(collection);
         }
     }
-    Ok(Statement::Truncate { collections })
+    Ok(collections)
 }
 
 #[cfg(test)]

@@ -1190,7 +1190,7 @@ impl Core {
     pub async fn change_catalog(
         &self,
         collection: String,
-        decide: impl FnOnce(Option<&ShardingConfig>) -> Result<CollectionEntry, EngineError>,
+        decide: impl FnOnce(Option<&ShardingConfig>) -> Result<Option<CollectionEntry>, EngineError>,
     ) -> Result<(), EngineError> {
         let _turn = self
             .catalog_gate

@@ -45,6 +45,10 @@ pub enum EngineError {
     /// `ALTER TABLE … SET` or `verify_sharding` of a collection without a configuration.
     #[error("collection {0:?} has no sharding configuration")]
     NoConfiguration(String),
+    /// `DROP TABLE` (without `IF EXISTS`) of a collection with no documents and no
+    /// configuration.
+    #[error("collection {0:?} does not exist (it has no documents and no configuration)")]
+    NoSuchCollection(String),
     /// A statement kind this node does not run yet.
     #[error("{what} is not supported yet")]
     NotSupported {

@@ -160,6 +160,7 @@ fn needs_map(statement: &Statement) -> bool {
         | Statement::Update(_)
         | Statement::Delete(_)
         | Statement::Truncate { .. }
+        | Statement::DropCollections { .. }
         | Statement::VerifySharding { .. } => true,
         Statement::Explain { inner, .. } | Statement::CopyTo { query: inner, .. } => {
             needs_map(inner)
@@ -372,6 +373,9 @@ impl Session {
             }
             Statement::CopyTo { query, format } => self.copy_to(query, format, sink).await,
             Statement::Truncate { collections } => self.truncate(collections, sink).await,
+            Statement::DropCollections { collections, if_exists } => {
+                self.drop_collections(collections, *if_exists, sink).await
+            }
             Statement::CreateCollection { collection, sharding, if_not_exists } => {
                 self.create(collection, sharding.clone(), *if_not_exists).await?;
                 Ok(CommandTag::new("CREATE TABLE"))
@@ -383,7 +387,7 @@ impl Session {
                 self.change_catalog(name, move |current| {
                     let current = current.ok_or(EngineError::NoConfiguration(shown))?;
                     router::check_change(current, &config)?;
-                    Ok(entry_of(&config))
+                    Ok(Some(entry_of(&config)))
                 })
                 .await?;
                 Ok(CommandTag::new("ALTER TABLE"))
@@ -2467,7 +2471,7 @@ impl Session {
         let result = self
             .change_catalog(name, move |current| match current {
                 Some(_) => Err(EngineError::CollectionExists(shown)),
-                None => Ok(entry_of(&config)),
+                None => Ok(Some(entry_of(&config))),
             })
             .await;
         match result {
@@ -2479,7 +2483,9 @@ impl Session {
     async fn change_catalog(
         &self,
         collection: String,
-        decide: impl FnOnce(Option<&router::ShardingConfig>) -> Result<CollectionEntry, EngineError>
+        decide: impl FnOnce(
+            Option<&router::ShardingConfig>,
+        ) -> Result<Option<CollectionEntry>, EngineError>
         + Send
         + 'static,
     ) -> Result<(), EngineError> {

@@ -182,7 +182,7 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
         E::Call(_) => SqlState::ADMIN_SHUTDOWN,
         E::Catalog(_) => SqlState::IO_ERROR,
         E::CollectionExists(_) => SqlState::DUPLICATE_TABLE,
-        E::NoConfiguration(_) => SqlState::UNDEFINED_TABLE,
+        E::NoConfiguration(_) | E::NoSuchCollection(_) => SqlState::UNDEFINED_TABLE,
         E::NotSupported { .. } => SqlState::FEATURE_NOT_SUPPORTED,
         E::Param { .. } => SqlState::INVALID_TEXT_REPRESENTATION,
         E::Contention { .. } => SqlState::SERIALIZATION_FAILURE,

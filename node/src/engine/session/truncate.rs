@@ -1,4 +1,5 @@
-//! `TRUNCATE c`: every document of the collection deleted, in rounds.
+//! `TRUNCATE c` and `DROP TABLE c`: every document of the collection deleted, in rounds
+//! (DROP TABLE then removes the collection's sharding configuration).
 //!
 //! One atomic write may change at most `TXN_FRAGMENT_OPS_MAX` documents of a fragment (one
 //! storage record), so a collection larger than that cannot go in one DELETE. TRUNCATE runs
@@ -17,7 +18,7 @@ use query::plan::{Delete, Statement};
 use super::{Block, Session};
 use crate::engine::error::EngineError;
 use crate::engine::limits::{TXN_FRAGMENT_OPS_MAX, TXN_WRITES_MAX};
-use crate::pg::{CommandTag, RowSink};
+use crate::pg::{CommandTag, Notice, RowSink};
 
 /// Most documents one round deletes per fragment, for a map of `fragments`: one storage
 /// record per fragment, and all of them together within one transaction's write bound.
@@ -50,20 +51,61 @@ impl Session {
             });
         }
         for collection in collections {
-            let text = format!("TRUNCATE \"{}\"", collection.as_str().replace('"', "\"\""));
-            let text: Arc<str> = Arc::from(text);
-            loop {
-                sink.check_cancelled().map_err(|_| EngineError::Cancelled)?;
-                let fragments = self.core.shared().map().map_or(1, |m| m.len());
-                let statement = Arc::new(round(collection, fragments));
-                *self.forwardable.borrow_mut() = Some((Arc::clone(&text), 0, Vec::new()));
-                let outcome = self.write(&statement).await?;
-                if outcome.affected < round_cap(fragments) as u64 {
-                    break;
-                }
-            }
+            self.empty(collection, sink).await?;
         }
         Ok(CommandTag::new("TRUNCATE TABLE"))
+    }
+
+    /// Runs `DROP TABLE` over each collection in turn: its documents deleted as TRUNCATE
+    /// does, then its configuration removed. One with neither is 42P01, or a notice with
+    /// `IF EXISTS`.
+    pub(super) async fn drop_collections(
+        &mut self,
+        collections: &[CollectionName],
+        if_exists: bool,
+        sink: &mut RowSink<'_>,
+    ) -> Result<CommandTag, EngineError> {
+        if !matches!(self.block, Block::Idle) {
+            return Err(EngineError::NotSupported {
+                what: "DROP TABLE inside a transaction block",
+                hint: "run DROP TABLE on its own (it deletes in rounds, not atomically)",
+            });
+        }
+        for collection in collections {
+            let name = collection.as_str().to_owned();
+            let configured = self.core.shared().catalog().config(&name).is_some();
+            let deleted = self.empty(collection, sink).await?;
+            if configured {
+                self.change_catalog(name, |_| Ok(None)).await?;
+            } else if deleted == 0 && if_exists {
+                sink.notice(&Notice::new(format!("table \"{name}\" does not exist, skipping")));
+            } else if deleted == 0 {
+                return Err(EngineError::NoSuchCollection(name));
+            }
+        }
+        Ok(CommandTag::new("DROP TABLE"))
+    }
+
+    /// Deletes every document of `collection` in rounds; how many.
+    async fn empty(
+        &mut self,
+        collection: &CollectionName,
+        sink: &RowSink<'_>,
+    ) -> Result<u64, EngineError> {
+        let text = format!("TRUNCATE \"{}\"", collection.as_str().replace('"', "\"\""));
+        let text: Arc<str> = Arc::from(text);
+        let mut deleted = 0;
+        loop {
+            sink.check_cancelled().map_err(|_| EngineError::Cancelled)?;
+            let fragments = self.core.shared().map().map_or(1, |m| m.len());
+            let statement = Arc::new(round(collection, fragments));
+            *self.forwardable.borrow_mut() = Some((Arc::clone(&text), 0, Vec::new()));
+            let outcome = self.write(&statement).await?;
+            deleted += outcome.affected;
+            if outcome.affected < round_cap(fragments) as u64 {
+                return Ok(deleted);
+            }
+        }
     }
 }
 
