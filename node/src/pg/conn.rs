@@ -517,9 +517,8 @@ impl<E: Engine> Conn<E> {
 
     /// A message while the client sends COPY data, by PostgreSQL's rules: CopyData goes to the
     /// engine, CopyDone finishes, CopyFail or a CancelRequest fails the COPY (57014), Flush and
-    /// Sync are ignored,
-    /// anything else ends the COPY with 08P01. After a failure, later copy messages are dropped
-    /// (as outside a COPY) and an extended batch skips to its Sync.
+    /// Sync are ignored, anything else ends the COPY with 08P01. After a failure, later copy
+    /// messages are dropped (as outside a COPY) and an extended batch skips to its Sync.
     async fn copy_in_frame(&mut self, frame: Frame, copy: CopyIn) -> Next {
         let err = match frame.tag {
             // A CancelRequest (psql's Ctrl-C) ends the COPY at the next message.
