@@ -210,6 +210,9 @@ async fn e2e_buffered_then_served_through_every_node() {
         // Each node's distinct values cross the wire as sets, so one counts once.
         let row = c.query_one("SELECT count(DISTINCT g) FROM docs", &[]).await.unwrap();
         assert_eq!(row.get::<_, i64>(0), 3, "via client {k}");
+        // n is 0..60 once each, plus the early documents' 0..ids.len(): each value once.
+        let row = c.query_one("SELECT sum(DISTINCT n::int8) FROM docs", &[]).await.unwrap();
+        assert_eq!(row.get::<_, i64>(0), (0..60).sum::<i64>(), "via client {k}");
         let limited =
             c.query("SELECT id() FROM docs ORDER BY n::int8 DESC LIMIT 3", &[]).await.unwrap();
         let top: Vec<String> = limited.iter().map(|r| r.get(0)).collect();

@@ -122,9 +122,9 @@ pub struct GroupPartial {
 pub enum AggState {
     /// `count`
     Count(i64),
-    /// `count(DISTINCT e)`: the distinct values seen (canonical numbers); a query's sets
-    /// together hold at most [`DISTINCT_VALUES_MAX`] ([`DistinctBudget`]).
-    CountDistinct(BTreeSet<OrdDatum>),
+    /// `count`, `sum` or `avg` of `DISTINCT e`: the distinct values seen (canonical numbers);
+    /// a query's sets together hold at most [`DISTINCT_VALUES_MAX`] ([`DistinctBudget`]).
+    Distinct(BTreeSet<OrdDatum>),
     /// `sum` of `int8`
     SumInt(Option<i64>),
     /// `sum` of anything else (numbers only)
@@ -146,7 +146,9 @@ impl AggState {
     fn new(a: &Aggregate) -> AggState {
         match a.func {
             AggregateFunc::Count => AggState::Count(0),
-            AggregateFunc::CountDistinct => AggState::CountDistinct(BTreeSet::new()),
+            AggregateFunc::CountDistinct
+            | AggregateFunc::SumDistinct
+            | AggregateFunc::AvgDistinct => AggState::Distinct(BTreeSet::new()),
             AggregateFunc::Sum if a.ty == SqlType::Int8 => AggState::SumInt(None),
             AggregateFunc::Sum => AggState::SumFloat(None),
             AggregateFunc::Min => AggState::Min(None),
@@ -163,7 +165,7 @@ impl AggState {
             (AggState::Count(n), None) => *n = n.saturating_add(1),
             (_, Some(Value::Null)) => {}
             (AggState::Count(n), Some(_)) => *n = n.saturating_add(1),
-            (AggState::CountDistinct(seen), Some(v)) => {
+            (AggState::Distinct(seen), Some(v)) => {
                 return Ok(usize::from(seen.insert(OrdDatum(canonical(v.to_natural_datum()?)))));
             }
             (AggState::SumInt(s), Some(Value::Int(i))) => {
@@ -198,7 +200,7 @@ impl AggState {
     /// Values a `count(DISTINCT …)` state holds (none for the others).
     fn held(&self) -> usize {
         match self {
-            AggState::CountDistinct(seen) => seen.len(),
+            AggState::Distinct(seen) => seen.len(),
             _ => 0,
         }
     }
@@ -208,7 +210,7 @@ impl AggState {
     fn combine(&mut self, other: AggState) -> Result<usize, ExecError> {
         match (self, other) {
             (AggState::Count(a), AggState::Count(b)) => *a = a.saturating_add(b),
-            (AggState::CountDistinct(a), AggState::CountDistinct(b)) => {
+            (AggState::Distinct(a), AggState::Distinct(b)) => {
                 let before = a.len();
                 a.extend(b);
                 return Ok(a.len() - before);
@@ -244,12 +246,10 @@ impl AggState {
         Ok(0)
     }
 
-    fn finish(self, ty: SqlType) -> Result<Datum, ExecError> {
+    fn finish(self, func: AggregateFunc, ty: SqlType) -> Result<Datum, ExecError> {
         match self {
             AggState::Count(n) => Ok(Datum::Int8(n)),
-            AggState::CountDistinct(seen) => {
-                Ok(Datum::Int8(i64::try_from(seen.len()).unwrap_or(i64::MAX)))
-            }
+            AggState::Distinct(seen) => finish_distinct(seen, func, ty),
             AggState::SumInt(s) => Ok(s.map_or(Datum::Null, Datum::Int8)),
             AggState::SumFloat(s) => Ok(s.map_or(Datum::Null, Datum::Float8)),
             AggState::Min(m) | AggState::Max(m) => m.map_or(Ok(Datum::Null), |d| coerce(d, ty)),
@@ -259,6 +259,36 @@ impl AggState {
             }
         }
     }
+}
+
+/// The result of a DISTINCT aggregate from its set of values: how many, or the sum or mean
+/// of the numbers among them (NULL when there are none), as the plain aggregate types it.
+fn finish_distinct(
+    seen: BTreeSet<OrdDatum>,
+    func: AggregateFunc,
+    ty: SqlType,
+) -> Result<Datum, ExecError> {
+    if func == AggregateFunc::CountDistinct {
+        return Ok(Datum::Int8(i64::try_from(seen.len()).unwrap_or(i64::MAX)));
+    }
+    let mut state = match (func, ty) {
+        (AggregateFunc::SumDistinct, SqlType::Int8) => AggState::SumInt(None),
+        (AggregateFunc::SumDistinct, _) => AggState::SumFloat(None),
+        _ => AggState::Avg { sum: 0.0, count: 0 },
+    };
+    for OrdDatum(d) in seen {
+        let partial = match (&state, d) {
+            (AggState::SumInt(_), Datum::Int8(i)) => AggState::SumInt(Some(i)),
+            (AggState::SumInt(_), _) => continue,
+            (AggState::SumFloat(_), Datum::Int8(i)) => AggState::SumFloat(Some(i as f64)),
+            (AggState::SumFloat(_), Datum::Float8(f)) => AggState::SumFloat(Some(f)),
+            (AggState::Avg { .. }, Datum::Int8(i)) => AggState::Avg { sum: i as f64, count: 1 },
+            (AggState::Avg { .. }, Datum::Float8(f)) => AggState::Avg { sum: f, count: 1 },
+            _ => continue,
+        };
+        state.combine(partial)?;
+    }
+    state.finish(func, ty)
 }
 
 /// The distinct values one query's `count(DISTINCT …)` states hold, over every group, kept
@@ -682,7 +712,7 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
             for (key, states) in groups {
                 let mut results = Vec::with_capacity(states.len());
                 for (s, a) in states.into_iter().zip(aggregates) {
-                    results.push(s.finish(a.ty)?);
+                    results.push(s.finish(a.func, a.ty)?);
                 }
                 let group = GroupValues { key: &key, results: &results };
                 if let Some(h) = having
@@ -1154,7 +1184,7 @@ mod tests {
     #[test]
     fn distinct_values_are_limited() {
         let value = |i: usize| Value::<&serde_json::Value>::Int(i as i64);
-        let mut a = AggState::CountDistinct(BTreeSet::new());
+        let mut a = AggState::Distinct(BTreeSet::new());
         let mut budget = DistinctBudget::default();
         for i in 0..DISTINCT_VALUES_MAX {
             budget.spend(a.add(Some(&value(i))).expect("adds")).expect("under the limit");
@@ -1163,11 +1193,25 @@ mod tests {
         assert_eq!(a.add(Some(&Value::<&serde_json::Value>::Float(1.0))), Ok(0), "1.0 is 1");
         let e = budget.spend(a.add(Some(&value(DISTINCT_VALUES_MAX))).expect("adds"));
         assert!(matches!(e, Err(ExecError::LimitExceeded { limit: DISTINCT_VALUES_MAX, .. })));
-        let mut b = AggState::CountDistinct([OrdDatum(Datum::Int8(0))].into());
-        let twice = AggState::CountDistinct([0, 1, 2].map(|i| OrdDatum(Datum::Int8(i))).into());
+        let mut b = AggState::Distinct([OrdDatum(Datum::Int8(0))].into());
+        let twice = AggState::Distinct([0, 1, 2].map(|i| OrdDatum(Datum::Int8(i))).into());
         assert_eq!(b.combine(twice), Ok(2));
         assert_eq!(b.held(), 3);
-        assert_eq!(b.finish(SqlType::Int8), Ok(Datum::Int8(3)));
+        let sum = b.clone().finish(AggregateFunc::SumDistinct, SqlType::Int8);
+        let avg = b.clone().finish(AggregateFunc::AvgDistinct, SqlType::Float8);
+        assert_eq!(b.finish(AggregateFunc::CountDistinct, SqlType::Int8), Ok(Datum::Int8(3)));
+        assert_eq!((sum, avg), (Ok(Datum::Int8(3)), Ok(Datum::Float8(1.0))));
+        // Over mixed values: numbers only, as a float sum; none at all is NULL.
+        let mixed = [Datum::Int8(2), Datum::Float8(0.5), Datum::Text("x".into())];
+        let mixed = AggState::Distinct(mixed.map(OrdDatum).into());
+        let sum = mixed.clone().finish(AggregateFunc::SumDistinct, SqlType::Float8);
+        assert_eq!(sum, Ok(Datum::Float8(2.5)));
+        let none = AggState::Distinct([OrdDatum(Datum::Text("x".into()))].into());
+        assert_eq!(none.finish(AggregateFunc::AvgDistinct, SqlType::Float8), Ok(Datum::Null));
+        let big = [i64::MAX, 1].map(|i| OrdDatum(Datum::Int8(i)));
+        let overflow =
+            AggState::Distinct(big.into()).finish(AggregateFunc::SumDistinct, SqlType::Int8);
+        assert!(matches!(overflow, Err(ExecError::Overflow { .. })));
     }
 
     // Checks equal numbers get one spelling, and only where that is exact.
@@ -1191,7 +1235,7 @@ mod tests {
         assert_eq!(m, AggState::Min(Some(Datum::Float8(4.5))));
         let mut avg = AggState::Avg { sum: 3.0, count: 2 };
         avg.combine(AggState::Avg { sum: 6.0, count: 1 }).expect("combines");
-        assert_eq!(avg.finish(SqlType::Float8), Ok(Datum::Float8(3.0)));
+        assert_eq!(avg.finish(AggregateFunc::Avg, SqlType::Float8), Ok(Datum::Float8(3.0)));
         let mut c = AggState::Count(1);
         assert!(matches!(c.combine(AggState::Min(None)), Err(ExecError::PartialMismatch { .. })));
     }

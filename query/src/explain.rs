@@ -17,8 +17,7 @@ use router::FragmentId;
 use router::prune::RoutePlan;
 
 use crate::plan::{
-    AggregateFunc, Count, OnConflict, OrderKey, OrderTarget, OutputColumn, Select, SelectShape,
-    Statement,
+    Count, OnConflict, OrderKey, OrderTarget, OutputColumn, Select, SelectShape, Statement,
 };
 use crate::types::SqlType;
 
@@ -99,11 +98,7 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
                         .iter()
                         .enumerate()
                         .map(|(i, a)| {
-                            let distinct = if a.func == AggregateFunc::CountDistinct {
-                                "DISTINCT "
-                            } else {
-                                ""
-                            };
+                            let distinct = if a.func.is_distinct() { "DISTINCT " } else { "" };
                             let call = match &a.arg {
                                 None => format!("agg{} = {}(*)", i + 1, a.func.name()),
                                 Some(arg) => {

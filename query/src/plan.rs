@@ -416,6 +416,10 @@ pub enum AggregateFunc {
     /// `count(DISTINCT e)`: distinct non-NULL values, as `=` tells them apart (`1` and
     /// `1.0` are one value)
     CountDistinct,
+    /// `sum(DISTINCT e)`: the sum of the distinct numbers
+    SumDistinct,
+    /// `avg(DISTINCT e)`: the mean of the distinct numbers
+    AvgDistinct,
     /// `sum(e)` over numbers
     Sum,
     /// `min(e)`
@@ -438,14 +442,23 @@ impl AggregateFunc {
         })
     }
 
+    /// Whether it aggregates distinct values (`count(DISTINCT e)`, …): its state is the set
+    /// of values, bounded per query by `limits::DISTINCT_VALUES_MAX`.
+    pub fn is_distinct(self) -> bool {
+        matches!(
+            self,
+            AggregateFunc::CountDistinct | AggregateFunc::SumDistinct | AggregateFunc::AvgDistinct
+        )
+    }
+
     /// The SQL name.
     pub fn name(self) -> &'static str {
         match self {
             AggregateFunc::Count | AggregateFunc::CountDistinct => "count",
-            AggregateFunc::Sum => "sum",
+            AggregateFunc::Sum | AggregateFunc::SumDistinct => "sum",
             AggregateFunc::Min => "min",
             AggregateFunc::Max => "max",
-            AggregateFunc::Avg => "avg",
+            AggregateFunc::Avg | AggregateFunc::AvgDistinct => "avg",
         }
     }
 }
@@ -2047,10 +2060,13 @@ fn as_aggregate(
     let filter = f.filter.as_deref().map(|w| planner.expr(w, depth + 1)).transpose()?;
     let (args, distinct) = function_args_distinct(f)?;
     if distinct {
-        if func != AggregateFunc::Count {
-            return unsupported(format!("DISTINCT in {name}()"));
-        }
-        func = AggregateFunc::CountDistinct;
+        func = match func {
+            AggregateFunc::Count => AggregateFunc::CountDistinct,
+            AggregateFunc::Sum => AggregateFunc::SumDistinct,
+            AggregateFunc::Avg => AggregateFunc::AvgDistinct,
+            // min and max of the distinct values are min and max.
+            other => other,
+        };
     }
     let arg = match (func, args.as_slice()) {
         (AggregateFunc::Count, [None]) => None,
@@ -2062,14 +2078,14 @@ fn as_aggregate(
     let arg_ty = arg.as_ref().map(|a| expr_type(a, &[]));
     let ty = match func {
         AggregateFunc::Count | AggregateFunc::CountDistinct => SqlType::Int8,
-        AggregateFunc::Sum => {
+        AggregateFunc::Sum | AggregateFunc::SumDistinct => {
             if arg_ty == Some(SqlType::Int8) {
                 SqlType::Int8
             } else {
                 SqlType::Float8
             }
         }
-        AggregateFunc::Avg => SqlType::Float8,
+        AggregateFunc::Avg | AggregateFunc::AvgDistinct => SqlType::Float8,
         AggregateFunc::Min | AggregateFunc::Max => arg_ty.unwrap_or(SqlType::Json),
     };
     Ok(Some(Aggregate { func, arg, ty, filter }))

@@ -390,18 +390,34 @@ proptest! {
     }
 
     // Aggregates without GROUP BY give exactly one row, even when nothing matches; a
-    // count(DISTINCT g) counts each non-NULL g once over every fragment.
+    // count(DISTINCT g) counts each non-NULL g once over every fragment, a sum(DISTINCT a)
+    // adds each number once.
     #[test]
     fn model_global_aggregate(docs in arb_docs(), p in arb_pred(), k in 2u32..6) {
-        let sql = format!("SELECT count(*), avg(a), count(DISTINCT g) FROM c WHERE {}", p.sql());
+        let sql = format!(
+            "SELECT count(*), avg(a), count(DISTINCT g), sum(DISTINCT a) FROM c WHERE {}",
+            p.sql()
+        );
         let multi = build(&docs, k).query(&sql);
         let matching: Vec<&Doc> = docs.iter().filter(|d| p.eval(d) == Some(true)).collect();
         let nums: Vec<f64> = matching.iter().filter_map(|d| d.num().ok().flatten()).collect();
         let avg = if nums.is_empty() { Datum::Null } else { Datum::Float8(nums.iter().sum::<f64>() / nums.len() as f64) };
         let distinct_g: std::collections::BTreeSet<&String> = matching.iter().filter_map(|d| d.g.as_ref()).collect();
+        // The generated numbers (small integers, odd quarters) add up exactly in any order.
+        let distinct_a: std::collections::BTreeSet<u64> = nums.iter().map(|f| f.to_bits()).collect();
+        let sum_distinct = if distinct_a.is_empty() {
+            Datum::Null
+        } else {
+            Datum::Float8(distinct_a.iter().map(|b| f64::from_bits(*b)).sum())
+        };
         prop_assert_eq!(
             multi.rows,
-            vec![vec![Datum::Int8(matching.len() as i64), avg, Datum::Int8(distinct_g.len() as i64)]],
+            vec![vec![
+                Datum::Int8(matching.len() as i64),
+                avg,
+                Datum::Int8(distinct_g.len() as i64),
+                sum_distinct,
+            ]],
             "{}",
             sql
         );

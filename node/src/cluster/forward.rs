@@ -117,8 +117,8 @@ pub enum WireAgg {
         /// Count.
         count: i64,
     },
-    /// count(DISTINCT …): the distinct values seen, in order. Added last, so every older
-    /// state keeps its encoding.
+    /// count, sum or avg of DISTINCT …: the distinct values seen, in order (the plan says
+    /// which aggregate). Added last, so every older state keeps its encoding.
     CountDistinct(Vec<WireDatum>),
 }
 
@@ -642,7 +642,7 @@ fn agg_to_wire(a: &AggState) -> WireAgg {
         AggState::Min(d) => WireAgg::Min(d.as_ref().map(datum_to_wire)),
         AggState::Max(d) => WireAgg::Max(d.as_ref().map(datum_to_wire)),
         AggState::Avg { sum, count } => WireAgg::Avg { sum: *sum, count: *count },
-        AggState::CountDistinct(seen) => {
+        AggState::Distinct(seen) => {
             WireAgg::CountDistinct(seen.iter().map(|v| datum_to_wire(&v.0)).collect())
         }
     }
@@ -668,7 +668,7 @@ fn agg_from_wire(a: WireAgg) -> Result<AggState, String> {
                 .into_iter()
                 .map(|d| datum_from_wire(d).map(query::types::OrdDatum))
                 .collect::<Result<_, _>>()?;
-            AggState::CountDistinct(seen)
+            AggState::Distinct(seen)
         }
     })
 }
@@ -1185,7 +1185,7 @@ mod tests {
                         AggState::Min(Some(Datum::Text("m".into()))),
                         AggState::Max(None),
                         AggState::Avg { sum: 3.5, count: 2 },
-                        AggState::CountDistinct(
+                        AggState::Distinct(
                             [
                                 Datum::Int8(1),
                                 Datum::Text("b".into()),
