@@ -133,10 +133,14 @@ pub async fn load(
 ) -> anyhow::Result<LoadReport> {
     let first = pool.clients.first().ok_or_else(|| anyhow!("no connections"))?;
     for stmt in sql::setup(target.flavor()) {
-        first
-            .batch_execute(stmt)
-            .await
-            .map_err(|e| anyhow!("{}: setup `{stmt}`: {}", target.name(), describe(&e)))?;
+        let mut result = first.batch_execute(stmt).await;
+        if let Err(e) = &result
+            && e.code() == Some(&tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED)
+            && let Some(fallback) = sql::setup_fallback(stmt)
+        {
+            result = first.batch_execute(fallback).await;
+        }
+        result.map_err(|e| anyhow!("{}: setup `{stmt}`: {}", target.name(), describe(&e)))?;
     }
     let progress = bar(
         docs,
