@@ -296,8 +296,7 @@ impl Decoder {
         if self.ended || self.start >= self.buf.len() {
             return Ok(None);
         }
-        // Bring the search state to the end of the input.
-        let _ = self.find_row_end();
+        // `next_row` left the search state at the end of the input.
         if self.format.kind == CopyKind::Csv && self.in_quote {
             return Err(self.error_next(CopyErrorKind::UnterminatedQuote));
         }
@@ -393,6 +392,31 @@ impl Decoder {
         self.scan = self.buf.len();
         None
     }
+}
+
+/// Every row `decoder` reads from `chunks` (the last line at the end too), up to the first
+/// error, and that error: the fuzz target's and the tests' whole-input read (node reads
+/// message by message instead, writing batches as they fill).
+pub(crate) fn decode<'a>(
+    decoder: &mut Decoder,
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+) -> (Vec<CopyRow>, Option<CopyError>) {
+    let mut rows = Vec::new();
+    for chunk in chunks {
+        decoder.push(chunk);
+        loop {
+            match decoder.next_row() {
+                Ok(Some(row)) => rows.push(row),
+                Ok(None) => break,
+                Err(e) => return (rows, Some(e)),
+            }
+        }
+    }
+    match decoder.finish() {
+        Ok(row) => rows.extend(row),
+        Err(e) => return (rows, Some(e)),
+    }
+    (rows, None)
 }
 
 /// Whether the last byte of `line` is escaped by a backslash (an odd run of them before it).
@@ -612,18 +636,10 @@ mod tests {
     }
 
     fn decode_all(format: CopyFormat, chunks: &[&[u8]]) -> Result<Vec<Vec<String>>, CopyError> {
-        let mut d = Decoder::new(format, cols());
-        let mut rows = Vec::new();
-        for chunk in chunks {
-            d.push(chunk);
-            while let Some(row) = d.next_row()? {
-                rows.push(row.fields);
-            }
+        match decode(&mut Decoder::new(format, cols()), chunks.iter().copied()) {
+            (_, Some(e)) => Err(e),
+            (rows, None) => Ok(rows.into_iter().map(|r| r.fields).collect()),
         }
-        if let Some(row) = d.finish()? {
-            rows.push(row.fields);
-        }
-        Ok(rows)
     }
 
     fn row(a: &str, b: &str) -> Vec<String> {

@@ -125,7 +125,7 @@ impl fmt::Display for FieldPath {
             if plain {
                 f.write_str(step)?;
             } else {
-                write!(f, "\"{}\"", step.replace('"', "\"\""))?;
+                f.write_str(&crate::plan::quote_ident(step))?;
             }
         }
         Ok(())

@@ -137,7 +137,7 @@ fn run(stmt: &Statement, source: &Fixed) {
 /// into messages. Errors are fine; a panic, a row with other than two fields, lines that do not
 /// increase, or decoded rows that do not survive being written and read again are findings.
 pub fn copy_data(data: &[u8]) {
-    use crate::copy::{CopyFormat, Decoder, encode_row};
+    use crate::copy::{CopyFormat, Decoder, decode, encode_row};
     let [pick, cut, input @ ..] = data else { return };
     let mut format = if pick & 1 == 0 { CopyFormat::text() } else { CopyFormat::csv() };
     format.header = pick & 2 != 0;
@@ -149,30 +149,7 @@ pub fn copy_data(data: &[u8]) {
     }
     let columns = vec!["id".to_owned(), "doc".to_owned()];
     let mut decoder = Decoder::new(format.clone(), columns.clone());
-    let mut rows = Vec::new();
-    let step = usize::from(*cut).max(1);
-    let mut failed = false;
-    'input: for chunk in input.chunks(step) {
-        decoder.push(chunk);
-        loop {
-            match decoder.next_row() {
-                Ok(Some(row)) => rows.push(row),
-                Ok(None) => break,
-                Err(_) => {
-                    failed = true;
-                    break 'input;
-                }
-            }
-        }
-    }
-    if !failed {
-        match decoder.finish() {
-            Ok(Some(row)) => rows.push(row),
-            Ok(None) => {}
-            Err(_) => failed = true,
-        }
-    }
-    let _ = failed;
+    let (rows, _) = decode(&mut decoder, input.chunks(usize::from(*cut).max(1)));
     let mut last = 0;
     for row in &rows {
         assert_eq!(row.fields.len(), 2, "a row has one value per column");
@@ -184,15 +161,9 @@ pub fn copy_data(data: &[u8]) {
         encode_row(&mut written, &format, row.fields.iter().map(|f| Some(f.as_str())));
     }
     let mut again = Decoder::new(CopyFormat { header: false, ..format }, columns);
-    again.push(&written);
-    let mut reread = Vec::new();
-    loop {
-        let next = again.next_row();
-        assert!(next.is_ok(), "written rows read back: {next:?}");
-        let Ok(Some(row)) = next else { break };
-        reread.push(row.fields);
-    }
-    assert_eq!(again.finish(), Ok(None), "written rows end cleanly");
+    let (reread, failed) = decode(&mut again, [written.as_slice()]);
+    assert_eq!(failed, None, "written rows read back");
+    let reread: Vec<Vec<String>> = reread.into_iter().map(|r| r.fields).collect();
     let fields: Vec<&Vec<String>> = rows.iter().map(|r| &r.fields).collect();
     assert_eq!(reread.iter().collect::<Vec<_>>(), fields, "rows survive a write and a read");
 }

@@ -34,6 +34,16 @@ impl CollectionName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The name as a quoted SQL identifier, for statement text node writes itself.
+    pub fn quoted(&self) -> String {
+        quote_ident(&self.0)
+    }
+}
+
+/// `name` as a double-quoted SQL identifier (case kept, `"` doubled).
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 impl fmt::Display for CollectionName {
@@ -186,7 +196,8 @@ pub enum Statement {
 
 impl Statement {
     /// The collection the statement is about (node looks up its sharding configuration by
-    /// it); the inner statement's for EXPLAIN.
+    /// it); the inner statement's for EXPLAIN and COPY TO; the first for TRUNCATE and DROP
+    /// TABLE of several.
     pub fn collection(&self) -> Option<&CollectionName> {
         match self {
             Statement::Select(s) => s.collection.as_ref(),

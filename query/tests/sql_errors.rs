@@ -2,21 +2,10 @@
 //! nesting and oversized input are errors (never a stack overflow), and each error has the
 //! category node maps to a SQLSTATE.
 
+mod common;
+
+use common::{err, unsupported};
 use query::{PlanError, PlanErrorCategory, parse};
-
-fn err(sql: &str) -> PlanError {
-    match parse(sql) {
-        Ok(plan) => panic!("{sql:?} planned: {plan:?}"),
-        Err(e) => e,
-    }
-}
-
-fn unsupported(sql: &str) -> String {
-    match err(sql) {
-        PlanError::Unsupported { construct } => construct,
-        other => panic!("{sql:?}: expected Unsupported, got {other:?}"),
-    }
-}
 
 // Checks syntax errors report the 1-based character position PostgreSQL clients show.
 #[test]

@@ -175,6 +175,22 @@ impl Cluster {
     }
 }
 
+/// The error planning `sql` gives (a panic if it plans).
+pub fn err(sql: &str) -> query::PlanError {
+    match query::parse(sql) {
+        Ok(plan) => panic!("{sql:?} planned: {plan:?}"),
+        Err(e) => e,
+    }
+}
+
+/// The construct an unsupported `sql` is refused by (a panic for any other outcome).
+pub fn unsupported(sql: &str) -> String {
+    match err(sql) {
+        query::PlanError::Unsupported { construct } => construct,
+        other => panic!("{sql:?}: expected Unsupported, got {other:?}"),
+    }
+}
+
 /// The single statement of `sql`.
 pub fn one(sql: &str) -> Statement {
     let mut v = query::parse(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
