@@ -72,11 +72,16 @@ fn startup_packet() -> Vec<u8> {
 
 /// A connection past startup, ready for queries.
 fn session(addr: SocketAddr) -> TcpStream {
+    session_with_startup(addr).0
+}
+
+/// [`session`] with the startup's messages (ParameterStatus, BackendKeyData, …).
+fn session_with_startup(addr: SocketAddr) -> (TcpStream, Vec<(u8, Vec<u8>)>) {
     let mut stream = raw_connect(addr);
     stream.write_all(&startup_packet()).unwrap();
     let (messages, ready) = read_until_ready(&mut stream);
     assert!(ready, "startup: {messages:?}");
-    stream
+    (stream, messages)
 }
 
 fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
@@ -102,13 +107,19 @@ fn expect_fatal_close(addr: SocketAddr, after_startup: bool, bytes: &[u8], code:
     assert_eq!(error_field(&messages, b'S').as_deref(), Some("FATAL"), "{messages:?}");
 }
 
-/// Sends bytes on an established raw connection, expects an ERROR with `code` and a
-/// ReadyForQuery, then that `SELECT 1` on the same connection answers.
-fn expect_error_then_usable(stream: &mut TcpStream, bytes: &[u8], code: &str) {
+/// Sends bytes on an established raw connection and expects an ERROR with `code` and a
+/// ReadyForQuery; the messages up to it.
+fn expect_error(stream: &mut TcpStream, bytes: &[u8], code: &str) -> Vec<(u8, Vec<u8>)> {
     stream.write_all(bytes).unwrap();
     let (messages, ready) = read_until_ready(stream);
     assert!(ready, "the connection must survive: {messages:?}");
     assert_eq!(error_field(&messages, b'C').as_deref(), Some(code), "{messages:?}");
+    messages
+}
+
+/// [`expect_error`], then that `SELECT 1` on the same connection answers.
+fn expect_error_then_usable(stream: &mut TcpStream, bytes: &[u8], code: &str) {
+    expect_error(stream, bytes, code);
     stream.write_all(&query(b"SELECT 1")).unwrap();
     let (messages, ready) = read_until_ready(stream);
     assert!(ready, "{messages:?}");
@@ -222,6 +233,15 @@ async fn deallocate_drops_a_named_statement() {
     expect_error_then_usable(&mut stream, &query(b"DEALLOCATE named"), "26000");
 }
 
+/// Whether `collection` holds no document, asked on the same raw session.
+fn holds_nothing(stream: &mut TcpStream, collection: &str) -> bool {
+    stream.write_all(&query(format!("SELECT count(*) FROM {collection}").as_bytes())).unwrap();
+    let (messages, ready) = read_until_ready(stream);
+    let tags: String = messages.iter().map(|(t, _)| char::from(*t)).collect();
+    assert!(ready && tags == "TDCZ", "{messages:?}");
+    messages[1].1.ends_with(b"\x00\x00\x00\x010")
+}
+
 /// Starts `COPY <collection> FROM STDIN` on a raw session: waits for CopyInResponse.
 fn start_copy_in(stream: &mut TcpStream, collection: &str) {
     stream.write_all(&query(format!("COPY {collection} FROM STDIN").as_bytes())).unwrap();
@@ -254,28 +274,17 @@ async fn copy_protocol_violations_end_the_copy() {
     start_copy_in(&mut stream, "raw2");
     let mut bytes = frame(b'd', b"s/1\t{}\n");
     bytes.extend(frame(b'P', b"\0SELECT 1\0\0\0"));
-    stream.write_all(&bytes).unwrap();
-    let (messages, ready) = read_until_ready(&mut stream);
-    assert!(ready, "{messages:?}");
-    assert_eq!(error_field(&messages, b'C').as_deref(), Some("08P01"), "{messages:?}");
+    expect_error(&mut stream, &bytes, "08P01");
     // Stray copy messages are dropped silently; the next query is answered.
     let mut bytes = frame(b'd', b"s/2\t{}\n");
     bytes.extend(frame(b'c', b""));
-    bytes.extend(query(b"SELECT count(*) FROM raw2"));
     stream.write_all(&bytes).unwrap();
-    let (messages, ready) = read_until_ready(&mut stream);
-    assert!(ready);
-    let tags: String = messages.iter().map(|(t, _)| char::from(*t)).collect();
-    assert_eq!(tags, "TDCZ", "{messages:?}");
-    assert!(messages[1].1.ends_with(b"0"), "nothing of the failed COPY was written");
+    assert!(holds_nothing(&mut stream, "raw2"), "nothing of the failed COPY was written");
 
     start_copy_in(&mut stream, "raw3");
     let mut bytes = frame(b'd', b"t/1\t{}\n");
     bytes.extend(frame(b'f', b"client gave up\0"));
-    stream.write_all(&bytes).unwrap();
-    let (messages, ready) = read_until_ready(&mut stream);
-    assert!(ready);
-    assert_eq!(error_field(&messages, b'C').as_deref(), Some("57014"), "{messages:?}");
+    let messages = expect_error(&mut stream, &bytes, "57014");
     assert_eq!(
         error_field(&messages, b'M').as_deref(),
         Some("COPY from stdin failed: client gave up")
@@ -290,11 +299,8 @@ async fn copy_protocol_violations_end_the_copy() {
 #[tokio::test]
 async fn cancel_ends_a_copy() {
     let node = Node::start();
-    let mut stream = raw_connect(node.addr());
-    stream.write_all(&startup_packet()).unwrap();
-    let (messages, ready) = read_until_ready(&mut stream);
-    assert!(ready, "startup: {messages:?}");
-    let (_, key) = messages.iter().find(|(t, _)| *t == b'K').expect("BackendKeyData");
+    let (mut stream, startup) = session_with_startup(node.addr());
+    let (_, key) = startup.iter().find(|(t, _)| *t == b'K').expect("BackendKeyData");
     start_copy_in(&mut stream, "cancelled");
     stream.write_all(&frame(b'd', b"c/1\t{}\n")).unwrap();
 
@@ -309,11 +315,6 @@ async fn cancel_ends_a_copy() {
 
     let mut bytes = frame(b'd', b"c/2\t{}\n");
     bytes.extend(frame(b'c', b""));
-    stream.write_all(&bytes).unwrap();
-    let (messages, ready) = read_until_ready(&mut stream);
-    assert!(ready);
-    assert_eq!(error_field(&messages, b'C').as_deref(), Some("57014"), "{messages:?}");
-    stream.write_all(&query(b"SELECT count(*) FROM cancelled")).unwrap();
-    let (messages, _) = read_until_ready(&mut stream);
-    assert!(messages[1].1.ends_with(b"0"), "nothing of the COPY was written: {messages:?}");
+    expect_error(&mut stream, &bytes, "57014");
+    assert!(holds_nothing(&mut stream, "cancelled"), "nothing of the COPY was written");
 }

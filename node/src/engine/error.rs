@@ -45,6 +45,9 @@ pub enum EngineError {
     /// `ALTER TABLE … SET` or `verify_sharding` of a collection without a configuration.
     #[error("collection {0:?} has no sharding configuration")]
     NoConfiguration(String),
+    /// COPY input that does not read as its format (the session adds the line's context).
+    #[error(transparent)]
+    Copy(#[from] query::copy::CopyError),
     /// `DROP TABLE` (without `IF EXISTS`) of a collection with no documents and no
     /// configuration.
     #[error("collection {0:?} does not exist (it has no documents and no configuration)")]

@@ -330,18 +330,8 @@ impl Session {
             self.ready().await?;
         }
         match &*statement {
-            Statement::Select(select) if select.collection.is_none() => {
-                let result = query::execute_constant(&select.with_session(&self.names))?;
-                let n = write_rows(sink, &result.rows).await?;
-                Ok(CommandTag::with_rows("SELECT", n))
-            }
-            Statement::Select(_) if matches!(self.block, Block::Open(_)) => {
-                let rows = self.txn_select(&statement).await?;
-                let n = write_rows(sink, &rows).await?;
-                Ok(CommandTag::with_rows("SELECT", n))
-            }
             Statement::Select(_) => {
-                let (rows, _) = self.select(&statement).await?;
+                let rows = self.select_rows(&statement).await?;
                 let n = write_rows(sink, &rows).await?;
                 Ok(CommandTag::with_rows("SELECT", n))
             }
@@ -1314,7 +1304,21 @@ impl Session {
         }
     }
 
-    /// Publishes this session's open block for SHOW TRANSACTIONS.
+    /// A SELECT's rows: constants here (with the session's names), through the open block's
+    /// buffer, or from the fragments (SELECT and COPY TO both run it).
+    async fn select_rows(&mut self, statement: &Arc<Statement>) -> Result<Rows, EngineError> {
+        match &**statement {
+            Statement::Select(select) if select.collection.is_none() => {
+                Ok(query::execute_constant(&select.with_session(&self.names))?.rows)
+            }
+            Statement::Select(_) if matches!(self.block, Block::Open(_)) => {
+                self.txn_select(statement).await
+            }
+            Statement::Select(_) => Ok(self.select(statement).await?.0),
+            _ => Err(internal("select_rows of a non-SELECT")),
+        }
+    }
+
     /// After a statement's error: an open block fails (only ROLLBACK or COMMIT is accepted
     /// until it ends), as in PostgreSQL.
     fn fail_block(&mut self) {
@@ -1326,6 +1330,7 @@ impl Session {
         }
     }
 
+    /// Publishes this session's open block for SHOW TRANSACTIONS.
     fn publish(&self, txn: &Txn, state: &'static str) {
         self.core.set_session_txn(
             txn.number,

@@ -632,6 +632,7 @@ impl<E: Engine> Conn<E> {
             }
             self.cancel.reset();
             let tag = copy_start(
+                mode,
                 &mut self.engine,
                 &statement,
                 Params::empty(),
@@ -853,9 +854,10 @@ impl<E: Engine> Conn<E> {
         if let PortalState::Ready = portal.state {
             self.cancel.reset();
             let params = Params::new(&portal.param_types, &portal.param_formats, &portal.params);
-            if self.engine.copy_mode(statement).is_some() {
+            if let Some(mode) = self.engine.copy_mode(statement) {
                 // A COPY runs to its end whatever the row limit.
                 let tag = copy_start(
+                    mode,
                     &mut self.engine,
                     statement,
                     params,
@@ -930,10 +932,12 @@ impl<E: Engine> Conn<E> {
     }
 }
 
-/// Starts a COPY statement. `COPY … TO STDOUT`: CopyOutResponse, the rows, CopyDone; returns
-/// the tag for CommandComplete. `COPY … FROM STDIN`: the engine readies itself, then
-/// CopyInResponse; returns `None` (the data follows).
+/// Starts a COPY statement (`mode`: what [`Engine::copy_mode`] said of it). `COPY … TO
+/// STDOUT`: CopyOutResponse, the rows, CopyDone; returns the tag for CommandComplete. `COPY …
+/// FROM STDIN`: the engine readies itself, then CopyInResponse; returns `None` (the data
+/// follows).
 async fn copy_start<E: Engine>(
+    mode: CopyMode,
     engine: &mut E,
     statement: &E::Statement,
     params: Params<'_>,
@@ -947,15 +951,15 @@ async fn copy_start<E: Engine>(
         })?;
         Ok((n, vec![0; columns]))
     };
-    match engine.copy_mode(statement) {
-        Some(CopyMode::In { columns }) => {
+    match mode {
+        CopyMode::In { columns } => {
             let (n, formats) = text_columns(columns)?;
             let mut sink = RowSink::streaming(out, None, &[], 0, cancel);
             engine.execute(statement, params, &mut sink).await?;
             put(out, B::CopyInResponse(CopyInResponse::new(0, n, formats)));
             Ok(None)
         }
-        Some(CopyMode::Out { columns }) => {
+        CopyMode::Out { columns } => {
             let (n, formats) = text_columns(columns)?;
             put(out, B::CopyOutResponse(CopyOutResponse::new(0, n, formats)));
             let mut sink = RowSink::streaming(out, Some(stream), &[], columns, cancel);
@@ -963,7 +967,6 @@ async fn copy_start<E: Engine>(
             put(out, B::CopyDone(CopyDone::new()));
             Ok(Some(tag.as_str().to_owned()))
         }
-        None => Err(PgError::new(SqlState::INTERNAL_ERROR, "not a COPY statement")),
     }
 }
 

@@ -192,6 +192,11 @@ pub enum CopyMode {
     },
 }
 
+/// The error for COPY data when no `COPY … FROM STDIN` is running.
+pub(crate) fn no_copy_running() -> PgError {
+    PgError::new(SqlState::PROTOCOL_VIOLATION, "no COPY FROM STDIN is running")
+}
+
 /// Who connected: the startup parameters after authentication.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionInfo {
@@ -617,12 +622,12 @@ pub trait Engine {
     /// One CopyData message of a `COPY … FROM STDIN` that [`Engine::execute`] started. An
     /// error ends the COPY (the wire layer then calls [`Engine::copy_abort`]).
     async fn copy_data(&mut self, _data: &[u8]) -> Result<(), PgError> {
-        Err(PgError::new(SqlState::PROTOCOL_VIOLATION, "no COPY FROM STDIN is running"))
+        Err(no_copy_running())
     }
 
     /// CopyDone: the rest of the rows are written; the tag (`COPY n`).
     async fn copy_done(&mut self) -> Result<CommandTag, PgError> {
-        Err(PgError::new(SqlState::PROTOCOL_VIOLATION, "no COPY FROM STDIN is running"))
+        Err(no_copy_running())
     }
 
     /// The COPY ends without CopyDone (CopyFail, an error, a protocol violation): rows not yet

@@ -87,11 +87,6 @@ impl PgError {
         self
     }
 
-    /// The context, if any.
-    pub fn context(&self) -> Option<&str> {
-        self.context.as_deref()
-    }
-
     /// The severity.
     pub fn severity(&self) -> Severity {
         self.severity

@@ -183,6 +183,12 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
         E::Catalog(_) => SqlState::IO_ERROR,
         E::CollectionExists(_) => SqlState::DUPLICATE_TABLE,
         E::NoConfiguration(_) | E::NoSuchCollection(_) => SqlState::UNDEFINED_TABLE,
+        E::Copy(e) => match e.category() {
+            query::copy::CopyErrorCategory::BadFormat => SqlState::BAD_COPY_FILE_FORMAT,
+            query::copy::CopyErrorCategory::NotNull => SqlState::NOT_NULL_VIOLATION,
+            query::copy::CopyErrorCategory::Encoding => SqlState::CHARACTER_NOT_IN_REPERTOIRE,
+            query::copy::CopyErrorCategory::LimitExceeded => SqlState::PROGRAM_LIMIT_EXCEEDED,
+        },
         E::NotSupported { .. } => SqlState::FEATURE_NOT_SUPPORTED,
         E::Param { .. } => SqlState::INVALID_TEXT_REPRESENTATION,
         E::Contention { .. } => SqlState::SERIALIZATION_FAILURE,

@@ -15,15 +15,16 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use query::copy::{CopyErrorCategory, CopyFormat, CopyRow, Decoder, encode_row};
+use query::copy::{CopyFormat, CopyRow, Decoder, encode_row};
 use query::plan::{CopyColumn, Statement};
 use query::{CollectionName, Datum};
 
 use super::{Block, Running, Session, internal};
 use crate::engine::error::EngineError;
 use crate::engine::limits::{COPY_BATCH_BYTES, COPY_BATCH_ROWS};
+use crate::pg::engine::no_copy_running;
 use crate::pg::sqlstate::engine_error;
-use crate::pg::{CancelFlag, CommandTag, PgError, RowSink, SqlState};
+use crate::pg::{CancelFlag, CommandTag, PgError, RowSink};
 
 /// A running `COPY … FROM STDIN`.
 pub(super) struct CopyIn {
@@ -63,8 +64,7 @@ impl CopyIn {
         {
             return Ok(cached.clone());
         }
-        let name = self.collection.as_str().replace('"', "\"\"");
-        let mut sql = format!("INSERT INTO \"{name}\" VALUES ");
+        let mut sql = format!("INSERT INTO {} VALUES ", self.collection.quoted());
         for i in 0..rows {
             let sep = if i == 0 { "" } else { ", " };
             sql.push_str(&format!("{sep}(${}, ${})", 2 * i + 1, 2 * i + 2));
@@ -109,20 +109,13 @@ impl Session {
         let Statement::Select(select) = query else {
             return Err(internal("COPY TO of a non-SELECT"));
         };
-        let query = Arc::new(query.clone());
-        let rows = if select.collection.is_none() {
-            query::execute_constant(&select.with_session(&self.names))?.rows
-        } else if matches!(self.block, Block::Open(_)) {
-            self.txn_select(&query).await?
-        } else {
-            self.select(&query).await?.0
-        };
+        let rows = self.select_rows(&Arc::new(query.clone())).await?;
         let wire = |e: PgError| EngineError::Wire(e.message().to_owned());
         let mut line = Vec::new();
         if format.header {
             let names: Vec<String> = select.columns().into_iter().map(|c| c.name).collect();
             encode_row(&mut line, format, names.iter().map(|n| Some(n.as_str())));
-            sink.copy_data(&line).map_err(|e| EngineError::Wire(e.message().to_owned()))?;
+            sink.copy_data(&line).map_err(wire)?;
         }
         for row in &rows {
             sink.check_cancelled().map_err(|_| EngineError::Cancelled)?;
@@ -137,7 +130,7 @@ impl Session {
 
     /// One CopyData message: its complete rows are queued, full batches written.
     pub(super) async fn copy_input(&mut self, data: &[u8]) -> Result<(), PgError> {
-        let Some(copy) = self.copy.as_mut() else { return Err(no_copy()) };
+        let Some(copy) = self.copy.as_mut() else { return Err(no_copy_running()) };
         copy.decoder.push(data);
         self.drain_rows(false).await
     }
@@ -146,7 +139,7 @@ impl Session {
     pub(super) async fn copy_finish(&mut self) -> Result<CommandTag, PgError> {
         self.drain_rows(true).await?;
         self.copy_batch().await?;
-        let copy = self.copy.take().ok_or_else(no_copy)?;
+        let copy = self.copy.take().ok_or_else(no_copy_running)?;
         Ok(CommandTag::with_rows("COPY", copy.written))
     }
 
@@ -154,7 +147,7 @@ impl Session {
     /// one too), writing each batch as it fills.
     async fn drain_rows(&mut self, end: bool) -> Result<(), PgError> {
         loop {
-            let Some(copy) = self.copy.as_mut() else { return Err(no_copy()) };
+            let Some(copy) = self.copy.as_mut() else { return Err(no_copy_running()) };
             let next = match copy.decoder.next_row() {
                 Ok(None) if end => copy.decoder.finish(),
                 other => other,
@@ -163,15 +156,8 @@ impl Session {
                 Ok(Some(row)) => row,
                 Ok(None) => return Ok(()),
                 Err(e) => {
-                    let code = match e.category() {
-                        CopyErrorCategory::BadFormat => SqlState::BAD_COPY_FILE_FORMAT,
-                        CopyErrorCategory::NotNull => SqlState::NOT_NULL_VIOLATION,
-                        CopyErrorCategory::Encoding => SqlState::CHARACTER_NOT_IN_REPERTOIRE,
-                        CopyErrorCategory::LimitExceeded => SqlState::PROGRAM_LIMIT_EXCEEDED,
-                    };
-                    return Err(
-                        self.copy_failed(PgError::new(code, e.to_string()), Failed::Line(e.line))
-                    );
+                    let line = Failed::Line(e.line);
+                    return Err(self.copy_failed(engine_error(&EngineError::Copy(e)), line));
                 }
             };
             copy.pending_bytes += row.fields.iter().map(String::len).sum::<usize>();
@@ -184,7 +170,7 @@ impl Session {
 
     /// Writes the queued rows as one INSERT.
     async fn copy_batch(&mut self) -> Result<(), PgError> {
-        let Some(copy) = self.copy.as_mut() else { return Err(no_copy()) };
+        let Some(copy) = self.copy.as_mut() else { return Err(no_copy_running()) };
         let rows = std::mem::take(&mut copy.pending);
         copy.pending_bytes = 0;
         let (Some(first), Some(last)) = (rows.first(), rows.last()) else { return Ok(()) };
@@ -197,12 +183,12 @@ impl Session {
         let result = async {
             let Some(copy) = self.copy.as_mut() else { return Err(internal("COPY vanished")) };
             let (sql, planned) = copy.insert_for(count)?;
-            let id_at = usize::from(copy.columns[0] != CopyColumn::Id);
+            let id_first = copy.columns[0] == CopyColumn::Id;
             let mut values = Vec::with_capacity(count * 2);
             for row in rows {
                 let mut fields = row.fields.into_iter();
                 let (a, b) = (fields.next().unwrap_or_default(), fields.next().unwrap_or_default());
-                let (id, doc) = if id_at == 0 { (a, b) } else { (b, a) };
+                let (id, doc) = if id_first { (a, b) } else { (b, a) };
                 values.push(Datum::Text(id));
                 values.push(Datum::Text(doc));
             }
@@ -257,8 +243,4 @@ impl Session {
             self.fail_block();
         }
     }
-}
-
-fn no_copy() -> PgError {
-    PgError::new(SqlState::PROTOCOL_VIOLATION, "no COPY FROM STDIN is running")
 }

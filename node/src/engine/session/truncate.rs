@@ -43,13 +43,7 @@ impl Session {
         collections: &[CollectionName],
         sink: &RowSink<'_>,
     ) -> Result<CommandTag, EngineError> {
-        if !matches!(self.block, Block::Idle) {
-            return Err(EngineError::NotSupported {
-                what: "TRUNCATE inside a transaction block",
-                hint: "run TRUNCATE on its own (it deletes in rounds, not atomically), or DELETE \
-                       inside the block",
-            });
-        }
+        self.outside_block("TRUNCATE inside a transaction block")?;
         for collection in collections {
             self.empty(collection, sink).await?;
         }
@@ -65,12 +59,7 @@ impl Session {
         if_exists: bool,
         sink: &mut RowSink<'_>,
     ) -> Result<CommandTag, EngineError> {
-        if !matches!(self.block, Block::Idle) {
-            return Err(EngineError::NotSupported {
-                what: "DROP TABLE inside a transaction block",
-                hint: "run DROP TABLE on its own (it deletes in rounds, not atomically)",
-            });
-        }
+        self.outside_block("DROP TABLE inside a transaction block")?;
         for collection in collections {
             let name = collection.as_str().to_owned();
             let configured = self.core.shared().catalog().config(&name).is_some();
@@ -86,14 +75,25 @@ impl Session {
         Ok(CommandTag::new("DROP TABLE"))
     }
 
+    /// Refuses `what` inside a block (or a failed one): it deletes in rounds, not atomically.
+    fn outside_block(&self, what: &'static str) -> Result<(), EngineError> {
+        if matches!(self.block, Block::Idle) {
+            return Ok(());
+        }
+        Err(EngineError::NotSupported {
+            what,
+            hint: "run it on its own (it deletes in rounds, not atomically), or DELETE inside \
+                   the block",
+        })
+    }
+
     /// Deletes every document of `collection` in rounds; how many.
     async fn empty(
         &mut self,
         collection: &CollectionName,
         sink: &RowSink<'_>,
     ) -> Result<u64, EngineError> {
-        let text = format!("TRUNCATE \"{}\"", collection.as_str().replace('"', "\"\""));
-        let text: Arc<str> = Arc::from(text);
+        let text: Arc<str> = Arc::from(format!("TRUNCATE {}", collection.quoted()));
         let mut deleted = 0;
         loop {
             sink.check_cancelled().map_err(|_| EngineError::Cancelled)?;
