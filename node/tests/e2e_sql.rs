@@ -505,3 +505,65 @@ async fn deallocate_reset_and_discard_all() {
     client.batch_execute("SET application_name = 'x'; RESET ALL").await.unwrap();
     assert_eq!(show("SHOW application_name").await, [[Some(String::new())]]);
 }
+
+// Checks jsonb's operators over the wire: array indexes in `->` / `#>>`, containment with a
+// json parameter in binary format (a prepared statement), key tests in UPDATE and DELETE
+// filters, 22023 from jsonb_array_length on a non-array, and that `doc() @> '{…}'` on a
+// content-configured collection routes to the one content block (EXPLAIN).
+#[tokio::test]
+async fn jsonb_operators_over_the_wire() {
+    let node = Node::start();
+    let client = node.connect().await;
+    client
+        .batch_execute(
+            r#"CREATE TABLE t () WITH (sharding = '{"Fields":["team"]}');
+               INSERT INTO t VALUES
+                 ('t/1$', '{"team":"red","tags":["a","b"],"n":1}'),
+                 ('t/2$', '{"team":"blue","tags":["b"],"n":2}'),
+                 ('t/3$', '{"team":"red","n":3}')"#,
+        )
+        .await
+        .unwrap();
+    let rows = simple_rows(
+        &client
+            .simple_query("SELECT n::int8, tags->>0, tags #>> '{-1}' FROM t ORDER BY n")
+            .await
+            .unwrap(),
+    );
+    let s = |v: &str| Some(v.to_owned());
+    assert_eq!(
+        rows,
+        vec![vec![s("1"), s("a"), s("b")], vec![s("2"), s("b"), s("b")], vec![s("3"), None, None]]
+    );
+    let contains =
+        client.prepare("SELECT n::int8 FROM t WHERE doc() @> $1 ORDER BY n").await.unwrap();
+    assert_eq!(contains.params(), [Type::JSON]);
+    let ns = |rows: Vec<tokio_postgres::Row>| rows.iter().map(|r| r.get(0)).collect::<Vec<i64>>();
+    let red = ns(client.query(&contains, &[&Json(r#"{"team":"red"}"#)]).await.unwrap());
+    assert_eq!(red, [1, 3]);
+    let b = ns(client.query(&contains, &[&Json(r#"{"tags":["b"]}"#)]).await.unwrap());
+    assert_eq!(b, [1, 2]);
+    let plan = simple_rows(
+        &client
+            .simple_query(r#"EXPLAIN SELECT n FROM t WHERE doc() @> '{"team":"red"}'"#)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(plan[1], vec![s("  Route: Single")], "{plan:?}");
+    let updated = client.execute("UPDATE t SET seen = true WHERE tags ? 'a'", &[]).await.unwrap();
+    assert_eq!(updated, 1);
+    let deleted = client.execute("DELETE FROM t WHERE NOT doc() ? 'tags'", &[]).await.unwrap();
+    assert_eq!(deleted, 1);
+    let left: Vec<i64> = client
+        .query("SELECT jsonb_array_length(tags) FROM t WHERE doc() ?& '{tags,n}' ORDER BY n", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, [2, 1]);
+    let e = client.simple_query("SELECT jsonb_array_length(team) FROM t").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "22023");
+    let e = client.simple_query("SELECT doc() @> 'not json' FROM t").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "22P02");
+}

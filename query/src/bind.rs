@@ -135,6 +135,19 @@ fn infer(e: &Expr, hint: Hint, note: &mut dyn FnMut(usize, Hint)) {
             infer(left, Some(SqlType::Text), note);
             infer(right, Some(SqlType::Text), note);
         }
+        Expr::Binary { op: BinaryOp::Contains | BinaryOp::ContainedBy, left, right } => {
+            infer(left, Some(SqlType::Json), note);
+            infer(right, Some(SqlType::Json), note);
+        }
+        Expr::Binary { op: BinaryOp::HasKey, left, right } => {
+            infer(left, Some(SqlType::Json), note);
+            infer(right, Some(SqlType::Text), note);
+        }
+        Expr::Binary { op: BinaryOp::HasAnyKey | BinaryOp::HasAllKeys, left, right } => {
+            infer(left, Some(SqlType::Json), note);
+            infer(right, None, note);
+        }
+        Expr::JsonPath { base, .. } => infer(base, Some(SqlType::Json), note),
         Expr::Binary { op, left, right } if op.is_comparison() => {
             infer(left, sibling_type(right), note);
             infer(right, sibling_type(left), note);

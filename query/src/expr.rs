@@ -114,7 +114,7 @@ impl FieldPath {
 impl fmt::Display for FieldPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.0.is_empty() {
-            return f.write_str("doc");
+            return f.write_str("doc()");
         }
         for (i, step) in self.0.iter().enumerate() {
             if i > 0 {
@@ -129,6 +129,52 @@ impl fmt::Display for FieldPath {
             }
         }
         Ok(())
+    }
+}
+
+/// One step of a jsonb access that can index arrays (`->`, `->>`, `#>`, `#>>`), as
+/// PostgreSQL applies it: a step that does not fit the value (a key on an array, an index on
+/// an object, anything on a scalar, an index past the end) gives NULL.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub enum JsonStep {
+    /// `-> 'k'`: member `k` of an object.
+    Key(String),
+    /// `-> n`: element `n` of an array, 0-based; negative counts from the end (`-1` last).
+    Index(i64),
+    /// A `#>` path element: member of an object, or of an array the element its text names
+    /// as an integer (`'{tags,0}'`).
+    Path(String),
+}
+
+impl JsonStep {
+    /// The step applied to one JSON node.
+    pub fn apply<'a, J: DocValue<'a>>(&self, at: J) -> Option<J> {
+        match (self, at.kind()) {
+            (JsonStep::Key(k) | JsonStep::Path(k), ValueKind::Object) => at.field(k),
+            (JsonStep::Index(i), ValueKind::Array) => element_at(at, *i),
+            (JsonStep::Path(p), ValueKind::Array) => element_at(at, p.parse().ok()?),
+            _ => None,
+        }
+    }
+}
+
+/// Element `i` of an array (negative: from the end).
+fn element_at<'a, J: DocValue<'a>>(array: J, i: i64) -> Option<J> {
+    let len = i64::try_from(array.len()).ok()?;
+    let at = if i < 0 { len.checked_add(i)? } else { i };
+    array.element(usize::try_from(at).ok()?)
+}
+
+impl fmt::Display for JsonStep {
+    /// As SQL that plans back to the same step.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JsonStep::Key(k) => write!(f, "->'{}'", k.replace('\'', "''")),
+            // `->-1` would lex as one operator `->-`, as in PostgreSQL.
+            JsonStep::Index(i) => write!(f, "-> {i}"),
+            // The planner's path literals hold no quote or backslash (`text_array`).
+            JsonStep::Path(p) => write!(f, "#>'{{\"{}\"}}'", p.replace('\'', "''")),
+        }
     }
 }
 
@@ -176,10 +222,21 @@ pub enum BinaryOp {
     IsDistinctFrom,
     /// `IS NOT DISTINCT FROM`: `=` with NULL as a value (never NULL itself).
     IsNotDistinctFrom,
+    /// `@>`: jsonb containment, the left side contains the right (see [`json_contains`]).
+    Contains,
+    /// `<@`: the right side contains the left.
+    ContainedBy,
+    /// `?`: the text is a key of the object, a string element of the array, or the string.
+    HasKey,
+    /// `?|`: any of the texts (a JSON array of strings on the right) is, as `?`.
+    HasAnyKey,
+    /// `?&`: every one of them is.
+    HasAllKeys,
 }
 
 impl BinaryOp {
-    fn symbol(self) -> &'static str {
+    /// The operator as SQL writes it.
+    pub fn symbol(self) -> &'static str {
         match self {
             BinaryOp::And => "AND",
             BinaryOp::Or => "OR",
@@ -197,7 +254,25 @@ impl BinaryOp {
             BinaryOp::Concat => "||",
             BinaryOp::IsDistinctFrom => "IS DISTINCT FROM",
             BinaryOp::IsNotDistinctFrom => "IS NOT DISTINCT FROM",
+            BinaryOp::Contains => "@>",
+            BinaryOp::ContainedBy => "<@",
+            BinaryOp::HasKey => "?",
+            BinaryOp::HasAnyKey => "?|",
+            BinaryOp::HasAllKeys => "?&",
         }
+    }
+
+    /// Whether this is one of jsonb's containment or key tests (a bool result, json operands
+    /// on the containment side).
+    pub fn is_json_test(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Contains
+                | BinaryOp::ContainedBy
+                | BinaryOp::HasKey
+                | BinaryOp::HasAnyKey
+                | BinaryOp::HasAllKeys
+        )
     }
 
     /// Whether this is a comparison (a bool result, operands typed from each other): one of
@@ -257,6 +332,12 @@ pub enum ScalarFunc {
     Ltrim,
     /// `rtrim` / `TRIM(TRAILING …)`: from the end.
     Rtrim,
+    /// `jsonb_typeof(x)` / `json_typeof`: `object`, `array`, `string`, `number` or
+    /// `boolean` (NULL for NULL: a JSON `null` reads as NULL here).
+    JsonTypeof,
+    /// `jsonb_array_length(x)` / `json_array_length`: the elements of an array (22023 for
+    /// anything else, as in PostgreSQL).
+    JsonArrayLength,
 }
 
 impl ScalarFunc {
@@ -280,6 +361,8 @@ impl ScalarFunc {
             "btrim" => ScalarFunc::Btrim,
             "ltrim" => ScalarFunc::Ltrim,
             "rtrim" => ScalarFunc::Rtrim,
+            "jsonb_typeof" | "json_typeof" => ScalarFunc::JsonTypeof,
+            "jsonb_array_length" | "json_array_length" => ScalarFunc::JsonArrayLength,
             _ => return None,
         })
     }
@@ -304,6 +387,8 @@ impl ScalarFunc {
             ScalarFunc::Btrim => "btrim",
             ScalarFunc::Ltrim => "ltrim",
             ScalarFunc::Rtrim => "rtrim",
+            ScalarFunc::JsonTypeof => "jsonb_typeof",
+            ScalarFunc::JsonArrayLength => "jsonb_array_length",
         }
     }
 
@@ -319,7 +404,9 @@ impl ScalarFunc {
             | ScalarFunc::Length
             | ScalarFunc::Abs
             | ScalarFunc::Floor
-            | ScalarFunc::Ceil => n == 1,
+            | ScalarFunc::Ceil
+            | ScalarFunc::JsonTypeof
+            | ScalarFunc::JsonArrayLength => n == 1,
             ScalarFunc::NullIf => n == 2,
             ScalarFunc::Round | ScalarFunc::Btrim | ScalarFunc::Ltrim | ScalarFunc::Rtrim => {
                 n == 1 || n == 2
@@ -459,6 +546,15 @@ pub enum Expr {
         /// Its arguments.
         args: Vec<Expr>,
     },
+    /// jsonb access that indexes arrays or starts from a value other than a document field
+    /// (`tags->0`, `a #> '{b,1}'`, `'[1,2]'::json->-1`); key-only access on a field is a
+    /// [`Expr::Field`] path.
+    JsonPath {
+        /// The JSON value walked.
+        base: Box<Expr>,
+        /// The steps, in order (at least one).
+        steps: Vec<JsonStep>,
+    },
 }
 
 impl Expr {
@@ -474,9 +570,10 @@ impl Expr {
             | Expr::GroupKey { .. }
             | Expr::AggregateResult { .. }
             | Expr::Session(_) => {}
-            Expr::Unary { expr, .. } | Expr::IsNull { expr, .. } | Expr::Cast { expr, .. } => {
-                expr.walk(visit)
-            }
+            Expr::Unary { expr, .. }
+            | Expr::IsNull { expr, .. }
+            | Expr::Cast { expr, .. }
+            | Expr::JsonPath { base: expr, .. } => expr.walk(visit),
             Expr::Binary { left, right, .. } => {
                 left.walk(visit);
                 right.walk(visit);
@@ -539,6 +636,9 @@ impl Expr {
                 Expr::IsNull { expr: Box::new(expr.try_map(f)?), negated }
             }
             Expr::Cast { expr, to } => Expr::Cast { expr: Box::new(expr.try_map(f)?), to },
+            Expr::JsonPath { base, steps } => {
+                Expr::JsonPath { base: Box::new(base.try_map(f)?), steps }
+            }
             Expr::Binary { op, left, right } => Expr::Binary {
                 op,
                 left: Box::new(left.try_map(f)?),
@@ -598,6 +698,19 @@ impl fmt::Display for Expr {
             Expr::Session(SessionValue::Database) => f.write_str("current_database()"),
             Expr::Unary { op: UnaryOp::Not, expr } => write!(f, "(NOT {expr})"),
             Expr::Unary { op: UnaryOp::Neg, expr } => write!(f, "(-{expr})"),
+            // The key list of `?|` / `?&` as the text array it was written as.
+            Expr::Binary { op: op @ (BinaryOp::HasAnyKey | BinaryOp::HasAllKeys), left, right }
+                if matches!(**right, Expr::Literal(Literal::Json(serde_json::Value::Array(_)))) =>
+            {
+                write!(f, "({left} {} ARRAY[", op.symbol())?;
+                if let Expr::Literal(Literal::Json(serde_json::Value::Array(keys))) = &**right {
+                    for (i, key) in keys.iter().enumerate() {
+                        let key = Literal::Str(key.as_str().unwrap_or_default().to_owned());
+                        write!(f, "{}{key}", if i > 0 { ", " } else { "" })?;
+                    }
+                }
+                f.write_str("])")
+            }
             Expr::Binary { op, left, right } => write!(f, "({left} {} {right})", op.symbol()),
             Expr::IsNull { expr, negated } => {
                 write!(f, "({expr} IS {}NULL)", if *negated { "NOT " } else { "" })
@@ -622,6 +735,13 @@ impl fmt::Display for Expr {
                 if *case_insensitive { "I" } else { "" }
             ),
             Expr::Cast { expr, to } => write!(f, "{expr}::{to}"),
+            Expr::JsonPath { base, steps } => {
+                write!(f, "({base}")?;
+                for step in steps {
+                    write!(f, "{step}")?;
+                }
+                f.write_str(")")
+            }
             Expr::Call { func, args } => {
                 write!(f, "{}(", func.name())?;
                 for (i, e) in args.iter().enumerate() {
@@ -915,6 +1035,9 @@ pub fn eval<'v, D: DocValue<'v>>(
             };
             Value::Bool(same == (*op == BinaryOp::IsNotDistinctFrom))
         }
+        Expr::Binary { op, left, right } if op.is_json_test() => {
+            json_test(*op, eval(left, row)?, eval(right, row)?)?
+        }
         Expr::Binary { op, left, right } if op.is_comparison() => {
             let l = eval(left, row)?;
             let r = eval(right, row)?;
@@ -976,6 +1099,7 @@ pub fn eval<'v, D: DocValue<'v>>(
             }
         }
         Expr::Cast { expr, to } => cast(eval(expr, row)?, *to)?,
+        Expr::JsonPath { base, steps } => json_path(eval(base, row)?, steps),
         Expr::Call { func, args } => call(*func, args, row)?,
         Expr::Case { operand, whens, otherwise } => {
             match case_branch(operand.as_deref(), whens, otherwise.as_deref(), row)? {
@@ -1058,6 +1182,10 @@ fn call<'v, D: DocValue<'v>>(
         | ScalarFunc::Btrim
         | ScalarFunc::Ltrim
         | ScalarFunc::Rtrim => return text_function(func, args, row),
+        ScalarFunc::JsonTypeof | ScalarFunc::JsonArrayLength => {
+            let Some(x) = args.first() else { return Ok(Value::Null) };
+            return json_function(func, eval(x, row)?);
+        }
     };
     match text_arg(args.first(), row)? {
         Some(t) => Ok(over_text(&t)),
@@ -1228,6 +1356,211 @@ fn text_function<'v, D: DocValue<'v>>(
                 }
                 .to_owned(),
             )
+        }
+        _ => Value::Null,
+    })
+}
+
+/// A value seen as JSON: a document node, or a JSON value from the plan or computed.
+#[derive(Clone, Copy)]
+enum JsonView<'x, D> {
+    Doc(D),
+    Plan(&'x serde_json::Value),
+}
+
+impl<'v, D: DocValue<'v>> Value<'v, D> {
+    /// The value of a JSON node from the plan, scalars unwrapped.
+    fn from_json_ref(v: &'v serde_json::Value) -> Value<'v, D> {
+        match v {
+            serde_json::Value::Null => Value::Null,
+            serde_json::Value::Bool(b) => Value::Bool(*b),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => Value::Int(i),
+                None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            serde_json::Value::String(s) => Value::Str(s),
+            _ => Value::JsonRef(v),
+        }
+    }
+
+    /// The value of an owned JSON value, scalars unwrapped.
+    fn from_json_owned(v: serde_json::Value) -> Value<'v, D> {
+        match v {
+            serde_json::Value::String(s) => Value::Text(s),
+            serde_json::Value::Array(_) | serde_json::Value::Object(_) => Value::Json(v),
+            serde_json::Value::Bool(b) => Value::Bool(b),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => Value::Int(i),
+                None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            serde_json::Value::Null => Value::Null,
+        }
+    }
+
+    /// This value as JSON; scalars are written into `scratch` first. `None` for NULL.
+    fn json_view<'x>(
+        &'x self,
+        scratch: &'x mut Option<serde_json::Value>,
+    ) -> Result<Option<JsonView<'x, D>>, ExecError> {
+        Ok(Some(match self {
+            Value::Null => return Ok(None),
+            Value::Doc(d) => JsonView::Doc(*d),
+            Value::JsonRef(v) => JsonView::Plan(v),
+            Value::Json(v) => JsonView::Plan(v),
+            scalar => JsonView::Plan(scratch.insert(scalar.to_json()?)),
+        }))
+    }
+}
+
+/// jsonb access (`->`, `#>`) that indexes arrays, over any JSON value; NULL where a step does
+/// not fit.
+fn json_path<'v, D: DocValue<'v>>(base: Value<'v, D>, steps: &'v [JsonStep]) -> Value<'v, D> {
+    fn walk<'a, J: DocValue<'a>>(mut at: J, steps: &[JsonStep]) -> Option<J> {
+        for step in steps {
+            at = step.apply(at)?;
+        }
+        Some(at)
+    }
+    match base {
+        Value::Doc(d) => walk(d, steps).map_or(Value::Null, Value::from_doc),
+        Value::JsonRef(v) => walk(v, steps).map_or(Value::Null, Value::from_json_ref),
+        Value::Json(v) => {
+            walk(&v, steps).map_or(Value::Null, |x| Value::from_json_owned(x.clone()))
+        }
+        // A scalar has no members or elements.
+        _ => Value::Null,
+    }
+}
+
+/// `@>`, `<@`, `?`, `?|`, `?&` (NULL on either side gives NULL).
+fn json_test<'v, D: DocValue<'v>>(
+    op: BinaryOp,
+    l: Value<'v, D>,
+    r: Value<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    let (mut ls, mut rs) = (None, None);
+    let (Some(lv), Some(rv)) = (l.json_view(&mut ls)?, r.json_view(&mut rs)?) else {
+        return Ok(Value::Null);
+    };
+    let (outer, inner) = if op == BinaryOp::ContainedBy { (rv, lv) } else { (lv, rv) };
+    let has = |key: &str| match outer {
+        JsonView::Doc(d) => has_key(d, key),
+        JsonView::Plan(v) => has_key(v, key),
+    };
+    let keys = |want_all: bool| -> Option<bool> {
+        let JsonView::Plan(serde_json::Value::Array(items)) = inner else { return None };
+        let mut texts = items.iter().filter_map(serde_json::Value::as_str);
+        Some(if want_all { texts.all(has) } else { texts.any(has) })
+    };
+    Ok(match op {
+        BinaryOp::Contains | BinaryOp::ContainedBy => Value::Bool(match (outer, inner) {
+            (JsonView::Doc(a), JsonView::Doc(b)) => json_contains(a, b, true),
+            (JsonView::Doc(a), JsonView::Plan(b)) => json_contains(a, b, true),
+            (JsonView::Plan(a), JsonView::Doc(b)) => json_contains(a, b, true),
+            (JsonView::Plan(a), JsonView::Plan(b)) => json_contains(a, b, true),
+        }),
+        BinaryOp::HasKey => match r.as_str() {
+            Some(key) => Value::Bool(has(key)),
+            None => Value::Null,
+        },
+        BinaryOp::HasAnyKey => keys(false).map_or(Value::Null, Value::Bool),
+        BinaryOp::HasAllKeys => keys(true).map_or(Value::Null, Value::Bool),
+        _ => Value::Null,
+    })
+}
+
+/// PostgreSQL's jsonb `?`: `key` is a member of an object, a string element of an array, or
+/// the string itself.
+fn has_key<'a, J: DocValue<'a>>(v: J, key: &str) -> bool {
+    match v.kind() {
+        ValueKind::Object => v.field(key).is_some(),
+        ValueKind::Array => {
+            (0..v.len()).any(|i| v.element(i).and_then(|e| e.as_str()) == Some(key))
+        }
+        ValueKind::Str => v.as_str() == Some(key),
+        _ => false,
+    }
+}
+
+/// PostgreSQL's jsonb containment (`a @> b`): an object contains an object whose every member
+/// it has with a value that contains the other's; an array contains an array whose every
+/// element is contained by one of its elements (order and repetition do not matter); scalars
+/// contain equal scalars (numbers by value). At the top level only (`top`), an array also
+/// contains a scalar that is one of its elements. Arrays are compared element by element, so
+/// the cost is at most the product of their lengths, as in PostgreSQL.
+pub fn json_contains<'a, 'b, A: DocValue<'a>, B: DocValue<'b>>(a: A, b: B, top: bool) -> bool {
+    match (a.kind(), b.kind()) {
+        (ValueKind::Object, ValueKind::Object) => {
+            let mut all = true;
+            b.for_each_member(&mut |key, bv| {
+                all = all && a.field(key).is_some_and(|av| json_contains(av, bv, false));
+            });
+            all
+        }
+        (ValueKind::Array, ValueKind::Array) => (0..b.len()).all(|i| {
+            b.element(i).is_some_and(|bv| {
+                (0..a.len()).any(|j| a.element(j).is_some_and(|av| json_contains(av, bv, false)))
+            })
+        }),
+        (ValueKind::Array, ValueKind::Object) | (ValueKind::Object, _) | (_, ValueKind::Object) => {
+            false
+        }
+        (ValueKind::Array, _) => {
+            top && (0..a.len()).any(|j| a.element(j).is_some_and(|av| scalar_equal(av, b)))
+        }
+        (_, ValueKind::Array) => false,
+        _ => scalar_equal(a, b),
+    }
+}
+
+/// Equality of two JSON scalars as jsonb compares them: numbers by value, strings byte-wise.
+fn scalar_equal<'a, 'b, A: DocValue<'a>, B: DocValue<'b>>(a: A, b: B) -> bool {
+    match (a.kind(), b.kind()) {
+        (ValueKind::Null, ValueKind::Null) => true,
+        (ValueKind::Bool, ValueKind::Bool) => a.as_bool() == b.as_bool(),
+        (ValueKind::Str, ValueKind::Str) => a.as_str() == b.as_str(),
+        (ValueKind::Int, ValueKind::Int) => a.as_i64() == b.as_i64(),
+        (ValueKind::Int | ValueKind::Float, ValueKind::Int | ValueKind::Float) => {
+            match (a.as_i64(), b.as_i64(), a.as_f64(), b.as_f64()) {
+                (Some(i), None, _, Some(f)) | (None, Some(i), Some(f), _) => {
+                    cmp_int_float(i, f) == Ordering::Equal
+                }
+                (_, _, Some(x), Some(y)) => cmp_float(x, y) == Ordering::Equal,
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}
+
+/// `jsonb_typeof` and `jsonb_array_length` of one value.
+fn json_function<'v, D: DocValue<'v>>(
+    func: ScalarFunc,
+    x: Value<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    let mut scratch = None;
+    let Some(view) = x.json_view(&mut scratch)? else { return Ok(Value::Null) };
+    let (kind, len) = match view {
+        JsonView::Doc(d) => (d.kind(), d.len()),
+        JsonView::Plan(v) => (v.kind(), v.len()),
+    };
+    Ok(match func {
+        ScalarFunc::JsonTypeof => Value::Str(match kind {
+            ValueKind::Null => "null",
+            ValueKind::Bool => "boolean",
+            ValueKind::Int | ValueKind::Float => "number",
+            ValueKind::Str => "string",
+            ValueKind::Array => "array",
+            ValueKind::Object => "object",
+        }),
+        ScalarFunc::JsonArrayLength if kind == ValueKind::Array => {
+            Value::Int(i64::try_from(len).unwrap_or(i64::MAX))
+        }
+        ScalarFunc::JsonArrayLength => {
+            return Err(ExecError::InvalidArgument {
+                function: "jsonb_array_length",
+                reason: "cannot get array length of a non-array",
+            });
         }
         _ => Value::Null,
     })

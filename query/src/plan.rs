@@ -15,7 +15,7 @@ use sqlparser::ast;
 use crate::copy::{CopyFormat, CopyKind};
 use crate::error::PlanError;
 use crate::expr::{
-    BinaryOp, Expr, FieldPath, Literal, ScalarFunc, SessionNames, SessionValue, UnaryOp,
+    BinaryOp, Expr, FieldPath, JsonStep, Literal, ScalarFunc, SessionNames, SessionValue, UnaryOp,
 };
 use crate::limits::{EXPR_DEPTH_MAX, IN_LIST_MAX, INSERT_ROWS_MAX, PARAMS_MAX, PATH_STEPS_MAX};
 use crate::types::SqlType;
@@ -1384,6 +1384,21 @@ impl ExprPlanner<'_> {
             | ast::BinaryOperator::HashLongArrow => {
                 return self.json_access(left, op, right, depth);
             }
+            ast::BinaryOperator::AtArrow => {
+                return self.json_test(left, BinaryOp::Contains, right, depth);
+            }
+            ast::BinaryOperator::ArrowAt => {
+                return self.json_test(left, BinaryOp::ContainedBy, right, depth);
+            }
+            ast::BinaryOperator::Question => {
+                return self.json_test(left, BinaryOp::HasKey, right, depth);
+            }
+            ast::BinaryOperator::QuestionPipe => {
+                return self.json_test(left, BinaryOp::HasAnyKey, right, depth);
+            }
+            ast::BinaryOperator::QuestionAnd => {
+                return self.json_test(left, BinaryOp::HasAllKeys, right, depth);
+            }
             ast::BinaryOperator::And => BinaryOp::And,
             ast::BinaryOperator::Or => BinaryOp::Or,
             ast::BinaryOperator::Eq => BinaryOp::Eq,
@@ -1403,9 +1418,11 @@ impl ExprPlanner<'_> {
         Ok(Expr::Binary { op, left: self.sub(left, depth)?, right: self.sub(right, depth)? })
     }
 
-    /// PostgreSQL's jsonb access on a field: `f -> 'k'` is the field `f.k` (json),
-    /// `f ->> 'k'` its text (`(f.k)::text`), and `#>` / `#>>` the same with a path array
-    /// (`f #> '{a,b}'`). Array indexes and other left operands are refused by name.
+    /// PostgreSQL's jsonb access: `f -> 'k'` (json), `f ->> 'k'` (text), `#>` / `#>>` with
+    /// a path array (`f #> '{a,0}'`), `f -> 0` an array element (negative: from the end).
+    /// Keys on a document field fold into its [`FieldPath`] (so routing and GROUP BY see a
+    /// plain field); a step that may index an array, or a base that is not a field (a json
+    /// literal, a parameter, another expression), makes an [`Expr::JsonPath`].
     #[inline(never)]
     fn json_access(
         &self,
@@ -1418,33 +1435,108 @@ impl ExprPlanner<'_> {
             matches!(op, ast::BinaryOperator::HashArrow | ast::BinaryOperator::HashLongArrow);
         let as_text =
             matches!(op, ast::BinaryOperator::LongArrow | ast::BinaryOperator::HashLongArrow);
-        let literal = match right {
-            ast::Expr::Value(v) => Some(&v.value),
-            _ => None,
+        let (literal, negative) = match right {
+            ast::Expr::Value(v) => (Some(&v.value), false),
+            ast::Expr::UnaryOp { op: ast::UnaryOperator::Minus, expr } => match expr.as_ref() {
+                ast::Expr::Value(v) => (Some(&v.value), true),
+                _ => (None, false),
+            },
+            _ => (None, false),
         };
-        let key = match literal {
-            Some(ast::Value::SingleQuotedString(s)) => s,
-            Some(ast::Value::Number(..)) if !by_path => {
-                return unsupported(format!("{op} with an array index"));
+        let steps: Vec<JsonStep> = match literal {
+            Some(ast::Value::SingleQuotedString(s)) if !negative => {
+                if by_path {
+                    text_array(s)?.into_iter().map(JsonStep::Path).collect()
+                } else {
+                    vec![JsonStep::Key(s.clone())]
+                }
             }
-            _ => return unsupported(format!("{op} with a key that is not a string literal")),
+            Some(ast::Value::Number(n, _)) if !by_path => {
+                let index: i64 = n.parse().map_err(|_| PlanError::InvalidLiteral {
+                    literal: n.clone(),
+                    reason: "an array index is an integer".to_owned(),
+                })?;
+                vec![JsonStep::Index(if negative { -index } else { index })]
+            }
+            _ => {
+                return unsupported(format!(
+                    "{op} with a right operand that is not a {} literal",
+                    if by_path { "text array" } else { "string or integer" }
+                ));
+            }
         };
-        let keys = if by_path { text_array(key)? } else { vec![key.clone()] };
-        let (base, excluded) = match self.expr(left, depth + 1)? {
-            Expr::Field(path) => (path, false),
-            Expr::Excluded(path) => (path, true),
-            _ => return unsupported(format!("{op} on something other than a document field")),
-        };
-        let steps: Vec<String> = base.steps().iter().cloned().chain(keys).collect();
-        if steps.len() > PATH_STEPS_MAX {
-            return Err(PlanError::LimitExceeded {
-                what: "steps in a field path",
-                limit: PATH_STEPS_MAX,
-            });
+        // `'{"a":1}' -> 'a'`: an untyped literal is json here, as in PostgreSQL.
+        let access = json_steps(self.json_operand(left, depth)?, steps)?;
+        Ok(if as_text { Expr::Cast { expr: Box::new(access), to: SqlType::Text } } else { access })
+    }
+
+    /// An operand of a jsonb operator: a string literal as written (`'{"a":1}'`) is json
+    /// there, as PostgreSQL types an unknown literal, parsed now.
+    fn json_operand(&self, e: &ast::Expr, depth: usize) -> Result<Expr, PlanError> {
+        match e {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::SingleQuotedString(s) => {
+                    fold_cast(Expr::Literal(Literal::Str(s.clone())), SqlType::Json)
+                }
+                _ => self.expr(e, depth + 1),
+            },
+            _ => self.expr(e, depth + 1),
         }
-        let path = FieldPath::new(steps);
-        let field = if excluded { Expr::Excluded(path) } else { Expr::Field(path) };
-        Ok(if as_text { Expr::Cast { expr: Box::new(field), to: SqlType::Text } } else { field })
+    }
+
+    /// jsonb's `@>`, `<@` (a string literal on either side is json, parsed now), `?` (a text
+    /// on the right) and `?|`, `?&` (a text array literal `'{a,b}'` or `ARRAY['a', 'b']` on
+    /// the right, kept as a JSON array of strings).
+    #[inline(never)]
+    fn json_test(
+        &self,
+        left: &ast::Expr,
+        op: BinaryOp,
+        right: &ast::Expr,
+        depth: usize,
+    ) -> Result<Expr, PlanError> {
+        let as_json = |e: &ast::Expr| self.json_operand(e, depth);
+        let left = as_json(left)?;
+        let right = match op {
+            BinaryOp::HasAnyKey | BinaryOp::HasAllKeys => {
+                let texts = match right {
+                    ast::Expr::Value(v) => match &v.value {
+                        ast::Value::SingleQuotedString(s) => Some(text_array(s)?),
+                        _ => None,
+                    },
+                    ast::Expr::Array(array) => array
+                        .elem
+                        .iter()
+                        .map(|e| match e {
+                            ast::Expr::Value(v) => match &v.value {
+                                ast::Value::SingleQuotedString(s) => Some(s.clone()),
+                                _ => None,
+                            },
+                            _ => None,
+                        })
+                        .collect(),
+                    _ => None,
+                };
+                let Some(texts) = texts else {
+                    return unsupported(format!(
+                        "{} with a right operand that is not a text array literal",
+                        op.symbol()
+                    ));
+                };
+                if texts.len() > IN_LIST_MAX {
+                    return Err(PlanError::LimitExceeded {
+                        what: "keys in a ?| or ?& array",
+                        limit: IN_LIST_MAX,
+                    });
+                }
+                Expr::Literal(Literal::Json(serde_json::Value::Array(
+                    texts.into_iter().map(serde_json::Value::String).collect(),
+                )))
+            }
+            BinaryOp::HasKey => self.expr(right, depth + 1)?,
+            _ => as_json(right)?,
+        };
+        Ok(Expr::Binary { op, left: Box::new(left), right: Box::new(right) })
     }
 
     #[inline(never)]
@@ -1614,7 +1706,12 @@ impl ExprPlanner<'_> {
             "current_database" | "current_catalog" => Some(SessionValue::Database),
             _ => None,
         };
-        if scalar.is_none() && constant.is_none() && session.is_none() && name != "id" {
+        if scalar.is_none()
+            && constant.is_none()
+            && session.is_none()
+            && name != "id"
+            && name != "doc"
+        {
             return unsupported(format!("function {name}"));
         }
         let args = function_args(f)?;
@@ -1633,14 +1730,18 @@ impl ExprPlanner<'_> {
             }
             return Ok(Expr::Literal(Literal::Str(value)));
         }
+        // `id()` is the document's id, `doc()` the whole document.
         if !args.is_empty() {
-            return unsupported("id() with arguments");
+            return unsupported(format!("{name}() with arguments"));
         }
         match self.scope {
             Scope::Values => {
-                Err(PlanError::Invalid { what: "id() is not allowed in VALUES".to_owned() })
+                Err(PlanError::Invalid { what: format!("{name}() is not allowed in VALUES") })
             }
-            Scope::Group(_) => Err(PlanError::NotGrouped { column: "id()".to_owned() }),
+            Scope::Group(_) => Err(PlanError::NotGrouped { column: format!("{name}()") }),
+            Scope::Document { .. } | Scope::Upsert if name == "doc" => {
+                Ok(Expr::Field(FieldPath::default()))
+            }
             Scope::Document { .. } | Scope::Upsert => Ok(Expr::Id),
         }
     }
@@ -1741,6 +1842,47 @@ fn fold_cast(inner: Expr, to: SqlType) -> Result<Expr, PlanError> {
         },
         _ => Ok(Expr::Cast { expr: Box::new(inner), to }),
     }
+}
+
+/// `base` walked by `steps`: keys (and path elements that are no integer) on a field extend
+/// its path; the rest make a [`Expr::JsonPath`]. Bounded by [`PATH_STEPS_MAX`] in all.
+fn json_steps(base: Expr, steps: Vec<JsonStep>) -> Result<Expr, PlanError> {
+    let too_long =
+        || PlanError::LimitExceeded { what: "steps in a field path", limit: PATH_STEPS_MAX };
+    let (base, mut all) = match base {
+        Expr::JsonPath { base, steps: before } => (*base, before),
+        other => (other, Vec::new()),
+    };
+    all.extend(steps);
+    let (mut path, excluded) = match &base {
+        Expr::Field(p) => (p.steps().to_vec(), Some(false)),
+        Expr::Excluded(p) => (p.steps().to_vec(), Some(true)),
+        _ => (Vec::new(), None),
+    };
+    let mut rest = all.as_slice();
+    if excluded.is_some() {
+        while let Some((step, tail)) = rest.split_first() {
+            match step {
+                JsonStep::Key(k) => path.push(k.clone()),
+                JsonStep::Path(p) if p.parse::<i64>().is_err() => path.push(p.clone()),
+                _ => break,
+            }
+            rest = tail;
+        }
+    }
+    if path.len() + rest.len() > PATH_STEPS_MAX {
+        return Err(too_long());
+    }
+    let base = match excluded {
+        Some(true) => Expr::Excluded(FieldPath::new(path)),
+        Some(false) => Expr::Field(FieldPath::new(path)),
+        None => base,
+    };
+    Ok(if rest.is_empty() {
+        base
+    } else {
+        Expr::JsonPath { base: Box::new(base), steps: rest.to_vec() }
+    })
 }
 
 fn function_name(f: &ast::Function) -> Result<String, PlanError> {
@@ -1929,7 +2071,10 @@ pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
         Expr::Literal(Literal::Bool(_)) => SqlType::Bool,
         Expr::Literal(Literal::Int(_)) => SqlType::Int8,
         Expr::Literal(Literal::Float(_)) => SqlType::Float8,
-        Expr::Literal(Literal::Json(_)) | Expr::Field(_) | Expr::Excluded(_) => SqlType::Json,
+        Expr::Literal(Literal::Json(_))
+        | Expr::Field(_)
+        | Expr::Excluded(_)
+        | Expr::JsonPath { .. } => SqlType::Json,
         Expr::Param(i) => params.get(*i).copied().flatten().unwrap_or(SqlType::Text),
         Expr::Cast { to, .. } => *to,
         Expr::GroupKey { ty, .. } | Expr::AggregateResult { ty, .. } => *ty,
@@ -1946,7 +2091,8 @@ pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
                 | ScalarFunc::Rtrim,
             ..
         } => SqlType::Text,
-        Expr::Call { func: ScalarFunc::Length, .. } => SqlType::Int8,
+        Expr::Call { func: ScalarFunc::Length | ScalarFunc::JsonArrayLength, .. } => SqlType::Int8,
+        Expr::Call { func: ScalarFunc::JsonTypeof, .. } => SqlType::Text,
         Expr::Call {
             func: ScalarFunc::Coalesce | ScalarFunc::Greatest | ScalarFunc::Least,
             args,
@@ -1975,7 +2121,8 @@ pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
             _ => SqlType::Float8,
         },
         Expr::Binary { op, left, right } => {
-            if matches!(op, BinaryOp::And | BinaryOp::Or) || op.is_comparison() {
+            if matches!(op, BinaryOp::And | BinaryOp::Or) || op.is_comparison() || op.is_json_test()
+            {
                 SqlType::Bool
             } else if *op == BinaryOp::Concat {
                 SqlType::Text

@@ -84,6 +84,18 @@ fn lower(e: &Expr) -> Predicate {
             (x, Expr::Literal(l)) | (Expr::Literal(l), x) => equality(x, l),
             _ => Predicate::Any,
         },
+        Expr::Binary { op: op @ (BinaryOp::Contains | BinaryOp::ContainedBy), left, right } => {
+            let (outer, inner) =
+                if *op == BinaryOp::Contains { (left, right) } else { (right, left) };
+            match (outer.as_ref(), inner.as_ref()) {
+                (Expr::Field(path), Expr::Literal(Literal::Json(template))) => {
+                    let mut equalities = Vec::new();
+                    contained_equalities(path.steps(), template, &mut equalities);
+                    if equalities.is_empty() { Predicate::Any } else { Predicate::And(equalities) }
+                }
+                _ => Predicate::Any,
+            }
+        }
         Expr::InList { expr, list, negated: false } => {
             let mut alternatives = Vec::with_capacity(list.len());
             for item in list {
@@ -95,6 +107,41 @@ fn lower(e: &Expr) -> Predicate {
             Predicate::Or(alternatives)
         }
         _ => Predicate::Any,
+    }
+}
+
+/// Most field equalities one containment yields (a subset is still sound: it says less).
+const CONTAINMENT_EQUALITIES_MAX: usize = 64;
+
+/// The field equalities `field @> template` implies: a scalar reached through the template's
+/// objects is what the document holds at that path (containment compares scalars as `=`
+/// does, below the top level an array never contains a bare scalar). Arrays and `null`s say
+/// nothing here.
+fn contained_equalities(base: &[String], template: &serde_json::Value, out: &mut Vec<Predicate>) {
+    let serde_json::Value::Object(members) = template else { return };
+    for (key, value) in members {
+        if out.len() >= CONTAINMENT_EQUALITIES_MAX {
+            return;
+        }
+        let mut path = base.to_vec();
+        path.push(key.clone());
+        let value = match value {
+            serde_json::Value::Object(_) => {
+                contained_equalities(&path, value, out);
+                continue;
+            }
+            serde_json::Value::String(s) => RLiteral::Str(s.clone()),
+            serde_json::Value::Bool(b) => RLiteral::Bool(*b),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => RLiteral::Int(i),
+                None => match n.as_f64() {
+                    Some(f) => RLiteral::Float(f),
+                    None => continue,
+                },
+            },
+            serde_json::Value::Null | serde_json::Value::Array(_) => continue,
+        };
+        out.push(Predicate::FieldEq { path, value });
     }
 }
 

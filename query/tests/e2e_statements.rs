@@ -929,11 +929,7 @@ fn json_access_operators() {
         ),
         ["5|[1,2]|6"]
     );
-    for (sql, construct) in [
-        ("SELECT tags->0 FROM c", "array index"),
-        ("SELECT '{\"a\": 1}'::json->'a' FROM c", "other than a document field"),
-        ("SELECT a->b FROM c", "not a string literal"),
-    ] {
+    for (sql, construct) in [("SELECT a->b FROM c", "not a string or integer literal")] {
         match query::parse(sql) {
             Err(query::PlanError::Unsupported { construct: got }) => {
                 assert!(got.contains(construct), "{sql}: {got}")
@@ -1287,4 +1283,161 @@ fn distinct_from_and_truth_tests() {
     assert_eq!(param_types(&with_param), [None], "typed from the field, as in total = $1");
     let with_cast = one("SELECT id() FROM orders WHERE total::int8 IS DISTINCT FROM $1");
     assert_eq!(param_types(&with_cast), [Some(SqlType::Int8)]);
+}
+
+fn json_cluster() -> Cluster {
+    let mut c = Cluster::new(3);
+    c.put("c", "c/1", json!({"tags": ["a", "b", {"x": 1}], "who": "k1", "n": 2, "addr": {"city": "Oslo", "zip": ["0150"]}}));
+    c.put("c", "c/2", json!({"tags": [], "who": "k2", "n": 2.0, "addr": {"city": "Rome"}}));
+    c.put("c", "c/3", json!({"tags": "a", "who": "k3", "0": "zero"}));
+    c
+}
+
+// Checks jsonb access that indexes arrays as PostgreSQL does: `->` with an integer (negative
+// from the end), `#>` path elements that index arrays, chains of both, `->>` text, NULL for a
+// step that does not fit (a key on an array, an index on an object or scalar, past the end),
+// and `doc()` as the whole document.
+#[test]
+fn jsonb_array_access() {
+    let c = json_cluster();
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT id(), tags->0, tags->>1, tags -> -1, tags -> -1 ->> 'x', tags->5, \
+             tags #> '{2,x}', tags #>> '{-3}', addr->'zip'->>0, doc()->>'who' FROM c ORDER BY id()"
+        ),
+        [
+            "c/1|\"a\"|b|{\"x\":1}|1|NULL|1|a|0150|k1",
+            "c/2|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL|k2",
+            "c/3|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL|k3",
+        ]
+    );
+    // A key never indexes an array; `->` with a key on an object named "0" is that member,
+    // and so is a `#>` element on an object.
+    assert_eq!(
+        query_texts(&c, "SELECT tags->'0', doc()->>'0', doc() #>> '{0}' FROM c ORDER BY id()"),
+        ["NULL|NULL|NULL", "NULL|NULL|NULL", "NULL|zero|zero"]
+    );
+    // Filters and literals: an untyped string literal on the left is json.
+    assert_eq!(query_texts(&c, "SELECT id() FROM c WHERE tags->>0 = 'a'"), ["c/1"]);
+    assert_eq!(
+        query_texts(
+            &c,
+            r#"SELECT '{"a":[1,2,3]}' -> 'a' -> -1, '[1,[2]]'::json #>> '{1,0}', '"s"'::json -> 0
+               FROM c WHERE id() = 'c/1'"#
+        ),
+        ["3|2|NULL"]
+    );
+    let r = c.query("SELECT tags->0, tags->>0, doc() FROM c WHERE id() = 'c/1'");
+    let types: Vec<SqlType> = r.columns.iter().map(|c| c.ty).collect();
+    assert_eq!(types, [SqlType::Json, SqlType::Text, SqlType::Json]);
+    assert_eq!(r.columns[0].name, "?column?");
+    assert_eq!(r.columns[2].name, "doc");
+}
+
+// Checks `@>`, `<@`, `?`, `?|`, `?&`, jsonb_typeof and jsonb_array_length against
+// PostgreSQL's documented answers, over documents and literals.
+#[test]
+fn jsonb_containment_and_keys() {
+    let c = json_cluster();
+    let ids =
+        |filter: &str| query_texts(&c, &format!("SELECT id() FROM c WHERE {filter} ORDER BY id()"));
+    assert_eq!(ids(r#"doc() @> '{"who": "k1"}'"#), ["c/1"]);
+    assert_eq!(ids(r#"doc() @> '{"n": 2}'"#), ["c/1", "c/2"], "numbers by value");
+    assert_eq!(ids(r#"doc() @> '{"addr": {"city": "Oslo"}}'"#), ["c/1"]);
+    assert_eq!(ids(r#"doc() @> '{"addr": {"zip": []}}'"#), ["c/1"]);
+    assert_eq!(ids(r#"doc() @> '{"tags": [{"x": 1}, "a"]}'"#), ["c/1"], "any order");
+    assert_eq!(ids(r#"doc() @> '{"tags": "a"}'"#), ["c/3"], "no bare scalar below the top");
+    assert_eq!(ids(r#"tags @> '"a"'"#), ["c/1", "c/3"], "an array contains its scalar at the top");
+    assert_eq!(ids(r#"'{"who": "k2"}' <@ doc()"#), ["c/2"]);
+    assert_eq!(ids("doc() @> '{}'"), ["c/1", "c/2", "c/3"]);
+    assert_eq!(ids("missing @> '{}'"), Vec::<String>::new(), "NULL is not true");
+    assert_eq!(ids("doc() ? 'n'"), ["c/1", "c/2"]);
+    assert_eq!(ids("tags ? 'a'"), ["c/1", "c/3"], "array string elements and the string itself");
+    assert_eq!(ids("tags ? 'x'"), Vec::<String>::new(), "keys of nested objects do not count");
+    assert_eq!(ids("doc() ?| ARRAY['0', 'addr']"), ["c/1", "c/2", "c/3"]);
+    assert_eq!(ids("doc() ?& '{who,addr}'"), ["c/1", "c/2"]);
+    assert_eq!(ids("doc() ?| '{}'"), Vec::<String>::new());
+    assert_eq!(ids("doc() ?& '{}'"), ["c/1", "c/2", "c/3"]);
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT jsonb_typeof(tags), json_typeof(who), jsonb_typeof(n), jsonb_typeof(addr), \
+             jsonb_typeof(missing), jsonb_array_length(tags) FROM c WHERE id() <> 'c/3' ORDER BY id()"
+        ),
+        ["array|string|number|object|NULL|3", "array|string|number|object|NULL|0"]
+    );
+    assert_eq!(
+        query_texts(
+            &c,
+            // PostgreSQL's documented answers: 3 is no element of the first array.
+            r#"SELECT '[1,2,[1,3]]'::json @> '[1,3]', '[1,2,[1,3]]'::json @> '[[1,3]]',
+                      '{"a":[1]}' @> '{"a":1}', '[1.0]'::json @> '[1]', '"a"'::json ? 'a',
+                      '"a"' @> '"a"'
+               FROM c WHERE id() = 'c/1'"#
+        ),
+        ["f|t|f|t|t|t"]
+    );
+    // Out of its domain jsonb_array_length raises, as in PostgreSQL.
+    let Statement::Select(s) = one("SELECT jsonb_array_length(who) FROM c") else { panic!() };
+    let partials: Result<Vec<_>, _> = (0..3)
+        .map(|i| query::execute_select(&s, &c.fragments[i], &[router::ShardRange::ALL]))
+        .collect();
+    assert!(matches!(
+        partials,
+        Err(ExecError::InvalidArgument { function: "jsonb_array_length", .. })
+    ));
+}
+
+// Checks jsonb access and containment forms the planner refuses or rejects, by name.
+#[test]
+fn jsonb_operator_errors() {
+    assert!(unsupported("SELECT a->>b FROM c").contains("not a string or integer literal"));
+    assert!(unsupported("SELECT a #> 1 FROM c").contains("not a text array literal"));
+    assert!(unsupported("SELECT a ?| b FROM c").contains("?|"));
+    assert!(matches!(
+        common::err("SELECT doc() @> 'nope' FROM c"),
+        query::PlanError::InvalidLiteral { .. }
+    ));
+    assert!(matches!(
+        common::err("SELECT a->'1.5'->1.5 FROM c"),
+        query::PlanError::InvalidLiteral { .. }
+    ));
+    assert!(matches!(
+        common::err("INSERT INTO c VALUES ('x', doc())"),
+        query::PlanError::Invalid { .. }
+    ));
+    let deep = format!("SELECT a{} FROM c", "->0".repeat(query::limits::PATH_STEPS_MAX + 1));
+    assert!(matches!(common::err(&deep), query::PlanError::LimitExceeded { .. }));
+}
+
+// Checks the display of jsonb access and tests (EXPLAIN's Filter and Output lines) is SQL
+// that plans back to the same expression.
+#[test]
+fn jsonb_expressions_display_as_sql_that_plans_back() {
+    let planned = |sql: &str| match one(sql) {
+        Statement::Select(s) => match s.shape {
+            SelectShape::Rows { mut outputs } => outputs.remove(0).expr,
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    for e in [
+        "tags->0",
+        "a->'b'-> -1->>'c'",
+        "a #> '{b,0,c}'",
+        "a #>> '{\"it''s\",1}'",
+        "doc()->'x'",
+        "'[1,[2]]' -> 1 -> 0",
+        "doc() @> '{\"a\": [1, {\"b\": null}]}'",
+        "'{\"a\":1}' <@ doc()",
+        "tags ? 'x'",
+        "doc() ?| ARRAY['a', 'b']",
+        "doc() ?& '{a,b}'",
+        "jsonb_array_length(tags) + 1",
+    ] {
+        let first = planned(&format!("SELECT {e} FROM c"));
+        let shown = first.to_string();
+        assert_eq!(planned(&format!("SELECT {shown} FROM c")), first, "{e} shown as {shown}");
+    }
 }

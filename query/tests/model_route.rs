@@ -20,6 +20,8 @@ enum F {
     CustParam(u8),
     CustNum(i64),
     NGt(i64),
+    /// `doc() @> '{"Customer": …}'` (a string or, for 6 and 7, a number), or its `<@` mirror.
+    Contains(u8, bool),
     Not(Box<F>),
     And(Box<F>, Box<F>),
     Or(Box<F>, Box<F>),
@@ -33,6 +35,7 @@ fn arb_filter() -> impl Strategy<Value = F> {
         (0u8..6).prop_map(F::CustParam),
         (0i64..4).prop_map(F::CustNum),
         (0i64..10).prop_map(F::NGt),
+        (0u8..8, any::<bool>()).prop_map(|(c, mirrored)| F::Contains(c, mirrored)),
     ];
     leaf.prop_recursive(3, 10, 2, |inner| {
         prop_oneof![
@@ -64,6 +67,15 @@ fn sql(f: &F, ids: &[String], params: &mut Vec<Datum>) -> String {
             format!("\"Customer\" = ${}", params.len())
         }
         F::NGt(k) => format!("n > {k}"),
+        F::Contains(c, mirrored) => {
+            let value = if *c >= 6 {
+                (i64::from(*c) - 6).to_string()
+            } else {
+                format!("\"customers/{c}\"")
+            };
+            let template = format!(r#"'{{"Customer": {value}}}'"#);
+            if *mirrored { format!("{template} <@ doc()") } else { format!("doc() @> {template}") }
+        }
         F::Not(a) => format!("NOT ({})", sql(a, ids, params)),
         F::And(a, b) => format!("({}) AND ({})", sql(a, ids, params), sql(b, ids, params)),
         F::Or(a, b) => format!("({}) OR ({})", sql(a, ids, params), sql(b, ids, params)),
@@ -118,6 +130,11 @@ fn content_equality_prunes() {
         (
             "SELECT n FROM orders WHERE \"Customer\" = $1 ORDER BY n",
             vec![Datum::Text("customers/3".into())],
+        ),
+        (r#"SELECT n FROM orders WHERE doc() @> '{"Customer": "customers/3"}' ORDER BY n"#, vec![]),
+        (
+            "SELECT n FROM orders WHERE doc() @> $1 ORDER BY n",
+            vec![Datum::Json(json!({"Customer": "customers/3"}))],
         ),
     ] {
         let Statement::Select(select) =
