@@ -259,16 +259,86 @@ async fn e2e_buffered_then_served_through_every_node() {
         assert_eq!(collections, [want], "{collections:?}");
     }
 
-    // Collection configurations are each node's own, so a cluster refuses them: a node with
-    // one would place, validate and prune differently from the others.
+    // The collection catalog is replicated: a configuration made through one node is in force
+    // on every node when the statement returns (documents placed by content through another
+    // node, a document outside its content block refused through any, reads routed by it
+    // everywhere); changes and removal follow, through any node.
+    clients[0]
+        .batch_execute(r#"CREATE TABLE inv () WITH (sharding = '{"Fields": ["Customer"]}')"#)
+        .await
+        .unwrap();
+    let config = router::ShardingConfig::parse(r#"{"Fields": ["Customer"]}"#).unwrap();
+    let shown = r#"{"Fields":["Customer"],"Range":1,"Mutable":false}"#;
+    for (k, c) in clients.iter().enumerate() {
+        let rows = simple_rows(&c.simple_query("SHOW SHARDING inv").await.unwrap());
+        assert_eq!(rows, [[Some("inv".to_owned()), Some(shown.to_owned())]], "via client {k}");
+        let doc = serde_json::json!({"Customer": format!("customers/{k}")});
+        let (want, _) = router::assign(&config, &format!("inv/{k}$"), &doc).unwrap();
+        let id: String = c
+            .query_one(&format!("INSERT INTO inv VALUES ('inv/{k}$', '{doc}') RETURNING id()"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(id, want, "placed by content via client {k}");
+        let err = c
+            .batch_execute(r#"INSERT INTO inv VALUES ('inv/plain', '{"Customer": "customers/9"}')"#)
+            .await
+            .unwrap_err();
+        assert_eq!(sqlstate(&err), "23514", "validated via client {k}: {err}");
+        let err = c
+            .batch_execute("CREATE TABLE inv () WITH (sharding = '{\"Fields\": [\"x\"]}')")
+            .await
+            .unwrap_err();
+        assert_eq!(sqlstate(&err), "42P07", "{err}");
+    }
+    for (k, c) in clients.iter().enumerate() {
+        let plan = simple_rows(
+            &c.simple_query(r#"EXPLAIN SELECT id() FROM inv WHERE "Customer" = 'customers/1'"#)
+                .await
+                .unwrap(),
+        );
+        assert_eq!(plan[1], [Some("  Route: Single".to_owned())], "routed via client {k}");
+        let found = simple_rows(
+            &c.simple_query(
+                r#"SELECT count(*) FROM inv WHERE doc() @> '{"Customer": "customers/1"}'"#,
+            )
+            .await
+            .unwrap(),
+        );
+        assert_eq!(found, [[Some("1".to_owned())]], "via client {k}");
+    }
+    clients[1]
+        .batch_execute(r#"ALTER TABLE inv SET (sharding = '{"Fields": ["Customer"], "Range": 4}')"#)
+        .await
+        .unwrap();
+    let err = clients[2]
+        .batch_execute(r#"ALTER TABLE inv SET (sharding = '{"Fields": ["Customer"], "Range": 6}')"#)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "55000", "Range grows by whole multiples only: {err}");
     for c in &clients {
-        for sql in [
-            r#"CREATE TABLE inv () WITH (sharding = '{"Fields": ["Customer"]}')"#,
-            r#"ALTER TABLE docs SET (sharding = '{"Fields": ["g"]}')"#,
-        ] {
-            let err = c.batch_execute(sql).await.unwrap_err();
-            assert_eq!(sqlstate(&err), "0A000", "{sql}: {err:?}");
-        }
+        let rows = simple_rows(&c.simple_query("SHOW SHARDING inv").await.unwrap());
+        assert_eq!(
+            rows[0][1].as_deref(),
+            Some(r#"{"Fields":["Customer"],"Range":4,"Mutable":false}"#)
+        );
+        let found = c
+            .query_one("SELECT count(*) FROM inv WHERE \"Customer\" = 'customers/2'", &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            found.get::<_, i64>(0),
+            1,
+            "a document placed under Range 1 is in its Range 4 block"
+        );
+    }
+    clients[2].batch_execute("DROP TABLE inv").await.unwrap();
+    for c in &clients {
+        assert!(simple_rows(&c.simple_query("SHOW SHARDING inv").await.unwrap()).is_empty());
+        let row = c.query_one("SELECT count(*) FROM inv", &[]).await.unwrap();
+        assert_eq!(row.get::<_, i64>(0), 0);
+    }
+    for c in &clients {
         c.batch_execute("CREATE TABLE plain ()").await.unwrap();
     }
 
@@ -376,12 +446,23 @@ async fn e2e_crashed_owner_is_unavailable_then_served_after_restart() {
     })
     .await;
     assert_eq!(total, 41);
+    // A configuration is the replicated catalog's: it survives a full restart on both nodes.
+    c1.batch_execute(r#"CREATE TABLE kept () WITH (sharding = '{"Fields": ["k"], "Range": 8}')"#)
+        .await
+        .unwrap();
     drop(c1);
     first.stop();
     second.stop();
     first.start_again();
     second.start_again();
     for node in [&first, &second] {
+        let shown =
+            wait_for(&[&first, &second], "the configuration after a full restart", || async {
+                let rows = simple(node, "SHOW SHARDING kept").await?;
+                rows.first()?[1].clone()
+            })
+            .await;
+        assert_eq!(shown, r#"{"Fields":["k"],"Range":8,"Mutable":false}"#);
         let n = wait_for(&[&first, &second], "every document after a full restart", || async {
             let rows = simple(node, "SELECT count(*), sum(i::int8) FROM notes").await?;
             let n = rows[0][0].as_deref()?.parse::<i64>().ok()?;
@@ -418,4 +499,66 @@ async fn e2e_crashed_owner_is_unavailable_then_served_after_restart() {
     drop(c1);
     first.stop();
     second.stop();
+}
+
+// Checks a configuration change waits for every member: with the proxy down, CREATE TABLE
+// … WITH commits through a data node but stays pending, so the statement returns with a
+// WARNING after its bound; meanwhile every data node already refuses a document outside its
+// content block but routes content predicates to every fragment. Once the proxy is back and
+// has installed it, the coordinator puts it in force and every node, the proxy included,
+// routes by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_configuration_is_in_force_once_every_member_has_it() {
+    let seed_port = free_loopback_port();
+    let mut first = start(options(1, seed_port, None, 1, &["--min-members", "2"]));
+    let mut second = start(options(2, free_loopback_port(), Some(seed_port), 1, &[]));
+    let mut proxy =
+        start(options(3, free_loopback_port(), Some(seed_port), 1, &["--role", "proxy"]));
+    let nodes = [&first, &second, &proxy];
+    wait_for(&nodes, "an allocated map with three members", || async {
+        let m = cluster_map(&first).await?;
+        (m.0 > 0 && m.1.len() == 3).then_some(())
+    })
+    .await;
+    proxy.stop();
+    let (c1, notices) = first.connect_with_notices().await;
+    c1.batch_execute(r#"CREATE TABLE held () WITH (sharding = '{"Fields": ["Customer"]}')"#)
+        .await
+        .unwrap();
+    let warning = notices.try_recv().expect("a warning that the change is not in force yet");
+    assert!(warning.contains("not yet installed on every member"), "{warning}");
+    let explain = r#"EXPLAIN SELECT id() FROM held WHERE "Customer" = 'customers/1'"#;
+    let c2 = connect(&second).await;
+    for c in [&c1, &c2] {
+        let err = c
+            .batch_execute(
+                r#"INSERT INTO held VALUES ('held/plain', '{"Customer": "customers/1"}')"#,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(sqlstate(&err), "23514", "validated while pending: {err}");
+        let plan = simple_rows(&c.simple_query(explain).await.unwrap());
+        assert_eq!(plan[1], [Some("  Route: Scatter".to_owned())], "not routed while pending");
+    }
+    let err = c2
+        .batch_execute(
+            r#"ALTER TABLE held SET (sharding = '{"Fields": ["Customer"], "Mutable": true}')"#,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "55000", "one change at a time: {err}");
+    proxy.start_again();
+    let nodes = [&first, &second, &proxy];
+    for node in nodes {
+        let routed = wait_for(&nodes, "the configuration in force", || async {
+            let rows = simple(node, explain).await?;
+            let route = rows.get(1)?[0].clone()?;
+            (route == "  Route: Single").then_some(route)
+        })
+        .await;
+        assert_eq!(routed, "  Route: Single");
+    }
+    for n in [&mut first, &mut second, &mut proxy] {
+        n.stop();
+    }
 }

@@ -2,7 +2,8 @@
 //! buffer overflow gives SQLSTATE 53400 and the buffered statements are still served once the
 //! map exists; bad frames on a data connection close that connection only; an owner answers a
 //! share routed by an old map with `StaleEpoch` and a share for a fragment it does not hold
-//! with `NotMine`; a single node refuses data connections.
+//! with `NotMine`, and a content-placed INSERT planned with an older collection catalog with
+//! 40001; a single node refuses data connections.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 mod support;
@@ -143,6 +144,7 @@ fn dial(node: &Node) -> TcpStream {
 fn request(epoch: u64, share: Share) -> Vec<u8> {
     let r = Request {
         epoch,
+        catalog: 0,
         sql: "SELECT count(*) FROM docs".into(),
         index: 0,
         params: Vec::new(),
@@ -205,6 +207,48 @@ async fn e2e_data_connection_bad_frames_and_owner_answers() {
     match read_message(&mut s) {
         Some(DataMessage::Reply(Reply::Partials(p))) => assert_eq!(p.len(), 4),
         other => panic!("expected partials, got {other:?}"),
+    }
+    // A transaction's INSERT placed by content, planned with an older collection catalog than
+    // the owner's: the owner would place it by another configuration, so it writes nothing
+    // and answers 40001 (the client retries); a plain id does not depend on the catalog.
+    client
+        .batch_execute(r#"CREATE TABLE inv () WITH (sharding = '{"Fields": ["Customer"]}')"#)
+        .await
+        .unwrap();
+    let insert = |id: &str| {
+        let r = Request {
+            epoch: 1,
+            catalog: 0,
+            sql: format!(r#"INSERT INTO inv VALUES ('{id}', '{{"Customer": "c/1"}}')"#),
+            index: 0,
+            params: Vec::new(),
+            share: Share::TxnWrite {
+                targets: fragments
+                    .iter()
+                    .map(|f| forward::WireTxnTarget {
+                        fragment: f.fragment,
+                        ranges: Vec::new(),
+                        writes: Vec::new(),
+                        reads: Vec::new(),
+                    })
+                    .collect(),
+            },
+        };
+        forward::encode_data_frame(&DataMessage::Request(r)).unwrap()
+    };
+    s.write_all(&insert("inv/1$")).unwrap();
+    match read_message(&mut s) {
+        Some(DataMessage::Reply(Reply::Failed { code, message })) => {
+            assert_eq!(code, "40001", "{message}");
+            assert!(message.contains("catalog changed"), "{message}");
+        }
+        other => panic!("expected a retryable failure, got {other:?}"),
+    }
+    s.write_all(&insert("inv/plain")).unwrap();
+    match read_message(&mut s) {
+        // Placed by its id, then refused by the configuration in force: 23514.
+        Some(DataMessage::Reply(Reply::Failed { code, .. })) => assert_eq!(code, "23514"),
+        other => panic!("expected the content check's refusal, got {other:?}"),
     }
     let mut bad = request(1, Share::Fragments);
     bad[12] ^= 0x01;

@@ -139,10 +139,9 @@ fn staged_segments_larger_than_memory_refuse_to_start() {
     assert_eq!(segments.count(), 0, "no fragment opened");
 }
 
-// Checks a data directory holding a content sharding configuration does not start as a
-// cluster node (the cluster does not replicate configurations, so this node would place and
-// prune that collection unlike the others), naming the collection; without the cluster flags
-// the same directory serves.
+// Checks a data directory holding a content sharding configuration of its own does not start
+// as a cluster node (a cluster node takes configurations from the replicated catalog, so its
+// documents were placed by rules the cluster does not know), naming the collection.
 #[test]
 fn a_configured_catalog_does_not_start_as_a_cluster_node() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -155,6 +154,9 @@ fn a_configured_catalog_does_not_start_as_a_cluster_node() {
     let out = serve_once(dir.path(), &args, None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the node must not start: {stderr}");
-    assert!(stderr.contains("content sharding configurations (collections invoices)"), "{stderr}");
+    assert!(
+        stderr.contains("content sharding configurations of its own (collections invoices)"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("ready: listening on"), "{stderr}");
 }

@@ -159,17 +159,26 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     let map = shard_map(data.layout(), config.executors)?;
     let catalog = Catalog::load(data.root()).map_err(|e| e.to_string())?;
     if config.cluster.is_some() && !catalog.collections.is_empty() {
-        // Each node would place `$` ids, validate and prune by its own configurations.
+        // A cluster's configurations are the coordinator's replicated catalog; this node's
+        // own would be ignored, and its documents were placed and validated by them.
         let names: Vec<&str> = catalog.collections.keys().map(String::as_str).collect();
         return Err(format!(
-            "{} holds content sharding configurations (collections {}), which a cluster does \
-             not replicate: nodes would place, validate and prune that collection differently. \
-             Serve this data directory without --cluster-name",
+            "{} holds content sharding configurations of its own (collections {}); a cluster \
+             node takes them from the cluster's replicated catalog instead. Serve this data \
+             directory without --cluster-name",
             data.root().join("catalog.json").display(),
             names.join(", ")
         ));
     }
-    let catalog = CatalogView::new(catalog)?;
+    // A cluster node starts from an empty catalog at version 0 and installs the replicated
+    // one (`cluster::region`), whatever version its own file reached.
+    let catalog = match config.cluster {
+        Some(_) => CatalogView::new(Catalog {
+            format: crate::catalog::CATALOG_FORMAT,
+            ..Catalog::default()
+        })?,
+        None => CatalogView::new(catalog)?,
+    };
     // A cluster node follows the replicated map (`cluster::region`): it opens no fragment
     // here; layout.json decides only on a single node.
     let shared = Arc::new(match &config.cluster {

@@ -98,6 +98,8 @@ struct Ctx {
     reports: Mutex<HashMap<u32, Vec<FragmentBytes>>>,
     /// Last successful ping per member.
     pongs: Mutex<HashMap<u32, Instant>>,
+    /// The collection catalog version each member last reported installed (its `Pong`).
+    catalogs: Mutex<BTreeMap<u32, u64>>,
     /// The map before a coordinator wipe, adopted by the first allocation (`cluster::prior`).
     prior: Option<PriorMap>,
     /// The holders the coordinator last said it waits for (logged when it changes).
@@ -285,6 +287,7 @@ async fn run(
             fragments,
             strategy,
             pongs: Mutex::new(HashMap::new()),
+            catalogs: Mutex::new(BTreeMap::new()),
             reports: Mutex::new(HashMap::new()),
             prior,
             prior_missing_logged: Mutex::new(Vec::new()),
@@ -435,6 +438,7 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
             Message::Ping => Message::Pong {
                 leader: ctx.raft.metrics().borrow().current_leader,
                 epoch: ctx.state.borrow().state.epoch,
+                catalog: crate::cluster::region::installed_catalog(),
             },
             Message::Join(peer) => {
                 // Bounded like the joiner's wait, so a join that cannot commit (no quorum)
@@ -450,14 +454,7 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
             Message::HandoffStart(start) => source_side(ctx, &start).await,
             Message::ReshapeStart { reshape } => owner_side(ctx, reshape).await,
             Message::PlanReshape { fragment, at, merge_with } => {
-                let answer = if ctx.raft.metrics().borrow().current_leader == Some(ctx.me.node) {
-                    plan_reshape_here(ctx, fragment, at, merge_with).await
-                } else {
-                    Err(MoveError::NoCoordinator {
-                        reason: format!("node {} is no longer the coordinator", ctx.me.node),
-                    })
-                };
-                Message::MoveAnswer(answer)
+                answer_if_leading(ctx, plan_reshape_here(ctx, fragment, at, merge_with)).await
             }
             m @ (Message::ImportBegin { .. }
             | Message::ImportChunk { .. }
@@ -465,16 +462,10 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
             Message::Leave { node } => handle_leave(ctx, node).await,
             Message::Load => Message::LoadAnswer(crate::cluster::load::local()),
             Message::PlanMove { fragment, to } => {
-                // Only the coordinator plans; a node that lost the lead answers so, and the
-                // asking node reports it (no forwarding chains).
-                let answer = if ctx.raft.metrics().borrow().current_leader == Some(ctx.me.node) {
-                    plan_move_here(ctx, fragment, to).await
-                } else {
-                    Err(MoveError::NoCoordinator {
-                        reason: format!("node {} is no longer the coordinator", ctx.me.node),
-                    })
-                };
-                Message::MoveAnswer(answer)
+                answer_if_leading(ctx, plan_move_here(ctx, fragment, to)).await
+            }
+            Message::SetCollection { name, expected, sharding } => {
+                answer_if_leading(ctx, set_collection_here(ctx, name, expected, sharding)).await
             }
             Message::RaftRpc(body) => match serve_rpc(&ctx.raft, &body).await {
                 Ok(reply) => Message::RaftReply(reply),
@@ -681,11 +672,12 @@ async fn ping_loop(ctx: Arc<Ctx>, node: u32) {
             },
         };
         match c.request(&Message::Ping).await {
-            Ok(Message::Pong { .. }) => {
+            Ok(Message::Pong { catalog, .. }) => {
                 ctx.pongs
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .insert(node, Instant::now());
+                ctx.catalogs.lock().unwrap_or_else(PoisonError::into_inner).insert(node, catalog);
                 // The coordinator counting bytes asks for the member's sizes on the same
                 // connection (a leader learns them within a tick of taking over).
                 let leads = ctx.raft.metrics().borrow().state == ServerState::Leader;
@@ -732,6 +724,7 @@ async fn coordinate(ctx: &Arc<Ctx>, state: &ClusterState) {
         propose(ctx, Command::SetLeaving { node: me, leaving: false }).await;
         return;
     }
+    activate_collections(ctx, state).await;
     // Leaving nodes are no allocation or rebalance target (`load::loads_of` leaves them
     // out); their fragments move below.
     let mut reports = ctx.reports.lock().unwrap_or_else(PoisonError::into_inner).clone();
@@ -1334,6 +1327,9 @@ async fn ops_loop(ctx: Arc<Ctx>, requests: flume::Receiver<MoveRequest>) {
                 Op::Move { to } => plan_move(&ctx, request.fragment, to).await,
                 Op::Split { at } => plan_reshape(&ctx, request.fragment, at, None).await,
                 Op::Merge { with } => plan_reshape(&ctx, request.fragment, None, Some(with)).await,
+                Op::Collection { name, expected, sharding } => {
+                    set_collection(&ctx, name, expected, sharding).await
+                }
             };
             let _ = request.reply.send(answer);
         });
@@ -1342,6 +1338,16 @@ async fn ops_loop(ctx: Arc<Ctx>, requests: flume::Receiver<MoveRequest>) {
 
 /// Plans a move on the coordinator: here if this node leads, else by asking the leader.
 async fn plan_move(ctx: &Ctx, fragment: u32, to: u32) -> MoveResult {
+    match coordinator_elsewhere(ctx)? {
+        None => plan_move_here(ctx, fragment, to).await,
+        Some((leader, addr)) => {
+            ask_coordinator(ctx, leader, &addr, &Message::PlanMove { fragment, to }).await
+        }
+    }
+}
+
+/// Where the coordinator is: `None` when it is this node, else its node id and peer address.
+fn coordinator_elsewhere(ctx: &Ctx) -> Result<Option<(u64, String)>, MoveError> {
     let metrics = ctx.raft.metrics().borrow().clone();
     let Some(leader) = metrics.current_leader else {
         return Err(MoveError::NoCoordinator {
@@ -1349,25 +1355,61 @@ async fn plan_move(ctx: &Ctx, fragment: u32, to: u32) -> MoveResult {
         });
     };
     if leader == ctx.me.node {
-        return plan_move_here(ctx, fragment, to).await;
+        return Ok(None);
     }
-    let Some(addr) =
-        metrics.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
-    else {
-        return Err(MoveError::NoCoordinator {
+    match metrics.membership_config.membership().get_node(&leader) {
+        Some(n) => Ok(Some((leader, n.addr.clone()))),
+        None => Err(MoveError::NoCoordinator {
             reason: format!("the coordinator, node {leader}, has no known address"),
-        });
-    };
+        }),
+    }
+}
+
+/// Sends an operator's request to the coordinator at `addr` and returns its `MoveAnswer`.
+async fn ask_coordinator(ctx: &Ctx, leader: u64, addr: &str, request: &Message) -> MoveResult {
     let unreachable = |e: PeerError| MoveError::NoCoordinator {
         reason: format!("coordinator node {leader}: {e}"),
     };
-    let mut conn = PeerConn::dial(&addr, &ctx.hello).await.map_err(unreachable)?;
-    match conn.request(&Message::PlanMove { fragment, to }).await.map_err(unreachable)? {
+    let mut conn = PeerConn::dial(addr, &ctx.hello).await.map_err(unreachable)?;
+    match conn.request(request).await.map_err(unreachable)? {
         Message::MoveAnswer(answer) => answer,
         other => Err(MoveError::NoCoordinator {
             reason: format!("coordinator node {leader} answered {}", other.kind()),
         }),
     }
+}
+
+/// Runs an operator's request that only the coordinator serves: a node that lost the lead
+/// answers so, and the asking node reports it (no forwarding chains).
+async fn answer_if_leading(
+    ctx: &Ctx,
+    here: impl std::future::Future<Output = MoveResult>,
+) -> Message {
+    Message::MoveAnswer(if ctx.raft.metrics().borrow().current_leader == Some(ctx.me.node) {
+        here.await
+    } else {
+        Err(MoveError::NoCoordinator {
+            reason: format!("node {} is no longer the coordinator", ctx.me.node),
+        })
+    })
+}
+
+/// Proposes an operator's command on this node, the coordinator, waiting at most the peer
+/// request timeout for it to commit (`what` names it in the error): what the state machine
+/// made of it.
+async fn write_bounded(
+    ctx: &Ctx,
+    command: Command,
+    what: &str,
+) -> Result<crate::cluster::state::Applied, MoveError> {
+    let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
+    let written = tokio::time::timeout(bound, ctx.raft.client_write(command))
+        .await
+        .map_err(|_| MoveError::NoCoordinator {
+            reason: format!("{what} was not committed within {bound:?} (no quorum?)"),
+        })?
+        .map_err(|e| MoveError::NoCoordinator { reason: e.to_string() })?;
+    Ok(written.data)
 }
 
 /// Plans a move on this node, the coordinator: checks the destination, then proposes
@@ -1379,15 +1421,7 @@ async fn plan_move_here(ctx: &Ctx, fragment: u32, to: u32) -> MoveResult {
         Some(m) if m.role == Role::Proxy => return Err(MoveError::ProxyNode { node: to }),
         Some(_) => {}
     }
-    let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
-    let written =
-        tokio::time::timeout(bound, ctx.raft.client_write(Command::PlanMove { fragment, to }))
-            .await
-            .map_err(|_| MoveError::NoCoordinator {
-                reason: format!("the move was not committed within {bound:?} (no quorum?)"),
-            })?
-            .map_err(|e| MoveError::NoCoordinator { reason: e.to_string() })?;
-    match written.data {
+    match write_bounded(ctx, Command::PlanMove { fragment, to }, "the move").await? {
         Ok(epoch) => {
             tracing::info!(fragment, to, "coordinator planned an operator's move");
             Ok(epoch)
@@ -1409,32 +1443,50 @@ async fn plan_reshape(
     at: Option<u32>,
     merge_with: Option<u32>,
 ) -> MoveResult {
-    let metrics = ctx.raft.metrics().borrow().clone();
-    let Some(leader) = metrics.current_leader else {
-        return Err(MoveError::NoCoordinator {
-            reason: "no coordinator is known (an election may be under way); try again".to_owned(),
-        });
-    };
-    if leader == ctx.me.node {
-        return plan_reshape_here(ctx, fragment, at, merge_with).await;
+    match coordinator_elsewhere(ctx)? {
+        None => plan_reshape_here(ctx, fragment, at, merge_with).await,
+        Some((leader, addr)) => {
+            let request = Message::PlanReshape { fragment, at, merge_with };
+            ask_coordinator(ctx, leader, &addr, &request).await
+        }
     }
-    let Some(addr) =
-        metrics.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
-    else {
-        return Err(MoveError::NoCoordinator {
-            reason: format!("the coordinator, node {leader}, has no known address"),
-        });
-    };
-    let unreachable = |e: PeerError| MoveError::NoCoordinator {
-        reason: format!("coordinator node {leader}: {e}"),
-    };
-    let mut conn = PeerConn::dial(&addr, &ctx.hello).await.map_err(unreachable)?;
-    let request = Message::PlanReshape { fragment, at, merge_with };
-    match conn.request(&request).await.map_err(unreachable)? {
-        Message::MoveAnswer(answer) => answer,
-        other => Err(MoveError::NoCoordinator {
-            reason: format!("coordinator node {leader} answered {}", other.kind()),
-        }),
+}
+
+/// Changes a collection's configuration in the replicated catalog (a compare-and-set on
+/// catalog version `expected`): here if this node leads, else by asking the leader. The
+/// catalog version of the change, or why not.
+async fn set_collection(
+    ctx: &Ctx,
+    name: String,
+    expected: u64,
+    sharding: Option<String>,
+) -> MoveResult {
+    match coordinator_elsewhere(ctx)? {
+        None => set_collection_here(ctx, name, expected, sharding).await,
+        Some((leader, addr)) => {
+            let request = Message::SetCollection { name, expected, sharding };
+            ask_coordinator(ctx, leader, &addr, &request).await
+        }
+    }
+}
+
+/// Proposes `SetCollection` on this node, the coordinator (bounded), and maps the state
+/// machine's refusal.
+async fn set_collection_here(
+    ctx: &Ctx,
+    name: String,
+    expected: u64,
+    sharding: Option<String>,
+) -> MoveResult {
+    use crate::cluster::state::CommandError as C;
+    let command = Command::SetCollection { name: name.clone(), expected, sharding };
+    match write_bounded(ctx, command, "the catalog change").await? {
+        Ok(version) => {
+            tracing::info!(collection = %name, version, "coordinator recorded a collection configuration change");
+            Ok(version)
+        }
+        Err(C::CatalogChanged { version }) => Err(MoveError::CatalogChanged { version }),
+        Err(other) => Err(MoveError::Refused { reason: other.to_string() }),
     }
 }
 
@@ -1451,14 +1503,7 @@ async fn plan_reshape_here(
         Some(right) => Command::BeginMerge { left: fragment, right },
         None => Command::BeginSplit { fragment, at },
     };
-    let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
-    let written = tokio::time::timeout(bound, ctx.raft.client_write(command))
-        .await
-        .map_err(|_| MoveError::NoCoordinator {
-            reason: format!("the split or merge was not committed within {bound:?} (no quorum?)"),
-        })?
-        .map_err(|e| MoveError::NoCoordinator { reason: e.to_string() })?;
-    match written.data {
+    match write_bounded(ctx, command, "the split or merge").await? {
         Ok(epoch) => {
             tracing::info!(
                 fragment,
@@ -1679,6 +1724,18 @@ async fn propose_outcome(ctx: &Ctx, command: Command) -> Proposal {
     }
 }
 
+/// Activates every pending collection configuration change that every member reports
+/// installed (`ClusterState::activatable`): from then on nodes route by it.
+async fn activate_collections(ctx: &Ctx, state: &ClusterState) {
+    let mut installed = ctx.catalogs.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    installed.insert(ctx.config.node_id, crate::cluster::region::installed_catalog());
+    for (name, version) in state.activatable(&installed) {
+        if propose(ctx, Command::ActivateCollection { name: name.clone(), version }).await {
+            tracing::info!(collection = %name, version, "collection configuration in force on every member");
+        }
+    }
+}
+
 /// Builds and publishes the view; logs reachability changes (WARN when a member stops
 /// answering, INFO when it answers again).
 fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
@@ -1745,5 +1802,7 @@ fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
         strategy: ctx.strategy.name(),
         handoffs: state.handoffs.clone(),
         reshapes: state.reshapes.clone(),
+        catalog_version: state.catalog_version,
+        collections: state.collections.clone(),
     });
 }

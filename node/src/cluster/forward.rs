@@ -320,6 +320,10 @@ pub enum Share {
 pub struct Request {
     /// The map epoch the region routed by.
     pub epoch: u64,
+    /// The collection catalog version the statement was planned with: the owner waits until
+    /// it has installed at least that one, so it never validates a write by an older
+    /// configuration than the one it was placed by (0: any).
+    pub catalog: u64,
     /// The SQL text the statement came from.
     pub sql: String,
     /// The statement's position in that text.
@@ -379,6 +383,12 @@ pub enum Reply {
     },
     /// The owner's documents per collection (collections it holds none of are absent).
     Collections(Vec<WireCollection>),
+    /// The owner's collection catalog is newer than the one the statement was planned with and
+    /// places its documents elsewhere: plan again once this node has at least `current`.
+    StaleCatalog {
+        /// The owner's catalog version.
+        current: u64,
+    },
 }
 
 /// Everything on a data connection.
@@ -973,6 +983,10 @@ async fn serve(stream: TcpStream, buffered: bytes::BytesMut) -> Result<(), Strin
 mod tests {
     use super::*;
 
+    pub(super) fn sample_for_seeds() -> Vec<DataMessage> {
+        sample()
+    }
+
     fn sample() -> Vec<DataMessage> {
         let datums = vec![
             WireDatum::Null,
@@ -985,6 +999,7 @@ mod tests {
         vec![
             DataMessage::Request(Request {
                 epoch: 7,
+                catalog: 2,
                 sql: "SELECT * FROM c WHERE id() = $1".into(),
                 index: 0,
                 params: datums.clone(),
@@ -1200,5 +1215,35 @@ mod tests {
             },
         ];
         assert_eq!(partials_from_wire(partials_to_wire(&partials)).unwrap(), partials);
+    }
+}
+#[cfg(test)]
+mod seeds {
+    use std::path::Path;
+
+    // Checks the checked-in good `data_frame` fuzz seeds are the current encoding of the
+    // round-trip sample (seed-0 … seed-4 one message each, seed-stream all of them), so the
+    // corpus keeps exercising every message after a layout change. After an intended change,
+    // `TESSERA_WRITE_DATA_SEEDS=1 cargo test -p node --lib data_frame_seeds` rewrites them.
+    #[test]
+    fn data_frame_seeds_are_current() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/data_frame");
+        let write = std::env::var_os("TESSERA_WRITE_DATA_SEEDS").is_some();
+        let mut stream = Vec::new();
+        let mut files = Vec::new();
+        for (i, m) in super::tests::sample_for_seeds().iter().enumerate() {
+            let frame = super::encode_data_frame(m).expect("encodes");
+            stream.extend_from_slice(&frame);
+            files.push((format!("seed-{i}"), frame));
+        }
+        files.push(("seed-stream".to_owned(), stream));
+        for (name, bytes) in files {
+            let path = dir.join(&name);
+            if write {
+                std::fs::write(&path, &bytes).expect("writes the seed");
+            }
+            let on_disk = std::fs::read(&path).expect("reads the seed");
+            assert!(on_disk == bytes, "{name} is not the current encoding: regenerate the seeds");
+        }
     }
 }

@@ -163,3 +163,16 @@ pub const DATA_CONN_IDLE_MS: u64 = 30_000;
 /// Longest a forwarded share may take on its owner (read and write timeout of a data
 /// connection), in milliseconds. Above a buffered statement's wait, which may run there.
 pub const FORWARD_TIMEOUT_MS: u64 = REGION_BUFFER_WAIT_MS + 10_000;
+
+/// Collections with a content sharding configuration the replicated catalog holds (each
+/// travels in every raft snapshot and every published view).
+pub const CLUSTER_COLLECTIONS_MAX: usize = 1_024;
+
+/// Longest `CREATE TABLE … WITH` / `ALTER TABLE … SET` / `DROP TABLE` waits on a cluster for
+/// its change to be installed on every member and activated, in ms; past it the statement
+/// succeeds with a warning (the change stays pending and is activated once every member has
+/// it).
+pub const CATALOG_ACTIVATION_WAIT_MS: u64 = 10_000;
+
+/// Times a cluster catalog change is decided again after another change won the race.
+pub const CATALOG_CHANGE_ATTEMPTS: u32 = 4;

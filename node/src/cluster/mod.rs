@@ -78,6 +78,10 @@ pub struct ClusterView {
     /// Splits and merges in flight: regions buffer requests for their source fragments until
     /// the map replaces them (commit) or the reshape ends (abort).
     pub reshapes: Vec<state::Reshape>,
+    /// The replicated collection catalog's version (0: no change yet).
+    pub catalog_version: u64,
+    /// The replicated collection catalog: content configurations, changes pending or not.
+    pub collections: std::collections::BTreeMap<String, state::CollectionEntry>,
 }
 
 impl ClusterView {

@@ -59,19 +59,25 @@ pub enum MoveError {
         reason: String,
     },
     /// The coordinator refused the split or merge (its reason: not adjacent, different
-    /// owners, a split point outside the range, the fragment busy).
+    /// owners, a split point outside the range, the fragment busy) or the catalog change.
     #[error("{reason}")]
     Refused {
         /// The state machine's reason.
         reason: String,
+    },
+    /// The replicated catalog changed since the proposer read it (at this version now).
+    #[error("the collection catalog changed (now version {version})")]
+    CatalogChanged {
+        /// The catalog version now.
+        version: u64,
     },
 }
 
 /// What the coordinator answered: the epoch the plan was recorded at, or why not.
 pub type MoveResult = Result<u64, MoveError>;
 
-/// What an operator asks of a fragment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What an operator asks of a fragment (or, `Collection`, of the catalog).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// Move it to this node.
     Move {
@@ -87,6 +93,16 @@ pub enum Op {
     Merge {
         /// The neighbour starting where it ends.
         with: u32,
+    },
+    /// Set (`None`: remove) a collection's content sharding configuration, if the replicated
+    /// catalog is still at version `expected` (the request's `fragment` is unused).
+    Collection {
+        /// The collection.
+        name: String,
+        /// The catalog version the change was decided against.
+        expected: u64,
+        /// The configuration's JSON text.
+        sharding: Option<String>,
     },
 }
 
@@ -128,6 +144,13 @@ pub async fn split(fragment: u32, at: Option<u32>) -> MoveResult {
 /// what `ALTER FRAGMENT $l MERGE WITH $r` runs.
 pub async fn merge(left: u32, right: u32) -> MoveResult {
     request(left, Op::Merge { with: right }).await
+}
+
+/// Asks the coordinator to set (`None`: remove) `name`'s content sharding configuration if
+/// the replicated catalog is still at version `expected`: the catalog version of the change,
+/// or why not (`CatalogChanged`: decide again against the newer catalog).
+pub async fn set_collection(name: String, expected: u64, sharding: Option<String>) -> MoveResult {
+    request(0, Op::Collection { name, expected, sharding }).await
 }
 
 async fn request(fragment: u32, op: Op) -> MoveResult {

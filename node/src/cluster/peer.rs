@@ -354,7 +354,7 @@ mod tests {
             let _ = read_message(&mut s, &addr).await;
             write_message(&mut s, &addr, &first).await.expect("answer");
             while let Ok(Some(_)) = read_message(&mut s, &addr).await {
-                let pong = Message::Pong { leader: Some(1), epoch: 5 };
+                let pong = Message::Pong { leader: Some(1), epoch: 5, catalog: 0 };
                 write_message(&mut s, &addr, &pong).await.expect("pong");
             }
         });
@@ -369,7 +369,7 @@ mod tests {
             let mut conn = PeerConn::dial(&addr, &hello("c", 1)).await.expect("dial");
             assert_eq!(conn.hello.peer.node, 2);
             let answer = conn.request(&Message::Ping).await.expect("pong");
-            assert_eq!(answer, Message::Pong { leader: Some(1), epoch: 5 });
+            assert_eq!(answer, Message::Pong { leader: Some(1), epoch: 5, catalog: 0 });
         });
     }
 
@@ -426,7 +426,7 @@ mod tests {
             let _ = tx.send(Ok(()));
             write_message(&mut s, &addr, &Message::Hello(hello("c", 2))).await.expect("hello");
             while let Ok(Some(_)) = read_message(&mut s, &addr).await {
-                let pong = Message::Pong { leader: Some(1), epoch: 5 };
+                let pong = Message::Pong { leader: Some(1), epoch: 5, catalog: 0 };
                 write_message(&mut s, &addr, &pong).await.expect("pong");
             }
         });

@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -290,6 +291,46 @@ fn newer_map(installed: router::Epoch) -> Option<(Arc<ShardMap>, BTreeSet<Fragme
     (map.epoch() > installed).then(|| (Arc::new(map.clone()), moving))
 }
 
+/// The replicated catalog version this node's executors have installed (what its `Pong`
+/// reports: the coordinator activates a change once every member has it).
+static INSTALLED_CATALOG: AtomicU64 = AtomicU64::new(0);
+
+/// The catalog version this node has installed (0: none yet).
+pub fn installed_catalog() -> u64 {
+    INSTALLED_CATALOG.load(Ordering::Acquire)
+}
+
+/// Installs the control plane's replicated catalog if it is newer than the node's: one
+/// `Shared` serves every executor, so all see it from the next statement on.
+fn install_newer_catalog(shared: &crate::engine::Shared) {
+    let Some(view) = crate::cluster::view() else { return };
+    if view.catalog_version <= shared.catalog().catalog().version {
+        return;
+    }
+    match crate::engine::CatalogView::from_cluster(view.catalog_version, &view.collections) {
+        Ok(catalog) => {
+            shared.install_catalog(Arc::new(catalog));
+            INSTALLED_CATALOG.fetch_max(view.catalog_version, Ordering::AcqRel);
+            tracing::info!(version = view.catalog_version, "collection catalog installed");
+        }
+        // Configurations are parsed before they are proposed: a refusal here is a bug or a
+        // newer member's configuration this build cannot read. Routing by the old catalog
+        // keeps every change pending (this node never reports the new version).
+        Err(e) => {
+            if CATALOG_REFUSED.swap(view.catalog_version, Ordering::AcqRel) != view.catalog_version
+            {
+                tracing::error!(
+                    version = view.catalog_version,
+                    "cannot install the collection catalog: {e}"
+                );
+            }
+        }
+    }
+}
+
+/// The catalog version last refused by `install_newer_catalog` (logged once, not every poll).
+static CATALOG_REFUSED: AtomicU64 = AtomicU64::new(0);
+
 /// The fragments of `map` that executor `executor` of node `me` owns.
 pub fn owned_by(
     map: &ShardMap,
@@ -331,6 +372,9 @@ pub fn start(core: &Rc<Core>, ctx: &ExecutorContext<Core>) {
             if ctx.shutdown.is_triggered() {
                 break;
             }
+            // The catalog first: a statement routed by the new map sees a catalog at least
+            // as new as the view that map came in.
+            install_newer_catalog(core.shared());
             let Some((map, moving)) = newer_map(core.shared().map_epoch()) else { continue };
             match follow(&core, &ctx, &map).await {
                 Ok(()) => {

@@ -23,7 +23,9 @@ use std::collections::BTreeMap;
 use router::{Epoch, ExecutorId, FragmentId, NodeId, Owner, ShardMap};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::limits::{CLUSTER_MEMBERS_MAX, MEMBER_EXECUTORS_PLACED_MAX};
+use crate::cluster::limits::{
+    CLUSTER_COLLECTIONS_MAX, CLUSTER_MEMBERS_MAX, MEMBER_EXECUTORS_PLACED_MAX,
+};
 use crate::cluster::wire::{Peer, Role};
 
 /// A member as the coordinator records it.
@@ -164,6 +166,25 @@ pub enum Command {
     AbortReshape {
         /// The reshape id.
         reshape: u64,
+    },
+    /// Set (or, with `None`, remove) a collection's content sharding configuration: a
+    /// compare-and-set on the catalog version the proposer decided against. The change is
+    /// `pending` until `ActivateCollection` (see [`CollectionEntry`]).
+    SetCollection {
+        /// The collection.
+        name: String,
+        /// `catalog_version` when the proposer read the catalog.
+        expected: u64,
+        /// The configuration's JSON text (as router parsed and printed it), or `None`.
+        sharding: Option<String>,
+    },
+    /// Every member has installed the catalog holding `name`'s pending change (made at
+    /// catalog version `version`): it is in force for routing too.
+    ActivateCollection {
+        /// The collection.
+        name: String,
+        /// The catalog version its pending change was made at.
+        version: u64,
     },
 }
 
@@ -317,10 +338,58 @@ pub enum CommandError {
         /// `CLUSTER_MEMBERS_MAX`.
         max: usize,
     },
+    /// The catalog changed since the proposer read it: read again and decide again.
+    #[error("the collection catalog changed (now version {version}); decide again")]
+    CatalogChanged {
+        /// The catalog version now.
+        version: u64,
+    },
+    /// The collection's previous change is not in force on every member yet.
+    #[error(
+        "collection {name:?} has a configuration change pending (not every member has installed it yet)"
+    )]
+    CollectionPending {
+        /// The collection.
+        name: String,
+    },
+    /// An activation that does not name the pending change (a duplicate or stale one).
+    #[error("collection {name:?} has no change pending from catalog version {version}")]
+    NoPendingChange {
+        /// The collection.
+        name: String,
+        /// The version named.
+        version: u64,
+    },
+    /// The catalog holds as many configured collections as it may.
+    #[error("the cluster catalog holds {max} configured collections, the most it accepts")]
+    TooManyCollections {
+        /// `CLUSTER_COLLECTIONS_MAX`.
+        max: usize,
+    },
 }
 
 /// What a committed command did, returned to its proposer.
 pub type Applied = Result<u64, CommandError>;
+
+/// One collection's content sharding configuration in the replicated catalog.
+///
+/// A change is made in two steps so that no node prunes reads by a configuration some other
+/// node does not yet enforce on writes. While `pending` (from `SetCollection` until every
+/// member has installed it and the coordinator applies `ActivateCollection`), nodes that
+/// have it validate writes against both `sharding` and `previous`, place new `…$` ids by
+/// `previous` when that one validates (else by `sharding`), and prune by neither; nodes
+/// that do not have it yet still validate and prune by `previous` alone, and every write
+/// either side accepts satisfies both. Once active, `sharding` alone is in force: every
+/// member validated by it before any member routes by it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct CollectionEntry {
+    /// The configuration (JSON text), `None` while its removal is pending.
+    pub sharding: Option<String>,
+    /// The configuration before the pending change (`None`: there was none).
+    pub previous: Option<String>,
+    /// The catalog version of the change not yet in force everywhere, if one is pending.
+    pub pending: Option<u64>,
+}
 
 /// A handoff in flight: `from` (the owner, fenced) streams the fragment to `to`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -400,6 +469,12 @@ pub struct ClusterState {
     /// reused; 0 in a state written before splits: then one past the highest id in use).
     #[serde(default)]
     pub next_fragment: u32,
+    /// Bumped by every applied catalog command (0: none yet).
+    #[serde(default)]
+    pub catalog_version: u64,
+    /// Collections with a content sharding configuration (or a change of one pending).
+    #[serde(default)]
+    pub collections: BTreeMap<String, CollectionEntry>,
 }
 
 impl ClusterState {
@@ -512,7 +587,73 @@ impl ClusterState {
             Command::BeginMerge { left, right } => self.begin_merge(*left, *right),
             Command::CommitReshape { reshape } => self.end_reshape(*reshape, true),
             Command::AbortReshape { reshape } => self.end_reshape(*reshape, false),
+            Command::SetCollection { name, expected, sharding } => {
+                self.set_collection(name, *expected, sharding.as_deref())
+            }
+            Command::ActivateCollection { name, version } => {
+                self.activate_collection(name, *version)
+            }
         }
+    }
+
+    /// `SetCollection`: the catalog version after the change.
+    fn set_collection(&mut self, name: &str, expected: u64, sharding: Option<&str>) -> Applied {
+        if expected != self.catalog_version {
+            return Err(CommandError::CatalogChanged { version: self.catalog_version });
+        }
+        let current = self.collections.get(name);
+        if current.is_some_and(|c| c.pending.is_some()) {
+            return Err(CommandError::CollectionPending { name: name.to_owned() });
+        }
+        if current.is_none() && self.collections.len() >= CLUSTER_COLLECTIONS_MAX {
+            return Err(CommandError::TooManyCollections { max: CLUSTER_COLLECTIONS_MAX });
+        }
+        let previous = current.and_then(|c| c.sharding.clone());
+        if previous.is_none() && sharding.is_none() {
+            // Nothing to remove: the catalog does not change.
+            return Ok(self.catalog_version);
+        }
+        self.catalog_version += 1;
+        self.collections.insert(
+            name.to_owned(),
+            CollectionEntry {
+                sharding: sharding.map(str::to_owned),
+                previous,
+                pending: Some(self.catalog_version),
+            },
+        );
+        Ok(self.catalog_version)
+    }
+
+    /// `ActivateCollection`: the catalog version after it.
+    fn activate_collection(&mut self, name: &str, version: u64) -> Applied {
+        let Some(entry) = self.collections.get_mut(name).filter(|c| c.pending == Some(version))
+        else {
+            return Err(CommandError::NoPendingChange { name: name.to_owned(), version });
+        };
+        entry.pending = None;
+        entry.previous = None;
+        if entry.sharding.is_none() {
+            self.collections.remove(name);
+        }
+        self.catalog_version += 1;
+        Ok(self.catalog_version)
+    }
+
+    /// Pending catalog changes every member has installed, given the catalog version each
+    /// member reports (`installed`): what the coordinator activates. A member that has not
+    /// reported holds every change back.
+    pub fn activatable(&self, installed: &BTreeMap<u32, u64>) -> Vec<(String, u64)> {
+        let floor = self
+            .members
+            .keys()
+            .map(|node| installed.get(node).copied().unwrap_or(0))
+            .min()
+            .unwrap_or(0);
+        self.collections
+            .iter()
+            .filter_map(|(name, c)| c.pending.filter(|v| *v <= floor).map(|v| (name.clone(), v)))
+            .collect()
     }
 
     /// The fragment as a source of a new reshape: it exists, is not handed off, split or
@@ -788,6 +929,78 @@ mod tests {
 
     fn add(state: &mut ClusterState, node: u32, role: Role) {
         assert_eq!(state.apply(&Command::AddMember { node, member: member(role) }), Ok(0));
+    }
+
+    // Checks the replicated catalog: a change is a compare-and-set on the catalog version
+    // (a stale proposer is told the version now), it stays pending (no second change of the
+    // same collection) until activated once every member, proxies included, reports it
+    // installed, an activation of anything but the pending change is a no-op, and a removal
+    // leaves no entry once active; an old snapshot without the catalog loads empty.
+    #[test]
+    fn catalog_changes_are_compare_and_set_then_activated() {
+        let mut s = ClusterState::default();
+        add(&mut s, 1, Role::Data);
+        add(&mut s, 2, Role::Data);
+        add(&mut s, 3, Role::Proxy);
+        let set = |name: &str, expected, sharding: Option<&str>| Command::SetCollection {
+            name: name.to_owned(),
+            expected,
+            sharding: sharding.map(str::to_owned),
+        };
+        let a = r#"{"Fields":["Customer"],"Range":1,"Mutable":false}"#;
+        let b = r#"{"Fields":["Customer"],"Range":4,"Mutable":false}"#;
+        assert_eq!(s.apply(&set("gone", 0, None)), Ok(0), "removing nothing changes nothing");
+        assert_eq!(s.apply(&set("inv", 0, Some(a))), Ok(1));
+        assert_eq!(
+            s.apply(&set("x", 0, Some(a))),
+            Err(CommandError::CatalogChanged { version: 1 })
+        );
+        assert_eq!(
+            s.apply(&set("inv", 1, Some(b))),
+            Err(CommandError::CollectionPending { name: "inv".into() })
+        );
+        let entry = CollectionEntry { sharding: Some(a.into()), previous: None, pending: Some(1) };
+        assert_eq!(s.collections.get("inv"), Some(&entry));
+        let reported = |v: &[(u32, u64)]| v.iter().copied().collect::<BTreeMap<u32, u64>>();
+        assert!(
+            s.activatable(&reported(&[(1, 1), (2, 1)])).is_empty(),
+            "the proxy has not reported"
+        );
+        assert!(s.activatable(&reported(&[(1, 1), (2, 0), (3, 5)])).is_empty());
+        assert_eq!(s.activatable(&reported(&[(1, 1), (2, 1), (3, 1)])), [("inv".to_owned(), 1)]);
+        let activate =
+            |name: &str, version| Command::ActivateCollection { name: name.into(), version };
+        assert_eq!(
+            s.apply(&activate("inv", 7)),
+            Err(CommandError::NoPendingChange { name: "inv".into(), version: 7 })
+        );
+        assert_eq!(s.apply(&activate("inv", 1)), Ok(2));
+        assert_eq!(
+            s.apply(&activate("inv", 1)),
+            Err(CommandError::NoPendingChange { name: "inv".into(), version: 1 })
+        );
+        assert_eq!(s.collections["inv"].pending, None);
+        assert_eq!(s.apply(&set("inv", 2, Some(b))), Ok(3));
+        assert_eq!(
+            s.collections["inv"].previous.as_deref(),
+            Some(a),
+            "the configuration before it"
+        );
+        assert_eq!(s.apply(&activate("inv", 3)), Ok(4));
+        assert_eq!(
+            s.collections["inv"],
+            CollectionEntry { sharding: Some(b.into()), previous: None, pending: None }
+        );
+        assert_eq!(s.apply(&set("inv", 4, None)), Ok(5));
+        assert_eq!(s.collections["inv"].previous.as_deref(), Some(b));
+        assert_eq!(s.apply(&activate("inv", 5)), Ok(6));
+        assert!(s.collections.is_empty(), "a removal in force leaves nothing");
+        let mut old: serde_json::Value = serde_json::to_value(&s).expect("serializes");
+        let fields = old.as_object_mut().expect("an object");
+        fields.remove("catalog_version");
+        fields.remove("collections");
+        let loaded: ClusterState = serde_json::from_value(old).expect("an old snapshot loads");
+        assert_eq!((loaded.catalog_version, loaded.collections.len()), (0, 0));
     }
 
     // Checks nothing is allocated before min-members data members (proxies do not count), and

@@ -129,6 +129,8 @@ pub enum Message {
         leader: Option<u64>,
         /// The shard-map epoch it has applied (0: no map yet).
         epoch: u64,
+        /// The collection catalog version its executors have installed (0: none yet).
+        catalog: u64,
     },
     /// Add me to the cluster.
     Join(Peer),
@@ -270,6 +272,17 @@ pub enum Message {
         /// The upper neighbour to merge with (then `at` is ignored).
         merge_with: Option<u32>,
     },
+    /// Change a collection's configuration in the replicated catalog (an operator's `CREATE
+    /// TABLE … WITH`, `ALTER TABLE … SET`, `DROP TABLE`), sent to the coordinator; answered
+    /// with `MoveAnswer` (the catalog version of the change).
+    SetCollection {
+        /// The collection.
+        name: String,
+        /// The catalog version the change was decided against.
+        expected: u64,
+        /// The configuration's JSON text (`None`: remove it).
+        sharding: Option<String>,
+    },
     /// Coordinator -> owner: build the new fragments of split or merge `reshape` (in the
     /// owner's applied state). Answered with `ReshapeDone` once they are durable, or
     /// `ReshapeFailed`.
@@ -322,6 +335,7 @@ impl Message {
             Message::Refused { .. } => "refused",
             Message::Ping => "ping",
             Message::Pong { .. } => "pong",
+            Message::SetCollection { .. } => "set-collection",
             Message::Join(_) => "join",
             Message::Joined => "joined",
             Message::NotLeader { .. } => "not-leader",
@@ -628,8 +642,15 @@ mod tests {
             Message::Hello(hello("c1", PROTOCOL_VERSION, 1)),
             Message::Refused { reason: "no".into() },
             Message::Ping,
-            Message::Pong { leader: Some(3), epoch: 9 },
-            Message::Pong { leader: None, epoch: 0 },
+            Message::Pong { leader: Some(3), epoch: 9, catalog: 4 },
+            Message::Pong { leader: None, epoch: 0, catalog: 0 },
+            Message::SetCollection {
+                name: "orders".into(),
+                expected: 3,
+                sharding: Some(r#"{"Fields":["Customer"]}"#.into()),
+            },
+            Message::SetCollection { name: "gone".into(), expected: 0, sharding: None },
+            Message::MoveAnswer(Err(crate::cluster::ops::MoveError::CatalogChanged { version: 7 })),
             Message::Join(Peer { role: Role::Proxy, ..peer(4) }),
             Message::Joined,
             Message::NotLeader { leader_addr: Some("127.0.0.1:9".into()) },
@@ -719,7 +740,8 @@ mod tests {
     // the stored crc too.
     #[test]
     fn bad_input_bit_flips() {
-        let frame = encode_frame(&Message::Pong { leader: Some(1), epoch: 2 }).expect("encodes");
+        let frame = encode_frame(&Message::Pong { leader: Some(1), epoch: 2, catalog: 0 })
+            .expect("encodes");
         for byte in 4..frame.len() {
             for bit in 0..8 {
                 let mut bad = frame.clone();

@@ -30,7 +30,7 @@ use super::limits::{
     TXN_FRAGMENT_OPS_MAX, TXN_HELD_WAIT_MAX, TXN_PREPARED_TIMEOUT, TXN_SWEEP_INTERVAL,
 };
 use super::reader::FragmentReader;
-use super::shared::{CatalogView, Shared};
+use super::shared::{CatalogView, Rules, Shared};
 use super::txn::{FragmentWrites, OverlayReader, ReadRecord};
 use crate::catalog::CollectionEntry;
 use crate::runtime::{ExecutorContext, ExecutorIndex, Mesh};
@@ -548,12 +548,12 @@ impl Core {
         &self,
         update: &Update,
         targets: &[Target],
-        config: Option<&ShardingConfig>,
+        rules: Rules<'_>,
     ) -> Result<WriteOutcome, EngineError> {
         let mut outcome = WriteOutcome::default();
         for target in targets {
             let run = |r: &FragmentReader<'_>| query::execute_update(update, r, &target.ranges);
-            self.write_fragment(target.fragment, &update.collection, config, run, &mut outcome)
+            self.write_fragment(target.fragment, &update.collection, rules, run, &mut outcome)
                 .await?;
         }
         Ok(outcome)
@@ -568,7 +568,8 @@ impl Core {
         let mut outcome = WriteOutcome::default();
         for target in targets {
             let run = |r: &FragmentReader<'_>| query::execute_delete(delete, r, &target.ranges);
-            self.write_fragment(target.fragment, &delete.collection, None, run, &mut outcome)
+            let rules = Rules::default();
+            self.write_fragment(target.fragment, &delete.collection, rules, run, &mut outcome)
                 .await?;
         }
         Ok(outcome)
@@ -579,12 +580,12 @@ impl Core {
         &self,
         insert: &Insert,
         per_fragment: &[(FragmentId, Vec<PlacedDocument>)],
-        config: Option<&ShardingConfig>,
+        rules: Rules<'_>,
     ) -> Result<WriteOutcome, EngineError> {
         let mut outcome = WriteOutcome::default();
         for (fragment, docs) in per_fragment {
             let run = |r: &FragmentReader<'_>| query::execute_insert(insert, r, docs);
-            self.write_fragment(*fragment, &insert.collection, config, run, &mut outcome).await?;
+            self.write_fragment(*fragment, &insert.collection, rules, run, &mut outcome).await?;
         }
         Ok(outcome)
     }
@@ -595,7 +596,7 @@ impl Core {
         &self,
         id: FragmentId,
         collection: &CollectionName,
-        config: Option<&ShardingConfig>,
+        rules: Rules<'_>,
         run: impl Fn(&FragmentReader<'_>) -> Result<WritePartial, query::ExecError>,
         outcome: &mut WriteOutcome,
     ) -> Result<(), EngineError> {
@@ -607,7 +608,7 @@ impl Core {
                 let reader = FragmentReader::new(&fragment);
                 let WritePartial { intents, returning, rows_scanned } = run(&reader)?;
                 let affected = intents.len() as u64;
-                (returning, rows_scanned, affected, batch_of(collection.as_str(), intents, config)?)
+                (returning, rows_scanned, affected, batch_of(collection.as_str(), intents, rules)?)
             };
             super::txn::within_fragment_limit(id, &batch)?;
             if !batch.is_empty() {
@@ -744,7 +745,7 @@ impl Core {
         &self,
         statement: &Statement,
         targets: &[TxnTarget],
-        config: Option<&ShardingConfig>,
+        rules: Rules<'_>,
     ) -> Result<Vec<TxnShare>, EngineError> {
         let mut out = Vec::with_capacity(targets.len());
         for target in targets {
@@ -762,11 +763,9 @@ impl Core {
                     }));
                 }
             };
-            if let Some(config) = config {
-                for intent in &partial.intents {
-                    if let WriteIntent::Put { id, doc, .. } = intent {
-                        router::validate(config, id, doc)?;
-                    }
+            for intent in &partial.intents {
+                if let WriteIntent::Put { id, doc, .. } = intent {
+                    rules.validate(id, doc)?;
                 }
             }
             self.count(target.fragment, partial.rows_scanned);
@@ -1290,6 +1289,7 @@ async fn ask_coordinator_node(node: router::NodeId, txid: TxId) -> Result<bool, 
     use crate::cluster::forward::{self, Reply, Share};
     let request = forward::Request {
         epoch: 0,
+        catalog: 0,
         sql: String::new(),
         index: 0,
         params: Vec::new(),
@@ -1339,15 +1339,13 @@ fn partial_rows(partial: &Partial) -> u64 {
 fn batch_of(
     collection: &str,
     intents: Vec<WriteIntent>,
-    config: Option<&ShardingConfig>,
+    rules: Rules<'_>,
 ) -> Result<WriteBatch, EngineError> {
     let mut batch = WriteBatch::new();
     for intent in intents {
         batch = match intent {
             WriteIntent::Put { id, shard, version_read, doc } => {
-                if let Some(config) = config {
-                    router::validate(config, &id, &doc)?;
-                }
+                rules.validate(&id, &doc)?;
                 // A new document must still be absent when the batch is applied.
                 let expected =
                     Some(version_read.map_or(Version::ABSENT, |v| Version::new(v.get())));

@@ -50,6 +50,7 @@ use crate::pg::{
 use crate::runtime::{ExecutorContext, ExecutorIndex};
 
 mod block;
+mod catalog;
 mod copy;
 mod truncate;
 
@@ -367,19 +368,28 @@ impl Session {
                 self.drop_collections(collections, *if_exists, sink).await
             }
             Statement::CreateCollection { collection, sharding, if_not_exists } => {
-                self.create(collection, sharding.clone(), *if_not_exists).await?;
+                if let Some(warning) =
+                    self.create(collection, sharding.clone(), *if_not_exists).await?
+                {
+                    sink.notice(&warning);
+                }
                 Ok(CommandTag::new("CREATE TABLE"))
             }
             Statement::AlterSharding { collection, sharding } => {
                 let config = sharding.clone();
                 let name = collection.as_str().to_owned();
                 let shown = name.clone();
-                self.change_catalog(name, move |current| {
-                    let current = current.ok_or(EngineError::NoConfiguration(shown))?;
-                    router::check_change(current, &config)?;
-                    Ok(Some(entry_of(&config)))
-                })
-                .await?;
+                let warning = self
+                    .change_catalog(name, move |current| {
+                        let current =
+                            current.ok_or_else(|| EngineError::NoConfiguration(shown.clone()))?;
+                        router::check_change(current, &config)?;
+                        Ok(Some(entry_of(&config)))
+                    })
+                    .await?;
+                if let Some(warning) = warning {
+                    sink.notice(&warning);
+                }
                 Ok(CommandTag::new("ALTER TABLE"))
             }
             Statement::VerifySharding { collection } => {
@@ -680,7 +690,7 @@ impl Session {
     ) -> Result<Option<Routed>, EngineError> {
         let map = self.map()?;
         let me = self.core.shared().me;
-        let config = collection_of(statement).and_then(|c| catalog.config(c.as_str()));
+        let config = collection_of(statement).and_then(|c| catalog.rules(c.as_str()).route);
         let Some(plan) = query::route_statement(statement, config, &map) else { return Ok(None) };
         *self.last_route.borrow_mut() = Some((plan.opcode, plan.fragments.clone()));
         let mut local: BTreeMap<ExecutorIndex, Vec<Target>> = BTreeMap::new();
@@ -796,6 +806,7 @@ impl Session {
             .ok_or_else(|| internal("forwarding a statement without its text"))?;
         Ok(forward::Request {
             epoch,
+            catalog: self.core.shared().catalog().catalog().version,
             sql: sql.to_string(),
             index: *index,
             params: forward::datums_to_wire(params),
@@ -823,7 +834,7 @@ impl Session {
         Ok(match &**statement {
             Statement::Insert(insert) => {
                 let (placed, remote) =
-                    self.place_all(insert, catalog.config(insert.collection.as_str()))?;
+                    self.place_all(insert, catalog.rules(insert.collection.as_str()).place)?;
                 let mut fragments: Vec<FragmentId> =
                     placed.values().flat_map(|l| l.iter().map(|(f, _)| *f)).collect();
                 fragments.extend(remote.values().flatten().copied());
@@ -889,6 +900,20 @@ impl Session {
                         .map_err(bad_reply)?;
                     return Ok(Some(WriteOutcome { affected, returning, analysis: Vec::new() }));
                 }
+                Reply::StaleCatalog { current } => {
+                    // Plan again by the owner's catalog (bounded like a stale map).
+                    if attempt >= crate::cluster::limits::REGION_RETRIES_MAX {
+                        let changed =
+                            crate::cluster::ops::MoveError::CatalogChanged { version: current };
+                        return Err(changed.into());
+                    }
+                    attempt += 1;
+                    let shared = self.core.shared();
+                    let what = format!("collection catalog version {current}");
+                    let ready = || (shared.catalog().catalog().version >= current).then_some(());
+                    let limit = shared.buffers.limits().wait;
+                    crate::cluster::region::poll_until(&what, limit, ready).await?;
+                }
                 other => {
                     let current = reply_error(other)?;
                     self.refresh(epoch, current, &mut attempt).await?;
@@ -941,6 +966,13 @@ impl Session {
         if map.epoch().0 > want {
             return Ok(Reply::StaleEpoch { current: map.epoch().0 });
         }
+        // Nor the catalog the statement was planned with (placement and validation by the
+        // same configuration: `CatalogView::rules`).
+        let catalog = request.catalog;
+        let planned_catalog = catalog;
+        let what = format!("collection catalog version {catalog}");
+        let ready = || (shared.catalog().catalog().version >= catalog).then_some(());
+        crate::cluster::region::poll_until(&what, limit, ready).await?;
         let me = shared.me;
         if let Share::Fragments = request.share {
             let rows = self.fragment_rows().await?;
@@ -1030,7 +1062,13 @@ impl Session {
                 let elsewhere =
                     fragments.iter().find(|f| map.owner_of(**f).is_none_or(|o| o.node != me));
                 if let Some(fragment) = elsewhere {
-                    return Ok(Reply::NotMine { fragment: fragment.get() });
+                    // A newer catalog here may place `…$` ids elsewhere than the region did.
+                    let current = catalog.catalog().version;
+                    return Ok(if current == planned_catalog {
+                        Reply::NotMine { fragment: fragment.get() }
+                    } else {
+                        Reply::StaleCatalog { current }
+                    });
                 }
                 let outcome = self.write(&statement).await?;
                 Ok(Reply::Written {
@@ -1078,10 +1116,18 @@ impl Session {
                     Err(fragment) => return Ok(Reply::NotMine { fragment }),
                 };
                 if let Statement::Insert(insert) = &*statement {
-                    // The owner places the documents again (same map epoch, same result) and
-                    // keeps those of the fragments the region sent here.
+                    // The owner places the documents again (same map epoch and catalog, same
+                    // result) and keeps those of the fragments the region sent here. A newer
+                    // catalog here may place a `…$` id elsewhere than the region did: nothing
+                    // is written, the client retries (40001).
+                    if catalog.catalog().version != planned_catalog && places_by_content(insert)? {
+                        return Err(crate::cluster::ops::MoveError::CatalogChanged {
+                            version: catalog.catalog().version,
+                        }
+                        .into());
+                    }
                     let (placed, _) =
-                        self.place_all(insert, catalog.config(insert.collection.as_str()))?;
+                        self.place_all(insert, catalog.rules(insert.collection.as_str()).place)?;
                     let mut docs: BTreeMap<FragmentId, Vec<PlacedDocument>> =
                         placed.into_values().flatten().collect();
                     for targets in groups.values_mut() {
@@ -1093,8 +1139,8 @@ impl Session {
                 let with = (Arc::clone(&statement), catalog);
                 let shares = self
                     .fan_out(groups, &with, |core, (stmt, view), targets| async move {
-                        let config = collection_of(&stmt).and_then(|c| view.config(c.as_str()));
-                        core.txn_write(&stmt, &targets, config)
+                        let rules = collection_of(&stmt).map(|c| view.rules(c.as_str()));
+                        core.txn_write(&stmt, &targets, rules.unwrap_or_default())
                     })
                     .await?;
                 Ok(Reply::TxnShares(shares.iter().flatten().map(share_to_wire).collect()))
@@ -1233,8 +1279,7 @@ impl Session {
         // Placed or routed once: the fragment count picks the path and the groups are reused.
         let outcomes = match &**statement {
             Statement::Insert(insert) => {
-                let config = catalog.config(insert.collection.as_str());
-                let groups = self.place(insert, config)?;
+                let groups = self.place(insert, catalog.rules(insert.collection.as_str()).place)?;
                 if groups.values().map(Vec::len).sum::<usize>() > 1 {
                     return self.autocommit_txn(statement).await;
                 }
@@ -1244,7 +1289,7 @@ impl Session {
                     let Statement::Insert(i) = &*stmt else {
                         return Err(internal("insert share of a non-INSERT"));
                     };
-                    core.insert(i, &per_fragment, view.config(i.collection.as_str())).await
+                    core.insert(i, &per_fragment, view.rules(i.collection.as_str())).await
                 })
                 .await?
             }
@@ -1257,7 +1302,7 @@ impl Session {
                 self.fan_out(groups, &with, |core, (stmt, view), targets| async move {
                     match &*stmt {
                         Statement::Update(u) => {
-                            core.update(u, &targets, view.config(u.collection.as_str())).await
+                            core.update(u, &targets, view.rules(u.collection.as_str())).await
                         }
                         Statement::Delete(d) => core.delete(d, &targets).await,
                         _ => Err(internal("write share of a non-write")),
@@ -1449,8 +1494,8 @@ impl Session {
         let epoch = self.core.shared().map_epoch().0;
         let (collection, groups, remote) = match &**statement {
             Statement::Insert(insert) => {
-                let config = catalog.config(insert.collection.as_str());
-                let (placed, remote) = self.place_all(insert, config)?;
+                let place = catalog.rules(insert.collection.as_str()).place;
+                let (placed, remote) = self.place_all(insert, place)?;
                 let remote: Vec<(NodeId, Vec<forward::WireTxnTarget>)> = remote
                     .into_iter()
                     .map(|(node, fragments)| {
@@ -1502,8 +1547,8 @@ impl Session {
         let with = (Arc::clone(statement), catalog);
         let local = self
             .fan_out(groups, &with, |core, (stmt, view), targets| async move {
-                let config = collection_of(&stmt).and_then(|c| view.config(c.as_str()));
-                core.txn_write(&stmt, &targets, config)
+                let rules = collection_of(&stmt).map(|c| view.rules(c.as_str()));
+                core.txn_write(&stmt, &targets, rules.unwrap_or_default())
             })
             .await;
         let answers = collect_txn(forwarded).await;
@@ -2331,6 +2376,7 @@ impl Session {
         for node in nodes {
             let request = forward::Request {
                 epoch: map.epoch().0,
+                catalog: 0,
                 sql: String::new(),
                 index: 0,
                 params: Vec::new(),
@@ -2460,7 +2506,7 @@ impl Session {
         collection: &CollectionName,
         sharding: Option<router::ShardingConfig>,
         if_not_exists: bool,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Option<Notice>, EngineError> {
         // A collection exists once written to, so CREATE TABLE without a configuration only
         // has to refuse a configured one that exists.
         let name = collection.as_str().to_owned();
@@ -2470,50 +2516,31 @@ impl Session {
             return if exists && !if_not_exists {
                 Err(EngineError::CollectionExists(name))
             } else {
-                Ok(())
+                Ok(None)
             };
         };
         let result = self
             .change_catalog(name, move |current| match current {
-                Some(_) => Err(EngineError::CollectionExists(shown)),
+                Some(_) => Err(EngineError::CollectionExists(shown.clone())),
                 None => Ok(Some(entry_of(&config))),
             })
             .await;
         match result {
-            Err(EngineError::CollectionExists(_)) if if_not_exists => Ok(()),
+            Err(EngineError::CollectionExists(_)) if if_not_exists => Ok(None),
             other => other,
         }
     }
+}
 
-    async fn change_catalog(
-        &self,
-        collection: String,
-        decide: impl FnOnce(
-            Option<&router::ShardingConfig>,
-        ) -> Result<Option<CollectionEntry>, EngineError>
-        + Send
-        + 'static,
-    ) -> Result<(), EngineError> {
-        if self.core.shared().clustered {
-            // The catalog is each node's own: a configuration on one node would make it place,
-            // validate and prune differently from the others (wrong reads, not errors).
-            return Err(EngineError::NotSupported {
-                what: "a content sharding configuration on a cluster",
-                hint: "the cluster does not replicate collection configurations yet; a \
-                       cluster places every document by its id",
-            });
+/// Whether an INSERT has a document placed by its content (an id ending with `$`), whose
+/// shard depends on the catalog.
+fn places_by_content(insert: &query::plan::Insert) -> Result<bool, EngineError> {
+    for new in insert.documents()? {
+        if matches!(router::shard_of(&new.id)?, Placement::Content) {
+            return Ok(true);
         }
-        let catalog_owner = ExecutorIndex::new(0);
-        if self.core.index() == catalog_owner {
-            return self.core.change_catalog(collection, decide).await;
-        }
-        self.ctx
-            .mesh
-            .call(catalog_owner, move |core| async move {
-                core.change_catalog(collection, decide).await
-            })
-            .await?
     }
+    Ok(false)
 }
 
 /// `SHOW TRANSACTIONS`: open transaction blocks, prepared transactions and coordinator
@@ -2743,6 +2770,10 @@ fn reply_error(reply: Reply) -> Result<u64, EngineError> {
         Reply::StaleEpoch { current } => Ok(current),
         Reply::NotMine { .. } => Ok(0),
         Reply::Failed { code, message } => Err(RegionError::Remote { code, message }.into()),
+        // Only a whole forwarded write is answered so (`write_routed` plans it again).
+        Reply::StaleCatalog { current } => {
+            Err(crate::cluster::ops::MoveError::CatalogChanged { version: current }.into())
+        }
         Reply::Partials(_)
         | Reply::Written { .. }
         | Reply::Fragments(_)

@@ -20,6 +20,41 @@ use crate::catalog::Catalog;
 pub struct CatalogView {
     catalog: Catalog,
     configs: BTreeMap<String, ShardingConfig>,
+    /// Cluster collections whose last change is not in force on every member yet, with the
+    /// configuration before it (see `cluster::state::CollectionEntry`).
+    pending: BTreeMap<String, Option<ShardingConfig>>,
+}
+
+/// How this node treats one collection's documents under its catalog: the configuration that
+/// places new `…$` ids, those every write is validated against (a Mutable one validates
+/// nothing), and the one content predicates route by (`None`: every fragment).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rules<'a> {
+    /// Places new documents whose id ends with `$`.
+    pub place: Option<&'a ShardingConfig>,
+    /// Every new document is validated against each.
+    pub validate: [Option<&'a ShardingConfig>; 2],
+    /// Routes content predicates.
+    pub route: Option<&'a ShardingConfig>,
+}
+
+impl Rules<'_> {
+    /// Validates a new document against every configuration in force (23514 on a violation).
+    pub fn validate(
+        &self,
+        id: &str,
+        doc: &serde_json::Value,
+    ) -> Result<(), router::ValidationError> {
+        for config in self.validate.iter().flatten() {
+            router::validate(config, id, doc)?;
+        }
+        Ok(())
+    }
+}
+
+fn parse_config(name: &str, text: &str) -> Result<ShardingConfig, String> {
+    ShardingConfig::parse(text)
+        .map_err(|e| format!("stored sharding of collection {name:?} is invalid: {e}"))
 }
 
 impl CatalogView {
@@ -27,16 +62,66 @@ impl CatalogView {
     pub fn new(catalog: Catalog) -> Result<CatalogView, String> {
         let mut configs = BTreeMap::new();
         for (name, entry) in &catalog.collections {
-            let config = ShardingConfig::parse(&entry.sharding.to_string())
-                .map_err(|e| format!("stored sharding of collection {name:?} is invalid: {e}"))?;
-            configs.insert(name.clone(), config);
+            configs.insert(name.clone(), parse_config(name, &entry.sharding.to_string())?);
         }
-        Ok(CatalogView { catalog, configs })
+        Ok(CatalogView { catalog, configs, pending: BTreeMap::new() })
     }
 
-    /// The configuration of `collection`, if it has one.
+    /// The view of a cluster's replicated catalog at `version`.
+    pub fn from_cluster(
+        version: u64,
+        collections: &BTreeMap<String, crate::cluster::state::CollectionEntry>,
+    ) -> Result<CatalogView, String> {
+        let mut catalog =
+            Catalog { format: crate::catalog::CATALOG_FORMAT, version, ..Catalog::default() };
+        let mut configs = BTreeMap::new();
+        let mut pending = BTreeMap::new();
+        for (name, entry) in collections {
+            if let Some(text) = &entry.sharding {
+                configs.insert(name.clone(), parse_config(name, text)?);
+                let sharding = serde_json::from_str(text).map_err(|e| e.to_string())?;
+                catalog
+                    .collections
+                    .insert(name.clone(), crate::catalog::CollectionEntry { sharding });
+            }
+            if entry.pending.is_some() {
+                let previous = entry.previous.as_deref().map(|t| parse_config(name, t));
+                pending.insert(name.clone(), previous.transpose()?);
+            }
+        }
+        Ok(CatalogView { catalog, configs, pending })
+    }
+
+    /// The configuration of `collection`, if it has one (on a cluster, the newest one, in
+    /// force or pending): what DDL decides against and `SHOW SHARDING` shows.
     pub fn config(&self, collection: &str) -> Option<&ShardingConfig> {
         self.configs.get(collection)
+    }
+
+    /// Whether `collection` has a configuration change not yet in force on every member.
+    pub fn is_pending(&self, collection: &str) -> bool {
+        self.pending.contains_key(collection)
+    }
+
+    /// How this node places, validates and routes `collection`'s documents. With no change
+    /// pending, all three follow its configuration. While one is pending, writes are
+    /// validated against the configuration before and after it, new `…$` ids are placed by
+    /// the one before when that one validates (else by the new one), and content predicates
+    /// route nowhere in particular: a node that has not installed the change still routes by
+    /// the old configuration, and every write either side accepts satisfies both.
+    pub fn rules(&self, collection: &str) -> Rules<'_> {
+        let current = self.configs.get(collection);
+        match self.pending.get(collection) {
+            None => Rules { place: current, validate: [current, None], route: current },
+            Some(previous) => {
+                let previous = previous.as_ref();
+                let place = match previous {
+                    Some(p) if !p.mutable() => Some(p),
+                    _ => current.or(previous),
+                };
+                Rules { place, validate: [current, previous], route: None }
+            }
+        }
     }
 
     /// Every configured collection, by name.
@@ -165,5 +250,80 @@ impl Shared {
         if next.catalog.version > slot.catalog.version {
             *slot = next;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::state::CollectionEntry;
+
+    fn entry(
+        sharding: Option<&str>,
+        previous: Option<&str>,
+        pending: Option<u64>,
+    ) -> CollectionEntry {
+        CollectionEntry {
+            sharding: sharding.map(str::to_owned),
+            previous: previous.map(str::to_owned),
+            pending,
+        }
+    }
+
+    fn range(rules: &Option<&ShardingConfig>) -> Option<(u32, bool)> {
+        rules.map(|c| (c.range(), c.mutable()))
+    }
+
+    // Checks the rules a cluster catalog gives each state of a collection: in force, all three
+    // follow the configuration; pending, writes are validated by both configurations, placed
+    // by the one before when it validates (else by the new one) and routed by neither.
+    #[test]
+    fn pending_changes_validate_both_and_route_by_neither() {
+        let r1 = r#"{"Fields":["Customer"],"Range":1}"#;
+        let r4 = r#"{"Fields":["Customer"],"Range":4}"#;
+        let free = r#"{"Fields":["Customer"],"Mutable":true}"#;
+        let collections: BTreeMap<String, CollectionEntry> = [
+            ("active", entry(Some(r1), None, None)),
+            ("growing", entry(Some(r4), Some(r1), Some(3))),
+            ("created", entry(Some(r1), None, Some(4))),
+            ("freed", entry(Some(free), Some(r1), Some(5))),
+            ("bound", entry(Some(r4), Some(free), Some(6))),
+            ("dropped", entry(None, Some(r4), Some(7))),
+        ]
+        .into_iter()
+        .map(|(n, e)| (n.to_owned(), e))
+        .collect();
+        let view = CatalogView::from_cluster(9, &collections).expect("parses");
+        assert_eq!(view.catalog().version, 9);
+        let summary = |name: &str| {
+            let r = view.rules(name);
+            (range(&r.place), [range(&r.validate[0]), range(&r.validate[1])], range(&r.route))
+        };
+        let one = Some((1, false));
+        let four = Some((4, false));
+        let mutable = Some((1, true));
+        assert_eq!(summary("active"), (one, [one, None], one));
+        assert_eq!(summary("growing"), (one, [four, one], None));
+        assert_eq!(summary("created"), (one, [one, None], None));
+        assert_eq!(summary("freed"), (one, [mutable, one], None));
+        assert_eq!(summary("bound"), (four, [four, mutable], None));
+        assert_eq!(summary("dropped"), (four, [None, four], None));
+        assert_eq!(summary("other"), (None, [None, None], None));
+        assert!(view.is_pending("dropped") && !view.is_pending("active"));
+        assert!(view.config("dropped").is_none(), "SHOW SHARDING no longer lists a removal");
+        assert_eq!(view.catalog().collections.len(), 5);
+        // A document valid under Range 4 but not Range 1 is refused while the growth is pending.
+        let (one_block, four_blocks) =
+            (ShardingConfig::parse(r1).unwrap(), ShardingConfig::parse(r4).unwrap());
+        let doc = serde_json::json!({"Customer": "customers/7"});
+        let outside = (0..64)
+            .map(|i| router::assign(&four_blocks, &format!("o/{i}$"), &doc).unwrap().0)
+            .find(|id| router::validate(&one_block, id, &doc).is_err())
+            .expect("three in four land outside the Range 1 block");
+        assert!(view.rules("growing").validate(&outside, &doc).is_err());
+        assert!(view.rules("active").validate(&outside, &doc).is_err());
+        assert!(
+            view.rules("active").validate("o/2$@1", &serde_json::json!({"Customer": 1})).is_err()
+        );
     }
 }

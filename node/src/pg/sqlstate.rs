@@ -231,6 +231,8 @@ fn move_state(error: &crate::cluster::ops::MoveError) -> SqlState {
             SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
         }
         M::NoCoordinator { .. } => SqlState::CANNOT_CONNECT_NOW,
+        // Other catalog changes kept winning the race: retry, as after any conflict.
+        M::CatalogChanged { .. } => SqlState::SERIALIZATION_FAILURE,
     }
 }
 

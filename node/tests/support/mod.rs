@@ -332,15 +332,41 @@ impl Node {
     /// Connects with tokio-postgres (simple and extended protocol) and drives the connection
     /// on the test's runtime.
     pub async fn connect(&self) -> tokio_postgres::Client {
-        let (client, connection) =
-            match tokio_postgres::connect(&self.conn_str(), tokio_postgres::NoTls).await {
-                Ok(pair) => pair,
-                Err(e) => panic!("connect to {}: {e}\nnode log:\n{}", self.addr, self.log_text()),
-            };
+        let (client, connection) = self.open().await;
         tokio::spawn(async move {
             let _ = connection.await;
         });
         client
+    }
+
+    /// [`Node::connect`], with the server's notices (their messages, in order) on the
+    /// returned channel: each is sent before the reply of the statement that raised it.
+    pub async fn connect_with_notices(
+        &self,
+    ) -> (tokio_postgres::Client, std::sync::mpsc::Receiver<String>) {
+        let (client, mut connection) = self.open().await;
+        let (tx, rx) = std::sync::mpsc::channel();
+        tokio::spawn(async move {
+            let mut messages = futures_util::stream::poll_fn(|cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = futures_util::StreamExt::next(&mut messages).await {
+                if let tokio_postgres::AsyncMessage::Notice(notice) = message {
+                    let _ = tx.send(notice.message().to_owned());
+                }
+            }
+        });
+        (client, rx)
+    }
+
+    async fn open(
+        &self,
+    ) -> (
+        tokio_postgres::Client,
+        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+    ) {
+        match tokio_postgres::connect(&self.conn_str(), tokio_postgres::NoTls).await {
+            Ok(pair) => pair,
+            Err(e) => panic!("connect to {}: {e}\nnode log:\n{}", self.addr, self.log_text()),
+        }
     }
 
     fn launch(&mut self) {

@@ -141,8 +141,8 @@ impl Session {
         for statement in writes {
             let (executor, fragment, ranges, docs) = match &statement {
                 Statement::Insert(insert) => {
-                    let config = catalog.config(insert.collection.as_str());
-                    let (placed, remote) = self.place_all(insert, config).ok()?;
+                    let place = catalog.rules(insert.collection.as_str()).place;
+                    let (placed, remote) = self.place_all(insert, place).ok()?;
                     if !remote.is_empty() || placed.len() != 1 {
                         return None;
                     }
@@ -248,7 +248,7 @@ fn write_one(
     catalog: &CatalogView,
 ) -> Result<CommandTag, EngineError> {
     let name = collection_of(&s.statement).map(|c| c.as_str().to_owned()).unwrap_or_default();
-    let config = catalog.config(&name);
+    let rules = catalog.rules(&name);
     let target = TxnTarget {
         writes: txn.writes_of(s.fragment),
         fragment: s.fragment,
@@ -256,7 +256,7 @@ fn write_one(
         docs: s.docs,
     };
     let mut affected = 0u64;
-    for share in core.txn_write(&s.statement, &[target], config)? {
+    for share in core.txn_write(&s.statement, &[target], rules)? {
         affected += share.intents.len() as u64;
         txn.absorb(share.fragment, &name, share.reads, share.intents)?;
     }

@@ -65,7 +65,9 @@ impl Session {
             let configured = self.core.shared().catalog().config(&name).is_some();
             let deleted = self.empty(collection, sink).await?;
             if configured {
-                self.change_catalog(name, |_| Ok(None)).await?;
+                if let Some(warning) = self.change_catalog(name, |_| Ok(None)).await? {
+                    sink.notice(&warning);
+                }
             } else if deleted == 0 && if_exists {
                 sink.notice(&Notice::new(format!("table \"{name}\" does not exist, skipping")));
             } else if deleted == 0 {
