@@ -552,6 +552,12 @@ async fn jsonb_operators_over_the_wire() {
     assert_eq!(plan[1], vec![s("  Route: Single")], "{plan:?}");
     let updated = client.execute("UPDATE t SET seen = true WHERE tags ? 'a'", &[]).await.unwrap();
     assert_eq!(updated, 1);
+    // SET f = DEFAULT removes the field again.
+    let unset = client.execute("UPDATE t SET seen = DEFAULT WHERE doc() ? 'seen'", &[]).await;
+    assert_eq!(unset.unwrap(), 1);
+    let seen: i64 =
+        client.query_one("SELECT count(*) FROM t WHERE doc() ? 'seen'", &[]).await.unwrap().get(0);
+    assert_eq!(seen, 0);
     let deleted = client.execute("DELETE FROM t WHERE NOT doc() ? 'tags'", &[]).await.unwrap();
     assert_eq!(deleted, 1);
     let left: Vec<i64> = client

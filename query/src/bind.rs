@@ -51,7 +51,7 @@ pub(crate) fn visit_statement(stmt: &Statement, visit: &mut dyn FnMut(&Expr, Hin
                 }
             }
             if let OnConflict::DoUpdate { assignments, filter } = &i.on_conflict {
-                assignments.iter().for_each(|a| visit(&a.expr, None));
+                assignments.iter().filter_map(|a| a.expr.as_ref()).for_each(|e| visit(e, None));
                 if let Some(f) = filter {
                     visit(f, Some(SqlType::Bool));
                 }
@@ -59,7 +59,7 @@ pub(crate) fn visit_statement(stmt: &Statement, visit: &mut dyn FnMut(&Expr, Hin
             i.returning.iter().for_each(|o| visit(&o.expr, None));
         }
         Statement::Update(u) => {
-            u.assignments.iter().for_each(|a| visit(&a.expr, None));
+            u.assignments.iter().filter_map(|a| a.expr.as_ref()).for_each(|e| visit(e, None));
             if let Some(f) = &u.filter {
                 visit(f, Some(SqlType::Bool));
             }
@@ -294,7 +294,11 @@ impl Binder<'_> {
     }
 
     fn assignments(&self, a: Vec<Assignment>) -> Result<Vec<Assignment>, PlanError> {
-        a.into_iter().map(|a| Ok(Assignment { path: a.path, expr: self.expr(a.expr)? })).collect()
+        a.into_iter()
+            .map(|a| {
+                Ok(Assignment { path: a.path, expr: a.expr.map(|e| self.expr(e)).transpose()? })
+            })
+            .collect()
     }
 
     fn count(&self, c: Option<Count>, what: &'static str) -> Result<Option<Count>, PlanError> {

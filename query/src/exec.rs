@@ -893,7 +893,30 @@ fn set_path(
     Ok(())
 }
 
-/// The new document after `assignments`, each computed from the document as it was.
+/// Removes the field at `path` from `doc`, if it is there (a missing or non-object parent
+/// means there is nothing to remove).
+fn remove_path(doc: &mut serde_json::Value, path: &FieldPath) -> Result<(), ExecError> {
+    let Some((last, parents)) = path.steps().split_last() else {
+        return Err(ExecError::InvalidDocument {
+            reason: "cannot remove the whole document with SET".to_owned(),
+        });
+    };
+    let mut at = doc;
+    for step in parents {
+        match at.get_mut(step.as_str()) {
+            Some(next) => at = next,
+            None => return Ok(()),
+        }
+    }
+    if let serde_json::Value::Object(map) = at {
+        // Keeps the other members in their stored order.
+        map.shift_remove(last.as_str());
+    }
+    Ok(())
+}
+
+/// The new document after `assignments`, each computed from the document as it was (a
+/// `DEFAULT` one removes its field).
 fn apply_assignments<'v, D: DocValue<'v>>(
     assignments: &'v [Assignment],
     row: &Row<'v, D>,
@@ -901,11 +924,14 @@ fn apply_assignments<'v, D: DocValue<'v>>(
 ) -> Result<serde_json::Value, ExecError> {
     let values = assignments
         .iter()
-        .map(|a| eval(&a.expr, row)?.to_json())
+        .map(|a| a.expr.as_ref().map(|e| eval(e, row)?.to_json()).transpose())
         .collect::<Result<Vec<_>, ExecError>>()?;
     let mut doc = doc_to_json(old, 0)?;
     for (a, v) in assignments.iter().zip(values) {
-        set_path(&mut doc, &a.path, v)?;
+        match v {
+            Some(v) => set_path(&mut doc, &a.path, v)?,
+            None => remove_path(&mut doc, &a.path)?,
+        }
     }
     Ok(doc)
 }

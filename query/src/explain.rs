@@ -153,7 +153,7 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
                 "  Set: {}",
                 u.assignments
                     .iter()
-                    .map(|a| format!("{} = {}", a.path, a.expr))
+                    .map(crate::plan::Assignment::shown)
                     .collect::<Vec<_>>()
                     .join(", ")
             ));

@@ -568,8 +568,19 @@ pub enum OnConflict {
 pub struct Assignment {
     /// The field set (dotted paths create missing objects).
     pub path: FieldPath,
-    /// Its new value, computed from the document as it was before the statement.
-    pub expr: Expr,
+    /// Its new value, computed from the document as it was before the statement; `None` for
+    /// `SET f = DEFAULT`, which removes the field (a document has no default but absence).
+    pub expr: Option<Expr>,
+}
+
+impl Assignment {
+    /// `path = expr` (`DEFAULT` for a removal), as EXPLAIN shows it.
+    pub fn shown(&self) -> String {
+        match &self.expr {
+            Some(e) => format!("{} = {e}", self.path),
+            None => format!("{} = DEFAULT", self.path),
+        }
+    }
 }
 
 /// A planned UPDATE.
@@ -2769,7 +2780,16 @@ fn plan_assignments(
                 what: format!("multiple assignments to the same field {}", steps.join(".")),
             });
         }
-        out.push(Assignment { path: FieldPath::new(steps), expr: planner.expr(&a.value, 0)? });
+        // An unquoted DEFAULT (sqlparser reads it as an identifier) removes the field.
+        let expr = match &a.value {
+            ast::Expr::Identifier(i)
+                if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default") =>
+            {
+                None
+            }
+            value => Some(planner.expr(value, 0)?),
+        };
+        out.push(Assignment { path: FieldPath::new(steps), expr });
     }
     Ok(out)
 }

@@ -1441,3 +1441,37 @@ fn jsonb_expressions_display_as_sql_that_plans_back() {
         assert_eq!(planned(&format!("SELECT {shown} FROM c")), first, "{e} shown as {shown}");
     }
 }
+
+// Checks `SET f = DEFAULT` removes the field (a document's only default is absence), nested
+// paths too, keeping the other members in their order; a field that is not there, or whose
+// parent is not an object, is left alone; `"default"` quoted is a field; EXPLAIN shows it.
+#[test]
+fn update_set_default_removes_the_field() {
+    let c = cluster();
+    let Statement::Update(up) =
+        one("UPDATE orders SET total = DEFAULT, address.city = default, missing.x = DEFAULT, \
+         \"Customer\".y = DEFAULT, note = \"default\" WHERE id() = 'orders/1-A'")
+    else {
+        panic!()
+    };
+    let mut docs = Vec::new();
+    for (i, f) in c.fragments.iter().enumerate() {
+        for intent in execute_update(&up, f, &[c.ranges[i]]).expect("updates").intents {
+            if let WriteIntent::Put { doc, .. } = intent {
+                docs.push(doc);
+            }
+        }
+    }
+    assert_eq!(docs.len(), 1);
+    assert_eq!(
+        serde_json::to_string(&docs[0]).unwrap(),
+        r#"{"Customer":"customers/1-A","address":{},"paid":true,"note":null}"#
+    );
+    let Statement::Explain { inner, .. } =
+        one("EXPLAIN UPDATE orders SET total = DEFAULT WHERE id() = 'x'")
+    else {
+        panic!()
+    };
+    let lines = query::explain(&inner, None, None);
+    assert!(lines.iter().any(|l| l.contains("Set: total = DEFAULT")), "{lines:?}");
+}
