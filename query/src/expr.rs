@@ -232,6 +232,11 @@ pub enum BinaryOp {
     HasAnyKey,
     /// `?&`: every one of them is.
     HasAllKeys,
+    /// jsonb's `-` with a text or a text array on the right: the object without those keys,
+    /// the array without those string elements.
+    JsonMinus,
+    /// `#-`: the value without what the path (a JSON array of texts on the right) names.
+    JsonDeletePath,
 }
 
 impl BinaryOp {
@@ -259,6 +264,8 @@ impl BinaryOp {
             BinaryOp::HasKey => "?",
             BinaryOp::HasAnyKey => "?|",
             BinaryOp::HasAllKeys => "?&",
+            BinaryOp::JsonMinus => "-",
+            BinaryOp::JsonDeletePath => "#-",
         }
     }
 
@@ -338,6 +345,17 @@ pub enum ScalarFunc {
     /// `jsonb_array_length(x)` / `json_array_length`: the elements of an array (22023 for
     /// anything else, as in PostgreSQL).
     JsonArrayLength,
+    /// `jsonb_set(target, path, value [, create_missing])`: `target` with the value at
+    /// `path` (a text array, planned as a JSON array of texts) replaced, or added where the
+    /// last step is missing and `create_missing` (default true).
+    JsonSet,
+    /// `jsonb_build_object(k1, v1, …)` / `json_build_object`: an object of the pairs (keys
+    /// as text, NULL values as JSON null; a NULL key is 22004).
+    JsonBuildObject,
+    /// `jsonb_build_array(…)` / `json_build_array`: an array of the arguments.
+    JsonBuildArray,
+    /// `to_jsonb(x)` / `to_json(x)`: the value as JSON (text becomes a JSON string).
+    ToJson,
 }
 
 impl ScalarFunc {
@@ -363,6 +381,10 @@ impl ScalarFunc {
             "rtrim" => ScalarFunc::Rtrim,
             "jsonb_typeof" | "json_typeof" => ScalarFunc::JsonTypeof,
             "jsonb_array_length" | "json_array_length" => ScalarFunc::JsonArrayLength,
+            "jsonb_set" => ScalarFunc::JsonSet,
+            "jsonb_build_object" | "json_build_object" => ScalarFunc::JsonBuildObject,
+            "jsonb_build_array" | "json_build_array" => ScalarFunc::JsonBuildArray,
+            "to_jsonb" | "to_json" => ScalarFunc::ToJson,
             _ => return None,
         })
     }
@@ -389,6 +411,10 @@ impl ScalarFunc {
             ScalarFunc::Rtrim => "rtrim",
             ScalarFunc::JsonTypeof => "jsonb_typeof",
             ScalarFunc::JsonArrayLength => "jsonb_array_length",
+            ScalarFunc::JsonSet => "jsonb_set",
+            ScalarFunc::JsonBuildObject => "jsonb_build_object",
+            ScalarFunc::JsonBuildArray => "jsonb_build_array",
+            ScalarFunc::ToJson => "to_jsonb",
         }
     }
 
@@ -406,7 +432,11 @@ impl ScalarFunc {
             | ScalarFunc::Floor
             | ScalarFunc::Ceil
             | ScalarFunc::JsonTypeof
-            | ScalarFunc::JsonArrayLength => n == 1,
+            | ScalarFunc::JsonArrayLength
+            | ScalarFunc::ToJson => n == 1,
+            ScalarFunc::JsonSet => n == 3 || n == 4,
+            ScalarFunc::JsonBuildObject => n.is_multiple_of(2),
+            ScalarFunc::JsonBuildArray => true,
             ScalarFunc::NullIf => n == 2,
             ScalarFunc::Round | ScalarFunc::Btrim | ScalarFunc::Ltrim | ScalarFunc::Rtrim => {
                 n == 1 || n == 2
@@ -1036,7 +1066,7 @@ pub fn eval<'v, D: DocValue<'v>>(
             Value::Bool(same == (*op == BinaryOp::IsNotDistinctFrom))
         }
         Expr::Binary { op, left, right } if op.is_json_test() => {
-            json_test(*op, eval(left, row)?, eval(right, row)?)?
+            json_binary(*op, left, right, row)?
         }
         Expr::Binary { op, left, right } if op.is_comparison() => {
             let l = eval(left, row)?;
@@ -1045,6 +1075,9 @@ pub fn eval<'v, D: DocValue<'v>>(
         }
         Expr::Binary { op: BinaryOp::Concat, left, right } => {
             concat(eval(left, row)?, eval(right, row)?)?
+        }
+        Expr::Binary { op: op @ (BinaryOp::JsonMinus | BinaryOp::JsonDeletePath), left, right } => {
+            json_binary(*op, left, right, row)?
         }
         Expr::Binary { op, left, right } => arithmetic(*op, eval(left, row)?, eval(right, row)?)?,
         Expr::IsNull { expr, negated } => {
@@ -1099,7 +1132,7 @@ pub fn eval<'v, D: DocValue<'v>>(
             }
         }
         Expr::Cast { expr, to } => cast(eval(expr, row)?, *to)?,
-        Expr::JsonPath { base, steps } => json_path(eval(base, row)?, steps),
+        Expr::JsonPath { base, steps } => json_path_of(base, steps, row)?,
         Expr::Call { func, args } => call(*func, args, row)?,
         Expr::Case { operand, whens, otherwise } => {
             match case_branch(operand.as_deref(), whens, otherwise.as_deref(), row)? {
@@ -1186,6 +1219,10 @@ fn call<'v, D: DocValue<'v>>(
             let Some(x) = args.first() else { return Ok(Value::Null) };
             return json_function(func, eval(x, row)?);
         }
+        ScalarFunc::JsonSet
+        | ScalarFunc::JsonBuildObject
+        | ScalarFunc::JsonBuildArray
+        | ScalarFunc::ToJson => return json_build(func, args, row),
     };
     match text_arg(args.first(), row)? {
         Some(t) => Ok(over_text(&t)),
@@ -1412,6 +1449,29 @@ impl<'v, D: DocValue<'v>> Value<'v, D> {
     }
 }
 
+/// jsonb's binary operators over `row`: evaluated here, out of `eval`, so their operands
+/// stay out of the recursive frame.
+#[inline(never)]
+fn json_binary<'v, D: DocValue<'v>>(
+    op: BinaryOp,
+    left: &'v Expr,
+    right: &'v Expr,
+    row: &Row<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    let (l, r) = (eval(left, row)?, eval(right, row)?);
+    if op.is_json_test() { json_test(op, l, r) } else { json_delete(op, l, r) }
+}
+
+/// [`json_path`] of `base` over `row`, out of `eval` (see [`json_binary`]).
+#[inline(never)]
+fn json_path_of<'v, D: DocValue<'v>>(
+    base: &'v Expr,
+    steps: &'v [JsonStep],
+    row: &Row<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    Ok(json_path(eval(base, row)?, steps))
+}
+
 /// jsonb access (`->`, `#>`) that indexes arrays, over any JSON value; NULL where a step does
 /// not fit.
 fn json_path<'v, D: DocValue<'v>>(base: Value<'v, D>, steps: &'v [JsonStep]) -> Value<'v, D> {
@@ -1534,6 +1594,7 @@ fn scalar_equal<'a, 'b, A: DocValue<'a>, B: DocValue<'b>>(a: A, b: B) -> bool {
 }
 
 /// `jsonb_typeof` and `jsonb_array_length` of one value.
+#[inline(never)]
 fn json_function<'v, D: DocValue<'v>>(
     func: ScalarFunc,
     x: Value<'v, D>,
@@ -1564,6 +1625,187 @@ fn json_function<'v, D: DocValue<'v>>(
         }
         _ => Value::Null,
     })
+}
+
+/// jsonb's `-` (keys or string elements named by a text or a JSON array of texts) and `#-`
+/// (the path a JSON array of texts names). NULL on either side, or a left side that is not an
+/// array or object, gives NULL (the module's rule: mismatched kinds never raise).
+fn json_delete<'v, D: DocValue<'v>>(
+    op: BinaryOp,
+    l: Value<'v, D>,
+    r: Value<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    if !is_container(&l) || matches!(r, Value::Null) {
+        return Ok(Value::Null);
+    }
+    let mut doc = l.to_json()?;
+    let names: Vec<String> = match &r {
+        Value::JsonRef(serde_json::Value::Array(items)) => {
+            items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect()
+        }
+        Value::Json(serde_json::Value::Array(items)) => {
+            items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect()
+        }
+        other => match other.as_str() {
+            Some(s) => vec![s.to_owned()],
+            None => return Ok(Value::Null),
+        },
+    };
+    if op == BinaryOp::JsonDeletePath {
+        delete_path(&mut doc, &names);
+    } else {
+        match &mut doc {
+            serde_json::Value::Object(map) => {
+                for name in &names {
+                    map.shift_remove(name.as_str());
+                }
+            }
+            serde_json::Value::Array(items) => {
+                items.retain(|i| i.as_str().is_none_or(|s| !names.iter().any(|n| n == s)))
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Json(doc))
+}
+
+/// Removes what `path` names (object keys; on arrays, the element the step's integer text
+/// names, negative from the end); a path that leads nowhere removes nothing.
+fn delete_path(doc: &mut serde_json::Value, path: &[String]) {
+    let Some((last, parents)) = path.split_last() else { return };
+    let Some(at) = walk_mut(doc, parents) else { return };
+    match at {
+        serde_json::Value::Object(map) => {
+            map.shift_remove(last.as_str());
+        }
+        serde_json::Value::Array(items) => {
+            if let Some(i) = array_slot(items.len(), last) {
+                items.remove(i);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// What `path` names inside `doc` (object keys; on arrays, integer steps), if it is there.
+fn walk_mut<'a>(
+    doc: &'a mut serde_json::Value,
+    path: &[String],
+) -> Option<&'a mut serde_json::Value> {
+    let mut at = doc;
+    for step in path {
+        at = match at {
+            serde_json::Value::Object(map) => map.get_mut(step.as_str())?,
+            serde_json::Value::Array(items) => {
+                let i = array_slot(items.len(), step)?;
+                items.get_mut(i)?
+            }
+            _ => return None,
+        };
+    }
+    Some(at)
+}
+
+/// The position an integer path step names in an array of `len` (negative from the end).
+fn array_slot(len: usize, step: &str) -> Option<usize> {
+    let i: i64 = step.parse().ok()?;
+    let len = i64::try_from(len).ok()?;
+    let at = if i < 0 { len.checked_add(i)? } else { i };
+    if at >= len {
+        return None;
+    }
+    usize::try_from(at).ok()
+}
+
+/// `jsonb_set`, `jsonb_build_object`, `jsonb_build_array`, `to_jsonb`.
+#[inline(never)]
+fn json_build<'v, D: DocValue<'v>>(
+    func: ScalarFunc,
+    args: &'v [Expr],
+    row: &Row<'v, D>,
+) -> Result<Value<'v, D>, ExecError> {
+    let values =
+        args.iter().map(|a| eval(a, row)).collect::<Result<Vec<Value<'v, D>>, ExecError>>()?;
+    Ok(match func {
+        ScalarFunc::ToJson => match values.first() {
+            None | Some(Value::Null) => Value::Null,
+            Some(v) => Value::Json(v.to_json()?),
+        },
+        ScalarFunc::JsonBuildArray => Value::Json(serde_json::Value::Array(
+            values.iter().map(Value::to_json).collect::<Result<_, _>>()?,
+        )),
+        ScalarFunc::JsonBuildObject => {
+            let mut map = serde_json::Map::new();
+            for pair in values.chunks(2) {
+                let [key, value] = pair else { break };
+                if matches!(key, Value::Null) {
+                    return Err(ExecError::InvalidArgument {
+                        function: "jsonb_build_object",
+                        reason: "a key must not be NULL",
+                    });
+                }
+                let key = match cast(key.clone(), SqlType::Text)? {
+                    Value::Text(t) => t,
+                    other => other.as_str().unwrap_or_default().to_owned(),
+                };
+                map.insert(key, value.to_json()?);
+            }
+            Value::Json(serde_json::Value::Object(map))
+        }
+        ScalarFunc::JsonSet => {
+            let (Some(target), Some(path), Some(new)) =
+                (values.first(), values.get(1), values.get(2))
+            else {
+                return Ok(Value::Null);
+            };
+            if [target, path, new].iter().any(|v| matches!(v, Value::Null)) {
+                return Ok(Value::Null);
+            }
+            let create = match values.get(3) {
+                None => true,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Ok(Value::Null),
+            };
+            let steps: Vec<String> = match path {
+                Value::JsonRef(serde_json::Value::Array(items)) => {
+                    items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect()
+                }
+                _ => return Ok(Value::Null),
+            };
+            let mut doc = target.to_json()?;
+            set_at(&mut doc, &steps, new.to_json()?, create);
+            Value::Json(doc)
+        }
+        _ => Value::Null,
+    })
+}
+
+/// PostgreSQL's `jsonb_set` on an owned value: replaces what `path` names; where only its last
+/// step is missing and `create`, adds it (an object member, or an array element before the
+/// start for a negative index past it, after the end for a positive one); otherwise leaves
+/// the value unchanged.
+fn set_at(doc: &mut serde_json::Value, path: &[String], value: serde_json::Value, create: bool) {
+    let Some((last, parents)) = path.split_last() else { return };
+    let Some(at) = walk_mut(doc, parents) else { return };
+    match at {
+        serde_json::Value::Object(map) if create || map.contains_key(last.as_str()) => {
+            map.insert(last.clone(), value);
+        }
+        serde_json::Value::Array(items) => match array_slot(items.len(), last) {
+            Some(i) => {
+                if let Some(slot) = items.get_mut(i) {
+                    *slot = value;
+                }
+            }
+            None if create => match last.parse::<i64>() {
+                Ok(i) if i < 0 => items.insert(0, value),
+                Ok(_) => items.push(value),
+                Err(_) => {}
+            },
+            None => {}
+        },
+        _ => {}
+    }
 }
 
 /// Whether the filter holds for the row (NULL counts as false).

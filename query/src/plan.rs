@@ -1410,6 +1410,12 @@ impl ExprPlanner<'_> {
             ast::BinaryOperator::QuestionAnd => {
                 return self.json_test(left, BinaryOp::HasAllKeys, right, depth);
             }
+            ast::BinaryOperator::HashMinus => {
+                return self.json_test(left, BinaryOp::JsonDeletePath, right, depth);
+            }
+            ast::BinaryOperator::Minus if text_operand(right) => {
+                return self.json_test(left, BinaryOp::JsonMinus, right, depth);
+            }
             ast::BinaryOperator::And => BinaryOp::And,
             ast::BinaryOperator::Or => BinaryOp::Or,
             ast::BinaryOperator::Eq => BinaryOp::Eq,
@@ -1509,40 +1515,14 @@ impl ExprPlanner<'_> {
         let as_json = |e: &ast::Expr| self.json_operand(e, depth);
         let left = as_json(left)?;
         let right = match op {
-            BinaryOp::HasAnyKey | BinaryOp::HasAllKeys => {
-                let texts = match right {
-                    ast::Expr::Value(v) => match &v.value {
-                        ast::Value::SingleQuotedString(s) => Some(text_array(s)?),
-                        _ => None,
-                    },
-                    ast::Expr::Array(array) => array
-                        .elem
-                        .iter()
-                        .map(|e| match e {
-                            ast::Expr::Value(v) => match &v.value {
-                                ast::Value::SingleQuotedString(s) => Some(s.clone()),
-                                _ => None,
-                            },
-                            _ => None,
-                        })
-                        .collect(),
-                    _ => None,
-                };
-                let Some(texts) = texts else {
-                    return unsupported(format!(
-                        "{} with a right operand that is not a text array literal",
-                        op.symbol()
-                    ));
-                };
-                if texts.len() > IN_LIST_MAX {
-                    return Err(PlanError::LimitExceeded {
-                        what: "keys in a ?| or ?& array",
-                        limit: IN_LIST_MAX,
-                    });
-                }
-                Expr::Literal(Literal::Json(serde_json::Value::Array(
-                    texts.into_iter().map(serde_json::Value::String).collect(),
-                )))
+            // `- 'k'` is one key (an unknown literal is text, as in PostgreSQL), `- ARRAY[…]`
+            // several.
+            BinaryOp::JsonMinus if matches!(right, ast::Expr::Array(_)) => {
+                json_texts(op, text_list(right)?)?
+            }
+            BinaryOp::JsonMinus => self.expr(right, depth + 1)?,
+            BinaryOp::HasAnyKey | BinaryOp::HasAllKeys | BinaryOp::JsonDeletePath => {
+                json_texts(op, text_list(right)?)?
             }
             BinaryOp::HasKey => self.expr(right, depth + 1)?,
             _ => as_json(right)?,
@@ -1686,6 +1666,33 @@ impl ExprPlanner<'_> {
         Ok(Expr::Call { func, args })
     }
 
+    /// `jsonb_set(target, path, value [, create_missing])`: the path is a text array literal
+    /// (planned as a JSON array of texts) and string literals are json, as PostgreSQL types
+    /// them there.
+    #[inline(never)]
+    fn json_set(&self, args: &[Option<&ast::Expr>], depth: usize) -> Result<Expr, PlanError> {
+        if !ScalarFunc::JsonSet.takes(args.len()) {
+            return Err(PlanError::Invalid {
+                what: format!("jsonb_set() does not take {} arguments", args.len()),
+            });
+        }
+        let mut planned = Vec::with_capacity(args.len());
+        for (i, arg) in args.iter().enumerate() {
+            let Some(arg) = arg else { return unsupported("jsonb_set(*)") };
+            planned.push(match i {
+                0 | 2 => self.json_operand(arg, depth)?,
+                1 => json_texts(BinaryOp::JsonDeletePath, text_list(arg)?).map_err(|_| {
+                    PlanError::Unsupported {
+                        construct: "jsonb_set with a path that is not a text array literal"
+                            .to_owned(),
+                    }
+                })?,
+                _ => self.expr(arg, depth + 1)?,
+            });
+        }
+        Ok(Expr::Call { func: ScalarFunc::JsonSet, args: planned })
+    }
+
     /// `CASE [x] WHEN … THEN … [ELSE …] END`.
     #[inline(never)]
     fn case(
@@ -1731,6 +1738,9 @@ impl ExprPlanner<'_> {
                 return unsupported(format!("function {name} with arguments"));
             }
             return Ok(Expr::Session(value));
+        }
+        if scalar == Some(ScalarFunc::JsonSet) {
+            return self.json_set(&args, depth);
         }
         if let Some(func) = scalar {
             return self.call(func, &name, &args, depth);
@@ -1842,6 +1852,55 @@ fn text_array(literal: &str) -> Result<Vec<String>, PlanError> {
             }
         })
         .collect()
+}
+
+/// Whether a `-` operand makes it jsonb's key removal: a string literal or an ARRAY (never a
+/// number: `n - 1` stays arithmetic).
+fn text_operand(e: &ast::Expr) -> bool {
+    matches!(e, ast::Expr::Array(_))
+        || matches!(e, ast::Expr::Value(v) if matches!(v.value, ast::Value::SingleQuotedString(_)))
+}
+
+/// The texts of a text array operand: a literal `'{a,b}'` or `ARRAY['a', 'b']` (`None`:
+/// anything else).
+fn text_list(e: &ast::Expr) -> Result<Option<Vec<String>>, PlanError> {
+    Ok(match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) => Some(text_array(s)?),
+            _ => None,
+        },
+        ast::Expr::Array(array) => array
+            .elem
+            .iter()
+            .map(|e| match e {
+                ast::Expr::Value(v) => match &v.value {
+                    ast::Value::SingleQuotedString(s) => Some(s.clone()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    })
+}
+
+/// A text array operand of `op` as a JSON array of strings (bounded by `IN_LIST_MAX`).
+fn json_texts(op: BinaryOp, texts: Option<Vec<String>>) -> Result<Expr, PlanError> {
+    let Some(texts) = texts else {
+        return unsupported(format!(
+            "{} with a right operand that is not a text array literal",
+            op.symbol()
+        ));
+    };
+    if texts.len() > IN_LIST_MAX {
+        return Err(PlanError::LimitExceeded {
+            what: "texts in a key or path array",
+            limit: IN_LIST_MAX,
+        });
+    }
+    Ok(Expr::Literal(Literal::Json(serde_json::Value::Array(
+        texts.into_iter().map(serde_json::Value::String).collect(),
+    ))))
 }
 
 /// `'…'::json` of a literal is parsed at plan time so a malformed document is a plan error.
@@ -2105,6 +2164,14 @@ pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
         Expr::Call { func: ScalarFunc::Length | ScalarFunc::JsonArrayLength, .. } => SqlType::Int8,
         Expr::Call { func: ScalarFunc::JsonTypeof, .. } => SqlType::Text,
         Expr::Call {
+            func:
+                ScalarFunc::JsonSet
+                | ScalarFunc::JsonBuildObject
+                | ScalarFunc::JsonBuildArray
+                | ScalarFunc::ToJson,
+            ..
+        } => SqlType::Json,
+        Expr::Call {
             func: ScalarFunc::Coalesce | ScalarFunc::Greatest | ScalarFunc::Least,
             args,
         } => common_type(args.iter(), params),
@@ -2137,6 +2204,8 @@ pub(crate) fn expr_type(e: &Expr, params: &[Option<SqlType>]) -> SqlType {
                 SqlType::Bool
             } else if *op == BinaryOp::Concat {
                 SqlType::Text
+            } else if matches!(op, BinaryOp::JsonMinus | BinaryOp::JsonDeletePath) {
+                SqlType::Json
             } else if expr_type(left, params) == SqlType::Int8
                 && expr_type(right, params) == SqlType::Int8
             {
