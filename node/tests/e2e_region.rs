@@ -332,6 +332,25 @@ async fn e2e_buffered_then_served_through_every_node() {
             "a document placed under Range 1 is in its Range 4 block"
         );
     }
+    // verify_sharding reads every node's fragments: a document let in while Mutable was true
+    // is listed through every node once Mutable is false again.
+    let loose = r#"{"Fields": ["Customer"], "Range": 4, "Mutable": true}"#;
+    clients[0].batch_execute(&format!("ALTER TABLE inv SET (sharding = '{loose}')")).await.unwrap();
+    clients[1]
+        .batch_execute(r#"INSERT INTO inv VALUES ('inv/loose', '{"Customer": "customers/9"}')"#)
+        .await
+        .unwrap();
+    let strict = r#"{"Fields": ["Customer"], "Range": 4}"#;
+    clients[2]
+        .batch_execute(&format!("ALTER TABLE inv SET (sharding = '{strict}')"))
+        .await
+        .unwrap();
+    for c in &clients {
+        let rows =
+            simple_rows(&c.simple_query("SELECT * FROM verify_sharding('inv')").await.unwrap());
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0][0].as_deref(), Some("inv/loose"));
+    }
     clients[2].batch_execute("DROP TABLE inv").await.unwrap();
     for c in &clients {
         assert!(simple_rows(&c.simple_query("SHOW SHARDING inv").await.unwrap()).is_empty());

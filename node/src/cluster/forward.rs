@@ -313,6 +313,21 @@ pub enum Share {
     /// The owner's documents per collection; answered with `Collections`. Added last, so
     /// every older share keeps its encoding.
     Collections,
+    /// The ids of the owner's documents of `collection` that violate its content
+    /// configuration (`verify_sharding`); answered with `Violations`.
+    Verify {
+        /// The collection.
+        collection: String,
+    },
+}
+
+/// One document `verify_sharding` lists.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct WireViolation {
+    /// Its id.
+    pub id: String,
+    /// Why it violates the configuration.
+    pub reason: String,
 }
 
 /// A forwarded share.
@@ -383,6 +398,8 @@ pub enum Reply {
     },
     /// The owner's documents per collection (collections it holds none of are absent).
     Collections(Vec<WireCollection>),
+    /// The owner's documents that violate a collection's content configuration.
+    Violations(Vec<WireViolation>),
     /// The owner's collection catalog is newer than the one the statement was planned with and
     /// places its documents elsewhere: plan again once this node has at least `current`.
     StaleCatalog {

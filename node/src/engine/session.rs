@@ -989,6 +989,15 @@ impl Session {
                     .collect(),
             ));
         }
+        if let Share::Verify { collection } = &request.share {
+            let found = self.local_violations(&CollectionName::new(collection.as_str())).await?;
+            return Ok(Reply::Violations(
+                found
+                    .into_iter()
+                    .map(|(id, reason)| forward::WireViolation { id, reason })
+                    .collect(),
+            ));
+        }
         if let Share::Collections = request.share {
             let docs = self.local_collection_docs().await?;
             return Ok(Reply::Collections(
@@ -1149,8 +1158,8 @@ impl Session {
             | Share::TxnPrepare { .. }
             | Share::TxnFinish { .. }
             | Share::TxnDecide { .. } => Err(internal("commit share handled above")),
-            Share::Fragments | Share::Collections => {
-                Err(internal("fragments and collections shares handled above"))
+            Share::Fragments | Share::Collections | Share::Verify { .. } => {
+                Err(internal("fragments, collections and verify shares handled above"))
             }
         }
     }
@@ -2194,12 +2203,42 @@ impl Session {
         }
     }
 
+    /// `verify_sharding(c)`: the documents of every fragment, on every node (one forwarded
+    /// request per other owner node; one that does not answer fails the statement), that
+    /// violate the collection's configuration, sorted by id.
     async fn verify(&self, collection: &CollectionName) -> Result<Rows, EngineError> {
+        let mut violations = self.local_violations(collection).await?;
+        let map = self.map()?;
+        let share = Share::Verify { collection: collection.as_str().to_owned() };
+        for answer in self.ask_other_owners(&map, &share).await {
+            match answer? {
+                Reply::Violations(found) => {
+                    violations.extend(found.into_iter().map(|v| (v.id, v.reason)));
+                }
+                other => {
+                    reply_error(other)?;
+                    return Err(bad_reply("verify answered without violations".to_owned()));
+                }
+            }
+        }
+        violations.sort();
+        Ok(violations
+            .into_iter()
+            .map(|(id, reason)| vec![Datum::Text(id), Datum::Text(reason)])
+            .collect())
+    }
+
+    /// The documents of this node's fragments that violate `collection`'s configuration (as
+    /// this node's catalog has it).
+    async fn local_violations(
+        &self,
+        collection: &CollectionName,
+    ) -> Result<Vec<(String, String)>, EngineError> {
         let catalog = self.core.shared().catalog();
         if catalog.config(collection.as_str()).is_none() {
             return Err(EngineError::NoConfiguration(collection.as_str().to_owned()));
         }
-        let groups = self.all_fragments()?;
+        let groups = self.local_fragments()?;
         let with = (catalog, collection.clone());
         let found = self
             .fan_out(groups, &with, |core, (view, name), targets| async move {
@@ -2209,30 +2248,20 @@ impl Session {
                 core.verify(&name, config, &targets)
             })
             .await?;
-        let mut violations: Vec<(String, String)> = found.into_iter().flatten().collect();
-        violations.sort();
-        Ok(violations
-            .into_iter()
-            .map(|(id, reason)| vec![Datum::Text(id), Datum::Text(reason)])
-            .collect())
+        Ok(found.into_iter().flatten().collect())
     }
 
-    fn all_fragments(&self) -> Result<BTreeMap<ExecutorIndex, Vec<Target>>, EngineError> {
+    /// Every fragment this node owns, whole, by executor.
+    fn local_fragments(&self) -> Result<BTreeMap<ExecutorIndex, Vec<Target>>, EngineError> {
         let mut groups: BTreeMap<ExecutorIndex, Vec<Target>> = BTreeMap::new();
         let map = self.map()?;
         let me = self.core.shared().me;
-        let mut remote: Remote<FragmentId> = BTreeMap::new();
-        for f in map.fragments() {
-            if f.owner().node != me {
-                remote.entry(f.owner().node).or_default().push(f.id());
-                continue;
-            }
+        for f in map.fragments().iter().filter(|f| f.owner().node == me) {
             groups
                 .entry(ExecutorIndex::new(f.owner().executor.0 as usize))
                 .or_default()
                 .push(Target { fragment: f.id(), ranges: vec![f.range()] });
         }
-        local_only(&remote, "verify_sharding")?;
         Ok(groups)
     }
 
@@ -2781,6 +2810,7 @@ fn reply_error(reply: Reply) -> Result<u64, EngineError> {
         | Reply::TxnRead { .. }
         | Reply::TxnShares(_)
         | Reply::Decided { .. }
+        | Reply::Violations(_)
         | Reply::Applied => Err(bad_reply("an answer of another kind".to_owned())),
     }
 }
