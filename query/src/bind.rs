@@ -123,30 +123,31 @@ fn sibling_type(e: &Expr) -> Hint {
     }
 }
 
+/// The types an operator gives its operands whatever they are compared with (`None`: the
+/// operator types them from each other, or as numbers).
+fn operand_types(op: BinaryOp) -> Option<(Hint, Hint)> {
+    let (bool, text, json) = (Some(SqlType::Bool), Some(SqlType::Text), Some(SqlType::Json));
+    Some(match op {
+        BinaryOp::And | BinaryOp::Or => (bool, bool),
+        BinaryOp::Concat => (text, text),
+        BinaryOp::Contains | BinaryOp::ContainedBy => (json, json),
+        BinaryOp::HasKey => (json, text),
+        BinaryOp::HasAnyKey | BinaryOp::HasAllKeys => (json, None),
+        _ => return None,
+    })
+}
+
 fn infer(e: &Expr, hint: Hint, note: &mut dyn FnMut(usize, Hint)) {
+    if let Expr::Binary { op, left, right } = e
+        && let Some((l, r)) = operand_types(*op)
+    {
+        infer(left, l, note);
+        infer(right, r, note);
+        return;
+    }
     match e {
         Expr::Param(i) => note(*i, hint),
         Expr::Cast { expr, to } => infer(expr, Some(*to), note),
-        Expr::Binary { op: BinaryOp::And | BinaryOp::Or, left, right } => {
-            infer(left, Some(SqlType::Bool), note);
-            infer(right, Some(SqlType::Bool), note);
-        }
-        Expr::Binary { op: BinaryOp::Concat, left, right } => {
-            infer(left, Some(SqlType::Text), note);
-            infer(right, Some(SqlType::Text), note);
-        }
-        Expr::Binary { op: BinaryOp::Contains | BinaryOp::ContainedBy, left, right } => {
-            infer(left, Some(SqlType::Json), note);
-            infer(right, Some(SqlType::Json), note);
-        }
-        Expr::Binary { op: BinaryOp::HasKey, left, right } => {
-            infer(left, Some(SqlType::Json), note);
-            infer(right, Some(SqlType::Text), note);
-        }
-        Expr::Binary { op: BinaryOp::HasAnyKey | BinaryOp::HasAllKeys, left, right } => {
-            infer(left, Some(SqlType::Json), note);
-            infer(right, None, note);
-        }
         Expr::JsonPath { base, .. } => infer(base, Some(SqlType::Json), note),
         Expr::Binary { op, left, right } if op.is_comparison() => {
             infer(left, sibling_type(right), note);

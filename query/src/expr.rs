@@ -160,9 +160,17 @@ impl JsonStep {
 
 /// Element `i` of an array (negative: from the end).
 fn element_at<'a, J: DocValue<'a>>(array: J, i: i64) -> Option<J> {
-    let len = i64::try_from(array.len()).ok()?;
+    array.element(array_index(array.len(), i)?)
+}
+
+/// The position index `i` names in an array of `len` (negative: from the end), if inside it.
+fn array_index(len: usize, i: i64) -> Option<usize> {
+    let len = i64::try_from(len).ok()?;
     let at = if i < 0 { len.checked_add(i)? } else { i };
-    array.element(usize::try_from(at).ok()?)
+    if at >= len {
+        return None;
+    }
+    usize::try_from(at).ok()
 }
 
 impl fmt::Display for JsonStep {
@@ -1000,14 +1008,7 @@ pub fn eval<'v, D: DocValue<'v>>(
             None => Value::Null,
         },
         Expr::Excluded(path) => match row.excluded.and_then(|d| d.path(path.steps())) {
-            Some(v) => match Value::<&serde_json::Value>::from_doc(v) {
-                Value::Null => Value::Null,
-                Value::Bool(b) => Value::Bool(b),
-                Value::Int(i) => Value::Int(i),
-                Value::Float(f) => Value::Float(f),
-                Value::Str(s) => Value::Str(s),
-                _ => Value::JsonRef(v),
-            },
+            Some(v) => Value::from_json_ref(v),
             None => Value::Null,
         },
         Expr::Unary { op: UnaryOp::Not, expr } => match eval(expr, row)?.truth() {
@@ -1409,14 +1410,9 @@ impl<'v, D: DocValue<'v>> Value<'v, D> {
     /// The value of a JSON node from the plan, scalars unwrapped.
     fn from_json_ref(v: &'v serde_json::Value) -> Value<'v, D> {
         match v {
-            serde_json::Value::Null => Value::Null,
-            serde_json::Value::Bool(b) => Value::Bool(*b),
-            serde_json::Value::Number(n) => match n.as_i64() {
-                Some(i) => Value::Int(i),
-                None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-            },
             serde_json::Value::String(s) => Value::Str(s),
-            _ => Value::JsonRef(v),
+            serde_json::Value::Array(_) | serde_json::Value::Object(_) => Value::JsonRef(v),
+            scalar => Value::from_json_scalar(scalar),
         }
     }
 
@@ -1425,12 +1421,31 @@ impl<'v, D: DocValue<'v>> Value<'v, D> {
         match v {
             serde_json::Value::String(s) => Value::Text(s),
             serde_json::Value::Array(_) | serde_json::Value::Object(_) => Value::Json(v),
-            serde_json::Value::Bool(b) => Value::Bool(b),
+            scalar => Value::from_json_scalar(&scalar),
+        }
+    }
+
+    /// A JSON null, boolean or number (anything else is NULL).
+    fn from_json_scalar(v: &serde_json::Value) -> Value<'v, D> {
+        match v {
+            serde_json::Value::Bool(b) => Value::Bool(*b),
             serde_json::Value::Number(n) => match n.as_i64() {
                 Some(i) => Value::Int(i),
                 None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
             },
-            serde_json::Value::Null => Value::Null,
+            _ => Value::Null,
+        }
+    }
+
+    /// The strings of a JSON array (the planner's form of a text array: `?|` keys, `#-` and
+    /// `jsonb_set` paths, `- ARRAY[…]`); `None` for anything but an array.
+    fn texts(&self) -> Option<Vec<&str>> {
+        match self {
+            Value::JsonRef(serde_json::Value::Array(items))
+            | Value::Json(serde_json::Value::Array(items)) => {
+                Some(items.iter().filter_map(serde_json::Value::as_str).collect())
+            }
+            _ => None,
         }
     }
 
@@ -1508,9 +1523,8 @@ fn json_test<'v, D: DocValue<'v>>(
         JsonView::Plan(v) => has_key(v, key),
     };
     let keys = |want_all: bool| -> Option<bool> {
-        let JsonView::Plan(serde_json::Value::Array(items)) = inner else { return None };
-        let mut texts = items.iter().filter_map(serde_json::Value::as_str);
-        Some(if want_all { texts.all(has) } else { texts.any(has) })
+        let texts = r.texts()?;
+        Some(if want_all { texts.into_iter().all(has) } else { texts.into_iter().any(has) })
     };
     Ok(match op {
         BinaryOp::Contains | BinaryOp::ContainedBy => Value::Bool(match (outer, inner) {
@@ -1639,17 +1653,8 @@ fn json_delete<'v, D: DocValue<'v>>(
         return Ok(Value::Null);
     }
     let mut doc = l.to_json()?;
-    let names: Vec<String> = match &r {
-        Value::JsonRef(serde_json::Value::Array(items)) => {
-            items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect()
-        }
-        Value::Json(serde_json::Value::Array(items)) => {
-            items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect()
-        }
-        other => match other.as_str() {
-            Some(s) => vec![s.to_owned()],
-            None => return Ok(Value::Null),
-        },
+    let Some(names) = r.texts().or_else(|| r.as_str().map(|s| vec![s])) else {
+        return Ok(Value::Null);
     };
     if op == BinaryOp::JsonDeletePath {
         delete_path(&mut doc, &names);
@@ -1657,11 +1662,11 @@ fn json_delete<'v, D: DocValue<'v>>(
         match &mut doc {
             serde_json::Value::Object(map) => {
                 for name in &names {
-                    map.shift_remove(name.as_str());
+                    map.shift_remove(*name);
                 }
             }
             serde_json::Value::Array(items) => {
-                items.retain(|i| i.as_str().is_none_or(|s| !names.iter().any(|n| n == s)))
+                items.retain(|i| i.as_str().is_none_or(|s| !names.contains(&s)))
             }
             _ => {}
         }
@@ -1671,12 +1676,12 @@ fn json_delete<'v, D: DocValue<'v>>(
 
 /// Removes what `path` names (object keys; on arrays, the element the step's integer text
 /// names, negative from the end); a path that leads nowhere removes nothing.
-fn delete_path(doc: &mut serde_json::Value, path: &[String]) {
+fn delete_path(doc: &mut serde_json::Value, path: &[&str]) {
     let Some((last, parents)) = path.split_last() else { return };
     let Some(at) = walk_mut(doc, parents) else { return };
     match at {
         serde_json::Value::Object(map) => {
-            map.shift_remove(last.as_str());
+            map.shift_remove(*last);
         }
         serde_json::Value::Array(items) => {
             if let Some(i) = array_slot(items.len(), last) {
@@ -1690,12 +1695,12 @@ fn delete_path(doc: &mut serde_json::Value, path: &[String]) {
 /// What `path` names inside `doc` (object keys; on arrays, integer steps), if it is there.
 fn walk_mut<'a>(
     doc: &'a mut serde_json::Value,
-    path: &[String],
+    path: &[&str],
 ) -> Option<&'a mut serde_json::Value> {
     let mut at = doc;
     for step in path {
         at = match at {
-            serde_json::Value::Object(map) => map.get_mut(step.as_str())?,
+            serde_json::Value::Object(map) => map.get_mut(*step)?,
             serde_json::Value::Array(items) => {
                 let i = array_slot(items.len(), step)?;
                 items.get_mut(i)?
@@ -1708,13 +1713,7 @@ fn walk_mut<'a>(
 
 /// The position an integer path step names in an array of `len` (negative from the end).
 fn array_slot(len: usize, step: &str) -> Option<usize> {
-    let i: i64 = step.parse().ok()?;
-    let len = i64::try_from(len).ok()?;
-    let at = if i < 0 { len.checked_add(i)? } else { i };
-    if at >= len {
-        return None;
-    }
-    usize::try_from(at).ok()
+    array_index(len, step.parse().ok()?)
 }
 
 /// `jsonb_set`, `jsonb_build_object`, `jsonb_build_array`, `to_jsonb`.
@@ -1766,12 +1765,7 @@ fn json_build<'v, D: DocValue<'v>>(
                 Some(Value::Bool(b)) => *b,
                 Some(_) => return Ok(Value::Null),
             };
-            let steps: Vec<String> = match path {
-                Value::JsonRef(serde_json::Value::Array(items)) => {
-                    items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect()
-                }
-                _ => return Ok(Value::Null),
-            };
+            let Some(steps) = path.texts() else { return Ok(Value::Null) };
             let mut doc = target.to_json()?;
             set_at(&mut doc, &steps, new.to_json()?, create);
             Value::Json(doc)
@@ -1784,12 +1778,12 @@ fn json_build<'v, D: DocValue<'v>>(
 /// step is missing and `create`, adds it (an object member, or an array element before the
 /// start for a negative index past it, after the end for a positive one); otherwise leaves
 /// the value unchanged.
-fn set_at(doc: &mut serde_json::Value, path: &[String], value: serde_json::Value, create: bool) {
+fn set_at(doc: &mut serde_json::Value, path: &[&str], value: serde_json::Value, create: bool) {
     let Some((last, parents)) = path.split_last() else { return };
     let Some(at) = walk_mut(doc, parents) else { return };
     match at {
-        serde_json::Value::Object(map) if create || map.contains_key(last.as_str()) => {
-            map.insert(last.clone(), value);
+        serde_json::Value::Object(map) if create || map.contains_key(*last) => {
+            map.insert((*last).to_owned(), value);
         }
         serde_json::Value::Array(items) => match array_slot(items.len(), last) {
             Some(i) => {

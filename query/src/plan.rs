@@ -1515,16 +1515,15 @@ impl ExprPlanner<'_> {
         let as_json = |e: &ast::Expr| self.json_operand(e, depth);
         let left = as_json(left)?;
         let right = match op {
-            // `- 'k'` is one key (an unknown literal is text, as in PostgreSQL), `- ARRAY[…]`
-            // several.
-            BinaryOp::JsonMinus if matches!(right, ast::Expr::Array(_)) => {
-                json_texts(op, text_list(right)?)?
-            }
-            BinaryOp::JsonMinus => self.expr(right, depth + 1)?,
+            // A text array; for `-` only when written as ARRAY[…] (`- 'k'` is one key: an
+            // unknown literal is text, as in PostgreSQL).
             BinaryOp::HasAnyKey | BinaryOp::HasAllKeys | BinaryOp::JsonDeletePath => {
-                json_texts(op, text_list(right)?)?
+                json_texts(text_list(right)?, op.symbol())?
             }
-            BinaryOp::HasKey => self.expr(right, depth + 1)?,
+            BinaryOp::JsonMinus if matches!(right, ast::Expr::Array(_)) => {
+                json_texts(text_list(right)?, op.symbol())?
+            }
+            BinaryOp::JsonMinus | BinaryOp::HasKey => self.expr(right, depth + 1)?,
             _ => as_json(right)?,
         };
         Ok(Expr::Binary { op, left: Box::new(left), right: Box::new(right) })
@@ -1681,12 +1680,7 @@ impl ExprPlanner<'_> {
             let Some(arg) = arg else { return unsupported("jsonb_set(*)") };
             planned.push(match i {
                 0 | 2 => self.json_operand(arg, depth)?,
-                1 => json_texts(BinaryOp::JsonDeletePath, text_list(arg)?).map_err(|_| {
-                    PlanError::Unsupported {
-                        construct: "jsonb_set with a path that is not a text array literal"
-                            .to_owned(),
-                    }
-                })?,
+                1 => json_texts(text_list(arg)?, "jsonb_set")?,
                 _ => self.expr(arg, depth + 1)?,
             });
         }
@@ -1884,13 +1878,11 @@ fn text_list(e: &ast::Expr) -> Result<Option<Vec<String>>, PlanError> {
     })
 }
 
-/// A text array operand of `op` as a JSON array of strings (bounded by `IN_LIST_MAX`).
-fn json_texts(op: BinaryOp, texts: Option<Vec<String>>) -> Result<Expr, PlanError> {
+/// A text array operand of `what` (an operator or function) as a JSON array of strings
+/// (bounded by `IN_LIST_MAX`).
+fn json_texts(texts: Option<Vec<String>>, what: &str) -> Result<Expr, PlanError> {
     let Some(texts) = texts else {
-        return unsupported(format!(
-            "{} with a right operand that is not a text array literal",
-            op.symbol()
-        ));
+        return unsupported(format!("{what} with an operand that is not a text array literal"));
     };
     if texts.len() > IN_LIST_MAX {
         return Err(PlanError::LimitExceeded {
@@ -1917,20 +1909,23 @@ fn fold_cast(inner: Expr, to: SqlType) -> Result<Expr, PlanError> {
 /// `base` walked by `steps`: keys (and path elements that are no integer) on a field extend
 /// its path; the rest make a [`Expr::JsonPath`]. Bounded by [`PATH_STEPS_MAX`] in all.
 fn json_steps(base: Expr, steps: Vec<JsonStep>) -> Result<Expr, PlanError> {
-    let too_long =
-        || PlanError::LimitExceeded { what: "steps in a field path", limit: PATH_STEPS_MAX };
     let (base, mut all) = match base {
         Expr::JsonPath { base, steps: before } => (*base, before),
         other => (other, Vec::new()),
     };
     all.extend(steps);
-    let (mut path, excluded) = match &base {
-        Expr::Field(p) => (p.steps().to_vec(), Some(false)),
-        Expr::Excluded(p) => (p.steps().to_vec(), Some(true)),
-        _ => (Vec::new(), None),
+    // A field (or `excluded.` field) takes the leading keys into its path.
+    let field: Option<fn(FieldPath) -> Expr> = match &base {
+        Expr::Field(_) => Some(Expr::Field),
+        Expr::Excluded(_) => Some(Expr::Excluded),
+        _ => None,
+    };
+    let mut path = match &base {
+        Expr::Field(p) | Expr::Excluded(p) => p.steps().to_vec(),
+        _ => Vec::new(),
     };
     let mut rest = all.as_slice();
-    if excluded.is_some() {
+    if field.is_some() {
         while let Some((step, tail)) = rest.split_first() {
             match step {
                 JsonStep::Key(k) => path.push(k.clone()),
@@ -1941,11 +1936,13 @@ fn json_steps(base: Expr, steps: Vec<JsonStep>) -> Result<Expr, PlanError> {
         }
     }
     if path.len() + rest.len() > PATH_STEPS_MAX {
-        return Err(too_long());
+        return Err(PlanError::LimitExceeded {
+            what: "steps in a field path",
+            limit: PATH_STEPS_MAX,
+        });
     }
-    let base = match excluded {
-        Some(true) => Expr::Excluded(FieldPath::new(path)),
-        Some(false) => Expr::Field(FieldPath::new(path)),
+    let base = match field {
+        Some(field) => field(FieldPath::new(path)),
         None => base,
     };
     Ok(if rest.is_empty() {

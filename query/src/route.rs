@@ -125,23 +125,15 @@ fn contained_equalities(base: &[String], template: &serde_json::Value, out: &mut
         }
         let mut path = base.to_vec();
         path.push(key.clone());
-        let value = match value {
-            serde_json::Value::Object(_) => {
-                contained_equalities(&path, value, out);
-                continue;
+        match value {
+            serde_json::Value::Object(_) => contained_equalities(&path, value, out),
+            serde_json::Value::Null | serde_json::Value::Array(_) => {}
+            scalar => {
+                if let Some(value) = literal(&Literal::from_json(scalar.clone())) {
+                    out.push(Predicate::FieldEq { path, value });
+                }
             }
-            serde_json::Value::String(s) => RLiteral::Str(s.clone()),
-            serde_json::Value::Bool(b) => RLiteral::Bool(*b),
-            serde_json::Value::Number(n) => match n.as_i64() {
-                Some(i) => RLiteral::Int(i),
-                None => match n.as_f64() {
-                    Some(f) => RLiteral::Float(f),
-                    None => continue,
-                },
-            },
-            serde_json::Value::Null | serde_json::Value::Array(_) => continue,
-        };
-        out.push(Predicate::FieldEq { path, value });
+        }
     }
 }
 
