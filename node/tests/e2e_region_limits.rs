@@ -142,14 +142,12 @@ fn dial(node: &Node) -> TcpStream {
 }
 
 fn request(epoch: u64, share: Share) -> Vec<u8> {
-    let r = Request {
-        epoch,
-        catalog: 0,
-        sql: "SELECT count(*) FROM docs".into(),
-        index: 0,
-        params: Vec::new(),
-        share,
-    };
+    request_of("SELECT count(*) FROM docs", epoch, share)
+}
+
+/// A forwarded request of `sql`, planned with catalog version 0 (older than any change).
+fn request_of(sql: &str, epoch: u64, share: Share) -> Vec<u8> {
+    let r = Request { epoch, catalog: 0, sql: sql.into(), index: 0, params: Vec::new(), share };
     forward::encode_data_frame(&DataMessage::Request(r)).unwrap()
 }
 
@@ -216,25 +214,17 @@ async fn e2e_data_connection_bad_frames_and_owner_answers() {
         .await
         .unwrap();
     let insert = |id: &str| {
-        let r = Request {
-            epoch: 1,
-            catalog: 0,
-            sql: format!(r#"INSERT INTO inv VALUES ('{id}', '{{"Customer": "c/1"}}')"#),
-            index: 0,
-            params: Vec::new(),
-            share: Share::TxnWrite {
-                targets: fragments
-                    .iter()
-                    .map(|f| forward::WireTxnTarget {
-                        fragment: f.fragment,
-                        ranges: Vec::new(),
-                        writes: Vec::new(),
-                        reads: Vec::new(),
-                    })
-                    .collect(),
-            },
-        };
-        forward::encode_data_frame(&DataMessage::Request(r)).unwrap()
+        let targets = fragments
+            .iter()
+            .map(|f| forward::WireTxnTarget {
+                fragment: f.fragment,
+                ranges: Vec::new(),
+                writes: Vec::new(),
+                reads: Vec::new(),
+            })
+            .collect();
+        let sql = format!(r#"INSERT INTO inv VALUES ('{id}', '{{"Customer": "c/1"}}')"#);
+        request_of(&sql, 1, Share::TxnWrite { targets })
     };
     s.write_all(&insert("inv/1$")).unwrap();
     match read_message(&mut s) {

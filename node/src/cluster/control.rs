@@ -1323,12 +1323,29 @@ async fn ops_loop(ctx: Arc<Ctx>, requests: flume::Receiver<MoveRequest>) {
     while let Ok(request) = requests.recv_async().await {
         let ctx = Arc::clone(&ctx);
         tokio::spawn(async move {
+            let (ctx, fragment) = (&*ctx, request.fragment);
             let answer = match request.op {
-                Op::Move { to } => plan_move(&ctx, request.fragment, to).await,
-                Op::Split { at } => plan_reshape(&ctx, request.fragment, at, None).await,
-                Op::Merge { with } => plan_reshape(&ctx, request.fragment, None, Some(with)).await,
+                Op::Move { to } => {
+                    let ask = Message::PlanMove { fragment, to };
+                    on_coordinator(ctx, ask, plan_move_here(ctx, fragment, to)).await
+                }
+                Op::Split { at } => {
+                    let ask = Message::PlanReshape { fragment, at, merge_with: None };
+                    on_coordinator(ctx, ask, plan_reshape_here(ctx, fragment, at, None)).await
+                }
+                Op::Merge { with } => {
+                    let ask = Message::PlanReshape { fragment, at: None, merge_with: Some(with) };
+                    let here = plan_reshape_here(ctx, fragment, None, Some(with));
+                    on_coordinator(ctx, ask, here).await
+                }
                 Op::Collection { name, expected, sharding } => {
-                    set_collection(&ctx, name, expected, sharding).await
+                    let ask = Message::SetCollection {
+                        name: name.clone(),
+                        expected,
+                        sharding: sharding.clone(),
+                    };
+                    on_coordinator(ctx, ask, set_collection_here(ctx, name, expected, sharding))
+                        .await
                 }
             };
             let _ = request.reply.send(answer);
@@ -1336,18 +1353,13 @@ async fn ops_loop(ctx: Arc<Ctx>, requests: flume::Receiver<MoveRequest>) {
     }
 }
 
-/// Plans a move on the coordinator: here if this node leads, else by asking the leader.
-async fn plan_move(ctx: &Ctx, fragment: u32, to: u32) -> MoveResult {
-    match coordinator_elsewhere(ctx)? {
-        None => plan_move_here(ctx, fragment, to).await,
-        Some((leader, addr)) => {
-            ask_coordinator(ctx, leader, &addr, &Message::PlanMove { fragment, to }).await
-        }
-    }
-}
-
-/// Where the coordinator is: `None` when it is this node, else its node id and peer address.
-fn coordinator_elsewhere(ctx: &Ctx) -> Result<Option<(u64, String)>, MoveError> {
+/// Runs an operator's request on the coordinator: `here` if this node leads, else sends
+/// `ask` to the leader and returns its `MoveAnswer` (`here` is then never polled).
+async fn on_coordinator(
+    ctx: &Ctx,
+    ask: Message,
+    here: impl std::future::Future<Output = MoveResult>,
+) -> MoveResult {
     let metrics = ctx.raft.metrics().borrow().clone();
     let Some(leader) = metrics.current_leader else {
         return Err(MoveError::NoCoordinator {
@@ -1355,23 +1367,20 @@ fn coordinator_elsewhere(ctx: &Ctx) -> Result<Option<(u64, String)>, MoveError> 
         });
     };
     if leader == ctx.me.node {
-        return Ok(None);
+        return here.await;
     }
-    match metrics.membership_config.membership().get_node(&leader) {
-        Some(n) => Ok(Some((leader, n.addr.clone()))),
-        None => Err(MoveError::NoCoordinator {
+    let Some(addr) =
+        metrics.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
+    else {
+        return Err(MoveError::NoCoordinator {
             reason: format!("the coordinator, node {leader}, has no known address"),
-        }),
-    }
-}
-
-/// Sends an operator's request to the coordinator at `addr` and returns its `MoveAnswer`.
-async fn ask_coordinator(ctx: &Ctx, leader: u64, addr: &str, request: &Message) -> MoveResult {
+        });
+    };
     let unreachable = |e: PeerError| MoveError::NoCoordinator {
         reason: format!("coordinator node {leader}: {e}"),
     };
-    let mut conn = PeerConn::dial(addr, &ctx.hello).await.map_err(unreachable)?;
-    match conn.request(request).await.map_err(unreachable)? {
+    let mut conn = PeerConn::dial(&addr, &ctx.hello).await.map_err(unreachable)?;
+    match conn.request(&ask).await.map_err(unreachable)? {
         Message::MoveAnswer(answer) => answer,
         other => Err(MoveError::NoCoordinator {
             reason: format!("coordinator node {leader} answered {}", other.kind()),
@@ -1432,41 +1441,6 @@ async fn plan_move_here(ctx: &Ctx, fragment: u32, to: u32) -> MoveResult {
         Err(C::AlreadyMoving { fragment }) => Err(MoveError::AlreadyMoving { fragment }),
         Err(C::NotDataMember { node }) => Err(MoveError::ProxyNode { node }),
         Err(other) => Err(MoveError::NoCoordinator { reason: other.to_string() }),
-    }
-}
-
-/// Begins a split (`merge_with` `None`) or merge on the coordinator: here if this node leads,
-/// else by asking the leader.
-async fn plan_reshape(
-    ctx: &Ctx,
-    fragment: u32,
-    at: Option<u32>,
-    merge_with: Option<u32>,
-) -> MoveResult {
-    match coordinator_elsewhere(ctx)? {
-        None => plan_reshape_here(ctx, fragment, at, merge_with).await,
-        Some((leader, addr)) => {
-            let request = Message::PlanReshape { fragment, at, merge_with };
-            ask_coordinator(ctx, leader, &addr, &request).await
-        }
-    }
-}
-
-/// Changes a collection's configuration in the replicated catalog (a compare-and-set on
-/// catalog version `expected`): here if this node leads, else by asking the leader. The
-/// catalog version of the change, or why not.
-async fn set_collection(
-    ctx: &Ctx,
-    name: String,
-    expected: u64,
-    sharding: Option<String>,
-) -> MoveResult {
-    match coordinator_elsewhere(ctx)? {
-        None => set_collection_here(ctx, name, expected, sharding).await,
-        Some((leader, addr)) => {
-            let request = Message::SetCollection { name, expected, sharding };
-            ask_coordinator(ctx, leader, &addr, &request).await
-        }
     }
 }
 

@@ -280,15 +280,29 @@ pub async fn refresh(
     buffers.wait_for(BufferKey::Map(want), || (installed() >= want).then_some(())).await
 }
 
-/// The map the control plane publishes, if newer than `installed`, with the fragments being
-/// handed off, split or merged at that map's epoch.
-fn newer_map(installed: router::Epoch) -> Option<(Arc<ShardMap>, BTreeSet<FragmentId>)> {
-    let view = crate::cluster::view()?;
+/// The map of `view`, if newer than `installed`, with the fragments being handed off, split
+/// or merged at that map's epoch.
+fn newer_map(
+    view: &crate::cluster::ClusterView,
+    installed: router::Epoch,
+) -> Option<(Arc<ShardMap>, BTreeSet<FragmentId>)> {
     let map = view.map.as_ref()?;
     let handing_off = view.handoffs.iter().map(|h| h.fragment);
     let reshaping = view.reshapes.iter().flat_map(|r| r.sources.iter().copied());
     let moving = handing_off.chain(reshaping).map(FragmentId::new).collect();
     (map.epoch() > installed).then(|| (Arc::new(map.clone()), moving))
+}
+
+/// Waits (at most `limit`) until this node has installed catalog version `version` or a newer
+/// one: an owner catching up with the catalog a peer planned by, a session deciding again
+/// after another change won.
+pub async fn wait_catalog(
+    shared: &crate::engine::Shared,
+    version: u64,
+    limit: Duration,
+) -> Result<(), RegionError> {
+    let what = format!("collection catalog version {version}");
+    poll_until(&what, limit, || (shared.catalog_version() >= version).then_some(())).await
 }
 
 /// The replicated catalog version this node's executors have installed (what its `Pong`
@@ -302,9 +316,8 @@ pub fn installed_catalog() -> u64 {
 
 /// Installs the control plane's replicated catalog if it is newer than the node's: one
 /// `Shared` serves every executor, so all see it from the next statement on.
-fn install_newer_catalog(shared: &crate::engine::Shared) {
-    let Some(view) = crate::cluster::view() else { return };
-    if view.catalog_version <= shared.catalog().catalog().version {
+fn install_newer_catalog(shared: &crate::engine::Shared, view: &crate::cluster::ClusterView) {
+    if view.catalog_version <= shared.catalog_version() {
         return;
     }
     match crate::engine::CatalogView::from_cluster(view.catalog_version, &view.collections) {
@@ -374,8 +387,11 @@ pub fn start(core: &Rc<Core>, ctx: &ExecutorContext<Core>) {
             }
             // The catalog first: a statement routed by the new map sees a catalog at least
             // as new as the view that map came in.
-            install_newer_catalog(core.shared());
-            let Some((map, moving)) = newer_map(core.shared().map_epoch()) else { continue };
+            let Some(view) = crate::cluster::view() else { continue };
+            install_newer_catalog(core.shared(), &view);
+            let Some((map, moving)) = newer_map(&view, core.shared().map_epoch()) else {
+                continue;
+            };
             match follow(&core, &ctx, &map).await {
                 Ok(()) => {
                     // Writes to a fragment in handoff wait in its buffer. Both the fragments

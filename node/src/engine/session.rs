@@ -36,7 +36,7 @@ use super::core::{
 };
 use super::error::EngineError;
 use super::limits::{TXN_AUTOCOMMIT_ATTEMPTS_MAX, TXN_HELD_WAITS_MAX};
-use super::shared::CatalogView;
+use super::shared::{CatalogView, Rules};
 use super::txn::Txn;
 use crate::catalog::CollectionEntry;
 use crate::cluster::forward::{self, Reply, Share};
@@ -690,7 +690,7 @@ impl Session {
     ) -> Result<Option<Routed>, EngineError> {
         let map = self.map()?;
         let me = self.core.shared().me;
-        let config = collection_of(statement).and_then(|c| catalog.rules(c.as_str()).route);
+        let config = rules_of(catalog, statement).route;
         let Some(plan) = query::route_statement(statement, config, &map) else { return Ok(None) };
         *self.last_route.borrow_mut() = Some((plan.opcode, plan.fragments.clone()));
         let mut local: BTreeMap<ExecutorIndex, Vec<Target>> = BTreeMap::new();
@@ -751,8 +751,11 @@ impl Session {
             // Other nodes' shares first (one forwarded request each), then this node's.
             let mut forwarded = Vec::with_capacity(routed.remote.len());
             for (node, targets) in routed.remote {
-                let request =
-                    self.request(routed.epoch, Share::Select { targets: wire_targets(&targets) })?;
+                let request = self.request(
+                    routed.epoch,
+                    catalog.version(),
+                    Share::Select { targets: wire_targets(&targets) },
+                )?;
                 forwarded.push(glommio::spawn_local(forward::call(node.0, request, true)));
             }
             let local = self
@@ -799,14 +802,21 @@ impl Session {
     }
 
     /// The running statement as a forwarded request with `share`, at `epoch`.
-    fn request(&self, epoch: u64, share: Share) -> Result<forward::Request, EngineError> {
+    /// The request forwarding the running statement's `share`, routed by map `epoch` and
+    /// planned with catalog version `catalog` (0 for shares that depend on neither).
+    fn request(
+        &self,
+        epoch: u64,
+        catalog: u64,
+        share: Share,
+    ) -> Result<forward::Request, EngineError> {
         let forwardable = self.forwardable.borrow();
         let (sql, index, params) = forwardable
             .as_ref()
             .ok_or_else(|| internal("forwarding a statement without its text"))?;
         Ok(forward::Request {
             epoch,
-            catalog: self.core.shared().catalog().catalog().version,
+            catalog,
             sql: sql.to_string(),
             index: *index,
             params: forward::datums_to_wire(params),
@@ -890,7 +900,7 @@ impl Session {
                 return Ok(Some(self.autocommit_txn(statement).await?));
             }
             let Some(node) = remote.keys().next().copied() else { return Ok(None) };
-            let request = self.request(epoch, Share::Write)?;
+            let request = self.request(epoch, catalog.version(), Share::Write)?;
             match forward::call(node.0, request, false).await? {
                 Reply::Written { affected, returning } => {
                     let returning = returning
@@ -909,10 +919,8 @@ impl Session {
                     }
                     attempt += 1;
                     let shared = self.core.shared();
-                    let what = format!("collection catalog version {current}");
-                    let ready = || (shared.catalog().catalog().version >= current).then_some(());
                     let limit = shared.buffers.limits().wait;
-                    crate::cluster::region::poll_until(&what, limit, ready).await?;
+                    crate::cluster::region::wait_catalog(shared, current, limit).await?;
                 }
                 other => {
                     let current = reply_error(other)?;
@@ -968,11 +976,8 @@ impl Session {
         }
         // Nor the catalog the statement was planned with (placement and validation by the
         // same configuration: `CatalogView::rules`).
-        let catalog = request.catalog;
-        let planned_catalog = catalog;
-        let what = format!("collection catalog version {catalog}");
-        let ready = || (shared.catalog().catalog().version >= catalog).then_some(());
-        crate::cluster::region::poll_until(&what, limit, ready).await?;
+        let planned_catalog = request.catalog;
+        crate::cluster::region::wait_catalog(&shared, planned_catalog, limit).await?;
         let me = shared.me;
         if let Share::Fragments = request.share {
             let rows = self.fragment_rows().await?;
@@ -1072,7 +1077,7 @@ impl Session {
                     fragments.iter().find(|f| map.owner_of(**f).is_none_or(|o| o.node != me));
                 if let Some(fragment) = elsewhere {
                     // A newer catalog here may place `…$` ids elsewhere than the region did.
-                    let current = catalog.catalog().version;
+                    let current = catalog.version();
                     return Ok(if current == planned_catalog {
                         Reply::NotMine { fragment: fragment.get() }
                     } else {
@@ -1129,11 +1134,11 @@ impl Session {
                     // result) and keeps those of the fragments the region sent here. A newer
                     // catalog here may place a `…$` id elsewhere than the region did: nothing
                     // is written, the client retries (40001).
-                    if catalog.catalog().version != planned_catalog && places_by_content(insert)? {
-                        return Err(crate::cluster::ops::MoveError::CatalogChanged {
-                            version: catalog.catalog().version,
-                        }
-                        .into());
+                    if catalog.version() != planned_catalog && places_by_content(insert)? {
+                        let version = catalog.version();
+                        return Err(
+                            crate::cluster::ops::MoveError::CatalogChanged { version }.into()
+                        );
                     }
                     let (placed, _) =
                         self.place_all(insert, catalog.rules(insert.collection.as_str()).place)?;
@@ -1148,8 +1153,7 @@ impl Session {
                 let with = (Arc::clone(&statement), catalog);
                 let shares = self
                     .fan_out(groups, &with, |core, (stmt, view), targets| async move {
-                        let rules = collection_of(&stmt).map(|c| view.rules(c.as_str()));
-                        core.txn_write(&stmt, &targets, rules.unwrap_or_default())
+                        core.txn_write(&stmt, &targets, rules_of(&view, &stmt))
                     })
                     .await?;
                 Ok(Reply::TxnShares(shares.iter().flatten().map(share_to_wire).collect()))
@@ -1424,7 +1428,7 @@ impl Session {
                 .map(|(node, targets)| (*node, wire_txn_targets(txn, targets)))
                 .collect();
             let groups = with_writes(txn, routed.local);
-            let forwarded = self.forward_txn(routed.epoch, remote, true)?;
+            let forwarded = self.forward_txn(routed.epoch, catalog.version(), remote, true)?;
             let local = self
                 .fan_out(groups, statement, |core, stmt, targets| async move {
                     match &*stmt {
@@ -1552,12 +1556,11 @@ impl Session {
             }
             _ => return Err(internal("txn_statement() of a non-write")),
         };
-        let forwarded = self.forward_txn(epoch, remote, false)?;
+        let forwarded = self.forward_txn(epoch, catalog.version(), remote, false)?;
         let with = (Arc::clone(statement), catalog);
         let local = self
             .fan_out(groups, &with, |core, (stmt, view), targets| async move {
-                let rules = collection_of(&stmt).map(|c| view.rules(c.as_str()));
-                core.txn_write(&stmt, &targets, rules.unwrap_or_default())
+                core.txn_write(&stmt, &targets, rules_of(&view, &stmt))
             })
             .await;
         let answers = collect_txn(forwarded).await;
@@ -1587,6 +1590,7 @@ impl Session {
     fn forward_txn(
         &self,
         epoch: u64,
+        catalog: u64,
         remote: Vec<(NodeId, Vec<forward::WireTxnTarget>)>,
         select: bool,
     ) -> Result<Vec<ForwardTask>, EngineError> {
@@ -1594,7 +1598,7 @@ impl Session {
         for (node, targets) in remote {
             let share =
                 if select { Share::TxnSelect { targets } } else { Share::TxnWrite { targets } };
-            let request = self.request(epoch, share)?;
+            let request = self.request(epoch, catalog, share)?;
             tasks.push(glommio::spawn_local(forward::call(node.0, request, select)));
         }
         Ok(tasks)
@@ -1678,7 +1682,7 @@ impl Session {
             let mut tasks = Vec::new();
             for (node, targets) in remote {
                 for target in targets {
-                    let request = self.request(epoch, Share::TxnApply { target })?;
+                    let request = self.request(epoch, 0, Share::TxnApply { target })?;
                     tasks.push(glommio::spawn_local(forward::call(node.0, request, false)));
                 }
             }
@@ -1760,7 +1764,8 @@ impl Session {
         }
         let mut asked = Vec::with_capacity(remote.len());
         for (node, targets) in remote {
-            let request = self.request(epoch, Share::TxnPrepare { txid: txid.get(), targets })?;
+            let share = Share::TxnPrepare { txid: txid.get(), targets };
+            let request = self.request(epoch, 0, share)?;
             asked.push(glommio::spawn_local(forward::call(node.0, request, false)));
         }
         let prepared =
@@ -1873,7 +1878,7 @@ impl Session {
         let mut tasks = Vec::with_capacity(remote.len());
         for (node, fragments) in remote {
             let share = Share::TxnFinish { txid: txid.get(), fragments: fragments.clone(), commit };
-            let Ok(request) = self.request(0, share) else { continue };
+            let Ok(request) = self.request(0, 0, share) else { continue };
             tasks.push((*node, glommio::spawn_local(forward::call(node.0, request, false))));
         }
         for (node, task) in tasks {
@@ -2830,6 +2835,12 @@ fn entry_of(config: &router::ShardingConfig) -> CollectionEntry {
 /// A sharding configuration as the JSON SHOW SHARDING and SHOW COLLECTIONS show.
 fn config_json(config: &router::ShardingConfig) -> serde_json::Value {
     serde_json::from_str(&config.to_json()).unwrap_or(serde_json::Value::Null)
+}
+
+/// How `view` says `statement`'s collection is placed, validated and routed (no rules for a
+/// statement without one).
+fn rules_of<'a>(view: &'a CatalogView, statement: &Statement) -> Rules<'a> {
+    collection_of(statement).map(|c| view.rules(c.as_str())).unwrap_or_default()
 }
 
 fn collection_of(statement: &Statement) -> Option<&CollectionName> {

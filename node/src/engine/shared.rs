@@ -98,6 +98,11 @@ impl CatalogView {
         self.configs.get(collection)
     }
 
+    /// The catalog's version (on a cluster, the replicated catalog's).
+    pub fn version(&self) -> u64 {
+        self.catalog.version
+    }
+
     /// Whether `collection` has a configuration change not yet in force on every member.
     pub fn is_pending(&self, collection: &str) -> bool {
         self.pending.contains_key(collection)
@@ -241,6 +246,11 @@ impl Shared {
     /// The current catalog snapshot.
     pub fn catalog(&self) -> Arc<CatalogView> {
         Arc::clone(&self.catalog.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The installed catalog's version.
+    pub fn catalog_version(&self) -> u64 {
+        self.catalog.read().unwrap_or_else(PoisonError::into_inner).version()
     }
 
     /// Installs a newer catalog; an older or equal version is ignored, so the version a

@@ -16,7 +16,7 @@ use super::Session;
 use crate::catalog::CollectionEntry;
 use crate::cluster::limits::{CATALOG_ACTIVATION_WAIT_MS, CATALOG_CHANGE_ATTEMPTS};
 use crate::cluster::ops::MoveError;
-use crate::cluster::region::poll_until;
+use crate::cluster::region::{poll_until, wait_catalog};
 use crate::engine::error::EngineError;
 use crate::pg::error::Notice;
 use crate::runtime::ExecutorIndex;
@@ -59,16 +59,14 @@ impl Session {
         let version = loop {
             let view = shared.catalog();
             let sharding = decide(view.config(&collection))?.map(|e| e.sharding.to_string());
-            let expected = view.catalog().version;
+            let expected = view.version();
             match crate::cluster::ops::set_collection(collection.clone(), expected, sharding).await
             {
                 Ok(version) => break version,
                 Err(MoveError::CatalogChanged { version }) if attempt < CATALOG_CHANGE_ATTEMPTS => {
                     attempt += 1;
                     // Decide again once this node has the catalog that won.
-                    let installed =
-                        || (shared.catalog().catalog().version >= version).then_some(());
-                    poll_until("the newer collection catalog", wait(), installed).await?;
+                    wait_catalog(shared, version, wait()).await?;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -77,7 +75,7 @@ impl Session {
         // the coordinator proposes after every member reported the change installed.
         let active = || {
             let view = shared.catalog();
-            (view.catalog().version > version && !view.is_pending(&collection)).then_some(())
+            (view.version() > version && !view.is_pending(&collection)).then_some(())
         };
         Ok(match poll_until("the catalog change", wait(), active).await {
             Ok(()) => None,
