@@ -145,6 +145,22 @@ pub enum AppendError {
         /// The current version, `None` when the document does not exist.
         found: Option<Version>,
     },
+    /// Optimistic concurrency: a scanned range ([`crate::ScanCheck`]) no longer holds the
+    /// documents it held when it was scanned (one was added, or moved there). Nothing was
+    /// written.
+    #[error(
+        "conflict on {collection} in shards {range}: {expected} documents when scanned, {found} now"
+    )]
+    Phantom {
+        /// The collection.
+        collection: String,
+        /// The shards scanned.
+        range: ShardRange,
+        /// Documents then.
+        expected: u64,
+        /// Documents now.
+        found: u64,
+    },
     /// The document is part of a prepared (in-doubt) distributed transaction.
     #[error("conflict on {collection}/{id}: locked by prepared transaction {txid}")]
     Locked {

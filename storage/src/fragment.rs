@@ -136,6 +136,25 @@ pub enum WriteOp {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WriteBatch {
     ops: Vec<WriteOp>,
+    scans: Vec<ScanCheck>,
+}
+
+/// A range of a collection a transaction scanned to the end, with how many documents it held
+/// then (phantom protection). Validated with the batch, never logged: the batch fails with
+/// `Phantom` unless the collection still has exactly `docs` documents whose shard is in
+/// `range` (queued writes included), and with `Locked` while a prepared transaction writes
+/// there. The documents the scan returned are checked one by one (`WriteOp::Check`), so an
+/// unchanged count means no document entered the range. In `prepare` and `hold` the range
+/// stays locked until the transaction finishes: a write placing a document in it (a new one,
+/// or one moved there) fails with `Locked` (in memory only, as a check's lock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanCheck {
+    /// The collection.
+    pub collection: String,
+    /// The shards scanned (within the fragment's range).
+    pub range: ShardRange,
+    /// Documents the range held when it was scanned.
+    pub docs: u64,
 }
 
 impl WriteBatch {
@@ -202,6 +221,17 @@ impl WriteBatch {
         self
     }
 
+    /// Adds a scanned range (builder style): see [`ScanCheck`].
+    pub fn scan(mut self, collection: &str, range: ShardRange, docs: u64) -> WriteBatch {
+        self.scans.push(ScanCheck { collection: collection.to_owned(), range, docs });
+        self
+    }
+
+    /// The scanned ranges to validate.
+    pub fn scans(&self) -> &[ScanCheck] {
+        &self.scans
+    }
+
     /// Number of operations that write (puts and deletes, not checks).
     pub fn writes(&self) -> usize {
         self.ops.iter().filter(|op| !matches!(op, WriteOp::Check { .. })).count()
@@ -212,14 +242,14 @@ impl WriteBatch {
         &self.ops
     }
 
-    /// Number of operations.
+    /// Number of operations (scanned ranges not included).
     pub fn len(&self) -> usize {
         self.ops.len()
     }
 
-    /// Whether there are none.
+    /// Whether there are neither operations nor scanned ranges.
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.ops.is_empty() && self.scans.is_empty()
     }
 }
 
@@ -400,9 +430,12 @@ pub(crate) struct State {
     pub txns: BTreeMap<TxId, Prepared>,
     /// Keys locked by prepared transactions: `collection \0 key` to the transaction.
     pub locks: HashMap<String, TxId, KeyedState>,
-    /// Versions of writes queued but not yet durable (`None`: a delete), by lock key. Keyed
-    /// hasher (`keyhash`): two probes per write.
-    pub pending: HashMap<Rc<str>, Option<Version>, KeyedState>,
+    /// Versions of writes queued but not yet durable (`None`: a delete) with the shard
+    /// written, by lock key. Keyed hasher (`keyhash`): two probes per write.
+    pub pending: HashMap<Rc<str>, (Option<Version>, ShardId), KeyedState>,
+    /// Ranges scanned by prepared or held transactions ([`ScanCheck`]): no other writer may
+    /// place a document in one until its transaction finishes. Usually empty.
+    pub range_locks: Vec<RangeLock>,
     pub next_lsn: u64,
     pub lsn_durable: u64,
     pub queue: VecDeque<Pending>,
@@ -419,6 +452,86 @@ pub(crate) struct State {
     pub torn_tails: u64,
     pub generation: u64,
     pub compactions: u64,
+}
+
+/// A range a prepared or held transaction scanned ([`ScanCheck`]).
+#[derive(Debug, Clone)]
+pub(crate) struct RangeLock {
+    pub txid: TxId,
+    pub collection: String,
+    pub range: ShardRange,
+}
+
+/// Locks the ranges `txid` scanned ([`ScanCheck`]) until [`unlock_ranges`].
+fn lock_ranges(st: &mut State, txid: TxId, scans: Vec<ScanCheck>) {
+    st.range_locks.extend(scans.into_iter().map(|s| RangeLock {
+        txid,
+        collection: s.collection,
+        range: s.range,
+    }));
+}
+
+/// Releases every range `txid` locked.
+pub(crate) fn unlock_ranges(st: &mut State, txid: TxId) {
+    if !st.range_locks.is_empty() {
+        st.range_locks.retain(|l| l.txid != txid);
+    }
+}
+
+/// `Locked` when a document of `collection` placed in `shard` would enter a range another
+/// transaction scanned and still holds.
+fn validate_placement(
+    st: &State,
+    collection: &str,
+    id: &str,
+    shard: ShardId,
+) -> Result<(), AppendError> {
+    match st.range_locks.iter().find(|l| l.collection == collection && l.range.contains(shard)) {
+        Some(l) => Err(AppendError::Locked {
+            collection: collection.to_owned(),
+            id: id.to_owned(),
+            txid: l.txid,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Validates a scanned range ([`ScanCheck`]): `Locked` while a prepared transaction writes in
+/// it, `Phantom` unless it holds as many documents as when it was scanned (durable index plus
+/// queued writes, as readers will see them once durable).
+fn validate_scan(st: &State, scan: &ScanCheck) -> Result<(), AppendError> {
+    let collection = scan.collection.as_str();
+    for (txid, txn) in &st.txns {
+        if let Some(m) =
+            txn.ops.iter().find(|m| m.collection() == collection && scan.range.contains(m.shard))
+        {
+            return Err(AppendError::Locked {
+                collection: collection.to_owned(),
+                id: m.key().to_owned(),
+                txid: *txid,
+            });
+        }
+    }
+    let in_range =
+        |key: &str| st.index.get(collection, key).is_some_and(|e| scan.range.contains(e.shard));
+    let mut found = st.index.scan(collection, scan.range).count() as i64;
+    for (lk, (version, shard)) in &st.pending {
+        let Some(key) = lk.strip_prefix(collection).and_then(|k| k.strip_prefix('\0')) else {
+            continue;
+        };
+        let after = version.is_some() && scan.range.contains(*shard);
+        found += i64::from(after) - i64::from(in_range(key));
+    }
+    let expected = i64::try_from(scan.docs).unwrap_or(i64::MAX);
+    if found != expected {
+        return Err(AppendError::Phantom {
+            collection: collection.to_owned(),
+            range: scan.range,
+            expected: scan.docs,
+            found: u64::try_from(found).unwrap_or(0),
+        });
+    }
+    Ok(())
 }
 
 pub(crate) struct Inner {
@@ -484,7 +597,8 @@ fn validate_doc(
         });
     }
     let Some(expected) = expected else { return Ok(()) };
-    let current = match overlay.and_then(|o| o.get(lk)).or_else(|| st.pending.get(lk)) {
+    let current = match overlay.and_then(|o| o.get(lk)).or_else(|| st.pending.get(lk).map(|p| &p.0))
+    {
         Some(v) => *v,
         None => st.index.get(collection, key).map(|e| e.version),
     };
@@ -650,6 +764,7 @@ impl Fragment {
                 for k in &txn.read_locks {
                     st.locks.remove(k);
                 }
+                unlock_ranges(&mut st, txid);
                 crate::log::apply_ops(&mut st, &txn.ops, &loc.seg.clone(), loc.span);
             }
             done
@@ -674,8 +789,8 @@ impl Fragment {
     /// error nothing is held. Not bounded by `BATCH_OPS_MAX` (nothing is logged): the caller
     /// bounds how many documents one transaction reads.
     pub fn hold(&self, txid: TxId, batch: WriteBatch) -> Result<(), AppendError> {
-        let ops = batch.ops;
-        if ops.is_empty() {
+        let WriteBatch { ops, scans } = batch;
+        if ops.is_empty() && scans.is_empty() {
             return Err(InputError::BatchSize { ops: 0, max: BATCH_OPS_MAX }.into());
         }
         let st = self.inner.st.borrow();
@@ -705,11 +820,16 @@ impl Fragment {
             validate_doc(&st, None, &lk, collection, id, &key, Some(*expected_version))?;
             keys.push(lk);
         }
+        for scan in &scans {
+            self.check_scan(scan)?;
+            validate_scan(&st, scan)?;
+        }
         drop(st);
         let mut st = self.inner.st.borrow_mut();
         for lk in &keys {
             st.locks.insert(lk.clone(), txid);
         }
+        lock_ranges(&mut st, txid, scans);
         holds.insert(txid, keys);
         Ok(())
     }
@@ -726,6 +846,7 @@ impl Fragment {
                 st.locks.remove(&lk);
             }
         }
+        unlock_ranges(&mut st, txid);
         true
     }
 
@@ -768,9 +889,13 @@ impl Fragment {
     /// enqueue, so no other writer can slip in between. A batch of checks only (autocommit)
     /// writes nothing and completes at once.
     async fn submit(&self, batch: WriteBatch, kind: Kind) -> Result<Rc<Completion>, AppendError> {
-        let ops = batch.ops;
-        if ops.is_empty() || ops.len() > BATCH_OPS_MAX {
+        let WriteBatch { ops, scans } = batch;
+        let scans_only = ops.is_empty() && !scans.is_empty() && matches!(kind, Kind::Autocommit);
+        if (ops.is_empty() && !scans_only) || ops.len() > BATCH_OPS_MAX {
             return Err(InputError::BatchSize { ops: ops.len(), max: BATCH_OPS_MAX }.into());
+        }
+        for scan in &scans {
+            self.check_scan(scan)?;
         }
         // Convert documents first: pure work, no state involved.
         let mut docs = Vec::with_capacity(ops.len());
@@ -805,6 +930,10 @@ impl Fragment {
             {
                 return Err(AppendError::TxnExists { txid });
             }
+            // Scanned ranges first, against the state before this batch's own writes.
+            for scan in &scans {
+                validate_scan(&st, scan)?;
+            }
             // Optimistic concurrency: every expected version against the durable index, the
             // queued writes and the earlier ops of this batch (`overlay`, multi-op batches).
             let mut overlay: HashMap<Rc<str>, Option<Version>> = HashMap::new();
@@ -832,6 +961,9 @@ impl Fragment {
                 lk.push_str(collection);
                 lk.push('\0');
                 lk.push_str(&key);
+                if put == Some(true) && !st.range_locks.is_empty() {
+                    validate_placement(&st, collection, id, op_names(op).2)?;
+                }
                 validate_doc(&st, Some(&overlay), &lk, collection, id, &key, expected)?;
                 let Some(put) = put else {
                     read_locks.push(lk.clone());
@@ -903,12 +1035,14 @@ impl Fragment {
                 if let Some(txn) = st.txns.get_mut(&txid) {
                     txn.read_locks = read_locks;
                 }
+                lock_ranges(&mut st, txid, scans);
             } else {
                 let State { queue, pending, .. } = &mut *st;
                 if let Some(Effect::Ops(metas)) = queue.back().map(|p| &p.effect) {
                     // In batch order: a document written twice keeps its last write.
-                    pending
-                        .extend(metas.iter().map(|m| (m.lk.clone(), m.put.then_some(m.version))));
+                    pending.extend(
+                        metas.iter().map(|m| (m.lk.clone(), (m.put.then_some(m.version), m.shard))),
+                    );
                 }
             }
             done
@@ -961,6 +1095,30 @@ impl Fragment {
             done: done.clone(),
         });
         Ok(done)
+    }
+
+    /// A scanned range names a collection and lies within this fragment.
+    fn check_scan(&self, scan: &ScanCheck) -> Result<(), AppendError> {
+        let bytes = scan.collection.len();
+        if bytes == 0 || bytes > COLLECTION_BYTES_MAX {
+            return Err(InputError::CollectionName { bytes, max: COLLECTION_BYTES_MAX }.into());
+        }
+        let mine = self.inner.range;
+        if !scan.range.is_empty()
+            && (scan.range.start() < mine.start() || scan.range.end() > mine.end())
+        {
+            let outside = if scan.range.start() < mine.start() {
+                scan.range.start()
+            } else {
+                scan.range.end() - 1
+            };
+            return Err(AppendError::WrongShard {
+                fragment: self.inner.id,
+                range: mine,
+                shard: ShardId::new(outside).unwrap_or(ShardId::MAX),
+            });
+        }
+        Ok(())
     }
 
     fn check_open(&self, st: &State) -> Result<(), AppendError> {

@@ -223,6 +223,7 @@ pub(crate) fn finish_prepared(st: &mut State, txid: TxId, commit: bool) {
         for k in &txn.read_locks {
             st.locks.remove(k);
         }
+        crate::fragment::unlock_ranges(st, txid);
         if let (true, Some(loc)) = (commit, &txn.loc) {
             apply_ops(st, &txn.ops, &loc.seg.clone(), loc.span);
         }
@@ -642,7 +643,7 @@ fn complete(inner: &Rc<Inner>, flight: Flight, times: ChunkTimes, seen: std::tim
             for m in metas {
                 // One probe: the entry, removed if no later write of the document is queued.
                 if let hash_map::Entry::Occupied(e) = st.pending.entry(m.lk.clone())
-                    && *e.get() == m.put.then_some(m.version)
+                    && e.get().0 == m.put.then_some(m.version)
                 {
                     e.remove();
                 }

@@ -119,6 +119,7 @@ pub(crate) fn empty_state() -> State {
         txns: BTreeMap::new(),
         locks: HashMap::with_hasher(keyed_state()),
         pending: HashMap::with_hasher(keyed_state()),
+        range_locks: Vec::new(),
         next_lsn: 1,
         lsn_durable: 0,
         queue: VecDeque::new(),
