@@ -220,7 +220,7 @@ async fn e2e_data_connection_bad_frames_and_owner_answers() {
                 fragment: f.fragment,
                 ranges: Vec::new(),
                 writes: Vec::new(),
-                reads: Vec::new(),
+                reads: forward::WireReads::default(),
             })
             .collect();
         let sql = format!(r#"INSERT INTO inv VALUES ('{id}', '{{"Customer": "c/1"}}')"#);

@@ -220,6 +220,40 @@ async fn e2e_xnode_transfer_commits_atomically_and_conflicts() {
     let all = balances(&first).await.unwrap();
     assert_eq!((all[&a], all[&b], all[&c]), (120, 71, 110), "{all:?}");
 
+    // A phantom across nodes: the block counts flagged accounts (a scan of every node's
+    // fragments, the remote ranges travel back with the reads and out again with COMMIT),
+    // another session adds a flagged account on node 3, the block's COMMIT fails with 40001
+    // and its write is not applied. Without the insert the same block commits.
+    let flagged = "SELECT count(*) FROM accounts WHERE vip::bool = true";
+    let d = id_owned_by(&first, 3, "acct-d").await;
+    for insert in [false, true] {
+        client.batch_execute("BEGIN").await.unwrap();
+        let n: i64 = client.query_one(flagged, &[]).await.unwrap().get(0);
+        assert_eq!(n, 0);
+        if insert {
+            let sql =
+                format!(r#"INSERT INTO accounts VALUES ('{d}', '{{"balance":0,"vip":true}}')"#);
+            other.batch_execute(&sql).await.unwrap();
+        }
+        client
+            .batch_execute(&format!("UPDATE accounts SET balance = 111 WHERE id() = '{c}'"))
+            .await
+            .unwrap();
+        let committed = client.batch_execute("COMMIT").await;
+        if insert {
+            let err = committed.unwrap_err();
+            assert_eq!(support::sqlstate(&err), "40001", "{err}");
+            let all = balances(&second).await.unwrap();
+            assert_eq!(all[&c], 110, "the failed block's write is not applied: {all:?}");
+        } else {
+            committed.expect("nothing entered the scanned ranges");
+            client
+                .batch_execute(&format!("UPDATE accounts SET balance = 110 WHERE id() = '{c}'"))
+                .await
+                .unwrap();
+        }
+    }
+
     drop((client, other));
     for n in [&mut first, &mut second, &mut third] {
         n.stop();

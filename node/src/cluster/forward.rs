@@ -45,7 +45,7 @@ use crate::cluster::limits::{
 };
 use crate::cluster::region::RegionError;
 use crate::cluster::wire::{self, Hello, PROTOCOL_VERSION, Peer, WireError};
-use crate::engine::{Buffered, Core, FragmentWrites, ReadRecord, Session};
+use crate::engine::{Buffered, Core, FragmentWrites, ReadRecord, Reads, ScanRecord, Session};
 use crate::runtime::ExecutorContext;
 
 /// Bytes of the version prefix of a body.
@@ -185,6 +185,30 @@ pub struct WireRead {
     pub version: u64,
 }
 
+/// A range a statement scanned to its end in a transaction (`engine::txn::ScanRecord`).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct WireScan {
+    /// Collection.
+    pub collection: String,
+    /// First shard.
+    pub start: u32,
+    /// One past the last shard.
+    pub end: u32,
+    /// Stored documents it held.
+    pub docs: u64,
+}
+
+/// What a statement read on one fragment (`engine::txn::Reads`).
+#[derive(
+    rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, Default, PartialEq, Eq,
+)]
+pub struct WireReads {
+    /// Versions read.
+    pub docs: Vec<WireRead>,
+    /// Ranges scanned to the end.
+    pub scans: Vec<WireScan>,
+}
+
 /// One buffered write of a transaction (`engine::txn::Buffered`).
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct WireBuffered {
@@ -212,8 +236,8 @@ pub struct WireTxnTarget {
     pub ranges: Vec<WireRange>,
     /// The transaction's buffered writes there.
     pub writes: Vec<WireBuffered>,
-    /// Versions read there (commit only).
-    pub reads: Vec<WireRead>,
+    /// Versions read and ranges scanned there (commit only).
+    pub reads: WireReads,
 }
 
 /// A write a statement of a transaction would make (`query::WriteIntent`).
@@ -248,8 +272,8 @@ pub struct WireTxnShare {
     pub fragment: u32,
     /// Writes to buffer (empty for a SELECT).
     pub intents: Vec<WireIntent>,
-    /// Versions read.
-    pub reads: Vec<WireRead>,
+    /// Versions read and ranges scanned.
+    pub reads: WireReads,
     /// RETURNING rows.
     pub returning: Vec<Vec<WireDatum>>,
     /// Documents read.
@@ -549,23 +573,37 @@ fn shard_from_wire(shard: u32) -> Result<router::ShardId, String> {
     router::ShardId::new(shard).ok_or_else(|| format!("shard {shard} out of range"))
 }
 
-/// Versions read, for the wire.
-pub fn reads_to_wire(reads: &[ReadRecord]) -> Vec<WireRead> {
-    reads
-        .iter()
-        .map(|r| WireRead {
-            collection: r.collection.clone(),
-            key: r.key.clone(),
-            id: r.id.clone(),
-            shard: r.shard.get(),
-            version: r.version.get(),
-        })
-        .collect()
+/// Versions read and ranges scanned, for the wire.
+pub fn reads_to_wire(reads: &Reads) -> WireReads {
+    WireReads {
+        docs: reads
+            .docs
+            .iter()
+            .map(|r| WireRead {
+                collection: r.collection.clone(),
+                key: r.key.clone(),
+                id: r.id.clone(),
+                shard: r.shard.get(),
+                version: r.version.get(),
+            })
+            .collect(),
+        scans: reads
+            .scans
+            .iter()
+            .map(|s| WireScan {
+                collection: s.collection.clone(),
+                start: s.range.start(),
+                end: s.range.end(),
+                docs: s.docs,
+            })
+            .collect(),
+    }
 }
 
-/// Versions read, from the wire.
-pub fn reads_from_wire(reads: Vec<WireRead>) -> Result<Vec<ReadRecord>, String> {
-    reads
+/// Versions read and ranges scanned, from the wire.
+pub fn reads_from_wire(reads: WireReads) -> Result<Reads, String> {
+    let docs = reads
+        .docs
         .into_iter()
         .map(|r| {
             Ok(ReadRecord {
@@ -576,7 +614,17 @@ pub fn reads_from_wire(reads: Vec<WireRead>) -> Result<Vec<ReadRecord>, String> 
                 version: storage::Version::new(r.version),
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, String>>()?;
+    let scans = reads
+        .scans
+        .into_iter()
+        .map(|s| {
+            let range = router::ShardRange::new(s.start, s.end)
+                .ok_or_else(|| format!("scanned range {}..{} out of range", s.start, s.end))?;
+            Ok(ScanRecord { collection: s.collection, range, docs: s.docs })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Reads { docs, scans })
 }
 
 /// A fragment's buffered writes, for the wire.
@@ -1164,13 +1212,20 @@ mod tests {
         );
         let back = writes_from_wire(writes_to_wire(Some(&writes))).unwrap();
         assert_eq!(back.docs, writes.docs);
-        let reads = vec![ReadRecord {
-            collection: "c".into(),
-            key: "x".into(),
-            id: "X".into(),
-            shard,
-            version: storage::Version::new(9),
-        }];
+        let reads = Reads {
+            docs: vec![ReadRecord {
+                collection: "c".into(),
+                key: "x".into(),
+                id: "X".into(),
+                shard,
+                version: storage::Version::new(9),
+            }],
+            scans: vec![ScanRecord {
+                collection: "c".into(),
+                range: router::ShardRange::new(10, 20).unwrap(),
+                docs: 3,
+            }],
+        };
         let back = reads_from_wire(reads_to_wire(&reads)).unwrap();
         assert_eq!(format!("{back:?}"), format!("{reads:?}"));
         let intents = vec![
@@ -1190,8 +1245,11 @@ mod tests {
         ];
         assert_eq!(intents_from_wire(intents_to_wire(&intents)).unwrap(), intents);
         let mut bad = reads_to_wire(&reads);
-        bad[0].shard = u32::MAX;
+        bad.docs[0].shard = u32::MAX;
         assert!(reads_from_wire(bad).is_err());
+        let mut bad = reads_to_wire(&reads);
+        bad.scans[0].end = u32::MAX;
+        assert!(reads_from_wire(bad).is_err(), "a scanned range past the last shard");
     }
 
     // Checks partials survive the wire exactly (rows with keys, groups with every state).

@@ -21,8 +21,11 @@ use crate::cluster::limits::{
     CLUSTER_NAME_BYTES_MAX, PEER_ADDR_BYTES_MAX, PEER_FRAME_BYTES_MAX, PEER_FRAME_HEADER_BYTES,
 };
 
-/// The protocol version this build speaks. Bumped by any change to `Message`'s layout.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version this build speaks. Bumped by any change to `Message`'s layout or to
+/// a forwarded data frame's (`forward`): nodes of two versions refuse each other at `Hello`
+/// rather than misread each other's frames. 2: a forwarded request carries its catalog
+/// version, a transaction's reads carry its scanned ranges (`forward::WireReads`).
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Bytes of the version prefix at the start of a body.
 const VERSION_BYTES: usize = 2;

@@ -31,7 +31,7 @@ use super::limits::{
 };
 use super::reader::FragmentReader;
 use super::shared::{CatalogView, Rules, Shared};
-use super::txn::{FragmentWrites, OverlayReader, ReadRecord};
+use super::txn::{FragmentWrites, OverlayReader, Reads};
 use crate::catalog::CollectionEntry;
 use crate::runtime::{ExecutorContext, ExecutorIndex, Mesh};
 
@@ -139,8 +139,8 @@ pub struct TxnShare {
     pub fragment: FragmentId,
     /// The writes, to buffer.
     pub intents: Vec<WriteIntent>,
-    /// Storage versions read.
-    pub reads: Vec<ReadRecord>,
+    /// Storage versions read and ranges scanned.
+    pub reads: Reads,
     /// RETURNING rows.
     pub returning: Vec<Vec<query::Datum>>,
     /// Documents read.
@@ -195,7 +195,7 @@ pub struct SessionTxnRow {
 pub type TxnRows = (Vec<(u64, SessionTxnRow)>, Vec<(TxId, PreparedTxn)>, Vec<DecisionRow>);
 
 /// Storage versions read, per fragment.
-pub type FragmentReads = Vec<(FragmentId, Vec<ReadRecord>)>;
+pub type FragmentReads = Vec<(FragmentId, Reads)>;
 
 /// The fragments of one executor.
 pub struct Core {
@@ -805,11 +805,25 @@ impl Core {
         if batch.writes() > 0 {
             return self.apply_txn(id, batch).await;
         }
-        for slice in batch.ops().chunks(TXN_FRAGMENT_OPS_MAX) {
-            let mut part = WriteBatch::new();
-            for op in slice {
-                part.push(op.clone());
-            }
+        let mut parts: Vec<WriteBatch> = batch
+            .ops()
+            .chunks(TXN_FRAGMENT_OPS_MAX)
+            .map(|slice| {
+                let mut part = WriteBatch::new();
+                for op in slice {
+                    part.push(op.clone());
+                }
+                part
+            })
+            .collect();
+        // The scanned ranges ride with the first slice (or alone): each stands on its own too.
+        let first = parts.first_mut().map(std::mem::take).unwrap_or_default();
+        let first = batch.scans().iter().fold(first, |b, s| b.scan(&s.collection, s.range, s.docs));
+        match parts.first_mut() {
+            Some(slot) => *slot = first,
+            None => parts.push(first),
+        }
+        for part in parts.into_iter().filter(|p| !p.is_empty()) {
             self.apply_txn(id, part).await?;
         }
         Ok(())
@@ -826,6 +840,13 @@ impl Core {
                 self.count_tx(|c| c.conflicts += 1);
                 wait_visible(fragment, &collection, &id, expected).await;
                 EngineError::TxnConflict { collection, id }
+            }
+            AppendError::Phantom { collection, .. } => {
+                self.count_tx(|c| c.conflicts += 1);
+                // As for a conflict: answer once the writes the range check counted are
+                // readable, so a retry scans them.
+                let _ = fragment.wait_durable(fragment.last_queued_lsn()).await;
+                EngineError::TxnPhantom { collection }
             }
             AppendError::Locked { collection, id, txid } => {
                 self.count_tx(|c| c.conflicts += 1);

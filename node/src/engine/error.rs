@@ -104,6 +104,15 @@ pub enum EngineError {
         /// The document id.
         id: String,
     },
+    /// A transaction's commit found a range it scanned to the end holding other documents
+    /// than it saw (one was added or moved there since: a phantom); 40001, nothing applied.
+    #[error(
+        "could not serialize access: a document of {collection:?} entered a range this transaction read"
+    )]
+    TxnPhantom {
+        /// The collection.
+        collection: String,
+    },
     /// A transaction's commit found a document held by another transaction's prepared commit
     /// (40001, like [`EngineError::TxnConflict`]): nothing was applied. The session waits for
     /// the holder on the fragment's executor and commits again before answering it.

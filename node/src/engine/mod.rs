@@ -28,7 +28,7 @@ pub use self::session::{
 pub use self::shared::{CatalogView, Shared};
 pub use self::txn::{
     BUFFERED_VERSION, Buffered, FragmentTxn, FragmentWrites, OverlayDoc, OverlayReader, ReadRecord,
-    Txn,
+    Reads, ScanRecord, Txn,
 };
 
 /// Runs `test` on a glommio executor under the park watchdog, with a directory of its own

@@ -37,7 +37,7 @@ use super::core::{
 use super::error::EngineError;
 use super::limits::{TXN_AUTOCOMMIT_ATTEMPTS_MAX, TXN_HELD_WAITS_MAX};
 use super::shared::{CatalogView, Rules};
-use super::txn::Txn;
+use super::txn::{Reads, Txn};
 use crate::catalog::CollectionEntry;
 use crate::cluster::forward::{self, Reply, Share};
 use crate::cluster::region::{BufferKey, RegionError};
@@ -1579,7 +1579,7 @@ impl Session {
             });
             outcome.affected += share.intents.len() as u64;
             outcome.returning.extend(share.returning);
-            let reads = if keep_reads { share.reads } else { Vec::new() };
+            let reads = if keep_reads { share.reads } else { Reads::default() };
             txn.absorb(share.fragment, &collection, reads, share.intents)?;
         }
         Ok(Ok(outcome))
@@ -2879,10 +2879,13 @@ fn with_writes(
 fn wire_commit_target(txn: &Txn, fragment: FragmentId) -> forward::WireTxnTarget {
     let (writes, reads) = match txn.fragments.get(&fragment) {
         Some(f) => {
-            let reads: Vec<_> = f.reads.values().cloned().collect();
+            let reads = Reads {
+                docs: f.reads.values().cloned().collect(),
+                scans: f.scans.iter().cloned().collect(),
+            };
             (forward::writes_to_wire(Some(&f.writes)), forward::reads_to_wire(&reads))
         }
-        None => (Vec::new(), Vec::new()),
+        None => (Vec::new(), forward::WireReads::default()),
     };
     forward::WireTxnTarget { fragment: fragment.get(), ranges: Vec::new(), writes, reads }
 }
@@ -2896,9 +2899,10 @@ fn batch_from_wire(target: forward::WireTxnTarget) -> Result<storage::WriteBatch
     let mut txn = Txn::new(0);
     let part = txn.fragments.entry(fragment).or_default();
     part.writes = Arc::new(writes);
-    for r in reads {
+    for r in reads.docs {
         part.reads.insert((r.collection.clone(), r.key.clone()), r);
     }
+    part.scans = reads.scans.into_iter().collect();
     Ok(txn.batches().remove(&fragment).unwrap_or_default())
 }
 
@@ -2928,7 +2932,9 @@ async fn expect_applied(tasks: Vec<ForwardTask>) -> Result<(), EngineError> {
 /// SQLSTATE): nothing of the transaction was applied, it may run again.
 fn is_conflict(e: &EngineError) -> bool {
     match e {
-        EngineError::TxnConflict { .. } | EngineError::TxnHeld { .. } => true,
+        EngineError::TxnConflict { .. }
+        | EngineError::TxnPhantom { .. }
+        | EngineError::TxnHeld { .. } => true,
         EngineError::Region(RegionError::Remote { code, .. }) => {
             code == SqlState::SERIALIZATION_FAILURE.code()
         }
@@ -3001,7 +3007,7 @@ fn wire_txn_targets(txn: &Txn, targets: &[Target]) -> Vec<forward::WireTxnTarget
                 .map(|r| forward::WireRange { start: r.start(), end: r.end() })
                 .collect(),
             writes: forward::writes_to_wire(txn.writes_of(t.fragment).as_deref()),
-            reads: Vec::new(),
+            reads: forward::WireReads::default(),
         })
         .collect()
 }

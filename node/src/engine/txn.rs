@@ -9,14 +9,17 @@
 //! returns. At commit, every fragment's buffer and reads become one storage batch: writes with
 //! their `base` as expected version, reads not overwritten as checks.
 //!
-//! **Phantoms:** a scan records the documents it returned, not the range it covered. A
-//! document inserted into a scanned range by another transaction after the scan is not seen
-//! at commit, so a transaction that decides from the absence of rows in a range (not a point
-//! read) is not protected against that insert. Point reads of missing documents are protected
-//! (an `ABSENT` check).
+//! **Phantoms:** a scan that ran to the end of a shard range records the range and how many
+//! stored documents it held (`ScanRecord`), besides the version of each document it
+//! returned. At commit the range becomes a `storage::ScanCheck`: the owner fails the commit
+//! (40001) if the range now holds another number of documents, and a prepare or hold keeps
+//! other writers from placing documents there until the decision. Every document the scan
+//! visited is checked on its own, so an unchanged count means nothing entered the range. A
+//! scan cut short by a LIMIT records no range: any rows that still match are a valid answer.
+//! Point reads of missing documents are protected by an `ABSENT` check.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
@@ -73,11 +76,34 @@ pub struct ReadRecord {
     pub version: Version,
 }
 
+/// A shard range of one collection that a statement scanned to its end inside a
+/// transaction, with how many stored documents it held then (see the module's phantoms).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ScanRecord {
+    /// Collection.
+    pub collection: String,
+    /// The shards scanned.
+    pub range: ShardRange,
+    /// Stored documents in the range at the scan (the transaction's own writes not counted).
+    pub docs: u64,
+}
+
+/// What one statement read on one fragment.
+#[derive(Clone, Debug, Default)]
+pub struct Reads {
+    /// Storage versions of the documents it read (or found missing).
+    pub docs: Vec<ReadRecord>,
+    /// Ranges it scanned to the end.
+    pub scans: Vec<ScanRecord>,
+}
+
 /// One fragment's part of a transaction.
 #[derive(Clone, Debug, Default)]
 pub struct FragmentTxn {
     /// First version read of each document read from storage.
     pub reads: BTreeMap<DocKey, ReadRecord>,
+    /// Ranges scanned to the end (each distinct record once).
+    pub scans: BTreeSet<ScanRecord>,
     /// Buffered writes.
     pub writes: Arc<FragmentWrites>,
 }
@@ -116,11 +142,24 @@ impl Txn {
         &mut self,
         fragment: FragmentId,
         collection: &str,
-        reads: Vec<ReadRecord>,
+        reads: Reads,
         intents: Vec<WriteIntent>,
     ) -> Result<(), EngineError> {
         let f = self.fragments.entry(fragment).or_default();
-        for r in reads {
+        for s in reads.scans {
+            if !f.scans.contains(&s) {
+                // A scanned range counts as one read against the limit.
+                if self.reads >= TXN_READS_MAX {
+                    return Err(EngineError::TxnLimit {
+                        what: "documents read",
+                        max: TXN_READS_MAX,
+                    });
+                }
+                self.reads += 1;
+                f.scans.insert(s);
+            }
+        }
+        for r in reads.docs {
             let key = (r.collection.clone(), r.key.clone());
             if let std::collections::btree_map::Entry::Vacant(slot) = f.reads.entry(key) {
                 if self.reads >= TXN_READS_MAX {
@@ -136,7 +175,7 @@ impl Txn {
         if intents.is_empty() {
             return Ok(());
         }
-        let FragmentTxn { reads: first_reads, writes } = f;
+        let FragmentTxn { reads: first_reads, writes, .. } = f;
         let writes = Arc::make_mut(writes);
         for intent in intents {
             let (id, shard, read, doc) = match intent {
@@ -202,6 +241,9 @@ impl Txn {
                 if !f.writes.docs.contains_key(key) {
                     batch = batch.check(&r.collection, &r.id, r.shard, r.version);
                 }
+            }
+            for s in &f.scans {
+                batch = batch.scan(&s.collection, s.range, s.docs);
             }
             if !batch.is_empty() {
                 out.insert(*fragment, batch);
@@ -292,22 +334,22 @@ impl<'a> DocValue<'a> for OverlayDoc<'a> {
 pub struct OverlayReader<'f> {
     inner: FragmentReader<'f>,
     writes: Option<&'f FragmentWrites>,
-    reads: RefCell<Vec<ReadRecord>>,
+    reads: RefCell<Reads>,
 }
 
 impl<'f> OverlayReader<'f> {
     /// An overlay of `writes` over `inner`.
     pub fn new(inner: FragmentReader<'f>, writes: Option<&'f FragmentWrites>) -> OverlayReader<'f> {
-        OverlayReader { inner, writes, reads: RefCell::new(Vec::new()) }
+        OverlayReader { inner, writes, reads: RefCell::new(Reads::default()) }
     }
 
-    /// The storage versions read so far.
-    pub fn take_reads(&self) -> Vec<ReadRecord> {
+    /// The storage versions read and the ranges scanned so far.
+    pub fn take_reads(&self) -> Reads {
         std::mem::take(&mut *self.reads.borrow_mut())
     }
 
     fn record(&self, collection: &str, id: &str, shard: ShardId, version: Version) {
-        self.reads.borrow_mut().push(ReadRecord {
+        self.reads.borrow_mut().docs.push(ReadRecord {
             collection: collection.to_owned(),
             key: storage::doc_key(id).into_owned(),
             id: id.to_owned(),
@@ -400,7 +442,10 @@ impl<'f> FragmentSource for OverlayReader<'f> {
             pending.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
             let mut pending = pending.into_iter().peekable();
             let mut stopped = false;
+            // Stored documents of the range, shadowed by the buffer or not.
+            let mut stored_docs = 0u64;
             self.inner.scan(collection, std::slice::from_ref(range), &mut |doc| {
+                stored_docs += 1;
                 let key = storage::doc_key(doc.id);
                 // Buffered documents that sort before this one come first.
                 while let Some(&(shard, k, b)) = pending.peek() {
@@ -443,6 +488,12 @@ impl<'f> FragmentSource for OverlayReader<'f> {
                     return;
                 }
             }
+            // The range was read to its end: no document may enter it before the commit.
+            self.reads.borrow_mut().scans.push(ScanRecord {
+                collection: name.to_owned(),
+                range: *range,
+                docs: stored_docs,
+            });
         }
     }
 }
@@ -481,6 +532,10 @@ mod tests {
         }
     }
 
+    fn docs(docs: Vec<ReadRecord>) -> Reads {
+        Reads { docs, scans: Vec::new() }
+    }
+
     fn put(id: &str, read: Option<DocVersion>, v: i64) -> WriteIntent {
         WriteIntent::Put {
             id: id.into(),
@@ -497,18 +552,20 @@ mod tests {
     fn unit_buffer_folds_into_batches() {
         let f = FragmentId::new(1);
         let mut t = Txn::new(1);
-        t.absorb(f, "c", vec![], vec![put("New", None, 1)]).expect("insert");
-        t.absorb(f, "c", vec![], vec![put("new", Some(BUFFERED_VERSION), 2)]).expect("update");
+        t.absorb(f, "c", Reads::default(), vec![put("New", None, 1)]).expect("insert");
+        t.absorb(f, "c", Reads::default(), vec![put("new", Some(BUFFERED_VERSION), 2)])
+            .expect("update");
         let del = WriteIntent::Delete {
             id: "NEW".into(),
             shard: shard(),
             version_read: BUFFERED_VERSION,
         };
-        t.absorb(f, "c", vec![], vec![del]).expect("delete");
-        t.absorb(f, "c", vec![read("Old", 5), read("Seen", 9)], vec![]).expect("reads");
-        t.absorb(f, "c", vec![], vec![put("Old", Some(DocVersion::new(5)), 3)])
+        t.absorb(f, "c", Reads::default(), vec![del]).expect("delete");
+        t.absorb(f, "c", docs(vec![read("Old", 5), read("Seen", 9)]), vec![]).expect("reads");
+        t.absorb(f, "c", Reads::default(), vec![put("Old", Some(DocVersion::new(5)), 3)])
             .expect("update old");
-        t.absorb(f, "c", vec![], vec![put("old", Some(BUFFERED_VERSION), 4)]).expect("again");
+        t.absorb(f, "c", Reads::default(), vec![put("old", Some(BUFFERED_VERSION), 4)])
+            .expect("again");
         assert!(t.has_writes());
         let batches = t.batches();
         let ops = batches.get(&f).expect("one batch").ops().to_vec();
@@ -522,12 +579,44 @@ mod tests {
             WriteOp::Check { id, expected_version, .. } if id == "Seen" && *expected_version == Version::new(9))));
     }
 
+    // Checks scanned ranges reach the commit batch once each (a repeated scan with the same
+    // count is one check, a different count a second one), also on a fragment only read, and
+    // count against the read limit.
+    #[test]
+    fn unit_scans_become_scan_checks() {
+        let f = FragmentId::new(1);
+        let g = FragmentId::new(2);
+        let range = ShardRange::new(0, 100).expect("range");
+        let scan = |docs| ScanRecord { collection: "c".into(), range, docs };
+        let mut t = Txn::new(1);
+        let reads = |docs: u64| Reads { docs: Vec::new(), scans: vec![scan(docs)] };
+        t.absorb(f, "c", reads(2), vec![put("n", None, 1)]).expect("scan and insert");
+        t.absorb(f, "c", reads(2), vec![]).expect("same scan again");
+        t.absorb(g, "c", reads(0), vec![]).expect("an empty range elsewhere");
+        let batches = t.batches();
+        assert_eq!(batches.get(&f).expect("f").scans().len(), 1);
+        let on_g = batches.get(&g).expect("a fragment only scanned has a batch");
+        assert_eq!(on_g.writes(), 0);
+        assert_eq!(on_g.scans()[0].docs, 0);
+        t.absorb(f, "c", reads(3), vec![]).expect("the range changed between two scans");
+        assert_eq!(t.batches().get(&f).expect("f").scans().len(), 2);
+        let mut full = Txn::new(2);
+        let many = Reads { docs: Vec::new(), scans: (0..TXN_READS_MAX as u64).map(scan).collect() };
+        full.absorb(f, "c", many, vec![]).expect("up to the limit");
+        let e = full.absorb(f, "c", reads(u64::MAX), vec![]);
+        assert!(matches!(e, Err(EngineError::TxnLimit { max: TXN_READS_MAX, .. })), "{e:?}");
+    }
+
     // Checks a buffered version with nothing buffered is refused rather than guessed.
     #[test]
     fn unit_buffered_version_needs_a_buffered_document() {
         let mut t = Txn::new(1);
-        let e =
-            t.absorb(FragmentId::new(0), "c", vec![], vec![put("x", Some(BUFFERED_VERSION), 1)]);
+        let e = t.absorb(
+            FragmentId::new(0),
+            "c",
+            Reads::default(),
+            vec![put("x", Some(BUFFERED_VERSION), 1)],
+        );
         assert!(e.is_err());
     }
 
@@ -539,10 +628,10 @@ mod tests {
         let f = FragmentId::new(0);
         let intents: Vec<WriteIntent> =
             (0..TXN_WRITES_MAX).map(|i| put(&format!("d{i}"), None, 0)).collect();
-        t.absorb(f, "c", vec![], intents).expect("up to the limit");
-        let e = t.absorb(f, "c", vec![], vec![put("one-more", None, 0)]);
+        t.absorb(f, "c", Reads::default(), intents).expect("up to the limit");
+        let e = t.absorb(f, "c", Reads::default(), vec![put("one-more", None, 0)]);
         assert!(matches!(e, Err(EngineError::TxnLimit { max: TXN_WRITES_MAX, .. })), "{e:?}");
-        t.absorb(f, "c", vec![], vec![put("d0", Some(BUFFERED_VERSION), 1)])
+        t.absorb(f, "c", Reads::default(), vec![put("d0", Some(BUFFERED_VERSION), 1)])
             .expect("rewriting a buffered document needs no room");
     }
 
@@ -553,8 +642,8 @@ mod tests {
     fn unit_write_expects_the_first_read_version() {
         let mut t = Txn::new(1);
         let f = FragmentId::new(0);
-        t.absorb(f, "c", vec![read("k", 5)], vec![]).expect("select");
-        t.absorb(f, "c", vec![read("k", 8)], vec![put("k", Some(DocVersion::new(8)), 1)])
+        t.absorb(f, "c", docs(vec![read("k", 5)]), vec![]).expect("select");
+        t.absorb(f, "c", docs(vec![read("k", 8)]), vec![put("k", Some(DocVersion::new(8)), 1)])
             .expect("update");
         let batches = t.batches();
         let ops = batches.get(&f).expect("batch").ops().to_vec();
@@ -581,7 +670,9 @@ mod tests {
     // buffered puts and deletes over them and new ids; a full scan must return exactly the
     // oracle's documents in storage's (shard, key) order, buffered values replacing stored
     // ones and buffered deletes hiding them; a scan stopped early returns the oracle's prefix;
-    // only stored documents actually returned are recorded as reads; point reads agree.
+    // only stored documents actually returned are recorded as reads; a scan to the end records
+    // its range with the stored documents it held, one cut short records none; point reads
+    // agree.
     #[test]
     fn model_overlay_matches_oracle() {
         let dir = std::env::temp_dir().join(format!("tessera-overlay-{}", std::process::id()));
@@ -655,9 +746,18 @@ mod tests {
                     });
                     assert_eq!(seen, expected, "seed {seed}");
                     let reads = reader.take_reads();
-                    assert!(reads.iter().all(|r| {
+                    assert!(reads.docs.iter().all(|r| {
                         !writes.docs.contains_key(&(r.collection.clone(), r.key.clone()))
                     }));
+                    // The full scan records its range with every stored document of it,
+                    // shadowed by the buffer or not.
+                    let mut stored = 0u64;
+                    fragment.scan("c", range, |_| {
+                        stored += 1;
+                        ControlFlow::Continue(())
+                    });
+                    let scanned = ScanRecord { collection: "c".into(), range, docs: stored };
+                    assert_eq!(reads.scans, vec![scanned], "seed {seed}");
                     // Early stop: the first k documents overall.
                     let all: Vec<String> = {
                         let mut v = Vec::new();
@@ -678,6 +778,9 @@ mod tests {
                         ControlFlow::Continue(())
                     });
                     assert_eq!(first, all[..k], "seed {seed} stop after {k}");
+                    // A scan cut short records no range; one that reached the end does.
+                    let scans = reader.take_reads().scans;
+                    assert_eq!(scans.is_empty(), k < all.len(), "seed {seed} stop after {k}");
                     // Point reads agree with the oracle.
                     for i in 0..40 {
                         let id = format!("S{seed}-{i}");

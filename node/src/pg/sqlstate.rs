@@ -196,7 +196,7 @@ pub fn engine_error(error: &crate::engine::EngineError) -> super::PgError {
         E::UnknownSetting(_) => SqlState::UNDEFINED_OBJECT,
         E::Wire(_) => SqlState::CONNECTION_FAILURE,
         E::Cancelled => SqlState::QUERY_CANCELED,
-        E::TxnConflict { .. } => SqlState::SERIALIZATION_FAILURE,
+        E::TxnConflict { .. } | E::TxnPhantom { .. } => SqlState::SERIALIZATION_FAILURE,
         E::TxnAborted | E::TxnHeld { .. } => SqlState::SERIALIZATION_FAILURE,
         E::TxnLimit { .. } | E::FragmentOpsLimit { .. } => SqlState::PROGRAM_LIMIT_EXCEEDED,
         E::Journal(_) => SqlState::IO_ERROR,
@@ -276,7 +276,9 @@ fn hint(error: &crate::engine::EngineError) -> Option<&'static str> {
         E::Contention { .. } | E::Append(storage::AppendError::Conflict { .. }) => {
             Some("retry the statement")
         }
-        E::TxnConflict { .. } | E::TxnHeld { .. } | E::TxnAborted => Some("retry the transaction"),
+        E::TxnConflict { .. } | E::TxnPhantom { .. } | E::TxnHeld { .. } | E::TxnAborted => {
+            Some("retry the transaction")
+        }
         E::Exec(e) if e.category() == query::ExecErrorCategory::DuplicateId => {
             Some("use INSERT … ON CONFLICT (id) DO UPDATE or DO NOTHING to write over it")
         }
