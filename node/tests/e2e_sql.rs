@@ -573,3 +573,44 @@ async fn jsonb_operators_over_the_wire() {
     let e = client.simple_query("SELECT doc() @> 'not json' FROM t").await.unwrap_err();
     assert_eq!(sqlstate(&e), "22P02");
 }
+
+// Checks the collecting aggregates through a driver, over fragments of both executors: the
+// JSON and text results, a per-group jsonb_object_agg, and a parameter as the delimiter
+// (typed text).
+#[tokio::test]
+async fn collecting_aggregates_over_the_wire() {
+    let node = Node::start();
+    let client = node.connect().await;
+    client
+        .batch_execute(
+            r#"INSERT INTO t VALUES
+                 ('a$@0', '{"team":"red","n":1}'),
+                 ('b$@131072', '{"team":"blue","n":2}'),
+                 ('c$@262144', '{"team":"red","n":3}'),
+                 ('d$@393216', '{"team":"red"}')"#,
+        )
+        .await
+        .unwrap();
+    let rows = simple_rows(
+        &client
+            .simple_query(
+                "SELECT team, jsonb_agg(n ORDER BY id()), jsonb_object_agg(id(), n ORDER BY id()) \
+                 FROM t GROUP BY team ORDER BY team",
+            )
+            .await
+            .unwrap(),
+    );
+    let s = |v: &str| Some(v.to_owned());
+    assert_eq!(
+        rows,
+        vec![
+            vec![s("\"blue\""), s("[2]"), s(r#"{"b$@131072":2}"#)],
+            vec![s("\"red\""), s("[1,3,null]"), s(r#"{"a$@0":1,"c$@262144":3,"d$@393216":null}"#)],
+        ]
+    );
+    let joined =
+        client.prepare("SELECT string_agg(n::text, $1 ORDER BY n DESC) FROM t").await.unwrap();
+    assert_eq!(joined.params(), [Type::TEXT]);
+    let text: String = client.query_one(&joined, &[&" > "]).await.unwrap().get(0);
+    assert_eq!(text, "3 > 2 > 1");
+}

@@ -84,7 +84,14 @@ fn visit_select(s: &Select, visit: &mut dyn FnMut(&Expr, Hint)) {
         SelectShape::Rows { outputs } => outputs.iter().for_each(|o| visit(&o.expr, None)),
         SelectShape::Aggregate { group_by, aggregates, outputs, having } => {
             group_by.iter().for_each(|g| visit(g, None));
-            aggregates.iter().filter_map(|a| a.arg.as_ref()).for_each(|a| visit(a, None));
+            for a in aggregates {
+                a.arg.iter().chain(&a.arg2).for_each(|e| visit(e, None));
+                for k in &a.order_by {
+                    if let OrderTarget::Expr(e) = &k.target {
+                        visit(e, None);
+                    }
+                }
+            }
             let filters = aggregates.iter().filter_map(|a| a.filter.as_ref());
             filters.for_each(|f| visit(f, Some(SqlType::Bool)));
             outputs.iter().for_each(|o| visit(&o.expr, None));
@@ -381,7 +388,13 @@ impl Binder<'_> {
                         .into_iter()
                         .map(|mut a| {
                             a.arg = self.opt(a.arg)?;
+                            a.arg2 = self.opt(a.arg2)?;
                             a.filter = self.opt(a.filter)?;
+                            for k in &mut a.order_by {
+                                if let OrderTarget::Expr(e) = &mut k.target {
+                                    *e = self.expr(std::mem::replace(e, Expr::Id))?;
+                                }
+                            }
                             Ok(a)
                         })
                         .collect::<Result<_, PlanError>>()?,

@@ -15,8 +15,10 @@ use router::doc::DocValue;
 use router::{ShardId, ShardRange};
 
 use crate::error::ExecError;
-use crate::expr::{BinaryOp, Expr, FieldPath, Literal, Row, Value, doc_to_json, eval, matches};
-use crate::limits::{DISTINCT_VALUES_MAX, GROUPS_MAX, RESULT_ROWS_MAX};
+use crate::expr::{
+    BinaryOp, Expr, FieldPath, Literal, Row, Value, cast, doc_to_json, eval, matches,
+};
+use crate::limits::{AGGREGATED_BYTES_MAX, DISTINCT_VALUES_MAX, GROUPS_MAX, RESULT_ROWS_MAX};
 use crate::plan::{
     Aggregate, AggregateFunc, Assignment, CollectionName, Count, Delete, Insert, InsertBody,
     OnConflict, OrderKey, OrderTarget, Output, OutputColumn, Select, SelectShape, Update,
@@ -140,6 +142,164 @@ pub enum AggState {
         /// How many.
         count: i64,
     },
+    /// `jsonb_agg`, `jsonb_object_agg`, `string_agg`: every value kept, in arrival order (the
+    /// merge sorts them by the call's ORDER BY); a query's lists together hold at most
+    /// [`AGGREGATED_BYTES_MAX`] ([`CollectBudget`]).
+    Collect(Vec<Collected>),
+}
+
+/// One value a collecting aggregate keeps.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Collected {
+    /// The call's ORDER BY keys for it.
+    pub keys: Vec<Datum>,
+    /// `jsonb_agg`, `jsonb_object_agg`: the JSON value; `string_agg`: the text.
+    pub value: Datum,
+    /// `jsonb_object_agg`: the key (text); `string_agg`: the delimiter before it (text, or
+    /// NULL for none); `jsonb_agg`: NULL.
+    pub extra: Datum,
+}
+
+impl Collected {
+    /// Roughly the bytes it holds, for [`AGGREGATED_BYTES_MAX`].
+    fn bytes(&self) -> usize {
+        self.keys.iter().chain([&self.value, &self.extra]).map(datum_bytes).sum()
+    }
+}
+
+fn datum_bytes(d: &Datum) -> usize {
+    const NODE: usize = 16;
+    fn json(v: &serde_json::Value) -> usize {
+        NODE + match v {
+            serde_json::Value::String(s) => s.len(),
+            serde_json::Value::Array(items) => items.iter().map(json).sum(),
+            serde_json::Value::Object(m) => m.iter().map(|(k, v)| k.len() + json(v)).sum(),
+            _ => 0,
+        }
+    }
+    match d {
+        Datum::Text(t) => NODE + t.len(),
+        Datum::Json(v) => json(v),
+        _ => NODE,
+    }
+}
+
+/// The bytes one query's collecting aggregates hold, over every group, kept within
+/// [`AGGREGATED_BYTES_MAX`].
+#[derive(Default)]
+struct CollectBudget {
+    held: usize,
+}
+
+impl CollectBudget {
+    fn spend(&mut self, bytes: usize) -> Result<(), ExecError> {
+        self.held = self.held.saturating_add(bytes);
+        if self.held > AGGREGATED_BYTES_MAX {
+            return Err(ExecError::LimitExceeded {
+                what: "bytes held by jsonb_agg / jsonb_object_agg / string_agg in one query",
+                limit: AGGREGATED_BYTES_MAX,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The value one document gives a collecting aggregate, `None` when it adds nothing
+/// (`string_agg` of NULL).
+fn collected<'v, D: DocValue<'v>>(
+    agg: &'v Aggregate,
+    row: &Row<'v, D>,
+) -> Result<Option<Collected>, ExecError> {
+    let arg = match &agg.arg {
+        Some(a) => eval(a, row)?,
+        None => Value::Null,
+    };
+    let text = |v: Value<'v, D>| -> Result<Datum, ExecError> {
+        Ok(match cast(v, SqlType::Text)? {
+            Value::Null => Datum::Null,
+            other => other.to_datum(SqlType::Text)?,
+        })
+    };
+    let (value, extra) = match agg.func {
+        AggregateFunc::JsonAgg => (Datum::Json(arg.to_json()?), Datum::Null),
+        AggregateFunc::JsonObjectAgg => {
+            if matches!(arg, Value::Null) {
+                return Err(ExecError::InvalidArgument {
+                    function: "jsonb_object_agg",
+                    reason: "a key must not be NULL",
+                });
+            }
+            let value = match &agg.arg2 {
+                Some(v) => eval(v, row)?.to_json()?,
+                None => serde_json::Value::Null,
+            };
+            (Datum::Json(value), text(arg)?)
+        }
+        _ => {
+            if matches!(arg, Value::Null) {
+                return Ok(None);
+            }
+            let delimiter = match &agg.arg2 {
+                Some(d) => text(eval(d, row)?)?,
+                None => Datum::Null,
+            };
+            (text(arg)?, delimiter)
+        }
+    };
+    let keys = agg
+        .order_by
+        .iter()
+        .map(|k| match &k.target {
+            OrderTarget::Expr(e) => eval(e, row)?.to_natural_datum(),
+            OrderTarget::Output(_) => Ok(Datum::Null),
+        })
+        .collect::<Result<Vec<_>, ExecError>>()?;
+    Ok(Some(Collected { keys, value, extra }))
+}
+
+/// The result of a collecting aggregate from its values (from every fragment): sorted by the
+/// call's ORDER BY (stable: ties keep arrival order), then joined. NULL over no values.
+fn finish_collected(mut items: Vec<Collected>, agg: &Aggregate) -> Result<Datum, ExecError> {
+    if items.is_empty() {
+        return Ok(Datum::Null);
+    }
+    if !agg.order_by.is_empty() {
+        items.sort_by(|a, b| cmp_parts(&agg.order_by, &a.keys, "", &b.keys, ""));
+    }
+    Ok(match agg.func {
+        AggregateFunc::JsonAgg => Datum::Json(serde_json::Value::Array(
+            items
+                .into_iter()
+                .map(|c| match c.value {
+                    Datum::Json(v) => v,
+                    _ => serde_json::Value::Null,
+                })
+                .collect(),
+        )),
+        AggregateFunc::JsonObjectAgg => {
+            let mut map = serde_json::Map::new();
+            for c in items {
+                if let (Datum::Text(key), Datum::Json(v)) = (c.extra, c.value) {
+                    map.insert(key, v);
+                }
+            }
+            Datum::Json(serde_json::Value::Object(map))
+        }
+        _ => {
+            let mut out = String::new();
+            for (i, c) in items.into_iter().enumerate() {
+                if i > 0
+                    && let Datum::Text(d) = &c.extra
+                {
+                    out.push_str(d);
+                }
+                if let Datum::Text(t) = c.value {
+                    out.push_str(&t);
+                }
+            }
+            Datum::Text(out)
+        }
+    })
 }
 
 impl AggState {
@@ -154,6 +314,9 @@ impl AggState {
             AggregateFunc::Min => AggState::Min(None),
             AggregateFunc::Max => AggState::Max(None),
             AggregateFunc::Avg => AggState::Avg { sum: 0.0, count: 0 },
+            AggregateFunc::JsonAgg | AggregateFunc::JsonObjectAgg | AggregateFunc::StringAgg => {
+                AggState::Collect(Vec::new())
+            }
         }
     }
 
@@ -193,6 +356,8 @@ impl AggState {
             (AggState::SumInt(_), Some(_)) => {}
             // Only count(*) passes no value; other aggregates always have an argument.
             (_, None) => {}
+            // Collecting states take whole `Collected` values (`collected`), never this.
+            (AggState::Collect(_), Some(_)) => {}
         }
         Ok(0)
     }
@@ -241,6 +406,7 @@ impl AggState {
                 *sum += s;
                 *count = count.saturating_add(c);
             }
+            (AggState::Collect(a), AggState::Collect(b)) => a.extend(b),
             _ => return Err(ExecError::PartialMismatch { what: "aggregate state kinds differ" }),
         }
         Ok(0)
@@ -257,6 +423,17 @@ impl AggState {
             AggState::Avg { sum, count } => {
                 Ok(if count == 0 { Datum::Null } else { Datum::Float8(sum / count as f64) })
             }
+            AggState::Collect(_) => {
+                Err(ExecError::PartialMismatch { what: "collected values finish with their call" })
+            }
+        }
+    }
+
+    /// Bytes a collecting state holds (none for the others).
+    fn collected_bytes(&self) -> usize {
+        match self {
+            AggState::Collect(items) => items.iter().map(Collected::bytes).sum(),
+            _ => 0,
         }
     }
 }
@@ -591,6 +768,7 @@ pub fn execute_select<'s, S: FragmentSource>(
         SelectShape::Aggregate { group_by, aggregates, .. } => {
             let mut groups: BTreeMap<Vec<OrdDatum>, Vec<AggState>> = BTreeMap::new();
             let mut distinct = DistinctBudget::default();
+            let mut kept = CollectBudget::default();
             let scanned =
                 for_each_match(source, collection, select.filter.as_ref(), ranges, &mut |d| {
                     let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
@@ -608,6 +786,13 @@ pub fn execute_select<'s, S: FragmentSource>(
                         if let Some(filter) = &agg.filter
                             && !matches(filter, &row)?
                         {
+                            continue;
+                        }
+                        if let AggState::Collect(items) = state {
+                            if let Some(item) = collected(agg, &row)? {
+                                kept.spend(item.bytes())?;
+                                items.push(item);
+                            }
                             continue;
                         }
                         let new = match &agg.arg {
@@ -677,6 +862,7 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
         SelectShape::Aggregate { group_by, aggregates, outputs, having } => {
             let mut groups: BTreeMap<Vec<OrdDatum>, Vec<AggState>> = BTreeMap::new();
             let mut distinct = DistinctBudget::default();
+            let mut kept = CollectBudget::default();
             for p in partials {
                 let PartialBody::Groups(gs) = p.body else {
                     return Err(ExecError::PartialMismatch {
@@ -688,6 +874,7 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
                         return Err(ExecError::PartialMismatch { what: "group shape" });
                     }
                     let key: Vec<OrdDatum> = g.key.into_iter().map(OrdDatum).collect();
+                    kept.spend(g.states.iter().map(AggState::collected_bytes).sum())?;
                     if let Some(states) = groups.get_mut(&key) {
                         for (s, o) in states.iter_mut().zip(g.states) {
                             distinct.spend(s.combine(o)?)?;
@@ -712,7 +899,10 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
             for (key, states) in groups {
                 let mut results = Vec::with_capacity(states.len());
                 for (s, a) in states.into_iter().zip(aggregates) {
-                    results.push(s.finish(a.func, a.ty)?);
+                    results.push(match s {
+                        AggState::Collect(items) => finish_collected(items, a)?,
+                        s => s.finish(a.func, a.ty)?,
+                    });
                 }
                 let group = GroupValues { key: &key, results: &results };
                 if let Some(h) = having
@@ -1171,6 +1361,27 @@ pub fn execute_verify_sharding<S: FragmentSource>(
 
 #[cfg(test)]
 mod tests {
+
+    // Checks the collecting aggregates' memory bound: past AGGREGATED_BYTES_MAX bytes held in
+    // one query (per fragment and at the merge) the query fails with a limit error naming it.
+    #[test]
+    fn collect_budget_is_bounded() {
+        let mut budget = CollectBudget::default();
+        let item = Collected {
+            keys: vec![Datum::Int8(1)],
+            value: Datum::Text("x".repeat(1 << 20)),
+            extra: Datum::Null,
+        };
+        assert!(item.bytes() > 1 << 20);
+        for _ in 0..63 {
+            budget.spend(item.bytes()).expect("within the limit");
+        }
+        let e = budget.spend(item.bytes());
+        assert!(
+            matches!(e, Err(ExecError::LimitExceeded { limit: AGGREGATED_BYTES_MAX, .. })),
+            "{e:?}"
+        );
+    }
     use super::*;
     use serde_json::json;
 

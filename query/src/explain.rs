@@ -99,11 +99,22 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
                         .enumerate()
                         .map(|(i, a)| {
                             let distinct = if a.func.is_distinct() { "DISTINCT " } else { "" };
+                            let second =
+                                a.arg2.as_ref().map(|e| format!(", {e}")).unwrap_or_default();
+                            let order = if a.order_by.is_empty() {
+                                String::new()
+                            } else {
+                                let keys: Vec<String> =
+                                    a.order_by.iter().map(|k| order_text(s, k)).collect();
+                                format!(" ORDER BY {}", keys.join(", "))
+                            };
                             let call = match &a.arg {
                                 None => format!("agg{} = {}(*)", i + 1, a.func.name()),
-                                Some(arg) => {
-                                    format!("agg{} = {}({distinct}{arg})", i + 1, a.func.name())
-                                }
+                                Some(arg) => format!(
+                                    "agg{} = {}({distinct}{arg}{second}{order})",
+                                    i + 1,
+                                    a.func.name()
+                                ),
                             };
                             match &a.filter {
                                 Some(f) => format!("{call} FILTER (WHERE {f})"),

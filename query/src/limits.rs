@@ -49,6 +49,11 @@ pub const RESULT_ROWS_MAX: usize = 1_000_000;
 /// value once, and this bounds that memory however many groups there are.
 pub const DISTINCT_VALUES_MAX: usize = 100_000;
 
+/// Most bytes (texts and JSON values, roughly as stored) the `jsonb_agg`,
+/// `jsonb_object_agg` and `string_agg` calls of one query hold over all groups (per
+/// fragment and merged): each keeps every value until the merge orders and joins them.
+pub const AGGREGATED_BYTES_MAX: usize = 64 << 20;
+
 /// Most distinct groups one `GROUP BY` may produce (per fragment and merged).
 pub const GROUPS_MAX: usize = 100_000;
 

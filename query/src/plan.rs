@@ -439,6 +439,15 @@ pub enum AggregateFunc {
     Max,
     /// `avg(e)` over numbers
     Avg,
+    /// `jsonb_agg(e [ORDER BY …])` (also `json_agg`): every value (NULL as JSON null) in a
+    /// JSON array
+    JsonAgg,
+    /// `jsonb_object_agg(k, v [ORDER BY …])` (also `json_object_agg`): a JSON object, a later
+    /// value replacing an earlier one of the same key
+    JsonObjectAgg,
+    /// `string_agg(e, delimiter [ORDER BY …])`: the non-NULL values as text, each after the
+    /// delimiter of its row (the first without)
+    StringAgg,
 }
 
 impl AggregateFunc {
@@ -449,8 +458,20 @@ impl AggregateFunc {
             "min" => AggregateFunc::Min,
             "max" => AggregateFunc::Max,
             "avg" => AggregateFunc::Avg,
+            "jsonb_agg" | "json_agg" => AggregateFunc::JsonAgg,
+            "jsonb_object_agg" | "json_object_agg" => AggregateFunc::JsonObjectAgg,
+            "string_agg" => AggregateFunc::StringAgg,
             _ => return None,
         })
+    }
+
+    /// Whether it keeps every value (`jsonb_agg`, `jsonb_object_agg`, `string_agg`): its
+    /// state is the list of values, bounded per query by `limits::AGGREGATED_BYTES_MAX`.
+    pub fn collects(self) -> bool {
+        matches!(
+            self,
+            AggregateFunc::JsonAgg | AggregateFunc::JsonObjectAgg | AggregateFunc::StringAgg
+        )
     }
 
     /// Whether it aggregates distinct values (`count(DISTINCT e)`, …): its state is the set
@@ -470,6 +491,9 @@ impl AggregateFunc {
             AggregateFunc::Min => "min",
             AggregateFunc::Max => "max",
             AggregateFunc::Avg | AggregateFunc::AvgDistinct => "avg",
+            AggregateFunc::JsonAgg => "jsonb_agg",
+            AggregateFunc::JsonObjectAgg => "jsonb_object_agg",
+            AggregateFunc::StringAgg => "string_agg",
         }
     }
 }
@@ -479,8 +503,13 @@ impl AggregateFunc {
 pub struct Aggregate {
     /// The function.
     pub func: AggregateFunc,
-    /// The argument (`None` for `count(*)`).
+    /// The argument (`None` for `count(*)`; the key of `jsonb_object_agg`).
     pub arg: Option<Expr>,
+    /// The second argument: `string_agg`'s delimiter, `jsonb_object_agg`'s value.
+    pub arg2: Option<Expr>,
+    /// `ORDER BY` inside the call (collecting aggregates only): the order of the values kept.
+    /// Every key is an [`OrderTarget::Expr`] over the document.
+    pub order_by: Vec<OrderKey>,
     /// The result type.
     pub ty: SqlType,
     /// `FILTER (WHERE …)`: only documents for which it is true are aggregated.
@@ -1984,20 +2013,35 @@ fn function_args(f: &ast::Function) -> Result<Vec<Option<&ast::Expr>>, PlanError
 
 /// A call's arguments (`None` for `*`) and whether they are marked DISTINCT.
 fn function_args_distinct(f: &ast::Function) -> Result<(Vec<Option<&ast::Expr>>, bool), PlanError> {
+    let (args, distinct, order) = aggregate_args(f)?;
+    if !order.is_empty() {
+        return unsupported("clauses in a function call");
+    }
+    Ok((args, distinct))
+}
+
+/// The arguments of a call, whether they are `DISTINCT`, and an `ORDER BY` inside the call
+/// (aggregates); any other clause is refused.
+#[allow(clippy::type_complexity)] // three plain parts of one call
+fn aggregate_args(
+    f: &ast::Function,
+) -> Result<(Vec<Option<&ast::Expr>>, bool, &[ast::OrderByExpr]), PlanError> {
     if !matches!(f.parameters, ast::FunctionArguments::None) {
         return unsupported("function parameters");
     }
     match &f.args {
-        ast::FunctionArguments::None => Ok((Vec::new(), false)),
+        ast::FunctionArguments::None => Ok((Vec::new(), false, &[])),
         ast::FunctionArguments::Subquery(_) => unsupported("subquery"),
         ast::FunctionArguments::List(list) => {
             let distinct = match list.duplicate_treatment {
                 None | Some(ast::DuplicateTreatment::All) => false,
                 Some(ast::DuplicateTreatment::Distinct) => true,
             };
-            if !list.clauses.is_empty() {
-                return unsupported("clauses in a function call");
-            }
+            let order: &[ast::OrderByExpr] = match list.clauses.as_slice() {
+                [] => &[],
+                [ast::FunctionArgumentClause::OrderBy(keys)] => keys,
+                _ => return unsupported("clauses in a function call other than ORDER BY"),
+            };
             let args = list
                 .args
                 .iter()
@@ -2007,7 +2051,7 @@ fn function_args_distinct(f: &ast::Function) -> Result<(Vec<Option<&ast::Expr>>,
                     _ => unsupported("named or qualified-wildcard function arguments"),
                 })
                 .collect::<Result<_, _>>()?;
-            Ok((args, distinct))
+            Ok((args, distinct, order))
         }
     }
 }
@@ -2293,21 +2337,37 @@ fn as_aggregate(
     };
     // FILTER (WHERE …) reads the document, as WHERE does.
     let filter = f.filter.as_deref().map(|w| planner.expr(w, depth + 1)).transpose()?;
-    let (args, distinct) = function_args_distinct(f)?;
+    let (args, distinct, order) = aggregate_args(f)?;
     if distinct {
         func = match func {
             AggregateFunc::Count => AggregateFunc::CountDistinct,
             AggregateFunc::Sum => AggregateFunc::SumDistinct,
             AggregateFunc::Avg => AggregateFunc::AvgDistinct,
             // min and max of the distinct values are min and max.
-            other => other,
+            AggregateFunc::Min | AggregateFunc::Max => func,
+            _ => return unsupported(format!("DISTINCT in {name}")),
         };
     }
-    let arg = match (func, args.as_slice()) {
-        (AggregateFunc::Count, [None]) => None,
-        (_, [Some(a)]) => Some(planner.expr(a, depth + 1)?),
+    if !order.is_empty() && !func.collects() {
+        return unsupported(format!(
+            "ORDER BY inside {name} (only jsonb_agg, jsonb_object_agg and string_agg keep an order)"
+        ));
+    }
+    let two = matches!(func, AggregateFunc::JsonObjectAgg | AggregateFunc::StringAgg);
+    let (arg, arg2) = match (func, args.as_slice()) {
+        (AggregateFunc::Count, [None]) => (None, None),
+        (_, [Some(a)]) if !two => (Some(planner.expr(a, depth + 1)?), None),
+        (_, [Some(a), Some(b)]) if two => {
+            (Some(planner.expr(a, depth + 1)?), Some(planner.expr(b, depth + 1)?))
+        }
         _ => return unsupported(format!("{name} with these arguments")),
     };
+    let mut order_by = Vec::with_capacity(order.len());
+    for o in order {
+        let (descending, nulls_first) = order_options(o)?;
+        let target = OrderTarget::Expr(planner.expr(&o.expr, depth + 1)?);
+        order_by.push(OrderKey { target, descending, nulls_first });
+    }
     // Aggregates inside aggregates are refused by the expression planner (it rejects
     // aggregate names), so only the argument's type matters here.
     let arg_ty = arg.as_ref().map(|a| expr_type(a, &[]));
@@ -2322,8 +2382,10 @@ fn as_aggregate(
         }
         AggregateFunc::Avg | AggregateFunc::AvgDistinct => SqlType::Float8,
         AggregateFunc::Min | AggregateFunc::Max => arg_ty.unwrap_or(SqlType::Json),
+        AggregateFunc::JsonAgg | AggregateFunc::JsonObjectAgg => SqlType::Json,
+        AggregateFunc::StringAgg => SqlType::Text,
     };
-    Ok(Some(Aggregate { func, arg, ty, filter }))
+    Ok(Some(Aggregate { func, arg, arg2, order_by, ty, filter }))
 }
 
 fn contains_aggregate(e: &ast::Expr) -> bool {
@@ -2712,19 +2774,25 @@ fn plan_order_by(
     };
     let mut keys = Vec::new();
     for o in exprs {
-        if o.with_fill.is_some() {
-            return unsupported("WITH FILL");
-        }
-        let descending = match &o.options.sort {
-            None | Some(ast::OrderBySort::Asc) => false,
-            Some(ast::OrderBySort::Desc) => true,
-            Some(ast::OrderBySort::Using(_)) => return unsupported("ORDER BY USING"),
-        };
-        let nulls_first = o.options.nulls_first.unwrap_or(descending);
+        let (descending, nulls_first) = order_options(o)?;
         let target = order_target(&o.expr, scope, planner)?;
         keys.push(OrderKey { target, descending, nulls_first });
     }
     Ok(keys)
+}
+
+/// `DESC` and `NULLS FIRST` of one ORDER BY key (PostgreSQL's default: NULLs first only
+/// when descending).
+fn order_options(o: &ast::OrderByExpr) -> Result<(bool, bool), PlanError> {
+    if o.with_fill.is_some() {
+        return unsupported("WITH FILL");
+    }
+    let descending = match &o.options.sort {
+        None | Some(ast::OrderBySort::Asc) => false,
+        Some(ast::OrderBySort::Desc) => true,
+        Some(ast::OrderBySort::Using(_)) => return unsupported("ORDER BY USING"),
+    };
+    Ok((descending, o.options.nulls_first.unwrap_or(descending)))
 }
 
 fn order_target(

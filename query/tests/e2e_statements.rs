@@ -1542,3 +1542,101 @@ fn jsonb_modifications_and_construction() {
     assert!(unsupported("SELECT jsonb_set(b, b, '1') FROM j").contains("text array"));
     assert!(unsupported("SELECT b #- b FROM j").contains("#-"));
 }
+
+// Checks the collecting aggregates over fragments: jsonb_agg keeps every value (NULL and a
+// missing field as JSON null) in the call's ORDER BY (DESC, NULLS FIRST honoured, ties in
+// arrival order), string_agg skips NULLs and puts each row's delimiter before its value,
+// jsonb_object_agg builds an object (a later key wins), all NULL over no rows; per group,
+// with FILTER, HAVING, parameters (bound in the argument, the delimiter and the ORDER BY);
+// EXPLAIN shows the call.
+#[test]
+fn collecting_aggregates() {
+    let c = cluster();
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT jsonb_agg(total ORDER BY id()), string_agg(id(), ',' ORDER BY id() DESC) FROM orders",
+        ),
+        ["[10,25.5,7,\"n/a\"]|orders/4-A,orders/3-A,orders/2-A,orders/1-A"]
+    );
+    assert_eq!(
+        query_texts(&c, "SELECT jsonb_agg(paid ORDER BY paid NULLS FIRST, id()) FROM orders",),
+        ["[null,null,false,true]"]
+    );
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT \"Customer\", json_agg(address.city ORDER BY address.city), \
+             string_agg(total::text, ' + ' ORDER BY total::text) FILTER (WHERE total::text <> 'n/a') \
+             FROM orders GROUP BY 1 HAVING count(*) > 1 ORDER BY 1",
+        ),
+        ["\"customers/1-A\"|[\"Oslo\",\"oslo\"]|10 + 7", "\"customers/6-A\"|[\"Rome\",null]|25.5"]
+    );
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT jsonb_object_agg(id(), total ORDER BY id()) FROM orders WHERE paid IS NOT NULL",
+        ),
+        ["{\"orders/1-A\":10,\"orders/2-A\":25.5}"]
+    );
+    assert_eq!(
+        query_texts(&c, "SELECT jsonb_object_agg('k', total ORDER BY total::text) FROM orders"),
+        ["{\"k\":\"n/a\"}"],
+        "a later value of a key replaces the earlier one"
+    );
+    assert_eq!(
+        query_texts(
+            &c,
+            "SELECT jsonb_agg(total), string_agg(id(), ','), jsonb_object_agg(id(), 1) FROM orders WHERE total::text = 'none'",
+        ),
+        ["NULL|NULL|NULL"]
+    );
+    // string_agg of values that are all NULL is NULL; a NULL delimiter joins without one.
+    assert_eq!(query_texts(&c, "SELECT string_agg(nothing, ',') FROM orders"), ["NULL"]);
+    assert_eq!(
+        query_texts(&c, "SELECT string_agg(id(), NULL ORDER BY id()) FROM users"),
+        ["users/1"]
+    );
+    let bound = bind(
+        &one("SELECT string_agg(id(), $1 ORDER BY id()) FROM orders WHERE total::text <> $2"),
+        &[Datum::Text("; ".into()), Datum::Text("n/a".into())],
+    )
+    .expect("bind");
+    let Statement::Select(s) = bound else { panic!("select") };
+    assert_eq!(texts(&c.select(&s).rows), ["orders/1-A; orders/2-A; orders/3-A"]);
+    let lines =
+        query::explain(&one("SELECT string_agg(a, ', ' ORDER BY b DESC) FROM c"), None, None);
+    assert!(
+        lines.iter().any(|l| l.contains("agg1 = string_agg(a, ', ' ORDER BY b DESC NULLS FIRST)")),
+        "{lines:?}"
+    );
+}
+
+// Checks what the collecting aggregates refuse, by name: DISTINCT, a missing or extra
+// argument, ORDER BY inside an aggregate that keeps no order, other clauses; and a NULL key
+// of jsonb_object_agg at run time.
+#[test]
+fn collecting_aggregates_refuse() {
+    for (sql, want) in [
+        ("SELECT jsonb_agg(DISTINCT a) FROM c", "DISTINCT in jsonb_agg"),
+        ("SELECT string_agg(a) FROM c", "string_agg with these arguments"),
+        ("SELECT jsonb_agg(a, b) FROM c", "jsonb_agg with these arguments"),
+        ("SELECT jsonb_object_agg(a) FROM c", "jsonb_object_agg with these arguments"),
+        ("SELECT count(a ORDER BY a) FROM c", "ORDER BY inside count"),
+        ("SELECT jsonb_agg(a LIMIT 1) FROM c", "clauses in a function call other than ORDER BY"),
+    ] {
+        let got = unsupported(sql);
+        assert!(got.contains(want), "{sql}: {got}");
+    }
+    let c = cluster();
+    let Statement::Select(s) = one("SELECT jsonb_object_agg(paid, 1) FROM orders") else {
+        panic!("select")
+    };
+    let failed = c.fragments.iter().zip(&c.ranges).any(|(f, r)| {
+        matches!(
+            query::execute_select(&s, f, std::slice::from_ref(r)),
+            Err(ExecError::InvalidArgument { function: "jsonb_object_agg", .. })
+        )
+    });
+    assert!(failed, "a NULL key is refused");
+}

@@ -120,6 +120,19 @@ pub enum WireAgg {
     /// count, sum or avg of DISTINCT …: the distinct values seen, in order (the plan says
     /// which aggregate). Added last, so every older state keeps its encoding.
     CountDistinct(Vec<WireDatum>),
+    /// jsonb_agg, jsonb_object_agg, string_agg: every value kept (`query::Collected`).
+    Collect(Vec<WireCollected>),
+}
+
+/// One value a collecting aggregate keeps (`query::Collected`).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq)]
+pub struct WireCollected {
+    /// ORDER BY keys.
+    pub keys: Vec<WireDatum>,
+    /// The value.
+    pub value: WireDatum,
+    /// The key or delimiter.
+    pub extra: WireDatum,
 }
 
 /// One group of an aggregate's partial result.
@@ -720,6 +733,16 @@ fn agg_to_wire(a: &AggState) -> WireAgg {
         AggState::Distinct(seen) => {
             WireAgg::CountDistinct(seen.iter().map(|v| datum_to_wire(&v.0)).collect())
         }
+        AggState::Collect(items) => WireAgg::Collect(
+            items
+                .iter()
+                .map(|c| WireCollected {
+                    keys: c.keys.iter().map(datum_to_wire).collect(),
+                    value: datum_to_wire(&c.value),
+                    extra: datum_to_wire(&c.extra),
+                })
+                .collect(),
+        ),
     }
 }
 
@@ -745,6 +768,18 @@ fn agg_from_wire(a: WireAgg) -> Result<AggState, String> {
                 .collect::<Result<_, _>>()?;
             AggState::Distinct(seen)
         }
+        WireAgg::Collect(items) => AggState::Collect(
+            items
+                .into_iter()
+                .map(|c| {
+                    Ok(query::Collected {
+                        keys: c.keys.into_iter().map(datum_from_wire).collect::<Result<_, _>>()?,
+                        value: datum_from_wire(c.value)?,
+                        extra: datum_from_wire(c.extra)?,
+                    })
+                })
+                .collect::<Result<_, String>>()?,
+        ),
     })
 }
 
@@ -1084,10 +1119,44 @@ mod tests {
                         WireAgg::Count(2),
                         WireAgg::Avg { sum: 1.0, count: 2 },
                         WireAgg::Min(None),
+                        WireAgg::Collect(vec![WireCollected {
+                            keys: vec![WireDatum::Int8(1)],
+                            value: WireDatum::Text("v".into()),
+                            extra: WireDatum::Text(", ".into()),
+                        }]),
                     ],
                 }],
                 grouped: false,
             }])),
+            DataMessage::Request(Request {
+                epoch: 7,
+                catalog: 0,
+                sql: "COMMIT".into(),
+                index: 0,
+                params: Vec::new(),
+                share: Share::TxnApply {
+                    target: WireTxnTarget {
+                        fragment: 1,
+                        ranges: Vec::new(),
+                        writes: Vec::new(),
+                        reads: WireReads {
+                            docs: vec![WireRead {
+                                collection: "c".into(),
+                                key: "k".into(),
+                                id: "K".into(),
+                                shard: 5,
+                                version: 3,
+                            }],
+                            scans: vec![WireScan {
+                                collection: "c".into(),
+                                start: 0,
+                                end: 9,
+                                docs: 1,
+                            }],
+                        },
+                    },
+                },
+            }),
             DataMessage::Reply(Reply::StaleEpoch { current: 9 }),
             DataMessage::Reply(Reply::Failed { code: "53400".into(), message: "full".into() }),
             DataMessage::Refused { reason: "no".into() },
@@ -1285,6 +1354,18 @@ mod tests {
                             .map(query::types::OrdDatum)
                             .collect(),
                         ),
+                        AggState::Collect(vec![
+                            query::Collected {
+                                keys: vec![Datum::Int8(2), Datum::Null],
+                                value: Datum::Json(serde_json::json!({"k": [null]})),
+                                extra: Datum::Text("key".into()),
+                            },
+                            query::Collected {
+                                keys: vec![Datum::Text("z".into())],
+                                value: Datum::Text("v".into()),
+                                extra: Datum::Null,
+                            },
+                        ]),
                     ],
                 }]),
             },
@@ -1297,7 +1378,7 @@ mod seeds {
     use std::path::Path;
 
     // Checks the checked-in good `data_frame` fuzz seeds are the current encoding of the
-    // round-trip sample (seed-0 … seed-4 one message each, seed-stream all of them), so the
+    // round-trip sample (seed-0 … seed-5 one message each, seed-stream all of them), so the
     // corpus keeps exercising every message after a layout change. After an intended change,
     // `TESSERA_WRITE_DATA_SEEDS=1 cargo test -p node --lib data_frame_seeds` rewrites them.
     #[test]
