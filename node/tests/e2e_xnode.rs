@@ -254,6 +254,20 @@ async fn e2e_xnode_transfer_commits_atomically_and_conflicts() {
         }
     }
 
+    // A plain SELECT outside a block goes out fragment by fragment, other nodes' included:
+    // the same accounts and balances as one read inside a block, through every node.
+    for node in [&first, &second, &third] {
+        let streamed: BTreeMap<String, i64> =
+            simple(node, "SELECT id(), balance::int8 FROM accounts")
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| (r[0].clone().unwrap(), r[1].as_deref().unwrap().parse().unwrap()))
+                .collect();
+        assert_eq!(streamed, balances(node).await.unwrap());
+        assert_eq!(streamed.len(), 4);
+    }
+
     drop((client, other));
     for n in [&mut first, &mut second, &mut third] {
         n.stop();

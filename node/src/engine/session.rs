@@ -52,6 +52,7 @@ use crate::runtime::{ExecutorContext, ExecutorIndex};
 mod block;
 mod catalog;
 mod copy;
+mod stream;
 mod truncate;
 
 /// A planned statement, kept by the wire layer for reuse.
@@ -331,6 +332,14 @@ impl Session {
             self.ready().await?;
         }
         match &*statement {
+            Statement::Select(_) if self.streams(&statement) => {
+                let n = self
+                    .select_streamed(&statement, async |rows| {
+                        write_rows(sink, &rows).await.map(drop)
+                    })
+                    .await?;
+                Ok(CommandTag::with_rows("SELECT", n))
+            }
             Statement::Select(_) => {
                 let rows = self.select_rows(&statement).await?;
                 let n = write_rows(sink, &rows).await?;

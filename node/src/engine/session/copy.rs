@@ -109,7 +109,6 @@ impl Session {
         let Statement::Select(select) = query else {
             return Err(internal("COPY TO of a non-SELECT"));
         };
-        let rows = self.select_rows(&Arc::new(query.clone())).await?;
         let wire = |e: PgError| EngineError::Wire(e.message().to_owned());
         let mut line = Vec::new();
         if format.header {
@@ -117,14 +116,18 @@ impl Session {
             encode_row(&mut line, format, names.iter().map(|n| Some(n.as_str())));
             sink.copy_data(&line).map_err(wire)?;
         }
-        for row in &rows {
-            sink.check_cancelled().map_err(|_| EngineError::Cancelled)?;
-            let texts: Vec<Option<String>> = row.iter().map(Datum::encode_text).collect();
-            line.clear();
-            encode_row(&mut line, format, texts.iter().map(Option::as_deref));
-            sink.copy_data(&line).map_err(wire)?;
-            sink.flush_if_needed().await.map_err(wire)?;
+        let statement = Arc::new(query.clone());
+        // A plain export goes out one fragment at a time (`stream`), anything else whole.
+        if self.streams(&statement) {
+            let n = self
+                .select_streamed(&statement, async |rows| {
+                    copy_rows(sink, format, &mut line, &rows).await
+                })
+                .await?;
+            return Ok(CommandTag::with_rows("COPY", n));
         }
+        let rows = self.select_rows(&statement).await?;
+        copy_rows(sink, format, &mut line, &rows).await?;
         Ok(CommandTag::with_rows("COPY", rows.len() as u64))
     }
 
@@ -243,4 +246,23 @@ impl Session {
             self.fail_block();
         }
     }
+}
+
+/// Rows as CopyData messages, flushed as the sink fills.
+async fn copy_rows(
+    sink: &mut RowSink<'_>,
+    format: &CopyFormat,
+    line: &mut Vec<u8>,
+    rows: &[Vec<Datum>],
+) -> Result<(), EngineError> {
+    let wire = |e: PgError| EngineError::Wire(e.message().to_owned());
+    for row in rows {
+        sink.check_cancelled().map_err(|_| EngineError::Cancelled)?;
+        let texts: Vec<Option<String>> = row.iter().map(Datum::encode_text).collect();
+        line.clear();
+        encode_row(line, format, texts.iter().map(Option::as_deref));
+        sink.copy_data(line).map_err(wire)?;
+        sink.flush_if_needed().await.map_err(wire)?;
+    }
+    Ok(())
 }
