@@ -271,7 +271,8 @@ async fn e2e_buffered_then_served_through_every_node() {
     let shown = r#"{"Fields":["Customer"],"Range":1,"Mutable":false}"#;
     for (k, c) in clients.iter().enumerate() {
         let rows = simple_rows(&c.simple_query("SHOW SHARDING inv").await.unwrap());
-        assert_eq!(rows, [[Some("inv".to_owned()), Some(shown.to_owned())]], "via client {k}");
+        let row = [Some("inv".to_owned()), Some(shown.to_owned()), Some("in force".to_owned())];
+        assert_eq!(rows, [row], "via client {k}");
         let doc = serde_json::json!({"Customer": format!("customers/{k}")});
         let (want, _) = router::assign(&config, &format!("inv/{k}$"), &doc).unwrap();
         let id: String = c
@@ -558,6 +559,8 @@ async fn e2e_a_configuration_is_in_force_once_every_member_has_it() {
         assert_eq!(sqlstate(&err), "23514", "validated while pending: {err}");
         let plan = simple_rows(&c.simple_query(explain).await.unwrap());
         assert_eq!(plan[1], [Some("  Route: Scatter".to_owned())], "not routed while pending");
+        let shown = simple_rows(&c.simple_query("SHOW SHARDING held").await.unwrap());
+        assert_eq!(shown[0][2].as_deref(), Some("pending"), "{shown:?}");
     }
     let err = c2
         .batch_execute(
@@ -576,6 +579,8 @@ async fn e2e_a_configuration_is_in_force_once_every_member_has_it() {
         })
         .await;
         assert_eq!(routed, "  Route: Single");
+        let shown = simple(node, "SHOW SHARDING held").await.unwrap();
+        assert_eq!(shown[0][2].as_deref(), Some("in force"), "{shown:?}");
     }
     for n in [&mut first, &mut second, &mut proxy] {
         n.stop();

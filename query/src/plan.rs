@@ -238,7 +238,8 @@ impl Statement {
     /// - `verify_sharding`: `id text, reason text`;
     /// - SHOW FRAGMENTS: `fragment text, shards text, executor text, documents int8, bytes int8`;
     /// - SHOW COLLECTIONS: `collection text, documents int8, sharding json`;
-    /// - SHOW SHARDING: `collection text, sharding json`; `SHOW x`: `x text`.
+    /// - SHOW SHARDING: `collection text, sharding json, state text` (`in force`, or
+    ///   `pending` on a cluster until every member installed it); `SHOW x`: `x text`.
     pub fn result_columns(&self) -> Option<Vec<OutputColumn>> {
         let col = |name: &str, ty| OutputColumn { name: name.to_owned(), ty };
         let returning = |r: &[Output]| {
@@ -265,9 +266,11 @@ impl Statement {
                 col("documents", SqlType::Int8),
                 col("sharding", SqlType::Json),
             ]),
-            Statement::ShowSharding { .. } => {
-                Some(vec![col("collection", SqlType::Text), col("sharding", SqlType::Json)])
-            }
+            Statement::ShowSharding { .. } => Some(vec![
+                col("collection", SqlType::Text),
+                col("sharding", SqlType::Json),
+                col("state", SqlType::Text),
+            ]),
             Statement::Show { name } => Some(vec![col(name, SqlType::Text)]),
             Statement::CreateCollection { .. }
             | Statement::AlterSharding { .. }

@@ -444,7 +444,12 @@ impl Session {
                     .iter()
                     .filter(|(name, _)| collection.as_ref().is_none_or(|c| c.as_str() == *name))
                     .map(|(name, config)| {
-                        vec![Datum::Text(name.clone()), Datum::Json(config_json(config))]
+                        let state = if catalog.is_pending(name) { "pending" } else { "in force" };
+                        vec![
+                            Datum::Text(name.clone()),
+                            Datum::Json(config_json(config)),
+                            Datum::Text(state.to_owned()),
+                        ]
                     })
                     .collect();
                 write_rows(sink, &rows).await?;
