@@ -1,5 +1,6 @@
-//! The model test: random sequences of put, delete, batch, conflicting write, compaction and
-//! reopen against a `BTreeMap` oracle, comparing every read. Cases: `PROPTEST_CASES`
+//! The model test: random sequences of put, delete, batch, conflicting write, scanned-range
+//! check (alone and beside a queued write), compaction and reopen against a `BTreeMap`
+//! oracle, comparing every read. Cases: `PROPTEST_CASES`
 //! (default 32).
 
 mod common;
@@ -21,6 +22,11 @@ enum Step {
     Delete(usize),
     Batch(Vec<(usize, Option<u32>)>),
     StaleWrite(usize),
+    /// A scanned-range check over key `.0`'s shard (`.1`: every shard), expecting the model's
+    /// count (`.2`: one more, which must fail).
+    ScanCheck(usize, bool, bool),
+    /// A put and a check of every shard validated while the put is queued.
+    QueuedScan(usize, u32),
     Compact,
     Reopen,
 }
@@ -32,6 +38,8 @@ fn step() -> impl Strategy<Value = Step> {
         2 => proptest::collection::vec((0..KEYS, proptest::option::of(any::<u32>())), 1..5)
             .prop_map(Step::Batch),
         1 => (0..KEYS).prop_map(Step::StaleWrite),
+        2 => (0..KEYS, any::<bool>(), any::<bool>()).prop_map(|(k, w, o)| Step::ScanCheck(k, w, o)),
+        1 => (0..KEYS, any::<u32>()).prop_map(|(k, v)| Step::QueuedScan(k, v)),
         1 => Just(Step::Compact),
         1 => Just(Step::Reopen),
     ]
@@ -111,6 +119,38 @@ fn run_case(steps: Vec<Step>) {
                         )
                         .put("m", &id(k, 0), shard_of(&id(k, 0)), Some(stale), json!({"v": 1}));
                     assert!(matches!(f.apply(b).await, Err(AppendError::Conflict { .. })));
+                }
+                Step::ScanCheck(k, whole, off) => {
+                    let range = if whole {
+                        router::ShardRange::ALL
+                    } else {
+                        router::ShardRange::single(shard_of(&id(k, 0)))
+                    };
+                    let docs =
+                        model.keys().filter(|j| range.contains(shard_of(&id(**j, 0)))).count()
+                            as u64;
+                    let got =
+                        f.apply(WriteBatch::new().scan("m", range, docs + u64::from(off))).await;
+                    if off {
+                        assert!(matches!(got, Err(AppendError::Phantom { .. })), "{got:?}");
+                    } else {
+                        got.expect("the model's count");
+                    }
+                }
+                Step::QueuedScan(k, v) => {
+                    let put = WriteBatch::new().put(
+                        "m",
+                        &id(k, v),
+                        shard_of(&id(k, 0)),
+                        None,
+                        json!({"v": v}),
+                    );
+                    model.insert(k, v);
+                    let scan =
+                        WriteBatch::new().scan("m", router::ShardRange::ALL, model.len() as u64);
+                    let (put, scan) = futures_lite::future::zip(f.apply(put), f.apply(scan)).await;
+                    put.expect("put");
+                    scan.expect("the queued put counts");
                 }
                 Step::Compact => {
                     f.compact().await.expect("compact");
