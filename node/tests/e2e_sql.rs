@@ -614,3 +614,27 @@ async fn collecting_aggregates_over_the_wire() {
     let text: String = client.query_one(&joined, &[&" > "]).await.unwrap().get(0);
     assert_eq!(text, "3 > 2 > 1");
 }
+
+// Checks EXPLAIN says when a SELECT's rows go out one fragment at a time: plain rows outside
+// a block do; ORDER BY, LIMIT, an aggregate, or a transaction block gather the whole result.
+#[tokio::test]
+async fn explain_says_when_rows_are_sent_per_fragment() {
+    let node = Node::start();
+    let client = node.connect().await;
+    client.batch_execute(r#"INSERT INTO t VALUES ('a', '{"n": 1}')"#).await.unwrap();
+    let sent = |sql: &'static str| {
+        let client = &client;
+        async move {
+            let rows = simple_rows(&client.simple_query(&format!("EXPLAIN {sql}")).await.unwrap());
+            rows.iter()
+                .any(|r| r[0].as_deref() == Some("  Sent: one fragment at a time, as each answers"))
+        }
+    };
+    assert!(sent("SELECT * FROM t WHERE n = 1").await);
+    for sql in ["SELECT * FROM t ORDER BY n", "SELECT * FROM t LIMIT 5", "SELECT count(*) FROM t"] {
+        assert!(!sent(sql).await, "{sql}");
+    }
+    client.batch_execute("BEGIN").await.unwrap();
+    assert!(!sent("SELECT * FROM t").await, "inside a block");
+    client.batch_execute("COMMIT").await.unwrap();
+}

@@ -2546,7 +2546,11 @@ impl Session {
         } else {
             None
         };
-        Ok(query::explain(inner, plan.as_ref(), analysis.as_deref()))
+        let mut lines = query::explain(inner, plan.as_ref(), analysis.as_deref());
+        if self.streams(inner) {
+            lines.push("  Sent: one fragment at a time, as each answers".to_owned());
+        }
+        Ok(lines)
     }
 
     async fn create(
