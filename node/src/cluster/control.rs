@@ -1718,6 +1718,7 @@ fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
     let me = ctx.config.node_id;
     let now = Instant::now();
     let pongs = ctx.pongs.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let catalogs = ctx.catalogs.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let voters: BTreeSet<u32> = metrics
         .membership_config
         .membership()
@@ -1762,6 +1763,11 @@ fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
             leader: leader == Some(node),
             fragments: state.fragments_of(node),
             this: node == me,
+            catalog: if node == me {
+                crate::cluster::region::installed_catalog()
+            } else {
+                catalogs.get(&node).copied().unwrap_or(0)
+            },
         });
     }
     publish(ClusterView {

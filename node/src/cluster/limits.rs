@@ -169,7 +169,8 @@ pub const FORWARD_TIMEOUT_MS: u64 = REGION_BUFFER_WAIT_MS + 10_000;
 pub const CLUSTER_COLLECTIONS_MAX: usize = 1_024;
 
 /// Longest `CREATE TABLE … WITH` / `ALTER TABLE … SET` / `DROP TABLE` waits on a cluster for
-/// its change to be installed on every member and activated, in ms; past it the statement
+/// its change to be installed on every member, activated, and the activation installed on
+/// every member, in ms (one bound for all); past it the statement
 /// succeeds with a warning (the change stays pending and is activated once every member has
 /// it).
 pub const CATALOG_ACTIVATION_WAIT_MS: u64 = 10_000;

@@ -48,6 +48,9 @@ pub struct MemberView {
     pub fragments: usize,
     /// Whether it is the node answering.
     pub this: bool,
+    /// The catalog version it last reported installed on its executors (its `Pong`; this
+    /// node: its own), 0 before any report.
+    pub catalog: u64,
 }
 
 /// What the control plane publishes for the executors: a snapshot, replaced whole.

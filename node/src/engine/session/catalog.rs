@@ -71,19 +71,34 @@ impl Session {
                 Err(e) => return Err(e.into()),
             }
         };
-        // In force here and everywhere once this node has installed the activation, which
-        // the coordinator proposes after every member reported the change installed.
+        // In force once this node has installed the activation, which the coordinator
+        // proposes after every member reported the change installed; then every member must
+        // install the activation too, or a write through one that still holds the change
+        // pending is validated against the old configuration as well (a relaxed
+        // configuration would refuse it there). One bound for both waits.
+        let started = std::time::Instant::now();
         let active = || {
             let view = shared.catalog();
-            (view.version() > version && !view.is_pending(&collection)).then_some(())
+            (view.version() > version && !view.is_pending(&collection)).then_some(view.version())
         };
-        Ok(match poll_until("the catalog change", wait(), active).await {
+        let warning = |what: &str| {
+            Some(Notice::warning(format!(
+                "the configuration of {collection:?} is recorded but {what}; until it is, \
+                 a member without it may validate or route by the configuration before it \
+                 (SHOW SHARDING on a node shows its state, SHOW CLUSTER unreachable members)"
+            )))
+        };
+        let Ok(activated) = poll_until("the catalog change", wait(), active).await else {
+            return Ok(warning("not yet installed on every member"));
+        };
+        let left = wait().saturating_sub(started.elapsed());
+        let everywhere = || {
+            let view = crate::cluster::view()?;
+            view.members.iter().all(|m| m.catalog >= activated).then_some(())
+        };
+        Ok(match poll_until("the catalog change on every member", left, everywhere).await {
             Ok(()) => None,
-            Err(_) => Some(Notice::warning(format!(
-                "the configuration of {collection:?} is recorded but not yet installed on every \
-                 member; until it is, no node routes by it and a member without it may accept \
-                 documents it refuses (SHOW CLUSTER lists unreachable members)"
-            ))),
+            Err(_) => warning("not yet in force on every member"),
         })
     }
 }
