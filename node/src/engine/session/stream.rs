@@ -9,8 +9,6 @@
 //! A shard-map change (a fragment moved) found before the first row went out is retried as
 //! usual; after it, the statement fails (rows cannot be taken back): run it again.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use query::Datum;
@@ -24,8 +22,9 @@ use crate::engine::core::{Core, Target};
 use crate::engine::error::EngineError;
 use crate::runtime::{ExecutorIndex, Mesh};
 
-/// One fragment's rows, being read (`Err(current)`: the owner's map is newer, at `current`).
-type Pending = Pin<Box<dyn Future<Output = Result<Result<Vec<Partial>, u64>, EngineError>>>>;
+/// One fragment's rows, being read elsewhere (`Err(current)`: the owner's map is newer, at
+/// `current`).
+type Pending = glommio::Task<Result<Result<Vec<Partial>, u64>, EngineError>>;
 
 /// Whether `select` streams: plain rows of a collection, nothing that needs every fragment's
 /// rows before the first can be sent.
@@ -41,7 +40,7 @@ pub(super) fn streamable(select: &Select) -> bool {
 enum Job {
     /// On this executor, when its turn comes.
     Here(Target),
-    /// On another executor or node, already asked.
+    /// On another executor or node, already asked (a running task).
     Asked(Pending),
 }
 
@@ -72,18 +71,22 @@ impl Session {
             if self.located(&routed.plan.fragments).await? {
                 continue;
             }
-            let mut starts: Vec<Box<dyn FnOnce() -> Result<Job, EngineError>>> = Vec::new();
+            type Start = Box<dyn FnOnce() -> Job>;
             let here = self.core.index();
+            let mut mine: Vec<Start> = Vec::new();
+            let mut others: Vec<Start> = Vec::new();
             for (executor, targets) in routed.local {
                 for target in targets {
                     if executor == here {
-                        starts.push(Box::new(move || Ok(Job::Here(target))));
+                        mine.push(Box::new(move || Job::Here(target)));
                         continue;
                     }
                     let mesh = self.ctx.mesh.clone();
                     let statement = Arc::clone(statement);
-                    starts.push(Box::new(move || {
-                        Ok(Job::Asked(Box::pin(ask_executor(mesh, executor, statement, target))))
+                    others.push(Box::new(move || {
+                        Job::Asked(glommio::spawn_local(ask_executor(
+                            mesh, executor, statement, target,
+                        )))
                     }));
                 }
             }
@@ -91,16 +94,27 @@ impl Session {
                 for target in targets {
                     let share = Share::Select { targets: wire_targets(&[target]) };
                     let request = self.request(routed.epoch, catalog.version(), share)?;
-                    starts.push(Box::new(move || {
-                        Ok(Job::Asked(Box::pin(ask_node(node.0, request))))
+                    others.push(Box::new(move || {
+                        Job::Asked(glommio::spawn_local(ask_node(node.0, request)))
                     }));
                 }
             }
+            // Alternating, this executor's first: while one of its fragments is read here, the
+            // next fragment elsewhere is already being read there.
+            let mut starts = Vec::with_capacity(mine.len() + others.len());
+            let (mut mine, mut others) = (mine.into_iter(), others.into_iter());
+            loop {
+                match (mine.next(), others.next()) {
+                    (None, None) => break,
+                    (a, b) => starts.extend(a.into_iter().chain(b)),
+                }
+            }
             let mut starts = starts.into_iter();
-            let mut next = starts.next().map(|start| start()).transpose()?;
+            let mut next = starts.next().map(|start| start());
             while let Some(job) = next.take() {
-                // The next fragment is read while this one's rows are sent.
-                next = starts.next().map(|start| start()).transpose()?;
+                // The next fragment is being read (when it is elsewhere) while this one is
+                // read here or its rows are sent.
+                next = starts.next().map(|start| start());
                 let partials = match job {
                     Job::Here(target) => self.core.select(select, &[target])?.0,
                     Job::Asked(pending) => match pending.await? {
