@@ -266,6 +266,7 @@ async fn transaction_counters_move() {
     assert_eq!(grew("tessera_transactions_total", &["outcome=two_phase_commit"]), 1.0);
     assert_eq!(grew("tessera_transactions_total", &["outcome=abort"]), 1.0);
     assert_eq!(grew("tessera_transaction_conflicts_total", &[]), 0.0);
+    assert_eq!(grew("tessera_transaction_range_conflicts_total", &[]), 0.0);
     // Participants drop a prepared transaction once its COMMIT records are durable, which may
     // be just after the client heard COMMIT: wait (bounded) for that.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

@@ -292,6 +292,7 @@ async fn show_transactions_lists_open_blocks() {
             "read_only_commits",
             "aborts",
             "conflicts",
+            "range_conflicts",
             "held_waits"
         ]
     );

@@ -23,6 +23,7 @@ async fn an_insert_into_a_scanned_range_fails_the_commit() {
     let s2 = node.connect().await;
     s1.batch_execute(r#"INSERT INTO t VALUES ('a$@0', '{"oncall": true}')"#).await.unwrap();
     let conflicts = tx_counter(&s1, "conflicts").await;
+    let ranges = tx_counter(&s1, "range_conflicts").await;
 
     s1.batch_execute("BEGIN").await.unwrap();
     assert_eq!(on_call(&s1).await, 1);
@@ -41,6 +42,7 @@ async fn an_insert_into_a_scanned_range_fails_the_commit() {
         s2.query_one("SELECT count(*) FROM t WHERE id() = 'log2$@5'", &[]).await.unwrap().get(0);
     assert_eq!(log2, 0, "nothing of the failed block was applied");
     assert!(tx_counter(&s2, "conflicts").await > conflicts);
+    assert_eq!(tx_counter(&s2, "range_conflicts").await, ranges + 1, "counted as a range conflict");
 }
 
 // Checks the write skew through a phantom (PostgreSQL's SSI example): two blocks each count

@@ -114,6 +114,9 @@ pub struct TxCounters {
     pub aborts: u64,
     /// Commits refused with 40001 because a document read or written had changed or was held.
     pub conflicts: u64,
+    /// Of `conflicts`, those where a range a block scanned holds other documents than it
+    /// saw (a phantom): many of them mean scans in blocks cover ranges that others write.
+    pub range_conflicts: u64,
     /// Commits and autocommit writes that met a document held by a prepared transaction and
     /// waited for it to be released (`Core::wait_released`) before running again.
     pub held_waits: u64,
@@ -842,7 +845,10 @@ impl Core {
                 EngineError::TxnConflict { collection, id }
             }
             AppendError::Phantom { collection, .. } => {
-                self.count_tx(|c| c.conflicts += 1);
+                self.count_tx(|c| {
+                    c.conflicts += 1;
+                    c.range_conflicts += 1;
+                });
                 // As for a conflict: answer once the writes the range check counted are
                 // readable, so a retry scans them.
                 let _ = fragment.wait_durable(fragment.last_queued_lsn()).await;

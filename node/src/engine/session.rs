@@ -469,6 +469,7 @@ impl Session {
                     ("read_only_commits", c.read_only_commits),
                     ("aborts", c.aborts),
                     ("conflicts", c.conflicts),
+                    ("range_conflicts", c.range_conflicts),
                     ("held_waits", c.held_waits),
                 ]
                 .into_iter()
@@ -2021,6 +2022,7 @@ impl Session {
             sum.read_only_commits += c.read_only_commits;
             sum.aborts += c.aborts;
             sum.conflicts += c.conflicts;
+            sum.range_conflicts += c.range_conflicts;
             sum.held_waits += c.held_waits;
         }
         Ok(sum)

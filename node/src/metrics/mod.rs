@@ -612,6 +612,13 @@ impl ExportMetrics for crate::engine::TxCounters {
             labels.clone(),
             self.conflicts,
         );
+        set.counter(
+            "tessera_transaction_range_conflicts_total",
+            "Of those, commits refused because a range the transaction scanned gained or lost \
+             documents (a phantom).",
+            labels.clone(),
+            self.range_conflicts,
+        );
     }
 }
 
