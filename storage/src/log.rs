@@ -643,7 +643,7 @@ fn complete(inner: &Rc<Inner>, flight: Flight, times: ChunkTimes, seen: std::tim
             for m in metas {
                 // One probe: the entry, removed if no later write of the document is queued.
                 if let hash_map::Entry::Occupied(e) = st.pending.entry(m.lk.clone())
-                    && e.get().0 == m.put.then_some(m.version)
+                    && e.get().version() == m.put.then_some(m.version)
                 {
                     e.remove();
                 }
