@@ -125,7 +125,7 @@ pub enum AggState {
     /// `count`
     Count(i64),
     /// `count`, `sum` or `avg` of `DISTINCT e`: the distinct values seen (canonical numbers);
-    /// a query's sets together hold at most [`DISTINCT_VALUES_MAX`] ([`DistinctBudget`]).
+    /// a query's sets together hold at most [`DISTINCT_VALUES_MAX`] ([`Budget`]).
     Distinct(BTreeSet<OrdDatum>),
     /// `sum` of `int8`
     SumInt(Option<i64>),
@@ -144,7 +144,7 @@ pub enum AggState {
     },
     /// `jsonb_agg`, `jsonb_object_agg`, `string_agg`: every value kept, in arrival order (the
     /// merge sorts them by the call's ORDER BY); a query's lists together hold at most
-    /// [`AGGREGATED_BYTES_MAX`] ([`CollectBudget`]).
+    /// [`AGGREGATED_BYTES_MAX`] ([`Budget`]).
     Collect(Vec<Collected>),
 }
 
@@ -181,26 +181,6 @@ fn datum_bytes(d: &Datum) -> usize {
         Datum::Text(t) => NODE + t.len(),
         Datum::Json(v) => json(v),
         _ => NODE,
-    }
-}
-
-/// The bytes one query's collecting aggregates hold, over every group, kept within
-/// [`AGGREGATED_BYTES_MAX`].
-#[derive(Default)]
-struct CollectBudget {
-    held: usize,
-}
-
-impl CollectBudget {
-    fn spend(&mut self, bytes: usize) -> Result<(), ExecError> {
-        self.held = self.held.saturating_add(bytes);
-        if self.held > AGGREGATED_BYTES_MAX {
-            return Err(ExecError::LimitExceeded {
-                what: "bytes held by jsonb_agg / jsonb_object_agg / string_agg in one query",
-                limit: AGGREGATED_BYTES_MAX,
-            });
-        }
-        Ok(())
     }
 }
 
@@ -468,21 +448,37 @@ fn finish_distinct(
     state.finish(func, ty)
 }
 
-/// The distinct values one query's `count(DISTINCT …)` states hold, over every group, kept
-/// within [`DISTINCT_VALUES_MAX`].
-#[derive(Default)]
-struct DistinctBudget {
+/// What one query's aggregate states hold over every group (per fragment and at the merge),
+/// kept within a named limit: the distinct values of `count(DISTINCT …)` and its kin
+/// ([`DISTINCT_VALUES_MAX`]), or the bytes of the collecting aggregates
+/// ([`AGGREGATED_BYTES_MAX`]).
+struct Budget {
     held: usize,
+    limit: usize,
+    what: &'static str,
 }
 
-impl DistinctBudget {
-    fn spend(&mut self, values: usize) -> Result<(), ExecError> {
-        self.held = self.held.saturating_add(values);
-        if self.held > DISTINCT_VALUES_MAX {
-            return Err(ExecError::LimitExceeded {
-                what: "distinct values held by count(DISTINCT …) in one query",
-                limit: DISTINCT_VALUES_MAX,
-            });
+impl Budget {
+    fn distinct() -> Budget {
+        Budget {
+            held: 0,
+            limit: DISTINCT_VALUES_MAX,
+            what: "distinct values held by count(DISTINCT …) in one query",
+        }
+    }
+
+    fn collected() -> Budget {
+        Budget {
+            held: 0,
+            limit: AGGREGATED_BYTES_MAX,
+            what: "bytes held by jsonb_agg / jsonb_object_agg / string_agg in one query",
+        }
+    }
+
+    fn spend(&mut self, amount: usize) -> Result<(), ExecError> {
+        self.held = self.held.saturating_add(amount);
+        if self.held > self.limit {
+            return Err(ExecError::LimitExceeded { what: self.what, limit: self.limit });
         }
         Ok(())
     }
@@ -767,8 +763,8 @@ pub fn execute_select<'s, S: FragmentSource>(
         }
         SelectShape::Aggregate { group_by, aggregates, .. } => {
             let mut groups: BTreeMap<Vec<OrdDatum>, Vec<AggState>> = BTreeMap::new();
-            let mut distinct = DistinctBudget::default();
-            let mut kept = CollectBudget::default();
+            let mut distinct = Budget::distinct();
+            let mut kept = Budget::collected();
             let scanned =
                 for_each_match(source, collection, select.filter.as_ref(), ranges, &mut |d| {
                     let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
@@ -861,8 +857,8 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
         }
         SelectShape::Aggregate { group_by, aggregates, outputs, having } => {
             let mut groups: BTreeMap<Vec<OrdDatum>, Vec<AggState>> = BTreeMap::new();
-            let mut distinct = DistinctBudget::default();
-            let mut kept = CollectBudget::default();
+            let mut distinct = Budget::distinct();
+            let mut kept = Budget::collected();
             for p in partials {
                 let PartialBody::Groups(gs) = p.body else {
                     return Err(ExecError::PartialMismatch {
@@ -1366,7 +1362,7 @@ mod tests {
     // one query (per fragment and at the merge) the query fails with a limit error naming it.
     #[test]
     fn collect_budget_is_bounded() {
-        let mut budget = CollectBudget::default();
+        let mut budget = Budget::collected();
         let item = Collected {
             keys: vec![Datum::Int8(1)],
             value: Datum::Text("x".repeat(1 << 20)),
@@ -1422,7 +1418,7 @@ mod tests {
     fn distinct_values_are_limited() {
         let value = |i: usize| Value::<&serde_json::Value>::Int(i as i64);
         let mut a = AggState::Distinct(BTreeSet::new());
-        let mut budget = DistinctBudget::default();
+        let mut budget = Budget::distinct();
         for i in 0..DISTINCT_VALUES_MAX {
             budget.spend(a.add(Some(&value(i))).expect("adds")).expect("under the limit");
         }
