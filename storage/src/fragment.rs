@@ -242,6 +242,22 @@ impl WriteBatch {
         &self.ops
     }
 
+    /// The batch in slices of at most `max` operations, the scanned ranges with the first
+    /// (alone when there are no operations): for validating a checks-only batch in parts,
+    /// where each check and each range stands on its own.
+    pub fn into_slices(self, max: usize) -> Vec<WriteBatch> {
+        let mut ops = self.ops.into_iter();
+        let mut scans = self.scans;
+        let mut slices = Vec::new();
+        loop {
+            let slice: Vec<WriteOp> = ops.by_ref().take(max.max(1)).collect();
+            if slice.is_empty() && scans.is_empty() {
+                return slices;
+            }
+            slices.push(WriteBatch { ops: slice, scans: std::mem::take(&mut scans) });
+        }
+    }
+
     /// Number of operations (scanned ranges not included).
     pub fn len(&self) -> usize {
         self.ops.len()
@@ -776,18 +792,8 @@ impl Fragment {
             let done = self.enqueue(&mut st, record, Effect::Commit(txid))?;
             // Visible on enqueue: the index points at the durable Prepare record; the Commit
             // record's effect finds the transaction gone and only counts its bytes.
-            if st.txns.get(&txid).is_some_and(|t| t.loc.is_some())
-                && let Some(txn) = st.txns.remove(&txid)
-                && let Some(loc) = &txn.loc
-            {
-                for m in &txn.ops {
-                    st.locks.remove(&*m.lk);
-                }
-                for k in &txn.read_locks {
-                    st.locks.remove(k);
-                }
-                unlock_ranges(&mut st, txid);
-                crate::log::apply_ops(&mut st, &txn.ops, &loc.seg.clone(), loc.span);
+            if st.txns.get(&txid).is_some_and(|t| t.loc.is_some()) {
+                crate::log::finish_prepared(&mut st, txid, true);
             }
             done
         };
@@ -1121,26 +1127,16 @@ impl Fragment {
 
     /// A scanned range names a collection and lies within this fragment.
     fn check_scan(&self, scan: &ScanCheck) -> Result<(), AppendError> {
-        let bytes = scan.collection.len();
-        if bytes == 0 || bytes > COLLECTION_BYTES_MAX {
-            return Err(InputError::CollectionName { bytes, max: COLLECTION_BYTES_MAX }.into());
+        check_collection(&scan.collection)?;
+        let (mine, range) = (self.inner.range, scan.range);
+        // Its first shard if that one is outside, else its last (outside or not).
+        let edge = if range.start() < mine.start() { range.start() } else { range.end() - 1 };
+        match ShardId::new(edge) {
+            Some(shard) if !mine.contains(shard) => {
+                Err(AppendError::WrongShard { fragment: self.inner.id, range: mine, shard })
+            }
+            _ => Ok(()),
         }
-        let mine = self.inner.range;
-        if !scan.range.is_empty()
-            && (scan.range.start() < mine.start() || scan.range.end() > mine.end())
-        {
-            let outside = if scan.range.start() < mine.start() {
-                scan.range.start()
-            } else {
-                scan.range.end() - 1
-            };
-            return Err(AppendError::WrongShard {
-                fragment: self.inner.id,
-                range: mine,
-                shard: ShardId::new(outside).unwrap_or(ShardId::MAX),
-            });
-        }
-        Ok(())
     }
 
     fn check_open(&self, st: &State) -> Result<(), AppendError> {
@@ -1427,17 +1423,22 @@ fn op_names(op: &WriteOp) -> (&String, &String, ShardId) {
 }
 
 fn check_names(collection: &str, id: &str) -> Result<(), InputError> {
-    if collection.is_empty() || collection.len() > COLLECTION_BYTES_MAX {
-        return Err(InputError::CollectionName {
-            bytes: collection.len(),
-            max: COLLECTION_BYTES_MAX,
-        });
-    }
+    check_collection(collection)?;
     if id.is_empty() {
         return Err(InputError::IdEmpty);
     }
     if id.len() > ID_BYTES_MAX {
         return Err(InputError::IdTooLong { bytes: id.len(), max: ID_BYTES_MAX });
+    }
+    Ok(())
+}
+
+fn check_collection(collection: &str) -> Result<(), InputError> {
+    if collection.is_empty() || collection.len() > COLLECTION_BYTES_MAX {
+        return Err(InputError::CollectionName {
+            bytes: collection.len(),
+            max: COLLECTION_BYTES_MAX,
+        });
     }
     Ok(())
 }

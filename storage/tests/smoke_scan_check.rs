@@ -271,3 +271,20 @@ fn bad_scanned_ranges_are_refused() {
         f.close().await;
     });
 }
+
+// Checks how a checks-only batch is cut for validation in parts: slices of at most `max`
+// operations in order, the scanned ranges with the first, a batch of ranges only one slice,
+// an empty batch none.
+#[test]
+fn slices_keep_ranges_with_the_first() {
+    let mut b = WriteBatch::new().scan("c", ShardRange::ALL, 3);
+    for i in 0..5 {
+        b = b.check("c", &format!("d{i}"), shard_of("d"), Version::ABSENT);
+    }
+    let slices = b.into_slices(2);
+    assert_eq!(slices.iter().map(WriteBatch::len).collect::<Vec<_>>(), [2, 2, 1]);
+    assert_eq!(slices.iter().map(|s| s.scans().len()).collect::<Vec<_>>(), [1, 0, 0]);
+    let only = scan("c", ShardRange::ALL, 0).into_slices(2);
+    assert_eq!((only.len(), only[0].len(), only[0].scans().len()), (1, 0, 1));
+    assert!(WriteBatch::new().into_slices(2).is_empty());
+}

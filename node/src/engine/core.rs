@@ -808,25 +808,7 @@ impl Core {
         if batch.writes() > 0 {
             return self.apply_txn(id, batch).await;
         }
-        let mut parts: Vec<WriteBatch> = batch
-            .ops()
-            .chunks(TXN_FRAGMENT_OPS_MAX)
-            .map(|slice| {
-                let mut part = WriteBatch::new();
-                for op in slice {
-                    part.push(op.clone());
-                }
-                part
-            })
-            .collect();
-        // The scanned ranges ride with the first slice (or alone): each stands on its own too.
-        let first = parts.first_mut().map(std::mem::take).unwrap_or_default();
-        let first = batch.scans().iter().fold(first, |b, s| b.scan(&s.collection, s.range, s.docs));
-        match parts.first_mut() {
-            Some(slot) => *slot = first,
-            None => parts.push(first),
-        }
-        for part in parts.into_iter().filter(|p| !p.is_empty()) {
+        for part in batch.into_slices(TXN_FRAGMENT_OPS_MAX) {
             self.apply_txn(id, part).await?;
         }
         Ok(())
