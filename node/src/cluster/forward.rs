@@ -586,12 +586,15 @@ fn shard_from_wire(shard: u32) -> Result<router::ShardId, String> {
     router::ShardId::new(shard).ok_or_else(|| format!("shard {shard} out of range"))
 }
 
-/// Versions read and ranges scanned, for the wire.
-pub fn reads_to_wire(reads: &Reads) -> WireReads {
+/// Versions read and ranges scanned, for the wire (from a statement's `Reads`, or straight
+/// from a transaction's per-fragment maps without collecting them first).
+pub fn reads_to_wire<'a>(
+    docs: impl IntoIterator<Item = &'a ReadRecord>,
+    scans: impl IntoIterator<Item = &'a ScanRecord>,
+) -> WireReads {
     WireReads {
-        docs: reads
-            .docs
-            .iter()
+        docs: docs
+            .into_iter()
             .map(|r| WireRead {
                 collection: r.collection.clone(),
                 key: r.key.clone(),
@@ -600,9 +603,8 @@ pub fn reads_to_wire(reads: &Reads) -> WireReads {
                 version: r.version.get(),
             })
             .collect(),
-        scans: reads
-            .scans
-            .iter()
+        scans: scans
+            .into_iter()
             .map(|s| WireScan {
                 collection: s.collection.clone(),
                 start: s.range.start(),
@@ -1295,7 +1297,7 @@ mod tests {
                 docs: 3,
             }],
         };
-        let back = reads_from_wire(reads_to_wire(&reads)).unwrap();
+        let back = reads_from_wire(reads_to_wire(&reads.docs, &reads.scans)).unwrap();
         assert_eq!(format!("{back:?}"), format!("{reads:?}"));
         let intents = vec![
             WriteIntent::Put {
@@ -1313,10 +1315,10 @@ mod tests {
             WriteIntent::Delete { id: "d".into(), shard, version_read: DocVersion::new(4) },
         ];
         assert_eq!(intents_from_wire(intents_to_wire(&intents)).unwrap(), intents);
-        let mut bad = reads_to_wire(&reads);
+        let mut bad = reads_to_wire(&reads.docs, &reads.scans);
         bad.docs[0].shard = u32::MAX;
         assert!(reads_from_wire(bad).is_err());
-        let mut bad = reads_to_wire(&reads);
+        let mut bad = reads_to_wire(&reads.docs, &reads.scans);
         bad.scans[0].end = u32::MAX;
         assert!(reads_from_wire(bad).is_err(), "a scanned range past the last shard");
     }

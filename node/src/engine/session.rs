@@ -1130,7 +1130,7 @@ impl Session {
                         reads.push(forward::WireTxnShare {
                             fragment: fragment.get(),
                             intents: Vec::new(),
-                            reads: forward::reads_to_wire(&list),
+                            reads: forward::reads_to_wire(&list.docs, &list.scans),
                             returning: Vec::new(),
                             rows_scanned: 0,
                         });
@@ -2898,13 +2898,10 @@ fn with_writes(
 /// A fragment's part of `txn` for the owner to commit: its writes and the reads to check.
 fn wire_commit_target(txn: &Txn, fragment: FragmentId) -> forward::WireTxnTarget {
     let (writes, reads) = match txn.fragments.get(&fragment) {
-        Some(f) => {
-            let reads = Reads {
-                docs: f.reads.values().cloned().collect(),
-                scans: f.scans.iter().cloned().collect(),
-            };
-            (forward::writes_to_wire(Some(&f.writes)), forward::reads_to_wire(&reads))
-        }
+        Some(f) => (
+            forward::writes_to_wire(Some(&f.writes)),
+            forward::reads_to_wire(f.reads.values(), &f.scans),
+        ),
         None => (Vec::new(), forward::WireReads::default()),
     };
     forward::WireTxnTarget { fragment: fragment.get(), ranges: Vec::new(), writes, reads }
@@ -3054,7 +3051,7 @@ fn share_to_wire(s: &TxnShare) -> forward::WireTxnShare {
     forward::WireTxnShare {
         fragment: s.fragment.get(),
         intents: forward::intents_to_wire(&s.intents),
-        reads: forward::reads_to_wire(&s.reads),
+        reads: forward::reads_to_wire(&s.reads.docs, &s.reads.scans),
         returning: s.returning.iter().map(|r| forward::datums_to_wire(r)).collect(),
         rows_scanned: s.rows_scanned,
     }

@@ -147,28 +147,16 @@ impl Txn {
     ) -> Result<(), EngineError> {
         let f = self.fragments.entry(fragment).or_default();
         for s in reads.scans {
+            // A scanned range counts as one read against the limit.
             if !f.scans.contains(&s) {
-                // A scanned range counts as one read against the limit.
-                if self.reads >= TXN_READS_MAX {
-                    return Err(EngineError::TxnLimit {
-                        what: "documents read",
-                        max: TXN_READS_MAX,
-                    });
-                }
-                self.reads += 1;
+                count_read(&mut self.reads)?;
                 f.scans.insert(s);
             }
         }
         for r in reads.docs {
             let key = (r.collection.clone(), r.key.clone());
             if let std::collections::btree_map::Entry::Vacant(slot) = f.reads.entry(key) {
-                if self.reads >= TXN_READS_MAX {
-                    return Err(EngineError::TxnLimit {
-                        what: "documents read",
-                        max: TXN_READS_MAX,
-                    });
-                }
-                self.reads += 1;
+                count_read(&mut self.reads)?;
                 slot.insert(r);
             }
         }
@@ -251,6 +239,15 @@ impl Txn {
         }
         out
     }
+}
+
+/// Counts one more distinct read of a transaction, within [`TXN_READS_MAX`].
+fn count_read(reads: &mut usize) -> Result<(), EngineError> {
+    if *reads >= TXN_READS_MAX {
+        return Err(EngineError::TxnLimit { what: "documents read", max: TXN_READS_MAX });
+    }
+    *reads += 1;
+    Ok(())
 }
 
 /// A document seen through the overlay: stored (archived, read in place) or buffered.
