@@ -332,17 +332,10 @@ impl Session {
             self.ready().await?;
         }
         match &*statement {
-            Statement::Select(_) if self.streams(&statement) => {
-                let n = self
-                    .select_streamed(&statement, async |rows| {
-                        write_rows(sink, &rows).await.map(drop)
-                    })
-                    .await?;
-                Ok(CommandTag::with_rows("SELECT", n))
-            }
             Statement::Select(_) => {
-                let rows = self.select_rows(&statement).await?;
-                let n = write_rows(sink, &rows).await?;
+                let n = self
+                    .select_each(&statement, async |rows| write_rows(sink, &rows).await.map(drop))
+                    .await?;
                 Ok(CommandTag::with_rows("SELECT", n))
             }
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)

@@ -117,18 +117,10 @@ impl Session {
             sink.copy_data(&line).map_err(wire)?;
         }
         let statement = Arc::new(query.clone());
-        // A plain export goes out one fragment at a time (`stream`), anything else whole.
-        if self.streams(&statement) {
-            let n = self
-                .select_streamed(&statement, async |rows| {
-                    copy_rows(sink, format, &mut line, &rows).await
-                })
-                .await?;
-            return Ok(CommandTag::with_rows("COPY", n));
-        }
-        let rows = self.select_rows(&statement).await?;
-        copy_rows(sink, format, &mut line, &rows).await?;
-        Ok(CommandTag::with_rows("COPY", rows.len() as u64))
+        let n = self
+            .select_each(&statement, async |rows| copy_rows(sink, format, &mut line, &rows).await)
+            .await?;
+        Ok(CommandTag::with_rows("COPY", n))
     }
 
     /// One CopyData message: its complete rows are queued, full batches written.

@@ -16,7 +16,7 @@ use query::Partial;
 use query::plan::{Select, SelectShape, Statement};
 
 use super::{Block, Session, bad_reply, internal, reply_error, wire_targets};
-use crate::cluster::forward::{self, Reply, Share};
+use crate::cluster::forward::{self, Reply};
 use crate::cluster::region::RegionError;
 use crate::engine::core::{Core, Target};
 use crate::engine::error::EngineError;
@@ -36,11 +36,21 @@ pub(super) fn streamable(select: &Select) -> bool {
         && select.offset.is_none()
 }
 
-/// Where one fragment's share of the statement runs.
-enum Job {
-    /// On this executor, when its turn comes.
+/// One fragment's share of the statement, not started yet.
+enum Share {
+    /// On this executor: read when its turn comes.
     Here(Target),
-    /// On another executor or node, already asked (a running task).
+    /// On another executor of this node.
+    Executor(ExecutorIndex, Target),
+    /// On another node, with its forwarded request.
+    Node(u32, forward::Request),
+}
+
+/// One fragment's share, started.
+enum Job {
+    /// On this executor, read when awaited.
+    Here(Target),
+    /// Elsewhere, running meanwhile.
     Asked(Pending),
 }
 
@@ -51,9 +61,26 @@ impl Session {
             && matches!(statement, Statement::Select(s) if streamable(s))
     }
 
+    /// A SELECT's rows handed to `emit`: fragment by fragment when it streams, else once,
+    /// whole (through the open block, if any); returns how many rows went out. What SELECT
+    /// and COPY TO both run.
+    pub(super) async fn select_each(
+        &mut self,
+        statement: &Arc<Statement>,
+        mut emit: impl AsyncFnMut(Vec<Vec<Datum>>) -> Result<(), EngineError>,
+    ) -> Result<u64, EngineError> {
+        if self.streams(statement) {
+            return self.select_streamed(statement, emit).await;
+        }
+        let rows = self.select_rows(statement).await?;
+        let n = rows.len() as u64;
+        emit(rows).await?;
+        Ok(n)
+    }
+
     /// Runs a streaming SELECT, handing each fragment's rows to `emit` in turn; returns how
     /// many rows went out.
-    pub(super) async fn select_streamed(
+    async fn select_streamed(
         &self,
         statement: &Arc<Statement>,
         mut emit: impl AsyncFnMut(Vec<Vec<Datum>>) -> Result<(), EngineError>,
@@ -71,50 +98,40 @@ impl Session {
             if self.located(&routed.plan.fragments).await? {
                 continue;
             }
-            type Start = Box<dyn FnOnce() -> Job>;
             let here = self.core.index();
-            let mut mine: Vec<Start> = Vec::new();
-            let mut others: Vec<Start> = Vec::new();
+            let mut mine = Vec::new();
+            let mut others = Vec::new();
             for (executor, targets) in routed.local {
                 for target in targets {
                     if executor == here {
-                        mine.push(Box::new(move || Job::Here(target)));
-                        continue;
+                        mine.push(Share::Here(target));
+                    } else {
+                        others.push(Share::Executor(executor, target));
                     }
-                    let mesh = self.ctx.mesh.clone();
-                    let statement = Arc::clone(statement);
-                    others.push(Box::new(move || {
-                        Job::Asked(glommio::spawn_local(ask_executor(
-                            mesh, executor, statement, target,
-                        )))
-                    }));
                 }
             }
             for (node, targets) in routed.remote {
                 for target in targets {
-                    let share = Share::Select { targets: wire_targets(&[target]) };
+                    let share = forward::Share::Select { targets: wire_targets(&[target]) };
                     let request = self.request(routed.epoch, catalog.version(), share)?;
-                    others.push(Box::new(move || {
-                        Job::Asked(glommio::spawn_local(ask_node(node.0, request)))
-                    }));
+                    others.push(Share::Node(node.0, request));
                 }
             }
             // Alternating, this executor's first: while one of its fragments is read here, the
             // next fragment elsewhere is already being read there.
-            let mut starts = Vec::with_capacity(mine.len() + others.len());
-            let (mut mine, mut others) = (mine.into_iter(), others.into_iter());
-            loop {
-                match (mine.next(), others.next()) {
-                    (None, None) => break,
-                    (a, b) => starts.extend(a.into_iter().chain(b)),
-                }
+            let mut others = others.into_iter();
+            let mut shares = Vec::with_capacity(mine.len() + others.len());
+            for share in mine {
+                shares.push(share);
+                shares.extend(others.next());
             }
-            let mut starts = starts.into_iter();
-            let mut next = starts.next().map(|start| start());
+            shares.extend(others);
+            let mut shares = shares.into_iter();
+            let mut next = shares.next().map(|s| self.start(statement, s));
             while let Some(job) = next.take() {
                 // The next fragment is being read (when it is elsewhere) while this one is
                 // read here or its rows are sent.
-                next = starts.next().map(|start| start());
+                next = shares.next().map(|s| self.start(statement, s));
                 let partials = match job {
                     Job::Here(target) => self.core.select(select, &[target])?.0,
                     Job::Asked(pending) => match pending.await? {
@@ -139,6 +156,20 @@ impl Session {
                 emit(rows).await?;
             }
             return Ok(sent);
+        }
+    }
+
+    /// Starts a share: another executor's or node's runs as a task from now on.
+    fn start(&self, statement: &Arc<Statement>, share: Share) -> Job {
+        match share {
+            Share::Here(target) => Job::Here(target),
+            Share::Executor(executor, target) => Job::Asked(glommio::spawn_local(ask_executor(
+                self.ctx.mesh.clone(),
+                executor,
+                Arc::clone(statement),
+                target,
+            ))),
+            Share::Node(node, request) => Job::Asked(glommio::spawn_local(ask_node(node, request))),
         }
     }
 }
