@@ -71,6 +71,32 @@ async fn simple_query_syntax_error_keeps_session() {
     pg_support::assert_no_warnings();
 }
 
+// Checks that the wire layer ends every query of several statements with the engine's
+// `end_implicit` (its implicit transaction), saying whether a statement failed, never for a
+// query of one statement; and that an error of that end (a commit's 40001) reaches the client
+// after the statements' results and the session goes on.
+#[tokio::test]
+async fn simple_query_several_statements_end_their_implicit_transaction() {
+    let client = server().connect().await;
+    let ends = |messages: &[M]| rows(messages)[0][0].clone().unwrap();
+    client.simple_query("insert").await.unwrap();
+    assert_eq!(ends(&client.simple_query("implicit_ends").await.unwrap()), "");
+    client.simple_query("insert; insert").await.unwrap();
+    assert_eq!(ends(&client.simple_query("implicit_ends").await.unwrap()), "ok");
+    let err = client.simple_query("insert; fail; insert").await.unwrap_err();
+    assert_eq!(err.as_db_error().expect("a server error").code().code(), "22012");
+    assert_eq!(ends(&client.simple_query("implicit_ends").await.unwrap()), "ok,failed");
+    let err = client.simple_query("insert; doomed").await.unwrap_err();
+    assert_eq!(
+        err.as_db_error().expect("a server error").code(),
+        &SqlState::T_R_SERIALIZATION_FAILURE
+    );
+    assert_eq!(ends(&client.simple_query("implicit_ends").await.unwrap()), "ok,failed,ok");
+    let messages = client.simple_query("select 3").await.unwrap();
+    assert_eq!(rows(&messages), vec![vec![Some("3".to_owned())]]);
+    pg_support::assert_no_warnings();
+}
+
 // Checks that an execution error stops the statements after it in the same string.
 #[tokio::test]
 async fn simple_query_error_stops_the_rest() {

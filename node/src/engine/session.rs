@@ -76,12 +76,27 @@ enum Block {
     Failed(Txn),
 }
 
+/// PostgreSQL's implicit transaction block: the statements of one simple Query message of
+/// several statements commit together (or not at all) unless they manage blocks themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Implicit {
+    /// Not inside a query of several statements: each statement outside a block stands alone.
+    Off,
+    /// Inside one, with no implicit block open: the next statement outside a block opens one.
+    Armed,
+    /// The open block is the query's implicit block: the query's end commits it (or rolls
+    /// it back after an error).
+    Open,
+}
+
 /// One client connection's engine.
 pub struct Session {
     core: Rc<Core>,
     ctx: ExecutorContext<Core>,
     settings: BTreeMap<String, String>,
     block: Block,
+    /// Whether a query of several statements is running and its implicit block is open.
+    implicit: Implicit,
     /// The startup message's user and database, for `current_user` / `current_database()`.
     names: query::expr::SessionNames,
     /// The text of the last parsed SQL (slow-statement log), bounded.
@@ -196,6 +211,7 @@ impl Session {
             ctx,
             settings: BTreeMap::new(),
             block: Block::Idle,
+            implicit: Implicit::Off,
             names: query::expr::SessionNames::default(),
             last_sql: Arc::from(""),
             last_route: std::cell::RefCell::new(None),
@@ -600,10 +616,11 @@ impl Session {
             }
             Statement::Begin => {
                 match &self.block {
-                    Block::Idle => {
-                        let txn = Txn::new(self.core.next_session_txn());
-                        self.publish(&txn, "active");
-                        self.block = Block::Open(txn);
+                    Block::Idle => self.open_block(),
+                    // BEGIN in a query of several statements makes its implicit block an
+                    // explicit one (the statements before it included), as in PostgreSQL.
+                    Block::Open(_) if self.implicit == Implicit::Open => {
+                        self.implicit = Implicit::Armed;
                     }
                     Block::Open(_) | Block::Failed(_) => sink.notice(
                         &Notice::warning("there is already a transaction in progress")
@@ -622,18 +639,11 @@ impl Session {
                 }
                 Block::Failed(txn) => {
                     // As in PostgreSQL: COMMIT of a failed block rolls it back.
-                    self.core.set_session_txn(txn.number, None);
-                    self.core.count_tx(|c| c.aborts += 1);
+                    self.drop_block(&txn);
                     Ok(CommandTag::new("ROLLBACK"))
                 }
                 Block::Open(txn) => {
-                    self.publish(&txn, "committing");
-                    let result = self.commit_txn(&txn).await;
-                    self.core.set_session_txn(txn.number, None);
-                    if result.is_err() {
-                        self.core.count_tx(|c| c.aborts += 1);
-                    }
-                    result.map(|()| CommandTag::new("COMMIT"))
+                    self.commit_block(&txn).await.map(|()| CommandTag::new("COMMIT"))
                 }
             },
             Statement::Rollback => {
@@ -642,10 +652,7 @@ impl Session {
                         &Notice::warning("there is no transaction in progress")
                             .with_code(SqlState::NO_ACTIVE_SQL_TRANSACTION),
                     ),
-                    Block::Open(txn) | Block::Failed(txn) => {
-                        self.core.set_session_txn(txn.number, None);
-                        self.core.count_tx(|c| c.aborts += 1);
-                    }
+                    Block::Open(txn) | Block::Failed(txn) => self.drop_block(&txn),
                 }
                 Ok(CommandTag::new("ROLLBACK"))
             }
@@ -1382,6 +1389,42 @@ impl Session {
             }
             Statement::Select(_) => Ok(self.select(statement).await?.0),
             _ => Err(internal("select_rows of a non-SELECT")),
+        }
+    }
+
+    /// Opens a transaction block (BEGIN, or the implicit block of a query of several
+    /// statements).
+    fn open_block(&mut self) {
+        let txn = Txn::new(self.core.next_session_txn());
+        self.publish(&txn, "active");
+        self.block = Block::Open(txn);
+    }
+
+    /// Commits a block taken out of `self.block` (COMMIT, or the end of a query of several
+    /// statements); an error is an abort.
+    async fn commit_block(&mut self, txn: &Txn) -> Result<(), EngineError> {
+        self.implicit_ended();
+        self.publish(txn, "committing");
+        let result = self.commit_txn(txn).await;
+        self.core.set_session_txn(txn.number, None);
+        if result.is_err() {
+            self.core.count_tx(|c| c.aborts += 1);
+        }
+        result
+    }
+
+    /// Rolls back a block taken out of `self.block`.
+    fn drop_block(&mut self, txn: &Txn) {
+        self.implicit_ended();
+        self.core.set_session_txn(txn.number, None);
+        self.core.count_tx(|c| c.aborts += 1);
+    }
+
+    /// The block just ended: if it was a query's implicit block, a later statement of the
+    /// same query opens a new one (as PostgreSQL does after a COMMIT among them).
+    fn implicit_ended(&mut self) {
+        if self.implicit == Implicit::Open {
+            self.implicit = Implicit::Armed;
         }
     }
 
@@ -2719,6 +2762,14 @@ impl Engine for Session {
                 "current transaction is aborted, commands ignored until end of transaction block",
             ));
         }
+        // A query of several statements runs them in one implicit block (BEGIN opens its own).
+        if self.implicit == Implicit::Armed
+            && matches!(self.block, Block::Idle)
+            && !matches!(&*statement.statement, Statement::Begin)
+        {
+            self.open_block();
+            self.implicit = Implicit::Open;
+        }
         let started = std::time::Instant::now();
         self.last_route.borrow_mut().take();
         // A statement of a block shipped whole (`block`) already ran: its outcome is replayed.
@@ -2769,6 +2820,28 @@ impl Engine for Session {
 
     fn copy_abort(&mut self) {
         self.copy_dropped();
+    }
+
+    fn begin_implicit(&mut self) {
+        self.implicit = Implicit::Armed;
+    }
+
+    async fn end_implicit(&mut self, failed: bool) -> Result<(), PgError> {
+        let open = std::mem::replace(&mut self.implicit, Implicit::Off) == Implicit::Open;
+        if !open {
+            return Ok(());
+        }
+        match std::mem::replace(&mut self.block, Block::Idle) {
+            Block::Idle => Ok(()),
+            Block::Open(txn) if !failed => {
+                let _running = Running::start(self.core.shared());
+                self.commit_block(&txn).await.map_err(|e| engine_error(&e))
+            }
+            Block::Open(txn) | Block::Failed(txn) => {
+                self.drop_block(&txn);
+                Ok(())
+            }
+        }
     }
 
     fn transaction_status(&self) -> TransactionStatus {

@@ -603,11 +603,20 @@ impl<E: Engine> Conn<E> {
             self.encode(B::EmptyQueryResponse(EmptyQueryResponse::new()));
         }
         let only = parsed.len() == 1;
+        let several = parsed.len() > 1;
+        if several {
+            self.engine.begin_implicit();
+        }
+        let mut failed = false;
         for parsed in parsed {
             if let Err(err) = self.simple_statement(parsed, only).await {
                 self.send_error(&err);
+                failed = true;
                 break;
             }
+        }
+        if several && let Err(err) = self.engine.end_implicit(failed).await {
+            self.send_error(&err);
         }
         // A COPY FROM STDIN answers ReadyForQuery once its data has arrived.
         if self.copy_in.is_none() {

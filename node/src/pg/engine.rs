@@ -614,6 +614,20 @@ pub trait Engine {
     /// The transaction state for ReadyForQuery.
     fn transaction_status(&self) -> TransactionStatus;
 
+    /// A simple Query of several statements starts: until [`Engine::end_implicit`], the
+    /// statements that run outside an explicit block form one implicit transaction, as in
+    /// PostgreSQL (a `BEGIN` among them makes it explicit, a `COMMIT` or `ROLLBACK` ends it).
+    /// Default: nothing, each statement stands alone.
+    fn begin_implicit(&mut self) {}
+
+    /// The simple Query of several statements ended; `failed`: a statement failed and the
+    /// rest were skipped. The engine commits the implicit transaction, or rolls it back after
+    /// a failure; a commit's error is the query's last message.
+    async fn end_implicit(&mut self, failed: bool) -> Result<(), PgError> {
+        let _ = failed;
+        Ok(())
+    }
+
     /// Whether `statement` is a COPY, and which way its rows go. Default: never.
     fn copy_mode(&self, _statement: &Self::Statement) -> Option<CopyMode> {
         None

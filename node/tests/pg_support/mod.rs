@@ -11,6 +11,10 @@
 //! - `notice`: sends a NoticeResponse, then tag `DO`;
 //! - `wait_for_cancel`: signals `started`, then runs until cancelled (57014);
 //! - `fail`: fails at execution with 22012 (and fails an open transaction);
+//! - `doomed`: tag `DO`; the query of several statements it is in then fails at its end
+//!   (`Engine::end_implicit`) with 40001;
+//! - `implicit_ends`: one text row listing how this session's queries of several statements
+//!   ended (`ok` or `failed`, comma-separated, oldest first);
 //! - `create <name>`: remembers a name for the session; `use <name>`: fails at plan time with
 //!   42P01 unless the name was created (checks plans happen after earlier statements ran);
 //! - anything else: a syntax error 42601 at parse time, with position and hint.
@@ -54,6 +58,8 @@ pub enum Kind {
     Fail,
     Create(String),
     Use(String),
+    Doomed,
+    ImplicitEnds,
 }
 
 pub struct Statement {
@@ -65,11 +71,21 @@ pub struct TestEngine {
     shared: Arc<Shared>,
     status: TransactionStatus,
     names: std::collections::HashSet<String>,
+    /// How each query of several statements ended (`Engine::end_implicit`'s `failed`).
+    implicit_ends: Vec<bool>,
+    /// A `doomed` statement ran in the current query of several statements.
+    doomed: bool,
 }
 
 impl TestEngine {
     pub fn new(shared: Arc<Shared>) -> TestEngine {
-        TestEngine { shared, status: TransactionStatus::Idle, names: Default::default() }
+        TestEngine {
+            shared,
+            status: TransactionStatus::Idle,
+            names: Default::default(),
+            implicit_ends: Vec::new(),
+            doomed: false,
+        }
     }
 }
 
@@ -91,6 +107,14 @@ fn parse_one(sql: &str, text: &str) -> Result<Statement, PgError> {
         ["rollback"] => no_rows(Kind::Rollback),
         ["notice"] => no_rows(Kind::Notice),
         ["fail"] => no_rows(Kind::Fail),
+        ["doomed"] => no_rows(Kind::Doomed),
+        ["implicit_ends"] => Ok(Statement {
+            kind: Kind::ImplicitEnds,
+            description: Description {
+                params: vec![],
+                columns: Some(vec![Column::new("ends", Oid::TEXT)]),
+            },
+        }),
         ["wait_for_cancel"] => no_rows(Kind::WaitForCancel),
         ["create", name] => no_rows(Kind::Create((*name).to_owned())),
         ["use", name] => no_rows(Kind::Use((*name).to_owned())),
@@ -223,6 +247,18 @@ impl Engine for TestEngine {
                 Ok(CommandTag::new("CREATE TABLE"))
             }
             Kind::Use(_) => Ok(CommandTag::new("USE")),
+            Kind::Doomed => {
+                self.doomed = true;
+                Ok(CommandTag::new("DO"))
+            }
+            Kind::ImplicitEnds => {
+                let ends: Vec<&str> =
+                    self.implicit_ends.iter().map(|&f| if f { "failed" } else { "ok" }).collect();
+                let mut row = sink.row();
+                row.text(&ends.join(","));
+                row.finish()?;
+                Ok(CommandTag::with_rows("SELECT", 1))
+            }
             &Kind::Int(n) => {
                 let mut row = sink.row();
                 match row.format() {
@@ -319,6 +355,17 @@ impl Engine for TestEngine {
 
     fn transaction_status(&self) -> TransactionStatus {
         self.status
+    }
+
+    async fn end_implicit(&mut self, failed: bool) -> Result<(), PgError> {
+        self.implicit_ends.push(failed);
+        if std::mem::take(&mut self.doomed) && !failed {
+            return Err(PgError::new(
+                SqlState::new(b"40001").unwrap(),
+                "could not serialize access due to concurrent update",
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use query::CollectionName;
 use query::plan::{Delete, Statement};
 
-use super::{Block, Session};
+use super::{Block, Implicit, Session};
 use crate::engine::error::EngineError;
 use crate::engine::limits::{TXN_FRAGMENT_OPS_MAX, TXN_WRITES_MAX};
 use crate::pg::{CommandTag, Notice, RowSink};
@@ -43,7 +43,10 @@ impl Session {
         collections: &[CollectionName],
         sink: &RowSink<'_>,
     ) -> Result<CommandTag, EngineError> {
-        self.outside_block("TRUNCATE inside a transaction block")?;
+        self.outside_block(
+            "TRUNCATE inside a transaction block",
+            "TRUNCATE in a query of several statements (they run as one transaction)",
+        )?;
         for collection in collections {
             self.empty(collection, sink).await?;
         }
@@ -59,7 +62,10 @@ impl Session {
         if_exists: bool,
         sink: &mut RowSink<'_>,
     ) -> Result<CommandTag, EngineError> {
-        self.outside_block("DROP TABLE inside a transaction block")?;
+        self.outside_block(
+            "DROP TABLE inside a transaction block",
+            "DROP TABLE in a query of several statements (they run as one transaction)",
+        )?;
         for collection in collections {
             let name = collection.as_str().to_owned();
             let configured = self.core.shared().catalog().config(&name).is_some();
@@ -77,13 +83,25 @@ impl Session {
         Ok(CommandTag::new("DROP TABLE"))
     }
 
-    /// Refuses `what` inside a block (or a failed one): it deletes in rounds, not atomically.
-    fn outside_block(&self, what: &'static str) -> Result<(), EngineError> {
+    /// Refuses a statement inside a block (or a failed one), `in_block` naming it, or inside
+    /// the implicit block of a query of several statements, `in_query` naming it: it deletes
+    /// in rounds, not atomically.
+    fn outside_block(
+        &self,
+        in_block: &'static str,
+        in_query: &'static str,
+    ) -> Result<(), EngineError> {
         if matches!(self.block, Block::Idle) {
             return Ok(());
         }
+        if self.implicit == Implicit::Open {
+            return Err(EngineError::NotSupported {
+                what: in_query,
+                hint: "send it as a query of its own (it deletes in rounds, not atomically)",
+            });
+        }
         Err(EngineError::NotSupported {
-            what,
+            what: in_block,
             hint: "run it on its own (it deletes in rounds, not atomically), or DELETE inside \
                    the block",
         })
