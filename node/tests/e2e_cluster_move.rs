@@ -63,13 +63,15 @@ async fn wait_formed(nodes: &[Node]) {
     }
 }
 
-// Checks ALTER FRAGMENT on a single node is 0A000.
+// Checks ALTER FRAGMENT and ALTER CLUSTER on a single node are 0A000.
 #[tokio::test]
 async fn alter_fragment_needs_a_cluster() {
     let node = Node::start();
-    let (state, message) = run(&node, "ALTER FRAGMENT $1 MOVE TO NODE 2").await.unwrap_err();
-    assert_eq!(state, "0A000", "{message}");
-    assert!(message.contains("needs a cluster"), "{message}");
+    for sql in ["ALTER FRAGMENT $1 MOVE TO NODE 2", "ALTER CLUSTER REMOVE NODE 2"] {
+        let (state, message) = run(&node, sql).await.unwrap_err();
+        assert_eq!(state, "0A000", "{sql}: {message}");
+        assert!(message.contains("needs a cluster"), "{sql}: {message}");
+    }
 }
 
 // Checks a move planned through a follower and through the proxy, each refusal's SQLSTATE,

@@ -1,10 +1,11 @@
-//! `ALTER FRAGMENT`: sqlparser has no such statement, so its forms are recognised by a small
-//! hand-written parser before sqlparser sees the text.
+//! `ALTER FRAGMENT` and `ALTER CLUSTER`: sqlparser has no such statements, so their forms are
+//! recognised by a small hand-written parser before sqlparser sees the text.
 //!
 //! ```text
 //! ALTER FRAGMENT { $n | n } MOVE TO NODE { n | nN } [;]
 //! ALTER FRAGMENT { $n | n } SPLIT [ AT shard ] [;]
 //! ALTER FRAGMENT { $n | n } MERGE WITH { $m | m } [;]
+//! ALTER CLUSTER REMOVE NODE { n | nN } [;]
 //! ```
 //!
 //! Keywords are case-insensitive and separated by whitespace; a fragment is written as
@@ -12,8 +13,8 @@
 //! split point as a shard number (the first shard of the upper part; default: the middle of
 //! the fragment's range; whether it lies inside the range is the coordinator's check). Text
 //! whose first two words are `ALTER FRAGMENT` is this statement or a syntax error (with its
-//! 1-based character position); anything else is left to sqlparser. The statement must be sent
-//! alone (not in a multi-statement string).
+//! 1-based character position), and so is text starting `ALTER CLUSTER`; anything else is
+//! left to sqlparser. The statement must be sent alone (not in a multi-statement string).
 
 use crate::error::PlanError;
 use crate::plan::Statement;
@@ -44,16 +45,17 @@ fn words(sql: &str) -> Vec<Word<'_>> {
     out
 }
 
-/// `Ok(None)` when `sql` is not an `ALTER FRAGMENT` statement; the statement, or a syntax
-/// error, when it is.
+/// `Ok(None)` when `sql` is not an `ALTER FRAGMENT` or `ALTER CLUSTER` statement; the
+/// statement, or a syntax error, when it is.
 pub(crate) fn parse(sql: &str) -> Result<Option<Statement>, PlanError> {
     let mut words = words(sql);
-    let is_ours = matches!(
-        words.as_slice(),
-        [a, f, ..] if a.text.eq_ignore_ascii_case("alter")
-            && f.text.trim_end_matches(';').eq_ignore_ascii_case("fragment")
-    );
-    if !is_ours {
+    let second = match words.as_slice() {
+        [a, second, ..] if a.text.eq_ignore_ascii_case("alter") => {
+            second.text.trim_end_matches(';').to_ascii_lowercase()
+        }
+        _ => return Ok(None),
+    };
+    if second != "fragment" && second != "cluster" {
         return Ok(None);
     }
     let end = sql.chars().count() + 1;
@@ -66,6 +68,9 @@ pub(crate) fn parse(sql: &str) -> Result<Option<Statement>, PlanError> {
         }
     }
     let error = |message: String, position: usize| PlanError::Syntax { message, position };
+    if second == "cluster" {
+        return parse_cluster(&words, end).map(Some);
+    }
     let action = words.get(3).map(|w| w.text.to_ascii_lowercase());
     let (expected, last): (&[&str], &str) = match action.as_deref() {
         Some("split") if words.len() <= 4 => (&["alter", "fragment", "", "split"], ""),
@@ -130,16 +135,48 @@ pub(crate) fn parse(sql: &str) -> Result<Option<Statement>, PlanError> {
     let Some(node) = words.get(6) else {
         return Err(error("ALTER FRAGMENT: incomplete".to_owned(), end));
     };
-    let node = {
-        let w = node;
-        let prefixed =
-            w.text.strip_prefix(['n', 'N']).map(|rest| Word { text: rest, position: w.position });
-        match prefixed {
-            Some(rest) => number(&rest, 'n', "a node id (n or nN)")?,
-            None => number(w, 'n', "a node id (n or nN)")?,
-        }
-    };
+    let node = node_id(node, "ALTER FRAGMENT")?;
     Ok(Some(Statement::MoveFragment { fragment, node }))
+}
+
+/// A node id written `n` or `nN` (`statement` names the statement in the error).
+fn node_id(word: &Word<'_>, statement: &str) -> Result<u32, PlanError> {
+    let digits = word.text.strip_prefix(['n', 'N']).unwrap_or(word.text);
+    let ok = !digits.is_empty() && digits.len() <= 10 && digits.bytes().all(|b| b.is_ascii_digit());
+    ok.then(|| digits.parse::<u32>().ok()).flatten().ok_or_else(|| PlanError::Syntax {
+        message: format!("{statement}: {:?} is not a node id (n or nN)", word.text),
+        position: word.position,
+    })
+}
+
+/// `ALTER CLUSTER REMOVE NODE n` (the words after a final `;` was cut; `end`: the position
+/// after the text).
+fn parse_cluster(words: &[Word<'_>], end: usize) -> Result<Statement, PlanError> {
+    let error = |message: String, position: usize| PlanError::Syntax { message, position };
+    for (i, keyword) in ["alter", "cluster", "remove", "node"].iter().enumerate() {
+        let Some(word) = words.get(i) else {
+            return Err(error(
+                format!("ALTER CLUSTER: expected {} at the end", keyword.to_uppercase()),
+                end,
+            ));
+        };
+        if !word.text.eq_ignore_ascii_case(keyword) {
+            return Err(error(
+                format!("ALTER CLUSTER: expected {} at {:?}", keyword.to_uppercase(), word.text),
+                word.position,
+            ));
+        }
+    }
+    if let Some(extra) = words.get(5) {
+        return Err(error(
+            format!("ALTER CLUSTER: unexpected {:?} after the statement", extra.text),
+            extra.position,
+        ));
+    }
+    let Some(node) = words.get(4) else {
+        return Err(error("ALTER CLUSTER: expected a node id at the end".to_owned(), end));
+    };
+    Ok(Statement::RemoveNode { node: node_id(node, "ALTER CLUSTER")? })
 }
 
 #[cfg(test)]
@@ -208,6 +245,28 @@ mod tests {
         assert_eq!(syntax("ALTER FRAGMENT $1 MERGE WITH").1, 29);
         assert_eq!(syntax("ALTER FRAGMENT $1 MERGE WITH n2").1, 30);
         assert_eq!(syntax("ALTER FRAGMENT $x SPLIT").1, 16);
+    }
+
+    // Checks ALTER CLUSTER REMOVE NODE: node `n` or `nN`, any case, a final `;`; and bad
+    // input pointing at the offending word or the end.
+    #[test]
+    fn alter_cluster_remove_node() {
+        let parsed = |sql: &str| parse(sql).unwrap_or_else(|e| panic!("{sql:?}: {e:?}"));
+        assert_eq!(parsed("ALTER CLUSTER REMOVE NODE n3"), Some(Statement::RemoveNode { node: 3 }));
+        assert_eq!(parsed("alter cluster remove node 3;"), Some(Statement::RemoveNode { node: 3 }));
+        assert_eq!(
+            parsed(" Alter\tCluster REMOVE  node N4294967295 ;"),
+            Some(Statement::RemoveNode { node: u32::MAX })
+        );
+        assert_eq!(syntax("ALTER CLUSTER").1, 14);
+        assert!(syntax("ALTER CLUSTER").0.contains("REMOVE"));
+        assert_eq!(syntax("ALTER CLUSTER DROP NODE 3").1, 15);
+        assert_eq!(syntax("ALTER CLUSTER REMOVE 3").1, 22);
+        assert_eq!(syntax("ALTER CLUSTER REMOVE NODE").1, 26);
+        assert_eq!(syntax("ALTER CLUSTER REMOVE NODE x3").1, 27);
+        assert_eq!(syntax("ALTER CLUSTER REMOVE NODE 4294967296").1, 27);
+        assert_eq!(syntax("ALTER CLUSTER REMOVE NODE 3 NOW").1, 29);
+        assert_eq!(syntax("ALTER CLUSTER REMOVE NODE 3; SELECT 1").1, 30);
     }
 
     // Checks other text is left to sqlparser.

@@ -218,6 +218,9 @@ fn statement_lines(stmt: &Statement, lines: &mut Vec<String>) {
         Statement::MoveFragment { fragment, node } => {
             lines.push(format!("Move fragment ${fragment} to node {node}"))
         }
+        Statement::RemoveNode { node } => {
+            lines.push(format!("Remove node {node} from the cluster"))
+        }
         Statement::SplitFragment { fragment, at: Some(at) } => {
             lines.push(format!("Split fragment ${fragment} at shard {at}"))
         }

@@ -123,6 +123,12 @@ pub enum Statement {
         /// The destination node's id.
         node: u32,
     },
+    /// `ALTER CLUSTER REMOVE NODE n`: ask the coordinator to drop a stopped member that owns
+    /// no fragments from the cluster (recognised before sqlparser, see `alter_fragment`).
+    RemoveNode {
+        /// The member's node id.
+        node: u32,
+    },
     /// `ALTER FRAGMENT $n SPLIT [AT s]`: ask the coordinator to split the fragment at shard
     /// `at` (`None`: the middle of its range) into two new fragments on the same node.
     SplitFragment {
@@ -218,6 +224,7 @@ impl Statement {
             | Statement::ShowCollections
             | Statement::Show { .. }
             | Statement::MoveFragment { .. }
+            | Statement::RemoveNode { .. }
             | Statement::SplitFragment { .. }
             | Statement::MergeFragments { .. }
             | Statement::Set { .. }
@@ -279,6 +286,7 @@ impl Statement {
             | Statement::Truncate { .. }
             | Statement::DropCollections { .. }
             | Statement::MoveFragment { .. }
+            | Statement::RemoveNode { .. }
             | Statement::SplitFragment { .. }
             | Statement::MergeFragments { .. }
             | Statement::Set { .. }

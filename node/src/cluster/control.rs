@@ -467,6 +467,9 @@ async fn serve_peer(mut stream: TcpStream, addr: &str, ctx: &Ctx) -> Result<(), 
             Message::SetCollection { name, expected, sharding } => {
                 answer_if_leading(ctx, set_collection_here(ctx, name, expected, sharding)).await
             }
+            Message::RemoveNode { node } => {
+                answer_if_leading(ctx, remove_member_here(ctx, node)).await
+            }
             Message::RaftRpc(body) => match serve_rpc(&ctx.raft, &body).await {
                 Ok(reply) => Message::RaftReply(reply),
                 Err(e) => {
@@ -1338,6 +1341,10 @@ async fn ops_loop(ctx: Arc<Ctx>, requests: flume::Receiver<MoveRequest>) {
                     let here = plan_reshape_here(ctx, fragment, None, Some(with));
                     on_coordinator(ctx, ask, here).await
                 }
+                Op::RemoveNode { node } => {
+                    let ask = Message::RemoveNode { node };
+                    on_coordinator(ctx, ask, remove_member_here(ctx, node)).await
+                }
                 Op::Collection { name, expected, sharding } => {
                     let ask = Message::SetCollection {
                         name: name.clone(),
@@ -1442,6 +1449,74 @@ async fn plan_move_here(ctx: &Ctx, fragment: u32, to: u32) -> MoveResult {
         Err(C::NotDataMember { node }) => Err(MoveError::ProxyNode { node }),
         Err(other) => Err(MoveError::NoCoordinator { reason: other.to_string() }),
     }
+}
+
+/// Removes member `node` on this node, the coordinator: refused while the node runs (it
+/// answered a ping lately, or answers one now) or holds fragments; else `RemoveMember` in the
+/// state machine (bounded), then the raft membership change that drops it as a voter (or
+/// learner). Each step is skipped when already done, so a retry after a failure between them
+/// finishes the removal.
+async fn remove_member_here(ctx: &Ctx, node: u32) -> MoveResult {
+    use crate::cluster::state::CommandError as C;
+    let raft_id = u64::from(node);
+    let membership = ctx.raft.metrics().borrow().membership_config.membership().clone();
+    let in_raft = membership.get_node(&raft_id).is_some();
+    let address = ctx.state().members.get(&node).map(|m| m.peer_addr.clone());
+    if address.is_none() && !in_raft {
+        return Err(MoveError::UnknownNode { node });
+    }
+    let running = |why: &str| MoveError::Refused {
+        reason: format!(
+            "node {node} is running ({why}); stop it first (SIGTERM hands its fragments to the \
+             others), then remove it"
+        ),
+    };
+    if node == ctx.config.node_id {
+        return Err(running("it is the coordinator"));
+    }
+    if ctx.reachable(node) {
+        return Err(running("it answered a ping lately"));
+    }
+    let probe = address.or_else(|| membership.get_node(&raft_id).map(|n| n.addr.clone()));
+    if let Some(addr) = probe {
+        match PeerConn::dial(&addr, &ctx.hello).await {
+            Ok(mut conn) => {
+                if conn.request(&Message::Ping).await.is_ok() {
+                    return Err(running(&format!("it answers at {addr}")));
+                }
+            }
+            // Something answered the handshake there, only not as a member of ours.
+            Err(e @ (PeerError::Handshake { .. } | PeerError::Wire { .. })) => {
+                return Err(running(&format!("{e}")));
+            }
+            Err(_) => {}
+        }
+    }
+    let mut epoch = ctx.state().epoch;
+    if ctx.state().members.contains_key(&node) {
+        match write_bounded(ctx, Command::RemoveMember { node }, "the member's removal").await? {
+            Ok(e) => epoch = e,
+            Err(C::UnknownMember { .. }) => {}
+            Err(other) => return Err(MoveError::Refused { reason: other.to_string() }),
+        }
+    }
+    if in_raft {
+        let ids = BTreeSet::from([raft_id]);
+        let change = if membership.voter_ids().any(|v| v == raft_id) {
+            ChangeMembers::RemoveVoters(ids)
+        } else {
+            ChangeMembers::RemoveNodes(ids)
+        };
+        let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
+        tokio::time::timeout(bound, ctx.raft.change_membership(change, false))
+            .await
+            .map_err(|_| MoveError::NoCoordinator {
+                reason: format!("the membership change was not committed within {bound:?}"),
+            })?
+            .map_err(|e| MoveError::NoCoordinator { reason: format!("membership change: {e}") })?;
+    }
+    tracing::info!(node, "coordinator removed a member");
+    Ok(epoch)
 }
 
 /// Proposes `SetCollection` on this node, the coordinator (bounded), and maps the state

@@ -15,7 +15,7 @@ use crate::cluster::limits::OPS_QUEUE_MAX;
 #[non_exhaustive]
 pub enum MoveError {
     /// This node is not part of a cluster.
-    #[error("ALTER FRAGMENT needs a cluster; this node runs alone (no --cluster-name)")]
+    #[error("this statement needs a cluster; this node runs alone (no --cluster-name)")]
     NotCluster,
     /// The fragment is not in the shard map.
     #[error("fragment ${fragment} does not exist")]
@@ -94,6 +94,11 @@ pub enum Op {
         /// The neighbour starting where it ends.
         with: u32,
     },
+    /// Remove a stopped member that owns no fragments (the request's `fragment` is unused).
+    RemoveNode {
+        /// The member.
+        node: u32,
+    },
     /// Set (`None`: remove) a collection's content sharding configuration, if the replicated
     /// catalog is still at version `expected` (the request's `fragment` is unused).
     Collection {
@@ -144,6 +149,12 @@ pub async fn split(fragment: u32, at: Option<u32>) -> MoveResult {
 /// what `ALTER FRAGMENT $l MERGE WITH $r` runs.
 pub async fn merge(left: u32, right: u32) -> MoveResult {
     request(left, Op::Merge { with: right }).await
+}
+
+/// Asks the coordinator to remove member `node`, what `ALTER CLUSTER REMOVE NODE` runs: the
+/// map's epoch, or why not (the node answers, owns fragments, is unknown).
+pub async fn remove_node(node: u32) -> MoveResult {
+    request(0, Op::RemoveNode { node }).await
 }
 
 /// Asks the coordinator to set (`None`: remove) `name`'s content sharding configuration if

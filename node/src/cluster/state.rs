@@ -186,6 +186,13 @@ pub enum Command {
         /// The catalog version its pending change was made at.
         version: u64,
     },
+    /// Forget a member (an operator's `ALTER CLUSTER REMOVE NODE`, once the node stopped):
+    /// refused while it owns a fragment or a handoff moves one to it. Nothing waits for it
+    /// any more (a pending configuration change, a rebalance). It may join again later.
+    RemoveMember {
+        /// The member.
+        node: u32,
+    },
 }
 
 /// Why a command was not applied. The state is unchanged.
@@ -365,6 +372,24 @@ pub enum CommandError {
     TooManyCollections {
         /// `CLUSTER_COLLECTIONS_MAX`.
         max: usize,
+    },
+    /// A member to remove still owns fragments (or one is being handed to it): removing it
+    /// would lose them.
+    #[error(
+        "node {node} owns {fragments} fragment(s) or is receiving one; removing it would lose \
+         them: start it again and stop it with SIGTERM, which hands its fragments to the others"
+    )]
+    MemberHoldsFragments {
+        /// The member.
+        node: u32,
+        /// Fragments it owns.
+        fragments: usize,
+    },
+    /// No member has that id.
+    #[error("node {node} is not a member of the cluster")]
+    UnknownMember {
+        /// The node.
+        node: u32,
     },
 }
 
@@ -593,7 +618,25 @@ impl ClusterState {
             Command::ActivateCollection { name, version } => {
                 self.activate_collection(name, *version)
             }
+            Command::RemoveMember { node } => self.remove_member(*node),
         }
+    }
+
+    /// `RemoveMember`: the epoch, unchanged (the map does not change).
+    fn remove_member(&mut self, node: u32) -> Applied {
+        if !self.members.contains_key(&node) {
+            return Err(CommandError::UnknownMember { node });
+        }
+        let fragments = self.fragments_of(node);
+        let receiving = self.handoffs.iter().any(|h| h.to == node)
+            || self.reshapes.iter().any(|r| r.targets.iter().any(|t| t.node == node));
+        if fragments > 0 || receiving {
+            return Err(CommandError::MemberHoldsFragments { node, fragments });
+        }
+        self.members.remove(&node);
+        self.leaving.remove(&node);
+        self.moves.retain(|m| m.to != node);
+        Ok(self.epoch)
     }
 
     /// `SetCollection`: the catalog version after the change.
@@ -1223,6 +1266,37 @@ mod handoff_tests {
         assert_eq!(s.apply(&leave(2, false)), Ok(1));
         assert!(s.leaving.is_empty());
         assert_eq!(s.apply(&begin(0, 2)), Ok(2));
+    }
+
+    // Checks removing a member: refused for an unknown node and for one that owns fragments
+    // or is receiving one by handoff; a member without fragments (a proxy, a data member
+    // whose fragments moved away) goes, with its leaving mark and moves planned to it, and
+    // the map's epoch stays.
+    #[test]
+    fn removing_members() {
+        let mut s = allocated();
+        let remove = |node| Command::RemoveMember { node };
+        assert_eq!(s.apply(&remove(8)), Err(CommandError::UnknownMember { node: 8 }));
+        assert_eq!(
+            s.apply(&remove(1)),
+            Err(CommandError::MemberHoldsFragments { node: 1, fragments: 4 })
+        );
+        assert_eq!(s.apply(&begin(0, 2)), Ok(2));
+        assert_eq!(
+            s.apply(&remove(2)),
+            Err(CommandError::MemberHoldsFragments { node: 2, fragments: 0 })
+        );
+        assert_eq!(s.apply(&Command::AbortHandoff { fragment: 0, handoff: 1 }), Ok(3));
+        s.apply(&Command::SetLeaving { node: 2, leaving: true }).expect("leaving");
+        s.apply(&Command::AddMember { node: 4, member: member(Role::Data) }).expect("added");
+        s.apply(&Command::PlanMove { fragment: 1, to: 4 }).expect("planned");
+        assert_eq!(s.apply(&remove(2)), Ok(3));
+        assert_eq!(s.apply(&remove(3)), Ok(3));
+        assert_eq!(s.apply(&remove(4)), Ok(3));
+        assert!(s.leaving.is_empty());
+        assert!(s.moves.is_empty());
+        assert_eq!(s.members.keys().copied().collect::<Vec<_>>(), [1]);
+        assert_eq!(s.apply(&remove(4)), Err(CommandError::UnknownMember { node: 4 }));
     }
 
     // Checks a state written before handoffs existed (no `handoffs` field) still loads.

@@ -307,6 +307,14 @@ pub enum Message {
         /// Why, for the operator.
         reason: String,
     },
+    /// Remove a stopped member that owns no fragments (an operator's `ALTER CLUSTER REMOVE
+    /// NODE`), sent to the coordinator; answered with `MoveAnswer`. Last of the variants, so
+    /// every other message encodes as before: a coordinator of an older build cannot decode
+    /// it and the asking node reports that, nothing else changes.
+    RemoveNode {
+        /// The member.
+        node: u32,
+    },
 }
 
 /// The coordinator's order to a fragment's owner to hand it off.
@@ -365,6 +373,7 @@ impl Message {
             Message::ReshapeStart { .. } => "reshape-start",
             Message::ReshapeDone { .. } => "reshape-done",
             Message::ReshapeFailed { .. } => "reshape-failed",
+            Message::RemoveNode { .. } => "remove-node",
         }
     }
 }
@@ -688,6 +697,7 @@ mod tests {
             Message::MoveAnswer(Ok(4)),
             Message::PlanReshape { fragment: 3, at: Some(7), merge_with: None },
             Message::PlanReshape { fragment: 3, at: None, merge_with: Some(4) },
+            Message::RemoveNode { node: 3 },
             Message::ReshapeStart { reshape: 2 },
             Message::ReshapeDone { reshape: 2, docs: 9 },
             Message::ReshapeFailed { reshape: 2, reason: "disk full".into() },

@@ -594,6 +594,11 @@ impl Session {
                 );
                 Ok(CommandTag::new("ALTER FRAGMENT"))
             }
+            Statement::RemoveNode { node } => {
+                crate::cluster::ops::remove_node(*node).await?;
+                tracing::info!(node, "ALTER CLUSTER: the coordinator removed the member");
+                Ok(CommandTag::new("ALTER CLUSTER"))
+            }
             Statement::SplitFragment { fragment, at } => {
                 let epoch = crate::cluster::ops::split(*fragment, *at).await?;
                 tracing::info!(
