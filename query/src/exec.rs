@@ -148,6 +148,14 @@ pub enum AggState {
     Collect(Vec<Collected>),
 }
 
+/// What adding a document made a state hold newly: values of a `count(DISTINCT …)` set, bytes
+/// of a collecting aggregate (charged to the query's two [`Budget`]s).
+#[derive(Clone, Copy, Default, Debug)]
+struct Held {
+    values: usize,
+    bytes: usize,
+}
+
 /// One value a collecting aggregate keeps.
 #[derive(Clone, PartialEq, Debug)]
 pub struct Collected {
@@ -336,10 +344,30 @@ impl AggState {
             (AggState::SumInt(_), Some(_)) => {}
             // Only count(*) passes no value; other aggregates always have an argument.
             (_, None) => {}
-            // Collecting states take whole `Collected` values (`collected`), never this.
+            // Collecting states take whole documents (`add_row`), never a value.
             (AggState::Collect(_), Some(_)) => {}
         }
         Ok(0)
+    }
+
+    /// Adds one document's contribution (its `FILTER` already passed): what the state newly
+    /// holds, for the query's [`Budget`]s.
+    fn add_row<'v, D: DocValue<'v>>(
+        &mut self,
+        agg: &'v Aggregate,
+        row: &Row<'v, D>,
+    ) -> Result<Held, ExecError> {
+        if let AggState::Collect(items) = self {
+            let Some(item) = collected(agg, row)? else { return Ok(Held::default()) };
+            let bytes = item.bytes();
+            items.push(item);
+            return Ok(Held { values: 0, bytes });
+        }
+        let values = match &agg.arg {
+            None => self.add::<D>(None)?,
+            Some(arg) => self.add(Some(&eval(arg, row)?))?,
+        };
+        Ok(Held { values, bytes: 0 })
     }
 
     /// Values a `count(DISTINCT …)` state holds (none for the others).
@@ -392,20 +420,19 @@ impl AggState {
         Ok(0)
     }
 
-    fn finish(self, func: AggregateFunc, ty: SqlType) -> Result<Datum, ExecError> {
+    /// The aggregate's result from its state (the merged state of every fragment).
+    fn finish(self, agg: &Aggregate) -> Result<Datum, ExecError> {
         match self {
             AggState::Count(n) => Ok(Datum::Int8(n)),
-            AggState::Distinct(seen) => finish_distinct(seen, func, ty),
+            AggState::Distinct(seen) => finish_distinct(seen, agg),
             AggState::SumInt(s) => Ok(s.map_or(Datum::Null, Datum::Int8)),
             AggState::SumFloat(s) => Ok(s.map_or(Datum::Null, Datum::Float8)),
-            AggState::Min(m) | AggState::Max(m) => m.map_or(Ok(Datum::Null), |d| coerce(d, ty)),
+            AggState::Min(m) | AggState::Max(m) => m.map_or(Ok(Datum::Null), |d| coerce(d, agg.ty)),
             #[allow(clippy::cast_precision_loss)] // an average is a float by definition
             AggState::Avg { sum, count } => {
                 Ok(if count == 0 { Datum::Null } else { Datum::Float8(sum / count as f64) })
             }
-            AggState::Collect(_) => {
-                Err(ExecError::PartialMismatch { what: "collected values finish with their call" })
-            }
+            AggState::Collect(items) => finish_collected(items, agg),
         }
     }
 
@@ -420,11 +447,8 @@ impl AggState {
 
 /// The result of a DISTINCT aggregate from its set of values: how many, or the sum or mean
 /// of the numbers among them (NULL when there are none), as the plain aggregate types it.
-fn finish_distinct(
-    seen: BTreeSet<OrdDatum>,
-    func: AggregateFunc,
-    ty: SqlType,
-) -> Result<Datum, ExecError> {
+fn finish_distinct(seen: BTreeSet<OrdDatum>, agg: &Aggregate) -> Result<Datum, ExecError> {
+    let (func, ty) = (agg.func, agg.ty);
     if func == AggregateFunc::CountDistinct {
         return Ok(Datum::Int8(i64::try_from(seen.len()).unwrap_or(i64::MAX)));
     }
@@ -445,7 +469,7 @@ fn finish_distinct(
         };
         state.combine(partial)?;
     }
-    state.finish(func, ty)
+    state.finish(agg)
 }
 
 /// What one query's aggregate states hold over every group (per fragment and at the merge),
@@ -784,18 +808,9 @@ pub fn execute_select<'s, S: FragmentSource>(
                         {
                             continue;
                         }
-                        if let AggState::Collect(items) = state {
-                            if let Some(item) = collected(agg, &row)? {
-                                kept.spend(item.bytes())?;
-                                items.push(item);
-                            }
-                            continue;
-                        }
-                        let new = match &agg.arg {
-                            None => state.add::<S::Doc<'s>>(None)?,
-                            Some(arg) => state.add(Some(&eval(arg, &row)?))?,
-                        };
-                        distinct.spend(new)?;
+                        let held = state.add_row(agg, &row)?;
+                        distinct.spend(held.values)?;
+                        kept.spend(held.bytes)?;
                     }
                     Ok(ControlFlow::Continue(()))
                 })?;
@@ -895,10 +910,7 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
             for (key, states) in groups {
                 let mut results = Vec::with_capacity(states.len());
                 for (s, a) in states.into_iter().zip(aggregates) {
-                    results.push(match s {
-                        AggState::Collect(items) => finish_collected(items, a)?,
-                        s => s.finish(a.func, a.ty)?,
-                    });
+                    results.push(s.finish(a)?);
                 }
                 let group = GroupValues { key: &key, results: &results };
                 if let Some(h) = having
@@ -1412,6 +1424,12 @@ mod tests {
         assert!(set_path(&mut doc, &path(&[]), json!(3)).is_err());
     }
 
+    /// An aggregate call of `func` typed `ty`, over `v`.
+    fn call(func: AggregateFunc, ty: SqlType) -> Aggregate {
+        let arg = Some(Expr::Field(FieldPath::new(vec!["v".to_owned()])));
+        Aggregate { func, arg, arg2: None, order_by: Vec::new(), ty, filter: None }
+    }
+
     // Checks the distinct values of a query's count(DISTINCT …) states are counted once
     // each, as added and as merged, and stop at DISTINCT_VALUES_MAX with a named limit.
     #[test]
@@ -1430,20 +1448,26 @@ mod tests {
         let twice = AggState::Distinct([0, 1, 2].map(|i| OrdDatum(Datum::Int8(i))).into());
         assert_eq!(b.combine(twice), Ok(2));
         assert_eq!(b.held(), 3);
-        let sum = b.clone().finish(AggregateFunc::SumDistinct, SqlType::Int8);
-        let avg = b.clone().finish(AggregateFunc::AvgDistinct, SqlType::Float8);
-        assert_eq!(b.finish(AggregateFunc::CountDistinct, SqlType::Int8), Ok(Datum::Int8(3)));
+        let sum = b.clone().finish(&call(AggregateFunc::SumDistinct, SqlType::Int8));
+        let avg = b.clone().finish(&call(AggregateFunc::AvgDistinct, SqlType::Float8));
+        assert_eq!(
+            b.finish(&call(AggregateFunc::CountDistinct, SqlType::Int8)),
+            Ok(Datum::Int8(3))
+        );
         assert_eq!((sum, avg), (Ok(Datum::Int8(3)), Ok(Datum::Float8(1.0))));
         // Over mixed values: numbers only, as a float sum; none at all is NULL.
         let mixed = [Datum::Int8(2), Datum::Float8(0.5), Datum::Text("x".into())];
         let mixed = AggState::Distinct(mixed.map(OrdDatum).into());
-        let sum = mixed.clone().finish(AggregateFunc::SumDistinct, SqlType::Float8);
+        let sum = mixed.clone().finish(&call(AggregateFunc::SumDistinct, SqlType::Float8));
         assert_eq!(sum, Ok(Datum::Float8(2.5)));
         let none = AggState::Distinct([OrdDatum(Datum::Text("x".into()))].into());
-        assert_eq!(none.finish(AggregateFunc::AvgDistinct, SqlType::Float8), Ok(Datum::Null));
+        assert_eq!(
+            none.finish(&call(AggregateFunc::AvgDistinct, SqlType::Float8)),
+            Ok(Datum::Null)
+        );
         let big = [i64::MAX, 1].map(|i| OrdDatum(Datum::Int8(i)));
         let overflow =
-            AggState::Distinct(big.into()).finish(AggregateFunc::SumDistinct, SqlType::Int8);
+            AggState::Distinct(big.into()).finish(&call(AggregateFunc::SumDistinct, SqlType::Int8));
         assert!(matches!(overflow, Err(ExecError::Overflow { .. })));
     }
 
@@ -1468,7 +1492,7 @@ mod tests {
         assert_eq!(m, AggState::Min(Some(Datum::Float8(4.5))));
         let mut avg = AggState::Avg { sum: 3.0, count: 2 };
         avg.combine(AggState::Avg { sum: 6.0, count: 1 }).expect("combines");
-        assert_eq!(avg.finish(AggregateFunc::Avg, SqlType::Float8), Ok(Datum::Float8(3.0)));
+        assert_eq!(avg.finish(&call(AggregateFunc::Avg, SqlType::Float8)), Ok(Datum::Float8(3.0)));
         let mut c = AggState::Count(1);
         assert!(matches!(c.combine(AggState::Min(None)), Err(ExecError::PartialMismatch { .. })));
     }
