@@ -2,7 +2,8 @@
 //! commit together at the query's end, an error in any of them rolls back the ones before it
 //! (over fragments of both executors), a `BEGIN` among them makes the block explicit with the
 //! statements before it included, a `COMMIT` among them commits what came before, and what
-//! cannot run in a block (TRUNCATE, which deletes in rounds) is refused with the reason.
+//! cannot run in a block (TRUNCATE, which deletes in rounds) runs on its own when it comes
+//! first and is refused with the reason after a read or write.
 //!
 //! Ids pin documents to fragments with explicit shards (`id$@shard`): with 8 fragments,
 //! fragment `i` holds shards `[i * 131072, (i + 1) * 131072)` and belongs to executor `i % 2`.
@@ -107,10 +108,11 @@ async fn begin_and_commit_inside_a_query() {
 }
 
 // Checks that TRUNCATE and DROP TABLE, which delete in rounds and so cannot join a
-// transaction, are refused inside a query of several statements with a message saying why,
-// that the statements before them are rolled back, and that each still runs on its own.
+// transaction, are refused in a query of several statements after a read or write there,
+// with a message saying why, and the statements before them rolled back; first in the query
+// (before any read or write) they run on their own and the rest forms the implicit block.
 #[tokio::test]
-async fn truncate_in_a_query_of_several_statements_is_refused() {
+async fn truncate_in_a_query_of_several_statements() {
     let node = Node::start();
     let client = node.connect().await;
     client.batch_execute(&insert(A, 1)).await.unwrap();
@@ -120,6 +122,22 @@ async fn truncate_in_a_query_of_several_statements_is_refused() {
         assert!(message.contains("in a query of several statements"), "{message}");
         assert_eq!(t_value(&client, A).await, Some(1), "the UPDATE before it was rolled back");
     }
-    client.batch_execute("TRUNCATE t").await.unwrap();
-    assert_eq!(t_value(&client, A).await, None);
+    let err = client
+        .batch_execute(&format!("SELECT count(*) FROM t; TRUNCATE t; {}", insert(D, 1)))
+        .await
+        .unwrap_err();
+    assert!(err.as_db_error().unwrap().message().contains("after a read"), "{err:?}");
+    assert_eq!(t_value(&client, A).await, Some(1));
+
+    client.batch_execute(&format!("TRUNCATE t; {}; {}", insert(D, 2), insert(A, 2))).await.unwrap();
+    assert_eq!(t_value(&client, A).await, Some(2), "emptied, then both INSERTs committed");
+    assert_eq!(t_value(&client, D).await, Some(2));
+    let err = client
+        .batch_execute(&format!("DROP TABLE IF EXISTS t; {}; {}", insert(A, 3), insert(A, 3)))
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "23505", "{err:?}");
+    assert_eq!(t_value(&client, A).await, None, "dropped on its own; the INSERTs rolled back");
+    assert_eq!(t_value(&client, D).await, None);
 }
+

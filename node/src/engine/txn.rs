@@ -132,6 +132,11 @@ impl Txn {
         self.fragments.get(&fragment).map(|f| Arc::clone(&f.writes))
     }
 
+    /// Whether it read and wrote nothing yet.
+    pub fn is_empty(&self) -> bool {
+        self.fragments.is_empty() && self.reads == 0 && self.writes == 0
+    }
+
     /// Whether any document is buffered.
     pub fn has_writes(&self) -> bool {
         self.writes > 0

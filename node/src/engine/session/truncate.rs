@@ -45,7 +45,8 @@ impl Session {
     ) -> Result<CommandTag, EngineError> {
         self.outside_block(
             "TRUNCATE inside a transaction block",
-            "TRUNCATE in a query of several statements (they run as one transaction)",
+            "TRUNCATE after a read or write in a query of several statements (they run as one \
+             transaction)",
         )?;
         for collection in collections {
             self.empty(collection, sink).await?;
@@ -64,7 +65,8 @@ impl Session {
     ) -> Result<CommandTag, EngineError> {
         self.outside_block(
             "DROP TABLE inside a transaction block",
-            "DROP TABLE in a query of several statements (they run as one transaction)",
+            "DROP TABLE after a read or write in a query of several statements (they run as one \
+             transaction)",
         )?;
         for collection in collections {
             let name = collection.as_str().to_owned();
@@ -84,20 +86,27 @@ impl Session {
     }
 
     /// Refuses a statement inside a block (or a failed one), `in_block` naming it, or inside
-    /// the implicit block of a query of several statements, `in_query` naming it: it deletes
-    /// in rounds, not atomically.
+    /// the implicit block of a query of several statements once that block read or wrote
+    /// something, `in_query` naming it: it deletes in rounds, not atomically, so it cannot be
+    /// undone with what came before. First in its query (`DROP TABLE IF EXISTS c; CREATE
+    /// TABLE c …`) it runs on its own, as DDL does.
     fn outside_block(
         &self,
         in_block: &'static str,
         in_query: &'static str,
     ) -> Result<(), EngineError> {
-        if matches!(self.block, Block::Idle) {
-            return Ok(());
+        match &self.block {
+            Block::Idle => return Ok(()),
+            Block::Open(txn) if self.implicit == Implicit::Open && txn.is_empty() => {
+                return Ok(());
+            }
+            _ => {}
         }
         if self.implicit == Implicit::Open {
             return Err(EngineError::NotSupported {
                 what: in_query,
-                hint: "send it as a query of its own (it deletes in rounds, not atomically)",
+                hint: "send it as a query of its own, or before the statements that read or \
+                       write (it deletes in rounds, not atomically)",
             });
         }
         Err(EngineError::NotSupported {
