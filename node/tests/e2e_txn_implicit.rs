@@ -3,14 +3,19 @@
 //! (over fragments of both executors), a `BEGIN` among them makes the block explicit with the
 //! statements before it included, a `COMMIT` among them commits what came before, and what
 //! cannot run in a block (TRUNCATE, which deletes in rounds) runs on its own when it comes
-//! first and is refused with the reason after a read or write.
+//! first and is refused with the reason after a read or write. The same holds for the
+//! Executes an extended-protocol client sends before one Sync (a driver's batch or pipeline).
 //!
 //! Ids pin documents to fragments with explicit shards (`id$@shard`): with 8 fragments,
 //! fragment `i` holds shards `[i * 131072, (i + 1) * 131072)` and belongs to executor `i % 2`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
+mod pg_support;
 mod support;
 
+use std::io::Write;
+
+use pg_support::raw::{bind, error_codes, execute, parse, read_until_ready, session, sync, tags};
 use support::{Node, simple_rows, sqlstate, t_value, tx_counter};
 
 /// Fragment 0 (executor 0) and fragment 3 (executor 1).
@@ -141,3 +146,43 @@ async fn truncate_in_a_query_of_several_statements() {
     assert_eq!(t_value(&client, D).await, None);
 }
 
+// Checks the extended protocol's rule over a raw socket: the Executes before one Sync are
+// one transaction (a duplicate in the second rolls back the first; two good ones commit by
+// one two-phase commit over both executors), while one Execute with its Sync stays an
+// autocommit statement.
+#[tokio::test]
+async fn executes_before_one_sync_commit_together() {
+    let node = Node::start();
+    let client = node.connect().await;
+    let mut s = session(node.addr());
+    let insert = |id: &str, v: i64| {
+        let sql = insert(id, v);
+        [parse("", &sql), bind("", "", &[], &[]), execute("")].concat()
+    };
+    let mut round = |frames: Vec<u8>| {
+        s.write_all(&[frames, sync()].concat()).unwrap();
+        read_until_ready(&mut s)
+    };
+    let reply = round([insert(A, 1), insert(D, 1), insert(A, 2)].concat());
+    assert_eq!(error_codes(&reply), vec!["23505"], "{}", tags(&reply));
+    assert_eq!(t_value(&client, A).await, None, "the first INSERT was rolled back");
+    assert_eq!(t_value(&client, D).await, None, "the second INSERT was rolled back");
+
+    let two_phase = tx_counter(&client, "two_phase_commits").await;
+    let reply = round([insert(A, 1), insert(D, 1)].concat());
+    assert_eq!(tags(&reply), "12C12CZ");
+    assert_eq!(tx_counter(&client, "two_phase_commits").await, two_phase + 1);
+    assert_eq!((t_value(&client, A).await, t_value(&client, D).await), (Some(1), Some(1)));
+
+    let fast = tx_counter(&client, "fast_path_commits").await;
+    let reply = round(insert(D, 5));
+    assert_eq!(error_codes(&reply), vec!["23505"]);
+    let reply = round([parse("", &set(D, "5")), bind("", "", &[], &[]), execute("")].concat());
+    assert_eq!(tags(&reply), "12CZ");
+    assert_eq!(t_value(&client, D).await, Some(5));
+    assert_eq!(
+        tx_counter(&client, "fast_path_commits").await,
+        fast,
+        "a lone Execute stays an autocommit write, not a block"
+    );
+}

@@ -12,42 +12,13 @@ use std::sync::OnceLock;
 
 use node::pg::PgConfig;
 use pg_support::Server;
-use pg_support::raw::{error_codes, error_field, frame, read_until_ready, session, tags};
+use pg_support::raw::{
+    bind, error_codes, error_field, execute, frame, parse, read_until_ready, session, sync, tags,
+};
 
 fn server() -> &'static Server {
     static SERVER: OnceLock<Server> = OnceLock::new();
     SERVER.get_or_init(|| pg_support::start(PgConfig::default(), 64))
-}
-
-fn parse(name: &str, sql: &str) -> Vec<u8> {
-    let mut body = format!("{name}\0{sql}\0").into_bytes();
-    body.extend_from_slice(&0u16.to_be_bytes());
-    frame(b'P', &body)
-}
-
-fn bind(portal: &str, statement: &str, formats: &[i16], params: &[&[u8]]) -> Vec<u8> {
-    let mut body = format!("{portal}\0{statement}\0").into_bytes();
-    body.extend_from_slice(&u16::try_from(formats.len()).unwrap().to_be_bytes());
-    for f in formats {
-        body.extend_from_slice(&f.to_be_bytes());
-    }
-    body.extend_from_slice(&u16::try_from(params.len()).unwrap().to_be_bytes());
-    for p in params {
-        body.extend_from_slice(&i32::try_from(p.len()).unwrap().to_be_bytes());
-        body.extend_from_slice(p);
-    }
-    body.extend_from_slice(&0u16.to_be_bytes());
-    frame(b'B', &body)
-}
-
-fn execute(portal: &str) -> Vec<u8> {
-    let mut body = format!("{portal}\0").into_bytes();
-    body.extend_from_slice(&0i32.to_be_bytes());
-    frame(b'E', &body)
-}
-
-fn sync() -> Vec<u8> {
-    frame(b'S', b"")
 }
 
 /// Sends `batch` followed by Sync and returns the reply up to ReadyForQuery.
@@ -122,5 +93,54 @@ fn extended_flush_sends_without_sync() {
     assert_eq!(read_message(&mut s).map(|m| m.0), Some(b'1'));
     let reply = round(&mut s, &[bind("", "f1", &[], &[]), execute("")]);
     assert_eq!(tags(&reply), "2DCZ");
+    pg_support::assert_no_warnings();
+}
+
+/// The session's `implicit_ends` (how its implicit transactions ended), by simple query.
+fn implicit_ends(stream: &mut TcpStream) -> String {
+    stream.write_all(&pg_support::raw::query("implicit_ends")).unwrap();
+    let reply = read_until_ready(stream);
+    let row = &reply.iter().find(|(tag, _)| *tag == b'D').expect("a row").1;
+    // DataRow: column count (2 bytes), then the one value's length (4) and bytes.
+    String::from_utf8(row[6..].to_vec()).unwrap()
+}
+
+// Checks the Executes before one Sync form one implicit transaction, as in PostgreSQL: two
+// Executes (or one whose Sync has not arrived yet) are bracketed by the engine's
+// begin_implicit / end_implicit, ended at Sync with `failed` after an error in the batch and
+// its commit error sent before ReadyForQuery; an Execute followed by its Sync alone (what
+// drivers send for one statement) is not.
+#[test]
+fn extended_batch_is_one_implicit_transaction() {
+    let mut s = session(server().addr);
+    let insert = || [bind("", "ins", &[], &[]), execute("")];
+    let reply = round(&mut s, &[vec![parse("ins", "insert")], insert().to_vec()].concat());
+    assert_eq!(tags(&reply), "12CZ");
+    assert_eq!(implicit_ends(&mut s), "", "one Execute before its Sync stands alone");
+
+    let reply = round(&mut s, &[insert(), insert()].concat());
+    assert_eq!(tags(&reply), "2C2CZ");
+    assert_eq!(implicit_ends(&mut s), "ok");
+
+    let fail = [parse("", "fail"), bind("", "", &[], &[]), execute("")];
+    let reply = round(&mut s, &[insert().to_vec(), fail.to_vec(), insert().to_vec()].concat());
+    assert_eq!(tags(&reply), "2C12EZ");
+    assert_eq!(error_codes(&reply), vec!["22012"]);
+    assert_eq!(implicit_ends(&mut s), "ok,failed");
+
+    let doomed = [parse("", "doomed"), bind("", "", &[], &[]), execute("")];
+    let reply = round(&mut s, &[doomed.to_vec(), insert().to_vec()].concat());
+    assert_eq!(tags(&reply), "12C2CEZ", "the commit's error comes before ReadyForQuery");
+    assert_eq!(error_codes(&reply), vec!["40001"]);
+    assert_eq!(implicit_ends(&mut s), "ok,failed,ok");
+
+    // The Sync not there yet: the Execute's answer comes, and its Sync ends the transaction.
+    s.write_all(&insert().concat()).unwrap();
+    let first = pg_support::raw::read_message(&mut s).map(|m| m.0);
+    let second = pg_support::raw::read_message(&mut s).map(|m| m.0);
+    assert_eq!((first, second), (Some(b'2'), Some(b'C')));
+    s.write_all(&sync()).unwrap();
+    assert_eq!(tags(&read_until_ready(&mut s)), "Z");
+    assert_eq!(implicit_ends(&mut s), "ok,failed,ok,ok");
     pg_support::assert_no_warnings();
 }

@@ -38,7 +38,7 @@ use crate::pg::engine::{
 use crate::pg::error::{Notice, PgError, ServeError};
 use crate::pg::frame::{
     Frame, FrameError, FrontendMessage, StartupRequest, Target, decode_message,
-    decode_sasl_initial, decode_startup, split_frame, split_startup,
+    decode_sasl_initial, decode_startup, split_frame, split_startup, sync_follows_alone,
 };
 use crate::pg::limits::{
     PG_BIND_PARAMETERS_MAX, PG_PORTALS_MAX, PG_PREPARED_STATEMENTS_MAX, PG_READ_CHUNK_BYTES,
@@ -72,6 +72,7 @@ pub async fn serve_connection<E: Engine>(
         portals: HashMap::new(),
         skip_until_sync: false,
         in_extended: false,
+        implicit_batch: false,
         cancel: CancelFlag::default(),
         starting: true,
         peer_data: false,
@@ -130,6 +131,9 @@ struct Conn<E: Engine> {
     skip_until_sync: bool,
     /// An extended-query batch is open (a message since the last Sync).
     in_extended: bool,
+    /// The engine was told (`Engine::begin_implicit`) that this extended batch's Executes
+    /// form one implicit transaction, which its Sync ends.
+    implicit_batch: bool,
     cancel: CancelFlag,
     /// Before the first ReadyForQuery: a read timeout is the startup timeout, not idleness.
     starting: bool,
@@ -453,7 +457,7 @@ impl<E: Engine> Conn<E> {
                 if is_sync {
                     // A Sync with a malformed body still ends the batch: the client waits for
                     // ReadyForQuery after it.
-                    self.sync();
+                    self.sync().await;
                 }
                 return Ok(Next::Continue);
             }
@@ -466,10 +470,12 @@ impl<E: Engine> Conn<E> {
         let result = match message {
             FrontendMessage::Terminate => return Ok(Next::Terminate),
             FrontendMessage::Sync => {
-                self.sync();
+                self.sync().await;
                 return Ok(Next::Continue);
             }
             FrontendMessage::Query { sql } => {
+                // A Query inside an extended batch (no Sync yet) ends its transaction first.
+                self.end_implicit_batch(false).await;
                 self.simple_query(&sql).await;
                 return Ok(Next::Continue);
             }
@@ -496,6 +502,17 @@ impl<E: Engine> Conn<E> {
             }
             FrontendMessage::Execute { portal, max_rows } => {
                 self.in_extended = true;
+                // As in PostgreSQL, the Executes before one Sync are one transaction. An
+                // Execute whose Sync already follows with no other Execute between stands
+                // alone (the common case: the autocommit path); otherwise, or when the Sync
+                // has not arrived yet, the batch is an implicit block its Sync ends.
+                if !self.implicit_batch
+                    && self.engine.transaction_status() == TransactionStatus::Idle
+                    && !sync_follows_alone(&self.inbuf)
+                {
+                    self.engine.begin_implicit();
+                    self.implicit_batch = true;
+                }
                 self.execute(&portal, max_rows).await
             }
             FrontendMessage::Close { target, name } => {
@@ -565,8 +582,10 @@ impl<E: Engine> Conn<E> {
         Next::Continue
     }
 
-    /// Ends an extended batch: stop skipping, answer ReadyForQuery.
-    fn sync(&mut self) {
+    /// Ends an extended batch: its implicit transaction (committed, or rolled back after an
+    /// error in the batch), then stop skipping, answer ReadyForQuery.
+    async fn sync(&mut self) {
+        self.end_implicit_batch(self.skip_until_sync).await;
         self.skip_until_sync = false;
         self.in_extended = false;
         if self.engine.transaction_status() == TransactionStatus::Idle {
@@ -574,6 +593,16 @@ impl<E: Engine> Conn<E> {
             self.portals.clear();
         }
         self.send_ready();
+    }
+
+    /// Ends the extended batch's implicit transaction, if it has one (`failed`: roll back); a
+    /// commit's error is sent.
+    async fn end_implicit_batch(&mut self, failed: bool) {
+        if std::mem::take(&mut self.implicit_batch)
+            && let Err(err) = self.engine.end_implicit(failed).await
+        {
+            self.send_error(&err);
+        }
     }
 
     /// After an ErrorResponse: in an extended batch, discard until Sync; otherwise the client

@@ -206,6 +206,26 @@ pub fn split_frame(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
     Ok(Some(Frame { tag, body: frame.freeze() }))
 }
 
+/// Whether the frames already received after an Execute reach a Sync before any other
+/// Execute: the Execute is then alone in its batch. `false` when another Execute comes first
+/// or when no Sync has arrived yet (the batch may go on). Reads frame headers only.
+pub fn sync_follows_alone(buf: &[u8]) -> bool {
+    let mut rest = buf;
+    while let Some(&[tag, l0, l1, l2, l3]) = rest.first_chunk::<5>() {
+        match tag {
+            b'S' => return true,
+            b'E' => return false,
+            _ => {}
+        }
+        let Ok(len) = usize::try_from(i32::from_be_bytes([l0, l1, l2, l3])) else {
+            return false;
+        };
+        let Some(next) = len.checked_add(1).and_then(|n| rest.get(n..)) else { return false };
+        rest = next;
+    }
+    false
+}
+
 /// What Describe and Close refer to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
@@ -488,6 +508,31 @@ impl Reader {
 
 #[cfg(test)]
 mod tests {
+    // Checks the look-ahead after an Execute: a Sync before any other Execute means alone
+    // (other frames between are skipped by their length); another Execute first, no Sync yet,
+    // a partial header or a bad length mean not alone.
+    #[test]
+    fn unit_sync_follows_alone() {
+        let frame = |tag: u8, body: &[u8]| {
+            let mut f = vec![tag];
+            f.extend_from_slice(&i32::try_from(body.len() + 4).unwrap().to_be_bytes());
+            f.extend_from_slice(body);
+            f
+        };
+        let sync = frame(b'S', b"");
+        let execute = frame(b'E', b"\0\0\0\0\0");
+        let close = frame(b'C', b"P\0");
+        assert!(sync_follows_alone(&sync));
+        assert!(sync_follows_alone(&[close.clone(), sync.clone()].concat()));
+        assert!(!sync_follows_alone(&[execute.clone(), sync.clone()].concat()));
+        assert!(!sync_follows_alone(&[close.clone(), execute, sync.clone()].concat()));
+        assert!(!sync_follows_alone(b""));
+        assert!(!sync_follows_alone(&close));
+        assert!(!sync_follows_alone(&sync[..3]));
+        assert!(!sync_follows_alone(&[b'C', 0xff, 0xff, 0xff, 0xff, b'S', 0, 0, 0, 4]));
+        assert!(!sync_follows_alone(&[b'C', 0, 0, 0, 40, b'S', 0, 0, 0, 4]));
+    }
+
     use super::*;
     use bytes::BufMut;
 

@@ -543,6 +543,41 @@ pub mod raw {
         frame(b'Q', &body)
     }
 
+    /// Parse: statement `name` from `sql`, no parameter types.
+    pub fn parse(name: &str, sql: &str) -> Vec<u8> {
+        let mut body = format!("{name}\0{sql}\0").into_bytes();
+        body.extend_from_slice(&0u16.to_be_bytes());
+        frame(b'P', &body)
+    }
+
+    /// Bind: portal from statement with parameter format codes and values; text results.
+    pub fn bind(portal: &str, statement: &str, formats: &[i16], params: &[&[u8]]) -> Vec<u8> {
+        let mut body = format!("{portal}\0{statement}\0").into_bytes();
+        body.extend_from_slice(&u16::try_from(formats.len()).unwrap().to_be_bytes());
+        for f in formats {
+            body.extend_from_slice(&f.to_be_bytes());
+        }
+        body.extend_from_slice(&u16::try_from(params.len()).unwrap().to_be_bytes());
+        for p in params {
+            body.extend_from_slice(&i32::try_from(p.len()).unwrap().to_be_bytes());
+            body.extend_from_slice(p);
+        }
+        body.extend_from_slice(&0u16.to_be_bytes());
+        frame(b'B', &body)
+    }
+
+    /// Execute: every row of `portal`.
+    pub fn execute(portal: &str) -> Vec<u8> {
+        let mut body = format!("{portal}\0").into_bytes();
+        body.extend_from_slice(&0i32.to_be_bytes());
+        frame(b'E', &body)
+    }
+
+    /// Sync.
+    pub fn sync() -> Vec<u8> {
+        frame(b'S', b"")
+    }
+
     /// Reads one backend message; `None` at EOF.
     pub fn read_message(stream: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
         let mut header = [0u8; 5];
