@@ -70,6 +70,20 @@ async fn statements_of_one_query_commit_together() {
     assert!(err.is_ok(), "{err:?}");
     let rows = simple_rows(&client.simple_query("SHOW TRANSACTIONS").await.unwrap());
     assert!(rows.is_empty(), "no block left open: {rows:?}");
+
+    // Only reads: nothing is validated at the end (no commit of any kind is counted), so a
+    // query of SELECTs cannot fail with 40001 because of writes elsewhere.
+    let counters = ["fast_path_commits", "two_phase_commits", "read_only_commits", "aborts"];
+    let mut before = Vec::new();
+    for c in counters {
+        before.push(tx_counter(&client, c).await);
+    }
+    let reads = format!("SELECT v FROM t WHERE id() = '{A}'; SELECT count(*) FROM t");
+    let rows = simple_rows(&client.simple_query(&reads).await.unwrap());
+    assert_eq!(rows, [[Some("7".to_owned())], [Some("2".to_owned())]]);
+    for (c, b) in counters.iter().zip(before) {
+        assert_eq!(tx_counter(&client, c).await, b, "{c}");
+    }
 }
 
 // Checks PostgreSQL's rules for transaction control inside such a query: a BEGIN makes the

@@ -2838,6 +2838,13 @@ impl Engine for Session {
         }
         match std::mem::replace(&mut self.block, Block::Idle) {
             Block::Idle => Ok(()),
+            // Only reads: nothing to make atomic, and validating them would turn a monitoring
+            // query (`SELECT …; SELECT …`) into one that fails with 40001 under writes, which
+            // each statement on its own never did. Each read stands as it was answered.
+            Block::Open(txn) if !failed && !txn.has_writes() => {
+                self.core.set_session_txn(txn.number, None);
+                Ok(())
+            }
             Block::Open(txn) if !failed => {
                 let _running = Running::start(self.core.shared());
                 self.commit_block(&txn).await.map_err(|e| engine_error(&e))
