@@ -333,3 +333,47 @@ async fn two_phase_conflict_on_either_share_applies_nothing() {
     setup.simple_query(&transfer(ON_0[0], ON_1[0])).await.unwrap();
     assert_eq!(t_value(&setup, ON_1[0]).await, Some(110 + bumped[1]));
 }
+
+// Checks a query of writes alone (its implicit block, no BEGIN or COMMIT) is shipped like
+// `BEGIN; …; COMMIT`: one mesh call when its fragment is on the other executor, none when
+// local, committed on the fast path; and that a failing write there (a duplicate id) rolls
+// back the writes before it, shipped or not.
+#[tokio::test]
+async fn implicit_block_on_a_remote_fragment_is_one_hop() {
+    let node = Node::start();
+    let s = node.connect().await;
+    load(&s).await;
+    let show = show_cost(&s).await;
+    let fast = tx_counter(&s, "fast_path_commits").await;
+    let mut hops = Vec::new();
+    for [first, second] in [ON_0, ON_1] {
+        let sql = format!(
+            "UPDATE t SET v = v - 10 WHERE id() = '{first}'; \
+             UPDATE t SET v = v + 10 WHERE id() = '{second}'"
+        );
+        let n = hops_of(&s, show, async {
+            s.batch_execute(&sql).await.unwrap();
+        })
+        .await;
+        hops.push(n);
+    }
+    hops.sort_unstable();
+    assert_eq!(hops, [0, 1], "local 0, remote 1");
+    assert_eq!(tx_counter(&s, "fast_path_commits").await, fast + 2);
+    for [first, second] in [ON_0, ON_1] {
+        assert_eq!(t_value(&s, first).await, Some(90));
+        assert_eq!(t_value(&s, second).await, Some(110));
+    }
+
+    for [first, _] in [ON_0, ON_1] {
+        let sql = format!(
+            "UPDATE t SET v = 0 WHERE id() = '{first}'; \
+             INSERT INTO t VALUES ('{first}', '{{\"v\":1}}')"
+        );
+        let err = s.batch_execute(&sql).await.unwrap_err();
+        assert_eq!(sqlstate(&err), "23505", "{first}: {err:?}");
+        assert_eq!(t_value(&s, first).await, Some(90), "{first}: the UPDATE was rolled back");
+    }
+    let rows = simple_rows(&s.simple_query("SHOW TRANSACTIONS").await.unwrap());
+    assert!(rows.is_empty(), "nothing left open: {rows:?}");
+}

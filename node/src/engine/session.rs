@@ -2768,17 +2768,29 @@ impl Engine for Session {
             ));
         }
         // A query of several statements runs them in one implicit block (BEGIN opens its own).
+        let mut implicit_opened = false;
         if self.implicit == Implicit::Armed
             && matches!(self.block, Block::Idle)
             && !matches!(&*statement.statement, Statement::Begin)
         {
             self.open_block();
             self.implicit = Implicit::Open;
+            implicit_opened = true;
         }
         let started = std::time::Instant::now();
         self.last_route.borrow_mut().take();
+        // A query of writes alone to one remote fragment is shipped whole as it starts.
+        let shipped = if implicit_opened && statement.index == 0 {
+            self.ship_block(&statement.sql, false).await.map(|_| ())
+        } else {
+            Ok(())
+        };
         // A statement of a block shipped whole (`block`) already ran: its outcome is replayed.
-        let result = match self.replayed(&statement.sql, statement.index) {
+        let replayed = match shipped {
+            Ok(()) => self.replayed(&statement.sql, statement.index),
+            Err(e) => Some(Err(e)),
+        };
+        let result = match replayed {
             Some(result) => result,
             None => {
                 let opens = statement.index == 0
@@ -2786,7 +2798,9 @@ impl Engine for Session {
                     && matches!(self.block, Block::Idle);
                 match self.bind(statement, params) {
                     Ok(bound) => match self.run(bound, sink).await {
-                        Ok(tag) if opens => self.ship_block(&statement.sql).await.map(|_| tag),
+                        Ok(tag) if opens => {
+                            self.ship_block(&statement.sql, true).await.map(|_| tag)
+                        }
                         other => other,
                     },
                     Err(e) => Err(e),
@@ -2836,6 +2850,10 @@ impl Engine for Session {
         if !open {
             return Ok(());
         }
+        if !failed && let Some(result) = self.replayed_commit() {
+            return result.map_err(|e| engine_error(&e));
+        }
+        self.replay = None;
         match std::mem::replace(&mut self.block, Block::Idle) {
             Block::Idle => Ok(()),
             // Only reads: nothing to make atomic, and validating them would turn a monitoring

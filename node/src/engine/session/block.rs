@@ -1,5 +1,6 @@
 //! A transaction block shipped whole: when one simple Query message holds `BEGIN; <writes>;
-//! COMMIT` and every write routes to one fragment owned by another executor of this node, the
+//! COMMIT`, or only writes (its implicit block), and every write routes to one fragment owned
+//! by another executor of this node, the
 //! session sends the block's statements and the empty transaction there in **one** mesh call.
 //! The owner evaluates each write through the transaction's buffer (`Core::txn_write`, as a
 //! share of an ordinary block statement does), absorbs it, and commits on the spot
@@ -35,27 +36,31 @@ use crate::pg::CommandTag;
 use crate::runtime::ExecutorIndex;
 
 /// The statements of a simple Query that has the shape of a shippable block, kept from
-/// `parse` until its BEGIN runs.
+/// `parse` until its block opens.
 pub(super) struct BlockText {
     /// The SQL string they came from (matched by pointer against the running statement's).
     pub(super) sql: Arc<str>,
-    /// The writes between BEGIN and COMMIT.
+    /// The writes between BEGIN and COMMIT, or every statement of an implicit block.
     pub(super) writes: Vec<Statement>,
+    /// `BEGIN; <writes>; COMMIT` (the writes start at position 1 and COMMIT replays the
+    /// commit), or only writes, the query's implicit block (they start at 0 and the query's
+    /// end replays the commit).
+    pub(super) explicit: bool,
 }
 
 impl BlockText {
     /// The block's writes when `parsed` is `BEGIN; <writes without RETURNING or parameters>;
-    /// COMMIT`, else `None`.
+    /// COMMIT`, or two or more such writes alone (a query's implicit block), else `None`.
     pub(super) fn of(sql: &Arc<str>, parsed: &[Statement]) -> Option<BlockText> {
-        let (Statement::Begin, [middle @ .., Statement::Commit]) =
-            (parsed.first()?, parsed.get(1..)?)
-        else {
-            return None;
+        let (writes, explicit) = match (parsed.first()?, parsed.get(1..)?) {
+            (Statement::Begin, [middle @ .., Statement::Commit]) => (middle, true),
+            _ if parsed.len() > 1 => (parsed, false),
+            _ => return None,
         };
-        if middle.is_empty() || !middle.iter().all(shippable) {
+        if writes.is_empty() || !writes.iter().all(shippable) {
             return None;
         }
-        Some(BlockText { sql: Arc::clone(sql), writes: middle.to_vec() })
+        Some(BlockText { sql: Arc::clone(sql), writes: writes.to_vec(), explicit })
     }
 }
 
@@ -95,11 +100,17 @@ pub(super) struct Replay {
 }
 
 impl Session {
-    /// Right after the BEGIN at position 0 of `sql` opened a block: ships the block when it
+    /// Right after the BEGIN at position 0 of `sql` opened a block (`explicit`), or right
+    /// after the query's implicit block opened for its statement 0: ships the block when it
     /// qualifies (see the module doc). `Ok(false)`: not shipped, the statements run as usual.
-    pub(super) async fn ship_block(&mut self, sql: &Arc<str>) -> Result<bool, EngineError> {
+    pub(super) async fn ship_block(
+        &mut self,
+        sql: &Arc<str>,
+        explicit: bool,
+    ) -> Result<bool, EngineError> {
         let Some(text) = self.block_text.take() else { return Ok(false) };
-        if !Arc::ptr_eq(&text.sql, sql) || self.core.shared().clustered {
+        if !Arc::ptr_eq(&text.sql, sql) || text.explicit != explicit || self.core.shared().clustered
+        {
             return Ok(false);
         }
         let Some((executor, shipped)) = self.plan_block(text.writes) else { return Ok(false) };
@@ -125,8 +136,9 @@ impl Session {
         };
         // It stays listed as committing until its COMMIT is replayed (or its error fails it).
         self.block = Block::Open(txn);
-        // Positions: BEGIN is 0, the writes 1.., COMMIT after them.
-        let next = (1u32..).zip(outcomes).collect();
+        // Positions: BEGIN is 0, the writes 1.., COMMIT after them; in an implicit block the
+        // writes are 0.. and the commit is replayed by the query's end (`replayed_commit`).
+        let next = (u32::from(explicit)..).zip(outcomes).collect();
         self.replay = Some(Replay { sql: Arc::clone(sql), next });
         Ok(true)
     }
@@ -203,17 +215,33 @@ impl Session {
             }
             Outcome::Committed(result) => {
                 self.replay = None;
-                if let Block::Open(txn) | Block::Failed(txn) =
-                    std::mem::replace(&mut self.block, Block::Idle)
-                {
-                    self.core.set_session_txn(txn.number, None);
-                    if result.is_err() {
-                        self.core.count_tx(|c| c.aborts += 1);
-                    }
-                }
-                result.map(|()| CommandTag::new("COMMIT"))
+                self.end_shipped(result).map(|()| CommandTag::new("COMMIT"))
             }
         })
+    }
+
+    /// At the end of a query whose implicit block was shipped: the commit's recorded
+    /// outcome, when every write replayed and the commit is all that is left.
+    pub(super) fn replayed_commit(&mut self) -> Option<Result<(), EngineError>> {
+        let replay = self.replay.take()?;
+        let mut next = replay.next;
+        match (next.pop_front(), next.is_empty()) {
+            (Some((_, Outcome::Committed(result))), true) => Some(self.end_shipped(result)),
+            _ => None,
+        }
+    }
+
+    /// The shipped block committed on its owner (or failed to): it ends here.
+    fn end_shipped(&mut self, result: Result<(), EngineError>) -> Result<(), EngineError> {
+        if let Block::Open(txn) | Block::Failed(txn) =
+            std::mem::replace(&mut self.block, Block::Idle)
+        {
+            self.core.set_session_txn(txn.number, None);
+            if result.is_err() {
+                self.core.count_tx(|c| c.aborts += 1);
+            }
+        }
+        result
     }
 }
 
