@@ -79,22 +79,8 @@ pub(crate) fn parse(sql: &str) -> Result<Option<Statement>, PlanError> {
         Some("move") => (&["alter", "fragment", "", "move", "to", "node", ""], "a node id"),
         Some(_) | None => (&["alter", "fragment", ""], ""),
     };
-    for (i, keyword) in expected.iter().enumerate() {
-        let Some(word) = words.get(i) else {
-            let what = if keyword.is_empty() {
-                if i == 2 { "a fragment ($n)" } else { last }
-            } else {
-                keyword
-            };
-            return Err(error(format!("ALTER FRAGMENT: expected {what} at the end"), end));
-        };
-        if !keyword.is_empty() && !word.text.eq_ignore_ascii_case(keyword) {
-            return Err(error(
-                format!("ALTER FRAGMENT: expected {} at {:?}", keyword.to_uppercase(), word.text),
-                word.position,
-            ));
-        }
-    }
+    let value = |i: usize| if i == 2 { "a fragment ($n)" } else { last };
+    let values = keywords(&words, expected, "ALTER FRAGMENT", end, value)?;
     if action.is_none() {
         return Err(error("ALTER FRAGMENT: expected MOVE, SPLIT or MERGE at the end".into(), end));
     }
@@ -106,77 +92,98 @@ pub(crate) fn parse(sql: &str) -> Result<Option<Statement>, PlanError> {
         };
         return Err(error(message, extra.position));
     }
-    let number = |word: &Word<'_>, prefix: char, what: &str| {
-        let digits = word.text.strip_prefix(prefix).unwrap_or(word.text);
-        let ok =
-            !digits.is_empty() && digits.len() <= 10 && digits.bytes().all(|b| b.is_ascii_digit());
-        ok.then(|| digits.parse::<u32>().ok()).flatten().ok_or_else(|| {
-            error(format!("ALTER FRAGMENT: {:?} is not {what}", word.text), word.position)
-        })
-    };
-    let Some(fragment) = words.get(2) else {
-        return Err(error("ALTER FRAGMENT: incomplete".to_owned(), end));
-    };
-    let fragment = number(fragment, '$', "a fragment ($n)")?;
-    match action.as_deref() {
-        Some("split") => {
-            let at = words.get(5).map(|w| number(w, ' ', "a shard number")).transpose()?;
-            return Ok(Some(Statement::SplitFragment { fragment, at }));
+    let fragment_id = |word| number(word, &['$'], "a fragment ($n)", "ALTER FRAGMENT");
+    let statement = match (action.as_deref(), values.as_slice()) {
+        (Some("split"), [fragment]) => {
+            Statement::SplitFragment { fragment: fragment_id(fragment)?, at: None }
         }
-        Some("merge") => {
-            let Some(with) = words.get(5) else {
-                return Err(error("ALTER FRAGMENT: incomplete".to_owned(), end));
-            };
-            let with = number(with, '$', "a fragment ($n)")?;
-            return Ok(Some(Statement::MergeFragments { left: fragment, right: with }));
+        (Some("split"), [fragment, at]) => Statement::SplitFragment {
+            fragment: fragment_id(fragment)?,
+            at: Some(number(at, &[], "a shard number", "ALTER FRAGMENT")?),
+        },
+        (Some("merge"), [left, right]) => {
+            Statement::MergeFragments { left: fragment_id(left)?, right: fragment_id(right)? }
         }
-        _ => {}
-    }
-    let Some(node) = words.get(6) else {
-        return Err(error("ALTER FRAGMENT: incomplete".to_owned(), end));
+        (Some("move"), [fragment, node]) => Statement::MoveFragment {
+            fragment: fragment_id(fragment)?,
+            node: node_id(node, "ALTER FRAGMENT")?,
+        },
+        // `keywords` checked the words `expected` names for each action.
+        _ => return Err(error("ALTER FRAGMENT: incomplete".to_owned(), end)),
     };
-    let node = node_id(node, "ALTER FRAGMENT")?;
-    Ok(Some(Statement::MoveFragment { fragment, node }))
+    Ok(Some(statement))
 }
 
-/// A node id written `n` or `nN` (`statement` names the statement in the error).
-fn node_id(word: &Word<'_>, statement: &str) -> Result<u32, PlanError> {
-    let digits = word.text.strip_prefix(['n', 'N']).unwrap_or(word.text);
+/// Checks `words` start with `expected` (case-insensitive keywords; `""` a value, named by
+/// `value(position)` when missing) for `statement`'s errors; `end`: the position after the
+/// text. The values' words, in order.
+fn keywords<'a, 'w>(
+    words: &'a [Word<'a>],
+    expected: &[&str],
+    statement: &str,
+    end: usize,
+    value: impl Fn(usize) -> &'w str,
+) -> Result<Vec<&'a Word<'a>>, PlanError> {
+    let error = |message: String, position: usize| PlanError::Syntax { message, position };
+    let mut values = Vec::new();
+    for (i, keyword) in expected.iter().enumerate() {
+        let Some(word) = words.get(i) else {
+            let what =
+                if keyword.is_empty() { value(i).to_owned() } else { keyword.to_uppercase() };
+            return Err(error(format!("{statement}: expected {what} at the end"), end));
+        };
+        if keyword.is_empty() {
+            values.push(word);
+        } else if !word.text.eq_ignore_ascii_case(keyword) {
+            return Err(error(
+                format!("{statement}: expected {} at {:?}", keyword.to_uppercase(), word.text),
+                word.position,
+            ));
+        }
+    }
+    Ok(values)
+}
+
+/// A number of at most 10 digits that fits a `u32`, after an optional prefix (`$3`, `n2`);
+/// else a syntax error naming `what` it should be.
+fn number(
+    word: &Word<'_>,
+    prefixes: &[char],
+    what: &str,
+    statement: &str,
+) -> Result<u32, PlanError> {
+    let digits = word.text.strip_prefix(prefixes).unwrap_or(word.text);
     let ok = !digits.is_empty() && digits.len() <= 10 && digits.bytes().all(|b| b.is_ascii_digit());
     ok.then(|| digits.parse::<u32>().ok()).flatten().ok_or_else(|| PlanError::Syntax {
-        message: format!("{statement}: {:?} is not a node id (n or nN)", word.text),
+        message: format!("{statement}: {:?} is not {what}", word.text),
         position: word.position,
     })
+}
+
+/// A node id written `n` or `nN`.
+fn node_id(word: &Word<'_>, statement: &str) -> Result<u32, PlanError> {
+    number(word, &['n', 'N'], "a node id (n or nN)", statement)
 }
 
 /// `ALTER CLUSTER REMOVE NODE n` (the words after a final `;` was cut; `end`: the position
 /// after the text).
 fn parse_cluster(words: &[Word<'_>], end: usize) -> Result<Statement, PlanError> {
-    let error = |message: String, position: usize| PlanError::Syntax { message, position };
-    for (i, keyword) in ["alter", "cluster", "remove", "node"].iter().enumerate() {
-        let Some(word) = words.get(i) else {
-            return Err(error(
-                format!("ALTER CLUSTER: expected {} at the end", keyword.to_uppercase()),
-                end,
-            ));
-        };
-        if !word.text.eq_ignore_ascii_case(keyword) {
-            return Err(error(
-                format!("ALTER CLUSTER: expected {} at {:?}", keyword.to_uppercase(), word.text),
-                word.position,
-            ));
-        }
+    let expected = ["alter", "cluster", "remove", "node", ""];
+    let values = keywords(words, &expected, "ALTER CLUSTER", end, |_| "a node id")?;
+    if let Some(extra) = words.get(expected.len()) {
+        return Err(PlanError::Syntax {
+            message: format!("ALTER CLUSTER: unexpected {:?} after the statement", extra.text),
+            position: extra.position,
+        });
     }
-    if let Some(extra) = words.get(5) {
-        return Err(error(
-            format!("ALTER CLUSTER: unexpected {:?} after the statement", extra.text),
-            extra.position,
-        ));
+    match values.as_slice() {
+        [node] => Ok(Statement::RemoveNode { node: node_id(node, "ALTER CLUSTER")? }),
+        // `keywords` checked the node's word is there.
+        _ => Err(PlanError::Syntax {
+            message: "ALTER CLUSTER: incomplete".to_owned(),
+            position: end,
+        }),
     }
-    let Some(node) = words.get(4) else {
-        return Err(error("ALTER CLUSTER: expected a node id at the end".to_owned(), end));
-    };
-    Ok(Statement::RemoveNode { node: node_id(node, "ALTER CLUSTER")? })
 }
 
 #[cfg(test)]
