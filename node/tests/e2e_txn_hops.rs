@@ -39,11 +39,16 @@ async fn show_cost(client: &tokio_postgres::Client) -> i64 {
     b - a
 }
 
-fn transfer(first: &str, second: &str) -> String {
+/// The two UPDATEs of a transfer of 10 from `first` to `second`, in one string.
+fn transfer_updates(first: &str, second: &str) -> String {
     format!(
-        "BEGIN; UPDATE t SET v = v - 10 WHERE id() = '{first}'; \
-         UPDATE t SET v = v + 10 WHERE id() = '{second}'; COMMIT"
+        "UPDATE t SET v = v - 10 WHERE id() = '{first}'; \
+         UPDATE t SET v = v + 10 WHERE id() = '{second}'"
     )
+}
+
+fn transfer(first: &str, second: &str) -> String {
+    format!("BEGIN; {}; COMMIT", transfer_updates(first, second))
 }
 
 async fn load(client: &tokio_postgres::Client) {
@@ -347,10 +352,7 @@ async fn implicit_block_on_a_remote_fragment_is_one_hop() {
     let fast = tx_counter(&s, "fast_path_commits").await;
     let mut hops = Vec::new();
     for [first, second] in [ON_0, ON_1] {
-        let sql = format!(
-            "UPDATE t SET v = v - 10 WHERE id() = '{first}'; \
-             UPDATE t SET v = v + 10 WHERE id() = '{second}'"
-        );
+        let sql = transfer_updates(first, second);
         let n = hops_of(&s, show, async {
             s.batch_execute(&sql).await.unwrap();
         })

@@ -1461,8 +1461,13 @@ async fn remove_member_here(ctx: &Ctx, node: u32) -> MoveResult {
     let raft_id = u64::from(node);
     let membership = ctx.raft.metrics().borrow().membership_config.membership().clone();
     let in_raft = membership.get_node(&raft_id).is_some();
-    let address = ctx.state().members.get(&node).map(|m| m.peer_addr.clone());
-    if address.is_none() && !in_raft {
+    // One copy of the replicated state (`Ctx::state` clones it): the member and the epoch.
+    let (address, mut epoch) = {
+        let state = ctx.state();
+        (state.members.get(&node).map(|m| m.peer_addr.clone()), state.epoch)
+    };
+    let in_state = address.is_some();
+    if !in_state && !in_raft {
         return Err(MoveError::UnknownNode { node });
     }
     let running = |why: &str| MoveError::Refused {
@@ -1492,8 +1497,7 @@ async fn remove_member_here(ctx: &Ctx, node: u32) -> MoveResult {
             Err(_) => {}
         }
     }
-    let mut epoch = ctx.state().epoch;
-    if ctx.state().members.contains_key(&node) {
+    if in_state {
         match write_bounded(ctx, Command::RemoveMember { node }, "the member's removal").await? {
             Ok(e) => epoch = e,
             Err(C::UnknownMember { .. }) => {}

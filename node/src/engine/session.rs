@@ -2779,16 +2779,16 @@ impl Engine for Session {
         }
         let started = std::time::Instant::now();
         self.last_route.borrow_mut().take();
-        // A query of writes alone to one remote fragment is shipped whole as it starts.
+        // A query of writes alone to one remote fragment is shipped whole as it starts; a
+        // statement of a block shipped whole (`block`) already ran: its outcome is replayed.
         let shipped = if implicit_opened && statement.index == 0 {
-            self.ship_block(&statement.sql, false).await.map(|_| ())
+            self.ship_block(&statement.sql, false).await.err()
         } else {
-            Ok(())
+            None
         };
-        // A statement of a block shipped whole (`block`) already ran: its outcome is replayed.
         let replayed = match shipped {
-            Ok(()) => self.replayed(&statement.sql, statement.index),
-            Err(e) => Some(Err(e)),
+            Some(e) => Some(Err(e)),
+            None => self.replayed(&statement.sql, statement.index),
         };
         let result = match replayed {
             Some(result) => result,

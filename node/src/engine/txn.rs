@@ -132,9 +132,10 @@ impl Txn {
         self.fragments.get(&fragment).map(|f| Arc::clone(&f.writes))
     }
 
-    /// Whether it read and wrote nothing yet.
+    /// Whether no statement has touched a fragment yet (so it read and wrote nothing: both
+    /// are counted only for a fragment `absorb` entered).
     pub fn is_empty(&self) -> bool {
-        self.fragments.is_empty() && self.reads == 0 && self.writes == 0
+        self.fragments.is_empty()
     }
 
     /// Whether any document is buffered.

@@ -131,8 +131,9 @@ struct Conn<E: Engine> {
     skip_until_sync: bool,
     /// An extended-query batch is open (a message since the last Sync).
     in_extended: bool,
-    /// The engine was told (`Engine::begin_implicit`) that this extended batch's Executes
-    /// form one implicit transaction, which its Sync ends.
+    /// The engine was told (`Engine::begin_implicit`) that the statements of this simple
+    /// Query, or this extended batch's Executes, form one implicit transaction, which the
+    /// query's end or the batch's Sync ends (`end_implicit_batch`).
     implicit_batch: bool,
     cancel: CancelFlag,
     /// Before the first ReadyForQuery: a read timeout is the startup timeout, not idleness.
@@ -595,8 +596,8 @@ impl<E: Engine> Conn<E> {
         self.send_ready();
     }
 
-    /// Ends the extended batch's implicit transaction, if it has one (`failed`: roll back); a
-    /// commit's error is sent.
+    /// Ends the simple Query's or extended batch's implicit transaction, if it has one
+    /// (`failed`: roll back); a commit's error is sent.
     async fn end_implicit_batch(&mut self, failed: bool) {
         if std::mem::take(&mut self.implicit_batch)
             && let Err(err) = self.engine.end_implicit(failed).await
@@ -632,9 +633,9 @@ impl<E: Engine> Conn<E> {
             self.encode(B::EmptyQueryResponse(EmptyQueryResponse::new()));
         }
         let only = parsed.len() == 1;
-        let several = parsed.len() > 1;
-        if several {
+        if parsed.len() > 1 {
             self.engine.begin_implicit();
+            self.implicit_batch = true;
         }
         let mut failed = false;
         for parsed in parsed {
@@ -644,9 +645,7 @@ impl<E: Engine> Conn<E> {
                 break;
             }
         }
-        if several && let Err(err) = self.engine.end_implicit(failed).await {
-            self.send_error(&err);
-        }
+        self.end_implicit_batch(failed).await;
         // A COPY FROM STDIN answers ReadyForQuery once its data has arrived.
         if self.copy_in.is_none() {
             self.send_ready();

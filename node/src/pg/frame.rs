@@ -508,17 +508,14 @@ impl Reader {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use bytes::BufMut;
+
     // Checks the look-ahead after an Execute: a Sync before any other Execute means alone
     // (other frames between are skipped by their length); another Execute first, no Sync yet,
     // a partial header or a bad length mean not alone.
     #[test]
     fn unit_sync_follows_alone() {
-        let frame = |tag: u8, body: &[u8]| {
-            let mut f = vec![tag];
-            f.extend_from_slice(&i32::try_from(body.len() + 4).unwrap().to_be_bytes());
-            f.extend_from_slice(body);
-            f
-        };
         let sync = frame(b'S', b"");
         let execute = frame(b'E', b"\0\0\0\0\0");
         let close = frame(b'C', b"P\0");
@@ -532,9 +529,6 @@ mod tests {
         assert!(!sync_follows_alone(&[b'C', 0xff, 0xff, 0xff, 0xff, b'S', 0, 0, 0, 4]));
         assert!(!sync_follows_alone(&[b'C', 0, 0, 0, 40, b'S', 0, 0, 0, 4]));
     }
-
-    use super::*;
-    use bytes::BufMut;
 
     fn frame(tag: u8, body: &[u8]) -> BytesMut {
         let mut b = BytesMut::new();

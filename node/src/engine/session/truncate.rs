@@ -95,25 +95,21 @@ impl Session {
         in_block: &'static str,
         in_query: &'static str,
     ) -> Result<(), EngineError> {
+        let implicit = self.implicit == Implicit::Open;
         match &self.block {
-            Block::Idle => return Ok(()),
-            Block::Open(txn) if self.implicit == Implicit::Open && txn.is_empty() => {
-                return Ok(());
-            }
-            _ => {}
-        }
-        if self.implicit == Implicit::Open {
-            return Err(EngineError::NotSupported {
+            Block::Idle => Ok(()),
+            Block::Open(txn) if implicit && txn.is_empty() => Ok(()),
+            _ if implicit => Err(EngineError::NotSupported {
                 what: in_query,
                 hint: "send it as a query of its own, or before the statements that read or \
                        write (it deletes in rounds, not atomically)",
-            });
+            }),
+            _ => Err(EngineError::NotSupported {
+                what: in_block,
+                hint: "run it on its own (it deletes in rounds, not atomically), or DELETE \
+                       inside the block",
+            }),
         }
-        Err(EngineError::NotSupported {
-            what: in_block,
-            hint: "run it on its own (it deletes in rounds, not atomically), or DELETE inside \
-                   the block",
-        })
     }
 
     /// Deletes every document of `collection` in rounds; how many.
