@@ -9,14 +9,17 @@
 # alternate in every round. Prints messages/s, latency, retries and the sum per run.
 #
 # Usage: scripts/bench-implicit.sh OLD_BIN NEW_BIN
-# Environment: IMPLICIT_ROUNDS (default 3).
+# Environment: IMPLICIT_ROUNDS (default 3), BENCH_RESULTS (the nodes' logs land in its raw/,
+#   default bench/results/implicit-<UTC>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=$1
 new=$2
 rounds=${IMPLICIT_ROUNDS:-3}
-work=$(mktemp -d /tmp/bench-implicit.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+name=bench-implicit
+out=${BENCH_RESULTS:-bench/results/implicit-$(date -u +%Y-%m-%dT%H%M%SZ)}
+# shellcheck source=scripts/bench-servers.sh
+. scripts/bench-servers.sh
 python3 - "$work/load.sql" <<'PY'
 import sys
 rows = [f"('k{i}$@0', '{{\"v\":1000}}')" for i in range(10000)]
@@ -25,25 +28,21 @@ with open(sys.argv[1], "w") as f:
         f.write("INSERT INTO t VALUES " + ", ".join(rows[j:j + 2000]) + ";\n")
 PY
 
+# run BIN SCRIPT LABEL: a fresh node (bench-servers.sh's start_tessera), the load, one pgbench.
 run() {
-  local bin=$1 script=$2 label=$3 dir port pid out
-  dir=$(mktemp -d "$work/data.XXXX")
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-  "$bin" serve --data-dir "$dir" --listen "127.0.0.1:$port" >"$dir.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 100); do
-    psql -h 127.0.0.1 -p "$port" -U postgres -d postgres -Atqc 'SELECT 1' >/dev/null 2>&1 && break
-    sleep 0.1   # waiting for the node to listen, not synchronising a test
-  done
+  local bin=$1 script=$2 label=$3 out_pgb
+  rm -rf "$work/tessera"
+  start_tessera "$bin" >/dev/null
   psql -h 127.0.0.1 -p "$port" -U postgres -d postgres -q -f "$work/load.sql" >/dev/null
-  out=$(pgbench -n -M simple -c 32 -j 2 -T 8 --max-tries=100 -h 127.0.0.1 -p "$port" \
+  out_pgb=$(pgbench -n -M simple -c 32 -j 2 -T 8 --max-tries=100 -h 127.0.0.1 -p "$port" \
     -U postgres -f "$script" postgres 2>&1)
-  echo "$label: $(echo "$out" | grep -E '^tps' | grep -oE '[0-9.]+' | head -1) messages/s," \
-    "$(echo "$out" | grep -E 'latency average' | grep -oE '[0-9.]+ ms')," \
-    "retried $(echo "$out" | grep -E 'transactions retried' | grep -oE '^[^0-9]*[0-9]+' | grep -oE '[0-9]+$' || echo 0)," \
+  echo "$label: $(echo "$out_pgb" | grep -E '^tps' | grep -oE '[0-9.]+' | head -1) messages/s," \
+    "$(echo "$out_pgb" | grep -E 'latency average' | grep -oE '[0-9.]+ ms')," \
+    "retried $(echo "$out_pgb" | grep -E 'transactions retried' | grep -oE '^[^0-9]*[0-9]+' | grep -oE '[0-9]+$' || echo 0)," \
     "sum $(psql -h 127.0.0.1 -p "$port" -U postgres -d postgres -Atqc 'SELECT sum(v::int8) FROM t')"
-  kill "$pid"
-  wait "$pid" 2>/dev/null || true
+  kill -TERM "$tessera_pid"
+  wait "$tessera_pid" 2>/dev/null || true
+  tessera_pid=""
 }
 
 for r in $(seq 1 "$rounds"); do
