@@ -37,8 +37,19 @@ use crate::value::JsonValue;
 use crate::{TxId, Version};
 
 enum Item {
-    Doc { collection: Box<str>, key: Box<str>, version: Version, loc: Loc },
-    Txn { txid: TxId, lsn: u64, loc: Loc },
+    Doc {
+        collection: Box<str>,
+        key: Box<str>,
+        version: Version,
+        loc: Loc,
+    },
+    /// One Prepare record (part `part`) of an in-doubt transaction.
+    Txn {
+        txid: TxId,
+        part: usize,
+        lsn: u64,
+        loc: Loc,
+    },
 }
 
 impl Item {
@@ -141,9 +152,11 @@ async fn run(inner: &Rc<Inner>) -> Result<CompactStats, CompactError> {
             })
             .collect();
         for (txid, txn) in &st.txns {
-            if let Some(loc) = txn.loc.as_ref().filter(|l| uids.contains(&l.seg.uid())) {
+            for (part, loc) in txn.parts.iter().enumerate().filter_map(|(i, p)| {
+                p.loc.as_ref().filter(|l| uids.contains(&l.seg.uid())).map(|l| (i, l))
+            }) {
                 let lsn = loc.seg.record(loc.span).map_or(0, |r| r.lsn.to_native());
-                items.push(Item::Txn { txid: *txid, lsn, loc: loc.clone() });
+                items.push(Item::Txn { txid: *txid, part, lsn, loc: loc.clone() });
             }
         }
         (prefix, st.generation + 1, items)
@@ -195,11 +208,11 @@ async fn run(inner: &Rc<Inner>) -> Result<CompactStats, CompactError> {
                 Item::Doc { collection, key, version, .. } => {
                     st.index.relocate(collection, key, *version, loc, bytes);
                 }
-                Item::Txn { txid, .. } => {
-                    if let Some(txn) = st.txns.get_mut(txid)
-                        && txn.loc.as_ref().is_some_and(|l| old_uids.contains(&l.seg.uid()))
+                Item::Txn { txid, part, .. } => {
+                    if let Some(p) = st.txns.get_mut(txid).and_then(|t| t.parts.get_mut(*part))
+                        && p.loc.as_ref().is_some_and(|l| old_uids.contains(&l.seg.uid()))
                     {
-                        txn.loc = Some(loc);
+                        p.loc = Some(loc);
                     }
                 }
             }

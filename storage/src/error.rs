@@ -46,7 +46,8 @@ pub enum InputError {
         /// The limit.
         max: usize,
     },
-    /// The archived record (a whole batch) is larger than one log chunk can carry.
+    /// The archived record (one write, or a part of a batch) is larger than one log chunk
+    /// can carry.
     #[error("record is {bytes} bytes archived, the limit is {max}")]
     RecordTooLarge {
         /// Archived size.
@@ -59,6 +60,14 @@ pub enum InputError {
     BatchSize {
         /// Number of operations.
         ops: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The batch's documents are larger in all than allowed.
+    #[error("batch writes {bytes} bytes of documents (archived), the limit is {max}")]
+    BatchBytes {
+        /// Estimated archived size of its writes.
+        bytes: usize,
         /// The limit.
         max: usize,
     },

@@ -39,8 +39,14 @@ use crate::limits::{
 };
 use crate::record::ArchivedRecord;
 
-/// The format version written in every segment header. Version 1 is the first.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version written in every segment header. Version 1 is the first; version 2
+/// logs a batch too large for one record as several Prepare records of one transaction
+/// (`limits::LOCAL_TXID_TAG`), which version 1 would misread, so a version-1 reader refuses it.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest format version this build reads. Its records mean the same in version 2; a
+/// version-1 segment is never appended to again (recovery starts a new segment after it).
+pub const FORMAT_VERSION_OLDEST: u32 = 1;
 
 /// Magic bytes opening a segment.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"TESSLOG\0";
@@ -176,6 +182,12 @@ impl SegmentHeader {
         b
     }
 
+    /// The format version in the header at the start of `bytes` (read without any check:
+    /// call after [`SegmentHeader::decode`] accepted it).
+    pub fn version_of(bytes: &[u8]) -> Option<u32> {
+        read_u32(bytes, 8)
+    }
+
     /// Decodes and checks the header at the start of `bytes`.
     pub fn decode(bytes: &[u8]) -> Result<SegmentHeader, Damage> {
         let b = bytes.get(..SEGMENT_HEADER_USED_BYTES).ok_or(Damage::ShortFile)?;
@@ -192,7 +204,7 @@ impl SegmentHeader {
         if crc != crc_parts(&[head, tail]) {
             return Err(Damage::HeaderCrc);
         }
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&version) {
             return Err(Damage::HeaderVersion(version));
         }
         let kind = match field32(20)? {

@@ -19,9 +19,10 @@ use crate::format::frame_bytes;
 use crate::index::{Index, Loc, ShardStats};
 use crate::keyhash::KeyedState;
 use crate::limits::{
-    BATCH_OPS_MAX, BLOCK_BYTES, CHUNK_HEADER_BYTES, COLLECTION_BYTES_MAX,
+    BATCH_BYTES_MAX, BATCH_OPS_MAX, BLOCK_BYTES, CHUNK_HEADER_BYTES, COLLECTION_BYTES_MAX,
     COMPACT_DEAD_BYTES_DEFAULT, DOC_BYTES_MAX, GROUP_COMMIT_BATCH_BYTES_MAX, ID_BYTES_MAX,
-    QUEUE_BYTES_MAX, RECORD_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES,
+    LOCAL_TXID_TAG, QUEUE_BYTES_MAX, RECORD_BYTES_MAX, RECORD_OPS_MAX, SEGMENT_BYTES_DEFAULT,
+    SEGMENT_HEADER_BYTES,
 };
 use crate::log::{Completion, Effect, OpMeta, Pending};
 use crate::record::{ArchivedPutOp, DeleteOp, Op, PutOp, Record, RecordBody};
@@ -386,17 +387,37 @@ pub struct ImportStats {
     pub docs: u64,
 }
 
-/// A prepared (phase one) distributed transaction.
+/// A prepared (phase one) distributed transaction, or a batch logged in parts whose Commit
+/// record is on its way (`TxId::is_local`).
 #[derive(Debug)]
 pub(crate) struct Prepared {
-    /// Where its Prepare record is, once durable.
-    pub loc: Option<Loc>,
-    /// Its writes.
-    pub ops: Vec<OpMeta>,
+    /// Its Prepare records, in log order: one unless the batch was too large for one record.
+    pub parts: Vec<PreparedPart>,
     /// A commit or abort is on its way to the log.
     pub finishing: bool,
     /// Lock keys of the documents its checks hold (in memory only, never logged).
     pub read_locks: Vec<String>,
+}
+
+/// One Prepare record of a prepared transaction.
+#[derive(Debug)]
+pub(crate) struct PreparedPart {
+    /// Where the record is, once durable.
+    pub loc: Option<Loc>,
+    /// Its writes, in record order.
+    pub ops: Vec<OpMeta>,
+}
+
+impl Prepared {
+    /// Every Prepare record is durable.
+    pub fn durable(&self) -> bool {
+        self.parts.iter().all(|p| p.loc.is_some())
+    }
+
+    /// Its writes, in log order.
+    pub fn ops(&self) -> impl Iterator<Item = &OpMeta> {
+        self.parts.iter().flat_map(|p| p.ops.iter())
+    }
 }
 
 /// A queued Commit record whose writes are already visible: [`CommitDurable::wait`] returns
@@ -539,7 +560,7 @@ fn validate_scan(st: &State, scan: &ScanCheck) -> Result<(), AppendError> {
     let collection = scan.collection.as_str();
     for (txid, txn) in &st.txns {
         if let Some(m) =
-            txn.ops.iter().find(|m| m.collection() == collection && scan.range.contains(m.shard))
+            txn.ops().find(|m| m.collection() == collection && scan.range.contains(m.shard))
         {
             return Err(AppendError::Locked {
                 collection: collection.to_owned(),
@@ -792,7 +813,7 @@ impl Fragment {
             let done = self.enqueue(&mut st, record, Effect::Commit(txid))?;
             // Visible on enqueue: the index points at the durable Prepare record; the Commit
             // record's effect finds the transaction gone and only counts its bytes.
-            if st.txns.get(&txid).is_some_and(|t| t.loc.is_some()) {
+            if st.txns.get(&txid).is_some_and(Prepared::durable) {
                 crate::log::finish_prepared(&mut st, txid, true);
             }
             done
@@ -888,7 +909,7 @@ impl Fragment {
     /// Prepared transactions with no commit or abort yet: after a restart, the node asks the
     /// coordinator log for each one's fate.
     pub fn in_doubt(&self) -> Vec<TxId> {
-        self.inner.st.borrow().txns.keys().copied().collect()
+        self.inner.st.borrow().txns.keys().copied().filter(|t| !t.is_local()).collect()
     }
 
     async fn finish_prepared(&self, txid: TxId, commit: bool) -> Result<Lsn, AppendError> {
@@ -915,18 +936,27 @@ impl Fragment {
 
     /// Validates and enqueues one batch. No `.await` between the version checks and the
     /// enqueue, so no other writer can slip in between. A batch of checks only (autocommit)
-    /// writes nothing and completes at once.
+    /// writes nothing and completes at once. A batch too large for one record is logged in
+    /// parts (`Parts`): Prepare records, and for an autocommit batch its Commit record right
+    /// behind them; the completion returned is the last record's.
     async fn submit(&self, batch: WriteBatch, kind: Kind) -> Result<Rc<Completion>, AppendError> {
         let WriteBatch { ops, scans } = batch;
         let scans_only = ops.is_empty() && !scans.is_empty() && matches!(kind, Kind::Autocommit);
         if (ops.is_empty() && !scans_only) || ops.len() > BATCH_OPS_MAX {
             return Err(InputError::BatchSize { ops: ops.len(), max: BATCH_OPS_MAX }.into());
         }
+        if let Kind::Prepare(txid) = kind
+            && txid.is_local()
+        {
+            return Err(AppendError::TxnExists { txid });
+        }
         for scan in &scans {
             self.check_scan(scan)?;
         }
-        // Convert documents first: pure work, no state involved.
+        // Convert documents first: pure work, no state involved. Each write's part (record)
+        // is chosen here too, from the converted sizes.
         let mut docs = Vec::with_capacity(ops.len());
+        let mut parts = Parts::new(self.part_bytes());
         for op in &ops {
             let (collection, id, shard) = op_names(op);
             check_names(collection, id)?;
@@ -937,17 +967,26 @@ impl Fragment {
                     shard,
                 });
             }
-            docs.push(match op {
+            let doc = match op {
                 WriteOp::Put { doc, .. } => {
                     let value = JsonValue::from_serde(doc)?;
                     let bytes = archived_bytes_estimate(&value);
                     if bytes > DOC_BYTES_MAX {
                         return Err(InputError::DocTooLarge { bytes, max: DOC_BYTES_MAX }.into());
                     }
+                    parts.add(bytes + collection.len() + id.len());
                     Some(value)
                 }
-                WriteOp::Delete { .. } | WriteOp::Check { .. } => None,
-            });
+                WriteOp::Delete { .. } => {
+                    parts.add(collection.len() + id.len());
+                    None
+                }
+                WriteOp::Check { .. } => None,
+            };
+            docs.push(doc);
+        }
+        if parts.bytes > BATCH_BYTES_MAX {
+            return Err(InputError::BatchBytes { bytes: parts.bytes, max: BATCH_BYTES_MAX }.into());
         }
         self.wait_for_space().await?;
         let done = {
@@ -964,12 +1003,13 @@ impl Fragment {
             }
             // Optimistic concurrency: every expected version against the durable index, the
             // queued writes and the earlier ops of this batch (`overlay`, multi-op batches).
+            // A write's version is its record's LSN.
             let mut overlay: HashMap<Rc<str>, Option<Version>> = HashMap::new();
             let mut read_locks = Vec::new();
             let lsn = st.next_lsn;
-            let version = Version::new(lsn);
             let mut metas = Vec::with_capacity(ops.len());
             let mut lk = String::new();
+            let mut writes = 0;
             for op in &ops {
                 let (collection, id, expected, put) = match op {
                     WriteOp::Put { collection, id, expected_version, .. } => {
@@ -997,6 +1037,8 @@ impl Fragment {
                     read_locks.push(lk.clone());
                     continue;
                 };
+                let version = Version::new(lsn + parts.of(writes));
+                writes += 1;
                 let shared: Rc<str> = Rc::from(lk.as_str());
                 if ops.len() > 1 {
                     overlay.insert(shared.clone(), put.then_some(version));
@@ -1012,63 +1054,85 @@ impl Fragment {
             let mut rec_ops: Vec<Op> = ops
                 .into_iter()
                 .zip(docs)
-                .filter_map(|(op, doc)| match (op, doc) {
-                    (WriteOp::Check { .. }, _) => None,
-                    (WriteOp::Put { collection, id, shard, .. }, Some(doc)) => {
-                        Some(Op::Put(PutOp {
-                            collection,
-                            id,
-                            shard: shard.get(),
-                            version: lsn,
-                            doc,
-                        }))
+                .filter(|(op, _)| !matches!(op, WriteOp::Check { .. }))
+                .zip(&metas)
+                .map(|((op, doc), meta)| {
+                    let version = meta.version.get();
+                    match (op, doc) {
+                        (WriteOp::Put { collection, id, shard, .. }, Some(doc)) => {
+                            Op::Put(PutOp { collection, id, shard: shard.get(), version, doc })
+                        }
+                        (
+                            WriteOp::Put { collection, id, shard, .. }
+                            | WriteOp::Delete { collection, id, shard, .. }
+                            | WriteOp::Check { collection, id, shard, .. },
+                            _,
+                        ) => Op::Delete(DeleteOp { collection, id, shard: shard.get(), version }),
                     }
-                    (
-                        WriteOp::Put { collection, id, shard, .. }
-                        | WriteOp::Delete { collection, id, shard, .. },
-                        _,
-                    ) => Some(Op::Delete(DeleteOp {
-                        collection,
-                        id,
-                        shard: shard.get(),
-                        version: lsn,
-                    })),
                 })
                 .collect();
-            let (body, effect) = match kind {
+            let one = |body| Record { lsn, body };
+            let done = match kind {
                 Kind::Autocommit if rec_ops.is_empty() => {
                     // Checks only: validated above, nothing to log.
                     let done = Rc::new(Completion::default());
                     done.complete(Ok(Lsn::new(st.lsn_durable)));
                     return Ok(done);
                 }
-                Kind::Autocommit if rec_ops.len() == 1 => match rec_ops.pop() {
-                    Some(Op::Put(p)) => (RecordBody::Put(p), Effect::Ops(metas)),
-                    Some(Op::Delete(d)) => (RecordBody::Delete(d), Effect::Ops(metas)),
-                    None => return Err(InputError::BatchSize { ops: 0, max: BATCH_OPS_MAX }.into()),
-                },
-                Kind::Autocommit => (RecordBody::Batch(rec_ops), Effect::Ops(metas)),
-                Kind::Prepare(txid) => (
-                    RecordBody::Prepare { txid: txid.get(), ops: rec_ops },
-                    Effect::Prepare(txid, metas),
-                ),
+                Kind::Autocommit if rec_ops.len() == 1 => {
+                    let body = match rec_ops.pop() {
+                        Some(Op::Put(p)) => RecordBody::Put(p),
+                        Some(Op::Delete(d)) => RecordBody::Delete(d),
+                        None => {
+                            return Err(InputError::BatchSize { ops: 0, max: BATCH_OPS_MAX }.into());
+                        }
+                    };
+                    self.enqueue(&mut st, one(body), Effect::Ops(metas))?
+                }
+                Kind::Autocommit if parts.count() == 1 => {
+                    self.enqueue(&mut st, one(RecordBody::Batch(rec_ops)), Effect::Ops(metas))?
+                }
+                Kind::Autocommit => {
+                    // Too large for one record: prepared in parts under a local id and
+                    // committed right behind them; visible once the Commit record is durable.
+                    let txid = TxId::new(LOCAL_TXID_TAG | (lsn & !LOCAL_TXID_TAG));
+                    let mut records = parts.prepares(txid, rec_ops, metas);
+                    records.push((RecordBody::Commit { txid: txid.get() }, Effect::Commit(txid)));
+                    self.enqueue_all(&mut st, records)?
+                }
+                Kind::Prepare(txid) if parts.count() == 1 => {
+                    let body = RecordBody::Prepare { txid: txid.get(), ops: rec_ops };
+                    self.enqueue(&mut st, one(body), Effect::Prepare(txid, metas))?
+                }
+                Kind::Prepare(txid) => {
+                    self.enqueue_all(&mut st, parts.prepares(txid, rec_ops, metas))?
+                }
             };
-            let done = self.enqueue(&mut st, Record { lsn, body }, effect)?;
-            if let Kind::Prepare(txid) = kind {
-                // Prepared writes are invisible: forget their pending versions again; the locks
-                // taken by `enqueue` keep other writers away, and so do the checks' locks.
-                for lk in &read_locks {
-                    st.locks.insert(lk.clone(), txid);
+            match kind {
+                Kind::Prepare(txid) => {
+                    // Prepared writes are invisible: the locks taken by `enqueue_all` keep other
+                    // writers away, and so do the checks' locks.
+                    for lk in &read_locks {
+                        st.locks.insert(lk.clone(), txid);
+                    }
+                    if let Some(txn) = st.txns.get_mut(&txid) {
+                        txn.read_locks = read_locks;
+                    }
+                    lock_ranges(&mut st, txid, scans);
                 }
-                if let Some(txn) = st.txns.get_mut(&txid) {
-                    txn.read_locks = read_locks;
-                }
-                lock_ranges(&mut st, txid, scans);
-            } else {
-                let State { queue, pending, .. } = &mut *st;
-                if let Some(Effect::Ops(metas)) = queue.back().map(|p| &p.effect) {
+                Kind::Autocommit => {
+                    let State { queue, pending, txns, .. } = &mut *st;
+                    let queued = match queue.back().map(|p| &p.effect) {
+                        Some(Effect::Ops(metas)) => Some(metas.iter().collect::<Vec<_>>()),
+                        Some(Effect::Commit(txid)) => txns.get_mut(txid).map(|txn| {
+                            // Its Commit record is queued: no commit or abort may follow.
+                            txn.finishing = true;
+                            txn.ops().collect()
+                        }),
+                        _ => None,
+                    };
                     // In batch order: a document written twice keeps its last write.
-                    pending.extend(metas.iter().map(|m| {
+                    pending.extend(queued.into_iter().flatten().map(|m| {
                         (m.lk.clone(), PendingWrite::new(m.put.then_some(m.version), m.shard))
                     }));
                 }
@@ -1079,17 +1143,60 @@ impl Fragment {
         Ok(done)
     }
 
-    /// Serializes `record` into the staging buffer and puts it in the queue. Takes locks for a
-    /// prepare.
+    /// Archived bytes (estimated) of one part of a batch: well inside what one record may be
+    /// (`RECORD_BYTES_MAX`, or a small segment's chunk), so the estimate's error never matters.
+    fn part_bytes(&self) -> usize {
+        let cap = chunk_capacity(self.inner.options.segment_bytes);
+        RECORD_BYTES_MAX.min(usize::try_from(cap).unwrap_or(usize::MAX)) / 2
+    }
+
+    /// Serializes `record` into the staging buffer and puts it in the queue (see
+    /// [`Fragment::enqueue_all`]).
     fn enqueue(
         &self,
         st: &mut State,
         record: Record,
         effect: Effect,
     ) -> Result<Rc<Completion>, AppendError> {
+        let (payload_len, frame_len) = self.stage(st, &record)?;
+        Ok(self.push(st, record.lsn, payload_len, frame_len, effect))
+    }
+
+    /// Serializes the records (numbered from `next_lsn` on) into the staging buffer and puts
+    /// them in the queue, all or none: on an error nothing is queued. Returns the last
+    /// record's completion.
+    fn enqueue_all(
+        &self,
+        st: &mut State,
+        records: Vec<(RecordBody, Effect)>,
+    ) -> Result<Rc<Completion>, AppendError> {
+        let staged_before = st.staged.len();
+        let mut staged = Vec::with_capacity(records.len());
+        for (i, (body, effect)) in records.into_iter().enumerate() {
+            let record = Record { lsn: st.next_lsn + i as u64, body };
+            match self.stage(st, &record) {
+                Ok((payload_len, frame_len)) => {
+                    staged.push((record.lsn, payload_len, frame_len, effect))
+                }
+                Err(e) => {
+                    st.staged.resize(staged_before, 0);
+                    return Err(e);
+                }
+            }
+        }
+        let mut done = None;
+        for (lsn, payload_len, frame_len, effect) in staged {
+            done = Some(self.push(st, lsn, payload_len, frame_len, effect));
+        }
+        done.ok_or_else(|| InputError::BatchSize { ops: 0, max: BATCH_OPS_MAX }.into())
+    }
+
+    /// Appends `record`'s frame to the staging buffer (nothing queued yet); returns its payload
+    /// and frame lengths. On an error the buffer is as before.
+    fn stage(&self, st: &mut State, record: &Record) -> Result<(usize, usize), AppendError> {
         let cap = chunk_capacity(self.inner.options.segment_bytes);
         let max = RECORD_BYTES_MAX.min(usize::try_from(cap).unwrap_or(usize::MAX));
-        let payload_len = crate::log::stage_frame(&mut st.staged, &record)
+        let payload_len = crate::log::stage_frame(&mut st.staged, record)
             .map_err(|bytes| InputError::RecordTooLarge { bytes, max })?;
         let frame_len = frame_bytes(payload_len);
         if ((CHUNK_HEADER_BYTES + frame_len) as u64).next_multiple_of(BLOCK_BYTES) > cap {
@@ -1097,32 +1204,39 @@ impl Fragment {
             st.staged.resize(keep, 0);
             return Err(InputError::RecordTooLarge { bytes: payload_len, max }.into());
         }
-        assert_eq!(record.lsn, st.next_lsn);
+        Ok((payload_len, frame_len))
+    }
+
+    /// Queues the record `lsn` (the next one) whose frame `stage` left in the staging buffer.
+    /// Registers a Prepare record's part with its transaction, and takes its locks unless the
+    /// transaction is a local batch (whose caller sets pending versions).
+    fn push(
+        &self,
+        st: &mut State,
+        lsn: u64,
+        payload_len: usize,
+        frame_len: usize,
+        effect: Effect,
+    ) -> Rc<Completion> {
+        assert_eq!(lsn, st.next_lsn);
         if let Effect::Prepare(txid, metas) = &effect {
-            for m in metas {
-                st.locks.insert(m.lk.to_string(), *txid);
+            if !txid.is_local() {
+                for m in metas {
+                    st.locks.insert(m.lk.to_string(), *txid);
+                }
             }
-            st.txns.insert(
-                *txid,
-                Prepared {
-                    loc: None,
-                    ops: metas.clone(),
-                    finishing: false,
-                    read_locks: Vec::new(),
-                },
-            );
+            let txn = st.txns.entry(*txid).or_insert_with(|| Prepared {
+                parts: Vec::new(),
+                finishing: false,
+                read_locks: Vec::new(),
+            });
+            txn.parts.push(PreparedPart { loc: None, ops: metas.clone() });
         }
         st.next_lsn += 1;
         let done = Rc::new(Completion::default());
         st.queue_bytes += frame_len;
-        st.queue.push_back(Pending {
-            lsn: record.lsn,
-            frame_len,
-            payload_len,
-            effect,
-            done: done.clone(),
-        });
-        Ok(done)
+        st.queue.push_back(Pending { lsn, frame_len, payload_len, effect, done: done.clone() });
+        done
     }
 
     /// A scanned range names a collection and lies within this fragment.
@@ -1411,6 +1525,76 @@ pub(crate) fn wake_all(waiters: &RefCell<VecDeque<Waker>>) {
 /// Largest chunk (header included, block-aligned) a segment of `segment_bytes` can carry.
 pub(crate) fn chunk_capacity(segment_bytes: u64) -> u64 {
     (GROUP_COMMIT_BATCH_BYTES_MAX as u64).min(segment_bytes.saturating_sub(SEGMENT_HEADER_BYTES))
+}
+
+/// Estimated archived bytes of one write beyond its document and names (the op, its strings'
+/// headers, its version and shard): only cuts parts earlier, never decides a limit alone.
+const OP_OVERHEAD_BYTES: usize = 64;
+
+/// How `submit` cuts a batch's writes into records: a new part starts past
+/// [`RECORD_OPS_MAX`] writes or past `budget` estimated archived bytes. Nearly every batch
+/// is one part.
+struct Parts {
+    budget: usize,
+    /// Estimated archived bytes of every write.
+    bytes: usize,
+    /// Index (among the writes) where each part after the first starts.
+    starts: Vec<usize>,
+    writes: usize,
+    part_writes: usize,
+    part_bytes: usize,
+}
+
+impl Parts {
+    fn new(budget: usize) -> Parts {
+        Parts { budget, bytes: 0, starts: Vec::new(), writes: 0, part_writes: 0, part_bytes: 0 }
+    }
+
+    /// The next write, of `bytes` estimated document and name bytes.
+    fn add(&mut self, bytes: usize) {
+        let bytes = bytes + OP_OVERHEAD_BYTES;
+        if self.part_writes > 0
+            && (self.part_writes == RECORD_OPS_MAX || self.part_bytes + bytes > self.budget)
+        {
+            self.starts.push(self.writes);
+            self.part_writes = 0;
+            self.part_bytes = 0;
+        }
+        self.part_writes += 1;
+        self.part_bytes += bytes;
+        self.bytes += bytes;
+        self.writes += 1;
+    }
+
+    fn count(&self) -> usize {
+        self.starts.len() + 1
+    }
+
+    /// The part of write `write` (0-based), which is its record's offset from the first.
+    fn of(&self, write: usize) -> u64 {
+        self.starts.partition_point(|&start| start <= write) as u64
+    }
+
+    /// One Prepare record per part, the ops and their metadata split alike.
+    fn prepares(
+        &self,
+        txid: TxId,
+        mut ops: Vec<Op>,
+        mut metas: Vec<OpMeta>,
+    ) -> Vec<(RecordBody, Effect)> {
+        let mut records = Vec::with_capacity(self.count());
+        for &start in self.starts.iter().rev() {
+            let tail_ops = ops.split_off(start);
+            let tail_metas = metas.split_off(start);
+            records.push((
+                RecordBody::Prepare { txid: txid.get(), ops: tail_ops },
+                Effect::Prepare(txid, tail_metas),
+            ));
+        }
+        records.push((RecordBody::Prepare { txid: txid.get(), ops }, Effect::Prepare(txid, metas)));
+        records.reverse();
+        records
+    }
 }
 
 /// Collection, id and shard of any op.

@@ -118,6 +118,12 @@ impl TxId {
     pub const fn get(self) -> u64 {
         self.0
     }
+
+    /// Storage's own id of a batch logged in parts (`limits::LOCAL_TXID_TAG`): a coordinator
+    /// never uses one, and one never shows in [`Fragment::in_doubt`].
+    pub const fn is_local(self) -> bool {
+        self.0 & limits::LOCAL_TXID_TAG == limits::LOCAL_TXID_TAG
+    }
 }
 
 impl fmt::Display for TxId {

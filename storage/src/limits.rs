@@ -93,8 +93,24 @@ pub const ID_BYTES_MAX: usize = 512;
 /// Longest collection name in bytes.
 pub const COLLECTION_BYTES_MAX: usize = 128;
 
-/// Most operations in one write batch (one transaction).
-pub const BATCH_OPS_MAX: usize = 4096;
+/// Most operations in one write batch (one transaction's writes and checks on a fragment).
+/// A batch past [`RECORD_OPS_MAX`] operations or one record's bytes is logged as several
+/// Prepare records and a Commit record (the batch's parts), still all or nothing.
+pub const BATCH_OPS_MAX: usize = 1 << 16;
+
+/// Documents a batch may write, in archived bytes (estimated as documents are converted):
+/// bounds the memory one batch stages for the log, with [`BATCH_OPS_MAX`].
+pub const BATCH_BYTES_MAX: usize = 256 << 20;
+
+/// Most operations in one log record; a larger batch is split into parts of at most this many.
+pub const RECORD_OPS_MAX: usize = 4096;
+
+/// Transaction ids with these top bits set belong to storage: a batch logged in parts
+/// ([`BATCH_OPS_MAX`]) is prepared under `LOCAL_TXID_TAG | <its first record's LSN>` and
+/// committed by a Commit record right behind its parts. Recovery drops one whose Commit record
+/// did not survive (nothing was acknowledged). Callers' ids must not carry the tag
+/// (`TxId::is_local`).
+pub const LOCAL_TXID_TAG: u64 = 0xFFF << 52;
 
 /// Long loops (replay, compaction, export) yield to other tasks after this many items.
 pub const YIELD_EVERY_ITEMS: usize = 256;
@@ -116,6 +132,7 @@ const _: () = assert!(
     RECORD_BYTES_MAX + CHUNK_HEADER_BYTES + FRAME_HEADER_BYTES + 8 <= GROUP_COMMIT_BATCH_BYTES_MAX
 );
 const _: () = assert!(DOC_BYTES_MAX < RECORD_BYTES_MAX);
+const _: () = assert!(RECORD_OPS_MAX <= BATCH_OPS_MAX);
 const _: () = assert!((GROUP_COMMIT_BATCH_BYTES_MAX as u64).is_multiple_of(BLOCK_BYTES));
 
 /// Largest journal record, in bytes. A coordinator decision names its transaction and its

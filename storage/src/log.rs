@@ -32,7 +32,7 @@ use crate::archive::{self, RecordSpan};
 use crate::disk::{ChunkIo, ChunkTimes};
 use crate::error::AppendError;
 use crate::format::{ChunkHeader, SegmentHeader, SegmentKind, frame_bytes, seal_frame};
-use crate::fragment::{Active, Inner, State, chunk_capacity, lock_key, wake_all};
+use crate::fragment::{Active, Inner, PreparedPart, State, chunk_capacity, lock_key, wake_all};
 use crate::index::{Entry, Loc};
 use crate::limits::{
     BLOCK_BYTES, CHUNK_HEADER_BYTES, CHUNKS_IN_FLIGHT_MAX, FRAME_HEADER_BYTES, RECORD_BYTES_MAX,
@@ -192,16 +192,22 @@ pub(crate) fn apply_effect(st: &mut State, effect: &Effect, seg: &Rc<Segment>, s
     match effect {
         Effect::Ops(metas) => apply_ops(st, metas, seg, span),
         Effect::Prepare(txid, metas) => {
-            for m in metas {
-                st.locks.insert(m.lk.to_string(), *txid);
-            }
+            let loc = Loc { seg: seg.clone(), span, op: 0 };
             let txn = st.txns.entry(*txid).or_insert_with(|| crate::fragment::Prepared {
-                loc: None,
-                ops: metas.clone(),
+                parts: Vec::new(),
                 finishing: false,
                 read_locks: Vec::new(),
             });
-            txn.loc = Some(Loc { seg: seg.clone(), span, op: 0 });
+            // The log path registered its parts when it queued them (and took their locks,
+            // or set pending versions for a local batch); recovery meets each part here.
+            if let Some(part) = txn.parts.iter_mut().find(|p| p.loc.is_none()) {
+                part.loc = Some(loc);
+            } else {
+                txn.parts.push(PreparedPart { loc: Some(loc), ops: metas.clone() });
+                for m in metas {
+                    st.locks.insert(m.lk.to_string(), *txid);
+                }
+            }
         }
         Effect::Commit(txid) => finish_prepared(st, *txid, true),
         Effect::Abort(txid) => finish_prepared(st, *txid, false),
@@ -210,22 +216,36 @@ pub(crate) fn apply_effect(st: &mut State, effect: &Effect, seg: &Rc<Segment>, s
     seg.add_record_bytes(frame_bytes(span.len()) as u64);
 }
 
-/// Ends prepared transaction `txid` in the in-memory state: releases its locks and, with
-/// `commit`, points the index at its prepared writes. (A Commit record's effect; also how an
-/// offline reader applies a coordinator's commit decision that no Commit record carries.)
+/// Ends prepared transaction `txid` in the in-memory state: releases its locks (and a local
+/// batch's pending versions) and, with `commit`, points the index at its prepared writes, part
+/// by part. (A Commit record's effect; also how an offline reader applies a coordinator's
+/// commit decision that no Commit record carries.)
 pub(crate) fn finish_prepared(st: &mut State, txid: TxId, commit: bool) {
     // A commit whose prepare is gone was absorbed by compaction (its writes are puts in the
     // compacted segment): nothing left to do.
     if let Some(txn) = st.txns.remove(&txid) {
-        for m in &txn.ops {
-            st.locks.remove(&*m.lk);
+        for m in txn.ops() {
+            if st.locks.get(&*m.lk) == Some(&txid) {
+                st.locks.remove(&*m.lk);
+            }
+            if let hash_map::Entry::Occupied(e) = st.pending.entry(m.lk.clone())
+                && e.get().version() == m.put.then_some(m.version)
+            {
+                e.remove();
+            }
         }
         for k in &txn.read_locks {
-            st.locks.remove(k);
+            if st.locks.get(k) == Some(&txid) {
+                st.locks.remove(k);
+            }
         }
         crate::fragment::unlock_ranges(st, txid);
-        if let (true, Some(loc)) = (commit, &txn.loc) {
-            apply_ops(st, &txn.ops, &loc.seg.clone(), loc.span);
+        if commit {
+            for part in &txn.parts {
+                if let Some(loc) = &part.loc {
+                    apply_ops(st, &part.ops, &loc.seg.clone(), loc.span);
+                }
+            }
         }
     }
 }

@@ -21,8 +21,8 @@ use router::{FragmentId, ShardId};
 use crate::disk::Disk;
 use crate::error::OpenError;
 use crate::format::{
-    Damage, LsnRule, RecordAt, ScanEnd, SegmentHeader, SegmentKind, TailWindow, classify_tail,
-    scan_segment,
+    Damage, FORMAT_VERSION, LsnRule, RecordAt, ScanEnd, SegmentHeader, SegmentKind, TailWindow,
+    classify_tail, scan_segment,
 };
 use crate::fragment::{Active, FragmentOptions, State};
 use crate::index::Index;
@@ -177,6 +177,17 @@ pub(crate) fn replay(st: &mut State, seg: &Rc<Segment>, rec: RecordAt<'_>) {
     apply_effect(st, &effect, seg, rec.span);
 }
 
+/// Drops every batch logged in parts (`TxId::is_local`) whose Commit record is not in the log:
+/// the crash came before it was durable, so it was never acknowledged, and nothing else can
+/// commit it. Its records stay as dead bytes until compaction. Returns how many.
+pub(crate) fn drop_unfinished_batches(st: &mut State) -> usize {
+    let unfinished: Vec<TxId> = st.txns.keys().copied().filter(|t| t.is_local()).collect();
+    for txid in &unfinished {
+        crate::log::finish_prepared(st, *txid, false);
+    }
+    unfinished.len()
+}
+
 /// Lists segment files, removing leftovers of interrupted creations and compactions.
 async fn list_segments(
     dir: &Path,
@@ -269,12 +280,19 @@ pub(crate) async fn recover(
         if tail_allowed {
             torn_bytes =
                 check_tail(&mut st, id, &seg, end.offset, end.last_lsn, end.damage, disk).await?;
-            let file = disk.open(seg.path()).await.map_err(io_err(id, seg.path()))?;
-            st.active = Some(Active::new(seg.clone(), file, end.offset));
+            // A segment of an older format is sealed: new records go to a new segment, whose
+            // header says which format they are in.
+            if SegmentHeader::version_of(seg.bytes()) == Some(FORMAT_VERSION) {
+                let file = disk.open(seg.path()).await.map_err(io_err(id, seg.path()))?;
+                st.active = Some(Active::new(seg.clone(), file, end.offset));
+            } else {
+                cov_mark::hit!(old_format_segment_sealed);
+            }
         }
         st.segments.push(seg);
         glommio::executor().yield_if_needed().await;
     }
+    let unfinished_batches = drop_unfinished_batches(&mut st);
     if st.active.is_none() {
         let seq = st.segments.last().map_or(0, |s| s.header().seq + 1);
         let header = SegmentHeader {
@@ -297,6 +315,7 @@ pub(crate) async fn recover(
         fragment = %id,
         records,
         torn_bytes,
+        unfinished_batches,
         elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         "fragment recovered"
     );

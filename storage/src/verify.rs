@@ -50,6 +50,9 @@ pub struct VerifyReport {
     pub last_lsn: u64,
     /// Prepared transactions without an outcome.
     pub in_doubt: u64,
+    /// Batches logged in parts whose Commit record is missing (a crash interrupted them
+    /// before they were acknowledged): not applied, as recovery drops them.
+    pub unfinished_batches: u64,
     /// A torn tail recovery would truncate, if any.
     pub torn_tail: Option<TornTail>,
 }
@@ -166,6 +169,7 @@ impl OfflineFragment {
             }
             st.segments.push(seg);
         }
+        let unfinished_batches = crate::recovery::drop_unfinished_batches(&mut st) as u64;
         check_index(&st, id)?;
         let report = VerifyReport {
             fragment: id,
@@ -175,6 +179,7 @@ impl OfflineFragment {
             docs: st.index.docs(),
             last_lsn: prev_lsn,
             in_doubt: st.txns.len() as u64,
+            unfinished_batches,
             torn_tail,
         };
         st.lsn_durable = prev_lsn;

@@ -26,10 +26,27 @@ fn reads_version_1_fixture() {
         assert_eq!(f.get("c", "B").map(|d| d.doc().to_serde()), Some(json!("two")));
         assert_eq!(f.get("c", "p").map(|d| d.doc().to_serde()), Some(json!(5)));
         assert!(f.in_doubt().is_empty());
+        // The version-1 segment is sealed: new records go to a segment of this version.
+        assert_eq!(f.stats().segments, 2);
         f.apply(put("c", "new", json!({"after": "fixture"}))).await.expect("write");
         f.close().await;
         let f = open(&path, options(64 << 10)).await;
         assert_eq!(f.stats().docs, 3);
+        assert_eq!(f.stats().segments, 2);
         f.close().await;
+        let mut versions: Vec<u32> = std::fs::read_dir(&path)
+            .expect("list")
+            .filter_map(|e| {
+                let p = e.ok()?.path();
+                p.extension().is_some_and(|x| x == "seg").then_some(p)
+            })
+            .map(|p| {
+                let bytes = std::fs::read(p).expect("read");
+                storage::format::SegmentHeader::decode(&bytes).expect("header");
+                storage::format::SegmentHeader::version_of(&bytes).expect("version")
+            })
+            .collect();
+        versions.sort_unstable();
+        assert_eq!(versions, vec![1, storage::format::FORMAT_VERSION]);
     });
 }

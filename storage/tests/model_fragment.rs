@@ -1,4 +1,5 @@
-//! The model test: random sequences of put, delete, batch, conflicting write, scanned-range
+//! The model test: random sequences of put, delete, batch (some logged in parts), conflicting
+//! write, scanned-range
 //! check (alone and beside a queued write), compaction and reopen against a `BTreeMap`
 //! oracle, comparing every read. Cases: `PROPTEST_CASES`
 //! (default 32).
@@ -20,7 +21,9 @@ const KEYS: usize = 12;
 enum Step {
     Put(usize, u32, usize),
     Delete(usize),
-    Batch(Vec<(usize, Option<u32>)>),
+    /// Writes (a put with its value, or a delete) with each put padded by `.1` bytes: past
+    /// about 30 KiB in all the batch is logged in parts.
+    Batch(Vec<(usize, Option<u32>)>, usize),
     StaleWrite(usize),
     /// A scanned-range check over key `.0`'s shard (`.1`: every shard), expecting the model's
     /// count (`.2`: one more, which must fail).
@@ -35,8 +38,11 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         6 => (0..KEYS, any::<u32>(), 0..600usize).prop_map(|(k, v, pad)| Step::Put(k, v, pad)),
         2 => (0..KEYS).prop_map(Step::Delete),
-        2 => proptest::collection::vec((0..KEYS, proptest::option::of(any::<u32>())), 1..5)
-            .prop_map(Step::Batch),
+        2 => (
+            proptest::collection::vec((0..KEYS, proptest::option::of(any::<u32>())), 1..6),
+            prop_oneof![Just(0usize), 0..16_000usize],
+        )
+            .prop_map(|(ops, pad)| Step::Batch(ops, pad)),
         1 => (0..KEYS).prop_map(Step::StaleWrite),
         2 => (0..KEYS, any::<bool>(), any::<bool>()).prop_map(|(k, w, o)| Step::ScanCheck(k, w, o)),
         1 => (0..KEYS, any::<u32>()).prop_map(|(k, v)| Step::QueuedScan(k, v)),
@@ -86,13 +92,17 @@ fn run_case(steps: Vec<Step>) {
                         .expect("delete");
                     model.remove(&k);
                 }
-                Step::Batch(ops) => {
+                Step::Batch(ops, pad) => {
                     let mut b = WriteBatch::new();
                     for (k, v) in &ops {
                         b = match v {
-                            Some(v) => {
-                                b.put("m", &id(*k, *v), shard_of(&id(*k, 0)), None, json!({"v": v}))
-                            }
+                            Some(v) => b.put(
+                                "m",
+                                &id(*k, *v),
+                                shard_of(&id(*k, 0)),
+                                None,
+                                json!({"v": v, "pad": "b".repeat(pad)}),
+                            ),
                             None => b.delete("m", &id(*k, 0), shard_of(&id(*k, 0)), None),
                         };
                     }

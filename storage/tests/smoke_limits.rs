@@ -6,7 +6,8 @@ use common::*;
 use router::{ShardId, ShardRange};
 use serde_json::json;
 use storage::limits::{
-    BATCH_OPS_MAX, COLLECTION_BYTES_MAX, DOC_BYTES_MAX, DOC_DEPTH_MAX, ID_BYTES_MAX,
+    BATCH_BYTES_MAX, BATCH_OPS_MAX, COLLECTION_BYTES_MAX, DOC_BYTES_MAX, DOC_DEPTH_MAX,
+    ID_BYTES_MAX,
 };
 use storage::{AppendError, Fragment, InputError, WriteBatch};
 
@@ -66,12 +67,19 @@ fn limits_are_typed_errors() {
             many = many.delete("c", &format!("k{i}"), s, None);
         }
         assert!(matches!(input(f.apply(many).await), InputError::BatchSize { .. }));
-        // A batch larger than one segment's chunk can carry.
-        let mut wide = WriteBatch::new();
-        for i in 0..8 {
-            wide = wide.put("c", &format!("w{i}"), s, None, json!({"s": "y".repeat(200_000)}));
+        // One document within DOC_BYTES_MAX that no chunk of a 1 MiB segment can carry.
+        let wide = json!({"s": "y".repeat(1_045_000)});
+        assert!(matches!(
+            input(f.apply(WriteBatch::new().put("c", "w", s, None, wide)).await),
+            InputError::RecordTooLarge { .. }
+        ));
+        // Documents past BATCH_BYTES_MAX in all, each well within the document limit.
+        let mut heavy = WriteBatch::new();
+        let text = "z".repeat(DOC_BYTES_MAX / 2);
+        for i in 0..(2 * BATCH_BYTES_MAX / DOC_BYTES_MAX + 1) {
+            heavy = heavy.put("c", &format!("h{i}"), s, None, json!({ "s": text }));
         }
-        assert!(matches!(input(f.apply(wide).await), InputError::RecordTooLarge { .. }));
+        assert!(matches!(input(f.apply(heavy).await), InputError::BatchBytes { .. }));
         let outside = ShardId::new(5000).expect("shard");
         assert!(matches!(
             f.apply(WriteBatch::new().put("c", "a", outside, None, json!(1))).await,

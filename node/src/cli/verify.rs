@@ -128,6 +128,14 @@ pub fn run(root: &Path, out: &mut impl Write) -> Result<bool, String> {
                 if r.in_doubt > 0 {
                     write!(out, ", {} in-doubt transactions", r.in_doubt).map_err(w)?;
                 }
+                if r.unfinished_batches > 0 {
+                    write!(
+                        out,
+                        ", {} unacknowledged batches cut off before their commit record (dropped)",
+                        r.unfinished_batches
+                    )
+                    .map_err(w)?;
+                }
                 if let Some(t) = &r.torn_tail {
                     write!(
                         out,

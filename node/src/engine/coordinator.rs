@@ -101,11 +101,17 @@ impl TxnShared {
 /// Bits of a cluster transaction id below the id of the node that coordinates it.
 const TXID_NODE_SHIFT: u32 = 52;
 
+// Node 4095's tag is storage's id space for batches logged in parts.
+const _: () = assert!(
+    storage::limits::LOCAL_TXID_TAG == ((1 << (64 - TXID_NODE_SHIFT)) - 1) << TXID_NODE_SHIFT
+);
+
 /// `txid` tagged with its coordinating node (cluster nodes): the node's id in the top bits,
 /// so a participant on another node knows whom to ask for the decision after a restart or
-/// a timeout, from the PREPARE record alone. `None` for a node id that does not fit.
+/// a timeout, from the PREPARE record alone. `None` for a node id that does not fit, and for
+/// the largest one, whose tag is storage's own (`storage::limits::LOCAL_TXID_TAG`).
 pub fn txid_for_node(txid: TxId, node: router::NodeId) -> Option<TxId> {
-    if u64::from(node.0) >= 1 << (64 - TXID_NODE_SHIFT) {
+    if u64::from(node.0) >= (1 << (64 - TXID_NODE_SHIFT)) - 1 {
         return None;
     }
     let low = txid.get() & ((1u64 << TXID_NODE_SHIFT) - 1);

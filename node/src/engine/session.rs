@@ -1784,10 +1784,14 @@ impl Session {
         if shared.clustered {
             txid = txid_for_node(txid, shared.me).ok_or_else(|| {
                 EngineError::from(RegionError::CrossNode {
-                    what: "a two-phase commit on a node whose id is 4096 or more",
+                    what: "a two-phase commit on a node whose id is 4095 or more",
                     nodes: shared.me.0.to_string(),
                 })
             })?;
+        }
+        if txid.is_local() {
+            // A clock (or journal) past 2^52 microseconds: storage's ids start there.
+            return Err(internal("transaction id in storage's own range"));
         }
         let participants: Vec<(ExecutorIndex, Vec<FragmentId>)> =
             groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
