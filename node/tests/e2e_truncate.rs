@@ -1,7 +1,7 @@
 //! TRUNCATE against a real `tessera serve` with two fragments (one per executor): a
-//! collection too large for one DELETE (more than `TXN_FRAGMENT_OPS_MAX` documents on a
-//! fragment, so `DELETE FROM c` is 54000) is emptied in rounds; other collections are left
-//! alone; TRUNCATE of several collections, of one never written, and inside a block.
+//! collection too large for one DELETE (more than `TXN_WRITES_MAX` documents, so `DELETE FROM
+//! c` is 54000) is emptied in rounds; other collections are left alone; TRUNCATE of several
+//! collections, of one never written, and inside a block.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 mod support;
@@ -26,8 +26,8 @@ async fn count(client: &tokio_postgres::Client, collection: &str) -> i64 {
     row.get(0)
 }
 
-// Checks 10,000 documents over two fragments (about 5,000 each, above the 4,096 one write
-// may change per fragment) are refused by DELETE and emptied by TRUNCATE in rounds; a second
+// Checks 70,000 documents over two fragments (above the 65,536 one transaction may write)
+// are refused by DELETE and emptied by TRUNCATE in rounds; a second
 // collection keeps its documents until it is truncated too; the collection then takes new
 // documents, and SHOW COLLECTIONS no longer lists an emptied collection without a
 // configuration.
@@ -35,11 +35,11 @@ async fn count(client: &tokio_postgres::Client, collection: &str) -> i64 {
 async fn truncate_empties_a_collection_too_large_for_one_delete() {
     let node = Node::start_with(NodeOptions { fragments: 2, ..NodeOptions::default() });
     let client = node.connect().await;
-    load(&client, "big", 10_000).await;
+    load(&client, "big", 70_000).await;
     load(&client, "small", 10).await;
     let err = client.batch_execute("DELETE FROM big").await.unwrap_err();
     assert_eq!(sqlstate(&err), "54000", "{err:?}");
-    assert_eq!(count(&client, "big").await, 10_000, "the refused DELETE changed nothing");
+    assert_eq!(count(&client, "big").await, 70_000, "the refused DELETE changed nothing");
 
     let messages = client.simple_query("TRUNCATE TABLE big").await.unwrap();
     assert!(

@@ -1,8 +1,9 @@
-//! The per-fragment bound of one commit: a write statement or transaction changes at most
-//! 4,096 documents of one fragment (one storage batch, `TXN_FRAGMENT_OPS_MAX`), atomically.
-//! At the bound a multi-fragment DELETE or UPDATE commits; past it the statement fails with
-//! 54000 naming the fragment, the limit and what to do, and changes nothing anywhere. Reads
-//! are not bound that way: a read-only participant is held in memory, not logged.
+//! The bounds of one commit: a write statement or transaction writes at most 65,536 documents
+//! (`TXN_WRITES_MAX`), and writes and checks at most as many on one fragment (one storage
+//! batch, `TXN_FRAGMENT_OPS_MAX`), atomically, however many log records that takes. Past a
+//! bound the statement fails with 54000 naming the limit and what to do, and changes nothing
+//! anywhere. Reads are not bound by the fragment's batch: a read-only participant is held in
+//! memory, not logged.
 //!
 //! Ids pin documents to fragments with explicit shards (`id$@shard`): with 8 fragments,
 //! fragment `i` holds shards `[i * 131072, (i + 1) * 131072)` and belongs to executor `i % 2`.
@@ -10,10 +11,15 @@
 
 mod support;
 
+use bytes::Bytes;
+use futures_util::{SinkExt, pin_mut};
 use support::{Node, sqlstate};
 
-/// The limit under test (`node::engine::limits::TXN_FRAGMENT_OPS_MAX`).
-const MAX: usize = 4096;
+/// The bounds under test (`node::engine::limits::TXN_WRITES_MAX`, `TXN_FRAGMENT_OPS_MAX`).
+const MAX: usize = 65_536;
+
+/// Operations one log record holds (`storage::limits::RECORD_OPS_MAX`): the old bound.
+const RECORD_OPS: usize = 4096;
 
 /// Inserts documents `{prefix}{i}` for `i` in `from..to` on `shard`, with `{"v":1,"n":i}`.
 async fn insert(client: &tokio_postgres::Client, prefix: &str, shard: u32, from: usize, to: usize) {
@@ -22,62 +28,111 @@ async fn insert(client: &tokio_postgres::Client, prefix: &str, shard: u32, from:
     client.batch_execute(&format!("INSERT INTO t VALUES {}", rows.join(", "))).await.unwrap();
 }
 
+/// Loads documents as `insert` does, any number, with COPY.
+async fn load(client: &tokio_postgres::Client, prefix: &str, shard: u32, from: usize, to: usize) {
+    let input: String =
+        (from..to).map(|i| format!("{prefix}{i}$@{shard}\t{{\"v\":1,\"n\":{i}}}\n")).collect();
+    let sink = client.copy_in::<_, Bytes>("COPY t FROM STDIN").await.unwrap();
+    pin_mut!(sink);
+    sink.send(Bytes::from(input)).await.unwrap();
+    assert_eq!(sink.finish().await.unwrap(), (to - from) as u64);
+}
+
 async fn count(client: &tokio_postgres::Client, filter: &str) -> i64 {
     client.query_one(&format!("SELECT count(*) FROM t {filter}"), &[]).await.unwrap().get(0)
 }
 
-// Checks the boundary of a multi-fragment autocommit DELETE and UPDATE: with exactly 4,096
-// matching documents on fragment 0 (and one on fragment 1) both commit; with 4,097 both fail
-// with 54000 and a message naming the limit and the fix, nothing is changed on either
-// fragment, and the same work split into two statements succeeds.
+// Checks commits larger than one log record (more documents than 4,096, more bytes than 2 MiB
+// on one fragment): one INSERT of 10,000 rows on one fragment, a two-fragment UPDATE of all
+// of them (two-phase commit, prepared in parts), a block of 6,400 documents of 1 KiB on one
+// fragment; each commits whole, and everything is there after a SIGKILL and a restart.
 #[tokio::test]
-async fn multi_fragment_write_at_and_past_the_fragment_limit() {
-    let node = Node::start();
+async fn commits_larger_than_one_record() {
+    let mut node = Node::start();
     let client = node.connect().await;
-    insert(&client, "k", 0, 0, MAX).await;
+    insert(&client, "k", 0, 0, 10_000).await;
     insert(&client, "z", 131_072, 0, 1).await;
     let n = client.execute("UPDATE t SET v = 2 WHERE v = 1", &[]).await.unwrap();
-    assert_eq!(n, MAX as u64 + 1, "at the limit an UPDATE over two fragments commits");
-    let n = client.execute("DELETE FROM t WHERE v = 2", &[]).await.unwrap();
-    assert_eq!(n, MAX as u64 + 1, "at the limit a DELETE over two fragments commits");
+    assert_eq!(n, 10_001, "an UPDATE over two fragments, 10,000 documents on one");
+    let pad = "p".repeat(1000);
+    client.batch_execute("BEGIN").await.unwrap();
+    for part in 0..8 {
+        let rows: Vec<String> = (part * 800..(part + 1) * 800)
+            .map(|i| format!("('w{i}$@262144', '{{\"v\":3,\"n\":{i},\"pad\":\"{pad}\"}}')"))
+            .collect();
+        client.batch_execute(&format!("INSERT INTO t VALUES {}", rows.join(", "))).await.unwrap();
+    }
+    assert_eq!(count(&client, "WHERE v = 3").await, 6_400, "the block reads its own writes");
+    client.batch_execute("COMMIT").await.unwrap();
+    drop(client);
+    node.kill9();
+    node.start_again();
+    let client = node.connect().await;
+    assert_eq!(count(&client, "WHERE v = 2").await, 10_001);
+    assert_eq!(count(&client, "WHERE v = 3").await, 6_400);
+    let sql = "SELECT length(pad) FROM t WHERE id() = 'w6399$@262144'";
+    let rows = support::simple_rows(&client.simple_query(sql).await.unwrap());
+    assert_eq!(rows, vec![vec![Some("1000".to_owned())]]);
+    let n = client.execute("DELETE FROM t", &[]).await.unwrap();
+    assert_eq!(n, 16_401);
     assert_eq!(count(&client, "").await, 0);
+}
 
-    insert(&client, "k", 0, 0, MAX).await;
-    insert(&client, "k", 0, MAX, MAX + 1).await;
+// Checks the bounds: a DELETE of 65,537 documents of one fragment, and an UPDATE of them and
+// one more on another fragment, fail with 54000 naming the limit and the fix and change
+// nothing; the same work in two statements (what the message says to do) succeeds. A block
+// that reads more documents of a fragment than it may write and writes one there is refused
+// by the per-fragment bound at COMMIT.
+#[tokio::test]
+async fn write_past_the_bounds() {
+    let node = Node::start();
+    let client = node.connect().await;
+    load(&client, "k", 0, 0, MAX + 1).await;
     insert(&client, "z", 131_072, 0, 1).await;
-    for sql in ["DELETE FROM t WHERE v = 1", "UPDATE t SET v = 2 WHERE v = 1"] {
+    for sql in ["DELETE FROM t WHERE id() LIKE 'k%'", "UPDATE t SET v = 2 WHERE v = 1"] {
         let err = client.execute(sql, &[]).await.unwrap_err();
-        assert_eq!(sqlstate(&err), "54000", "{sql}: {err:?}");
+        assert_eq!(sqlstate(&err), "54000", "{err:?}");
         let message = err.as_db_error().unwrap().message().to_owned();
-        assert!(message.contains("4097 documents"), "{message}");
-        assert!(message.contains("the limit is 4096 per fragment"), "{message}");
-        assert!(message.contains("split the write"), "{message}");
+        assert!(message.contains("limit of 65536 documents written"), "{message}");
+        assert!(message.contains("split it into smaller statements"), "{message}");
         assert_eq!(count(&client, "WHERE v = 1").await, MAX as i64 + 2, "{sql} changed nothing");
     }
-    // Single-fragment statements have the same bound and the same message.
-    let err = client.execute("DELETE FROM t WHERE id() LIKE 'k%'", &[]).await.unwrap_err();
+    client.batch_execute("BEGIN").await.unwrap();
+    for i in (0..=MAX).step_by(1000) {
+        let sql = format!(
+            "SELECT n FROM t WHERE id() IN ({})",
+            (i..(i + 1000).min(MAX + 1))
+                .map(|j| format!("'k{j}$@0'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        client.simple_query(&sql).await.unwrap();
+    }
+    client.execute("UPDATE t SET v = 7 WHERE id() = 'k0$@0'", &[]).await.unwrap();
+    let err = client.batch_execute("COMMIT").await.unwrap_err();
     assert_eq!(sqlstate(&err), "54000", "{err:?}");
-    assert!(err.as_db_error().unwrap().message().contains("split the write"), "{err:?}");
-    // What the message says to do: narrower WHERE conditions.
-    let a = client.execute("DELETE FROM t WHERE v = 1 AND n::int8 < 2000", &[]).await.unwrap();
+    let message = err.as_db_error().unwrap().message().to_owned();
+    assert!(message.contains("65537 documents written or read on fragment"), "{message}");
+    assert!(message.contains("the limit is 65536 per fragment"), "{message}");
+    assert_eq!(count(&client, "WHERE v = 7").await, 0, "the refused COMMIT changed nothing");
+    let a = client.execute("DELETE FROM t WHERE v = 1 AND n::int8 < 30000", &[]).await.unwrap();
     let b = client.execute("DELETE FROM t WHERE v = 1", &[]).await.unwrap();
     assert_eq!(a + b, MAX as u64 + 2);
     assert_eq!(count(&client, "").await, 0);
 }
 
 // Checks that reads are not bound by the per-fragment batch: a transaction that read more
-// than 4,096 documents of one fragment (every document, by a count) and writes two other
-// fragments commits by two-phase commit, the fragment it only read being held in memory.
+// documents of one fragment than one record holds (every document, by a count) and writes two
+// other fragments commits by two-phase commit, the fragment it only read being held in memory.
 #[tokio::test]
-async fn read_only_participant_reads_past_the_fragment_limit() {
+async fn read_only_participant_reads_past_one_record() {
     let node = Node::start();
     let client = node.connect().await;
-    insert(&client, "r", 131_072, 0, MAX).await;
-    insert(&client, "r", 131_072, MAX, MAX + 100).await;
+    insert(&client, "r", 131_072, 0, RECORD_OPS + 100).await;
     insert(&client, "a", 0, 0, 1).await;
     insert(&client, "c", 262_144, 0, 1).await;
     client.batch_execute("BEGIN").await.unwrap();
-    assert_eq!(count(&client, "").await, MAX as i64 + 102);
+    assert_eq!(count(&client, "").await, RECORD_OPS as i64 + 102);
     client.execute("UPDATE t SET v = 5 WHERE id() = 'a0$@0'", &[]).await.unwrap();
     client.execute("UPDATE t SET v = 5 WHERE id() = 'c0$@262144'", &[]).await.unwrap();
     client.batch_execute("COMMIT").await.unwrap();

@@ -133,7 +133,11 @@ pub enum EngineError {
     #[error("the transaction was aborted by the prepared-transaction timeout")]
     TxnAborted,
     /// A transaction went past one of its bounds.
-    #[error("transaction exceeds the limit of {max} {what}")]
+    #[error(
+        "transaction exceeds the limit of {max} {what}: split it into smaller statements or \
+         transactions (for example narrower WHERE conditions, or fewer VALUES rows; TRUNCATE \
+         empties a whole collection)"
+    )]
     TxnLimit {
         /// What was counted.
         what: &'static str,
@@ -141,8 +145,8 @@ pub enum EngineError {
         max: usize,
     },
     /// One commit would change (or, with writes beside them, check) more documents of one
-    /// fragment than one storage batch holds: a write statement or transaction changes at
-    /// most `TXN_FRAGMENT_OPS_MAX` documents of each fragment, atomically.
+    /// fragment than one storage batch holds: a write statement or transaction changes (and
+    /// checks) at most `TXN_FRAGMENT_OPS_MAX` documents of each fragment, atomically.
     #[error(
         "{ops} documents written or read on fragment {fragment} in one commit, the limit is \
          {max} per fragment: split the write into smaller statements or transactions (for \

@@ -11,12 +11,13 @@ pub const TXN_WRITES_MAX: usize = 65_536;
 pub const TXN_READS_MAX: usize = 262_144;
 
 /// Checks and writes of one transaction (or write statement) on one fragment it writes: one
-/// storage batch, one record (storage's own `RECORD_OPS_MAX`); past it the commit fails with
-/// 54000 (`EngineError::FragmentOpsLimit`) and changes nothing. Why not more: a participant's
-/// prepared writes are one PREPARE record, and splitting them over several records would need
-/// recovery to treat the records as one unit. A read-only transaction validates in slices of
-/// this size, and a read-only participant of a two-phase commit holds any number of checks.
-pub const TXN_FRAGMENT_OPS_MAX: usize = storage::limits::RECORD_OPS_MAX;
+/// storage batch (storage's own `BATCH_OPS_MAX`, which logs a batch past one record's 4,096
+/// operations or 2 MiB as several records of one transaction); past it the commit fails with
+/// 54000 (`EngineError::FragmentOpsLimit`) and changes nothing. As many as the transaction may
+/// write in all (`TXN_WRITES_MAX`), so a transaction's writes may all fall on one fragment.
+/// A read-only transaction validates in slices of this size, and a read-only participant of
+/// a two-phase commit holds any number of checks.
+pub const TXN_FRAGMENT_OPS_MAX: usize = storage::limits::BATCH_OPS_MAX;
 
 /// How long a transaction may stay prepared on a participant before the timeout resolves it
 /// from the coordinator's log (abort, recorded first, when no decision is there). Far above a

@@ -502,7 +502,7 @@ impl<'f> FragmentSource for OverlayReader<'f> {
 }
 
 /// A commit's batch on one fragment within `TXN_FRAGMENT_OPS_MAX`: a batch that writes is one
-/// storage record (a checks-only one is validated in slices, or held without a record), so
+/// storage batch (a checks-only one is validated in slices, or held without a record), so
 /// past the limit the commit is refused before anything is written, saying what to do.
 pub fn within_fragment_limit(fragment: FragmentId, batch: &WriteBatch) -> Result<(), EngineError> {
     if batch.writes() > 0 && batch.len() > TXN_FRAGMENT_OPS_MAX {

@@ -2,7 +2,8 @@
 //! (DROP TABLE then removes the collection's sharding configuration).
 //!
 //! One atomic write may change at most `TXN_FRAGMENT_OPS_MAX` documents of a fragment (one
-//! storage record), so a collection larger than that cannot go in one DELETE. TRUNCATE runs
+//! storage batch) and `TXN_WRITES_MAX` in all, so a collection larger than that cannot go in
+//! one DELETE. TRUNCATE runs
 //! DELETEs without a filter that stop after [`round_cap`] documents per fragment, each an
 //! ordinary autocommit write (atomic across fragments, two-phase commit, forwarded on a
 //! cluster as the text `TRUNCATE "c"`, which the owner plans into the same round), until a
@@ -21,7 +22,7 @@ use crate::engine::limits::{TXN_FRAGMENT_OPS_MAX, TXN_WRITES_MAX};
 use crate::pg::{CommandTag, Notice, RowSink};
 
 /// Most documents one round deletes per fragment, for a map of `fragments`: one storage
-/// record per fragment, and all of them together within one transaction's write bound.
+/// batch per fragment, and all of them together within one transaction's write bound.
 pub(super) fn round_cap(fragments: usize) -> usize {
     TXN_FRAGMENT_OPS_MAX.min(TXN_WRITES_MAX / fragments.max(1)).max(1)
 }
@@ -138,7 +139,7 @@ impl Session {
 mod tests {
     use super::*;
 
-    // Checks a round stays within one record per fragment and one transaction's writes.
+    // Checks a round stays within one batch per fragment and one transaction's writes.
     #[test]
     fn unit_round_cap_fits_both_bounds() {
         for fragments in [0, 1, 2, 8, 16, 17, 4_096, 100_000] {
@@ -146,6 +147,6 @@ mod tests {
             assert!((1..=TXN_FRAGMENT_OPS_MAX).contains(&cap), "{fragments}: {cap}");
             assert!(cap * fragments.max(1) <= TXN_WRITES_MAX.max(fragments), "{fragments}: {cap}");
         }
-        assert_eq!(round_cap(8), TXN_FRAGMENT_OPS_MAX);
+        assert_eq!(round_cap(1), TXN_FRAGMENT_OPS_MAX);
     }
 }
