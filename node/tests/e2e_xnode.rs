@@ -268,6 +268,35 @@ async fn e2e_xnode_transfer_commits_atomically_and_conflicts() {
         assert_eq!(streamed.len(), 4);
     }
 
+    // A block whose writes to node 2's fragments outgrow one request (8 MiB: about 9 MiB of
+    // documents, sent with the statement that passes the bound, or at COMMIT) fails with 54000
+    // saying so, and changes nothing.
+    let shard = router::shard_of(&a).unwrap().shard().unwrap().get();
+    let pad = "p".repeat(1000);
+    client.batch_execute("BEGIN").await.unwrap();
+    let mut refused = None;
+    for part in 0..10 {
+        let rows: Vec<String> = (part * 900..(part + 1) * 900)
+            .map(|i| format!(r#"('big{i}$@{shard}', '{{"pad":"{pad}"}}')"#))
+            .collect();
+        let sql = format!("INSERT INTO accounts VALUES {}", rows.join(", "));
+        if let Err(e) = client.batch_execute(&sql).await {
+            refused = Some(e);
+            break;
+        }
+    }
+    let err = match refused {
+        Some(e) => e,
+        None => client.batch_execute("COMMIT").await.unwrap_err(),
+    };
+    assert_eq!(support::sqlstate(&err), "54000", "{err:?}");
+    let message = err.as_db_error().unwrap().message().to_owned();
+    assert!(message.contains("the request to node 2 would be"), "{message}");
+    assert!(message.contains("split the transaction"), "{message}");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    let row = client.query_one("SELECT count(*) FROM accounts", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 4, "nothing of the refused block was written");
+
     drop((client, other));
     for n in [&mut first, &mut second, &mut third] {
         n.stop();

@@ -872,7 +872,11 @@ struct DataConn {
 impl DataConn {
     async fn send(&mut self, message: &DataMessage) -> Result<(), String> {
         let frame = encode_data_frame(message).map_err(|e| e.to_string())?;
-        self.stream.write_all(&frame).await.map_err(|e| format!("send: {e}"))
+        self.send_frame(&frame).await
+    }
+
+    async fn send_frame(&mut self, frame: &[u8]) -> Result<(), String> {
+        self.stream.write_all(frame).await.map_err(|e| format!("send: {e}"))
     }
 
     /// Reads one frame: the header's length is checked before the body is waited for.
@@ -971,9 +975,15 @@ async fn dial(node: u32) -> Result<DataConn, RegionError> {
 
 /// Sends `request` to `node` and returns its answer. A pooled connection that fails before
 /// anything was received is replaced by a new one once for a read (`retry_safe`); a write is
-/// never sent twice.
+/// never sent twice. A request too large for one frame is refused before any connection is
+/// used (`RegionError::RequestTooLarge`).
 pub async fn call(node: u32, request: Request, retry_safe: bool) -> Result<Reply, RegionError> {
-    let message = DataMessage::Request(request);
+    let message = encode_data_frame(&DataMessage::Request(request)).map_err(|e| match e {
+        WireError::Encode { len, .. } if len > PEER_FRAME_BYTES_MAX as usize => {
+            RegionError::RequestTooLarge { node, bytes: len, max: PEER_FRAME_BYTES_MAX as usize }
+        }
+        other => RegionError::Forward { node, reason: other.to_string() },
+    })?;
     let pooled = POOL.with(|p| {
         let mut p = p.borrow_mut();
         let list = p.entry(node).or_default();
@@ -1024,8 +1034,8 @@ fn quiet(stream: &TcpStream) -> bool {
     ready == 0
 }
 
-async fn exchange(conn: &mut DataConn, message: &DataMessage) -> Result<Reply, String> {
-    conn.send(message).await?;
+async fn exchange(conn: &mut DataConn, frame: &[u8]) -> Result<Reply, String> {
+    conn.send_frame(frame).await?;
     match conn.receive().await? {
         DataMessage::Reply(r) => Ok(r),
         other => Err(format!("owner answered {} to a request", other.kind())),
@@ -1257,6 +1267,34 @@ mod tests {
                     std::thread::yield_now();
                 }
                 assert!(closed, "a closed connection must not look quiet");
+            },
+        )
+        .unwrap();
+    }
+
+    // Checks a request larger than one frame is refused as a limit (54000 by its error), before
+    // any connection: node 4094 is known to nobody, so a dial would fail otherwise.
+    #[test]
+    fn unit_oversize_request_is_refused_before_dialing() {
+        storage::park::run_watched(
+            "forward-test",
+            glommio::LocalExecutorBuilder::default,
+            || async {
+                let request = Request {
+                    epoch: 1,
+                    catalog: 0,
+                    sql: "x".repeat(PEER_FRAME_BYTES_MAX as usize),
+                    index: 0,
+                    params: Vec::new(),
+                    share: Share::Select { targets: Vec::new() },
+                };
+                match call(4094, request, true).await {
+                    Err(RegionError::RequestTooLarge { node: 4094, bytes, max }) => {
+                        assert!(bytes > max, "{bytes} <= {max}");
+                        assert_eq!(max, PEER_FRAME_BYTES_MAX as usize);
+                    }
+                    other => panic!("expected RequestTooLarge, got {other:?}"),
+                }
             },
         )
         .unwrap();

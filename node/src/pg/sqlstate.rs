@@ -240,6 +240,7 @@ fn region_state(error: &crate::cluster::region::RegionError) -> SqlState {
     use crate::cluster::region::RegionError as R;
     match error {
         R::BufferFull { .. } => SqlState::CONFIGURATION_LIMIT_EXCEEDED,
+        R::RequestTooLarge { .. } => SqlState::PROGRAM_LIMIT_EXCEEDED,
         R::CrossNode { .. } => SqlState::FEATURE_NOT_SUPPORTED,
         R::WaitExpired { .. } | R::MapChurn { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
         R::Forward { .. } | R::UnknownNode { .. } => SqlState::CONNECTION_FAILURE,
