@@ -1122,19 +1122,21 @@ impl Fragment {
                 }
                 Kind::Autocommit => {
                     let State { queue, pending, txns, .. } = &mut *st;
-                    let queued = match queue.back().map(|p| &p.effect) {
-                        Some(Effect::Ops(metas)) => Some(metas.iter().collect::<Vec<_>>()),
-                        Some(Effect::Commit(txid)) => txns.get_mut(txid).map(|txn| {
-                            // Its Commit record is queued: no commit or abort may follow.
-                            txn.finishing = true;
-                            txn.ops().collect()
-                        }),
-                        _ => None,
+                    let pend = |m: &OpMeta| {
+                        (m.lk.clone(), PendingWrite::new(m.put.then_some(m.version), m.shard))
                     };
                     // In batch order: a document written twice keeps its last write.
-                    pending.extend(queued.into_iter().flatten().map(|m| {
-                        (m.lk.clone(), PendingWrite::new(m.put.then_some(m.version), m.shard))
-                    }));
+                    match queue.back().map(|p| &p.effect) {
+                        Some(Effect::Ops(metas)) => pending.extend(metas.iter().map(pend)),
+                        Some(Effect::Commit(txid)) => {
+                            if let Some(txn) = txns.get_mut(txid) {
+                                // Its Commit record is queued: no commit or abort may follow.
+                                txn.finishing = true;
+                                pending.extend(txn.ops().map(pend));
+                            }
+                        }
+                        _ => {}
+                    }
                 }
             }
             done
