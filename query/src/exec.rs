@@ -175,20 +175,27 @@ impl Collected {
     }
 }
 
-fn datum_bytes(d: &Datum) -> usize {
-    const NODE: usize = 16;
-    fn json(v: &serde_json::Value) -> usize {
-        NODE + match v {
+/// Bytes one value counts for in the memory limits: 16 per value plus its strings and member
+/// names. Roughly what it holds, and cheap.
+const VALUE_BYTES: usize = 16;
+
+/// Roughly the bytes a JSON value holds (see [`VALUE_BYTES`]): what the memory limits of
+/// aggregates and of a transaction's buffered writes count.
+pub fn json_bytes(v: &serde_json::Value) -> usize {
+    VALUE_BYTES
+        + match v {
             serde_json::Value::String(s) => s.len(),
-            serde_json::Value::Array(items) => items.iter().map(json).sum(),
-            serde_json::Value::Object(m) => m.iter().map(|(k, v)| k.len() + json(v)).sum(),
+            serde_json::Value::Array(items) => items.iter().map(json_bytes).sum(),
+            serde_json::Value::Object(m) => m.iter().map(|(k, v)| k.len() + json_bytes(v)).sum(),
             _ => 0,
         }
-    }
+}
+
+fn datum_bytes(d: &Datum) -> usize {
     match d {
-        Datum::Text(t) => NODE + t.len(),
-        Datum::Json(v) => json(v),
-        _ => NODE,
+        Datum::Text(t) => VALUE_BYTES + t.len(),
+        Datum::Json(v) => json_bytes(v),
+        _ => VALUE_BYTES,
     }
 }
 

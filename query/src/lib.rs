@@ -65,7 +65,7 @@ pub use error::{ExecError, ExecErrorCategory, PlanError, PlanErrorCategory};
 pub use exec::{
     Collected, DocVersion, FragmentSource, Partial, PlacedDocument, ResultSet, SourceDoc,
     VerifyPartial, WriteIntent, WritePartial, execute_constant, execute_delete, execute_insert,
-    execute_select, execute_update, execute_verify_sharding, merge,
+    execute_select, execute_update, execute_verify_sharding, json_bytes, merge,
 };
 pub use explain::{FragmentAnalysis, explain, explain_columns};
 pub use plan::{CollectionName, OutputColumn, Statement};

@@ -6,6 +6,15 @@ use std::time::Duration;
 /// copy of the new document in memory; past this the statement fails with 54000.
 pub const TXN_WRITES_MAX: usize = 65_536;
 
+/// Documents one transaction may buffer, in bytes as `query::json_bytes` counts them (its
+/// strings and member names, 16 per value; a rewritten document counts once, as last
+/// written): each is held in the session until COMMIT, so past this the statement fails with
+/// 54000 instead of the node's memory filling. The same as one fragment's storage batch
+/// (`storage::limits::BATCH_BYTES_MAX`), which counts about alike.
+pub const TXN_WRITE_BYTES_MAX: usize = 256 << 20;
+
+const _: () = assert!(TXN_WRITE_BYTES_MAX == storage::limits::BATCH_BYTES_MAX);
+
 /// Read versions one transaction may record (every document a point read or a scan returned,
 /// validated at COMMIT). Past this the statement fails with 54000.
 pub const TXN_READS_MAX: usize = 262_144;

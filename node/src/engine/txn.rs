@@ -31,7 +31,7 @@ use router::{FragmentId, ShardId, ShardRange};
 use storage::{ArchivedJsonValue, Version, WriteBatch};
 
 use super::error::EngineError;
-use super::limits::{TXN_FRAGMENT_OPS_MAX, TXN_READS_MAX, TXN_WRITES_MAX};
+use super::limits::{TXN_FRAGMENT_OPS_MAX, TXN_READS_MAX, TXN_WRITE_BYTES_MAX, TXN_WRITES_MAX};
 use super::reader::FragmentReader;
 
 /// The version an overlay reports for a document buffered by the transaction itself; an
@@ -119,12 +119,21 @@ pub struct Txn {
     pub fragments: BTreeMap<FragmentId, FragmentTxn>,
     reads: usize,
     writes: usize,
+    /// `query::json_bytes` of every buffered document (`TXN_WRITE_BYTES_MAX`).
+    write_bytes: usize,
 }
 
 impl Txn {
     /// An empty transaction.
     pub fn new(number: u64) -> Txn {
-        Txn { number, started: Instant::now(), fragments: BTreeMap::new(), reads: 0, writes: 0 }
+        Txn {
+            number,
+            started: Instant::now(),
+            fragments: BTreeMap::new(),
+            reads: 0,
+            writes: 0,
+            write_bytes: 0,
+        }
     }
 
     /// The buffer of `fragment` to ship with a statement (empty when untouched).
@@ -181,9 +190,12 @@ impl Txn {
                 }
             };
             let key = (collection.to_owned(), storage::doc_key(&id).into_owned());
+            let bytes = doc.as_ref().map_or(0, query::json_bytes);
             match writes.docs.get_mut(&key) {
                 Some(entry) => {
                     // Already buffered: the base stays the storage version first seen.
+                    let before = entry.doc.as_ref().map_or(0, query::json_bytes);
+                    self.write_bytes = held_bytes(self.write_bytes.saturating_sub(before), bytes)?;
                     entry.doc = doc;
                     entry.id = id;
                 }
@@ -194,6 +206,7 @@ impl Txn {
                             max: TXN_WRITES_MAX,
                         });
                     }
+                    self.write_bytes = held_bytes(self.write_bytes, bytes)?;
                     self.writes += 1;
                     let base = match (first_reads.get(&key), read) {
                         (_, Some(v)) if v == BUFFERED_VERSION => {
@@ -501,6 +514,19 @@ impl<'f> FragmentSource for OverlayReader<'f> {
     }
 }
 
+/// The bytes a transaction's buffer holds after adding a document of `bytes` to `held`, or
+/// the limit error past `TXN_WRITE_BYTES_MAX`.
+fn held_bytes(held: usize, bytes: usize) -> Result<usize, EngineError> {
+    let total = held.saturating_add(bytes);
+    if total > TXN_WRITE_BYTES_MAX {
+        return Err(EngineError::TxnLimit {
+            what: "bytes of documents written",
+            max: TXN_WRITE_BYTES_MAX,
+        });
+    }
+    Ok(total)
+}
+
 /// A commit's batch on one fragment within `TXN_FRAGMENT_OPS_MAX`: a batch that writes is one
 /// storage batch (a checks-only one is validated in slices, or held without a record), so
 /// past the limit the commit is refused before anything is written, saying what to do.
@@ -636,6 +662,36 @@ mod tests {
         assert!(matches!(e, Err(EngineError::TxnLimit { max: TXN_WRITES_MAX, .. })), "{e:?}");
         t.absorb(f, "c", Reads::default(), vec![put("d0", Some(BUFFERED_VERSION), 1)])
             .expect("rewriting a buffered document needs no room");
+    }
+
+    // Checks the byte bound: documents past TXN_WRITE_BYTES_MAX in all fail the statement with
+    // a limit error naming it; a rewritten document counts once, as last written, so shrinking
+    // one makes room again.
+    #[test]
+    fn unit_write_buffer_bytes_are_bounded() {
+        let mut t = Txn::new(1);
+        let f = FragmentId::new(0);
+        let big = |id: &str, read: Option<DocVersion>, len: usize| WriteIntent::Put {
+            id: id.into(),
+            shard: shard(),
+            version_read: read,
+            doc: serde_json::json!({ "s": "x".repeat(len) }),
+        };
+        let each = TXN_WRITE_BYTES_MAX / 8;
+        for i in 0..7 {
+            t.absorb(f, "c", Reads::default(), vec![big(&format!("d{i}"), None, each)])
+                .expect("fits");
+        }
+        let e = t.absorb(f, "c", Reads::default(), vec![big("d7", None, each)]);
+        assert!(
+            matches!(e, Err(EngineError::TxnLimit { what: "bytes of documents written", .. })),
+            "{e:?}"
+        );
+        t.absorb(f, "c", Reads::default(), vec![big("d0", Some(BUFFERED_VERSION), each)])
+            .expect("rewriting a document at the same size");
+        t.absorb(f, "c", Reads::default(), vec![big("d0", Some(BUFFERED_VERSION), 10)])
+            .expect("shrinking it");
+        t.absorb(f, "c", Reads::default(), vec![big("d7", None, each)]).expect("the room it left");
     }
 
     // Checks the lost-update case: a block reads a document at version 5, another session
