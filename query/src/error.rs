@@ -194,6 +194,20 @@ pub enum ExecError {
         /// The limit.
         limit: usize,
     },
+    /// One write statement would change more on one fragment than one transaction may write
+    /// ([`crate::limits::WRITE_DOCS_MAX`], [`crate::limits::WRITE_BYTES_MAX`]): the scan stops
+    /// there instead of holding every match.
+    #[error(
+        "a write statement changes more than {limit} {what} on one fragment: split it into \
+         smaller statements (for example narrower WHERE conditions; TRUNCATE empties a whole \
+         collection)"
+    )]
+    WriteTooLarge {
+        /// What was counted (`documents`, `bytes of new documents`).
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
     /// A function was given an argument outside its domain (`substr` with a negative length).
     #[error("invalid argument to {function}: {reason}")]
     InvalidArgument {
@@ -252,7 +266,9 @@ impl ExecError {
             ExecError::InvalidDocument { .. }
             | ExecError::PathConflict { .. }
             | ExecError::DocumentTooDeep { .. } => ExecErrorCategory::InvalidDocument,
-            ExecError::LimitExceeded { .. } => ExecErrorCategory::LimitExceeded,
+            ExecError::LimitExceeded { .. } | ExecError::WriteTooLarge { .. } => {
+                ExecErrorCategory::LimitExceeded
+            }
             ExecError::InvalidArgument { .. } => ExecErrorCategory::InvalidArgument,
             ExecError::PartialMismatch { .. } | ExecError::WrongStatement { .. } => {
                 ExecErrorCategory::Internal

@@ -18,7 +18,10 @@ use crate::error::ExecError;
 use crate::expr::{
     BinaryOp, Expr, FieldPath, Literal, Row, Value, cast, doc_to_json, eval, matches,
 };
-use crate::limits::{AGGREGATED_BYTES_MAX, DISTINCT_VALUES_MAX, GROUPS_MAX, RESULT_ROWS_MAX};
+use crate::limits::{
+    AGGREGATED_BYTES_MAX, DISTINCT_VALUES_MAX, GROUPS_MAX, RESULT_ROWS_MAX, WRITE_BYTES_MAX,
+    WRITE_DOCS_MAX,
+};
 use crate::plan::{
     Aggregate, AggregateFunc, Assignment, CollectionName, Count, Delete, Insert, InsertBody,
     OnConflict, OrderKey, OrderTarget, Output, OutputColumn, Select, SelectShape, Update,
@@ -1051,6 +1054,8 @@ pub struct WritePartial {
     pub returning: Vec<Vec<Datum>>,
     /// Documents read.
     pub rows_scanned: u64,
+    /// [`json_bytes`] of the intents' new documents ([`WRITE_BYTES_MAX`]).
+    pub doc_bytes: usize,
 }
 
 impl WritePartial {
@@ -1059,17 +1064,30 @@ impl WritePartial {
         self.intents.len()
     }
 
-    /// Adds one write intent of an UPDATE or DELETE scan, refusing to grow past
-    /// `RESULT_ROWS_MAX` (the partial crosses executors in memory).
+    /// Adds one write intent of an UPDATE or DELETE scan (see [`WritePartial::add`]).
     fn push_intent(&mut self, intent: WriteIntent) -> Result<ControlFlow<()>, ExecError> {
-        self.intents.push(intent);
-        if self.intents.len() > RESULT_ROWS_MAX {
-            return Err(ExecError::LimitExceeded {
-                what: "rows in one result",
-                limit: RESULT_ROWS_MAX,
-            });
-        }
+        self.add(intent)?;
         Ok(ControlFlow::Continue(()))
+    }
+
+    /// Adds one write intent, refusing to grow past what one transaction may write
+    /// ([`WRITE_DOCS_MAX`] documents, [`WRITE_BYTES_MAX`] bytes of new documents): an UPDATE or
+    /// DELETE scan stops at the first intent past either.
+    fn add(&mut self, intent: WriteIntent) -> Result<(), ExecError> {
+        if self.intents.len() >= WRITE_DOCS_MAX {
+            return Err(ExecError::WriteTooLarge { what: "documents", limit: WRITE_DOCS_MAX });
+        }
+        if let WriteIntent::Put { doc, .. } = &intent {
+            self.doc_bytes = self.doc_bytes.saturating_add(json_bytes(doc));
+            if self.doc_bytes > WRITE_BYTES_MAX {
+                return Err(ExecError::WriteTooLarge {
+                    what: "bytes of new documents",
+                    limit: WRITE_BYTES_MAX,
+                });
+            }
+        }
+        self.intents.push(intent);
+        Ok(())
     }
 }
 
@@ -1326,7 +1344,7 @@ pub fn execute_insert<'s, S: FragmentSource>(
             {
                 out.returning.push(returning_row(&insert.returning, id, doc)?);
             }
-            out.intents.push(intent);
+            out.add(intent)?;
         }
     }
     Ok(out)

@@ -37,6 +37,17 @@ pub const PARAMS_MAX: usize = i16::MAX as usize;
 /// Most rows in one `INSERT … VALUES`: each becomes an owned document and a write intent.
 pub const INSERT_ROWS_MAX: usize = 10_000;
 
+/// Most documents one INSERT, UPDATE or DELETE changes on one fragment (its share's write
+/// intents): as many as one transaction may write (the node's `TXN_WRITES_MAX`), so an UPDATE
+/// or DELETE matching more stops its scan there (`ExecError::WriteTooLarge`) instead of
+/// holding every match.
+pub const WRITE_DOCS_MAX: usize = 65_536;
+
+/// Bytes of the new documents one write statement holds for one fragment, as
+/// [`crate::json_bytes`] counts them: what one transaction may buffer (the node's
+/// `TXN_WRITE_BYTES_MAX`).
+pub const WRITE_BYTES_MAX: usize = 256 << 20;
+
 /// Most elements in one `IN (…)` list.
 pub const IN_LIST_MAX: usize = 10_000;
 

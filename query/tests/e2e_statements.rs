@@ -1640,3 +1640,39 @@ fn collecting_aggregates_refuse() {
     });
     assert!(failed, "a NULL key is refused");
 }
+
+// Checks a write statement stops at what one transaction may write: an UPDATE and a DELETE
+// matching one document more than WRITE_DOCS_MAX on one fragment, and an UPDATE whose new
+// documents pass WRITE_BYTES_MAX, fail with WriteTooLarge (54000) naming the bound, instead
+// of holding every match; at the bounds they succeed.
+#[test]
+fn write_statements_stop_at_the_transaction_bounds() {
+    use query::limits::{WRITE_BYTES_MAX, WRITE_DOCS_MAX};
+    let mut f = MemFragment::default();
+    for n in 0..=WRITE_DOCS_MAX {
+        f.put("c", &format!("c/{n}"), json!({"n": n}));
+    }
+    let update = |sql: &str| {
+        let Statement::Update(up) = bind(&one(sql), &[]).expect("binds") else { panic!() };
+        execute_update(&up, &f, &[router::ShardRange::ALL])
+    };
+    let e = update("UPDATE c SET m = 1").unwrap_err();
+    assert_eq!(e, ExecError::WriteTooLarge { what: "documents", limit: WRITE_DOCS_MAX });
+    assert_eq!(e.category(), query::ExecErrorCategory::LimitExceeded);
+    assert!(e.to_string().contains("split it into smaller statements"), "{e}");
+    let Statement::Delete(del) = bind(&one("DELETE FROM c"), &[]).expect("binds") else { panic!() };
+    let e = execute_delete(&del, &f, &[router::ShardRange::ALL]).unwrap_err();
+    assert_eq!(e, ExecError::WriteTooLarge { what: "documents", limit: WRITE_DOCS_MAX });
+    let out =
+        update(&format!("UPDATE c SET m = 1 WHERE n < {WRITE_DOCS_MAX}")).expect("at the bound");
+    assert_eq!(out.intents.len(), WRITE_DOCS_MAX);
+    // About 1 MB per new document: the bytes bound falls after about 256 of them.
+    let big = "b".repeat(1_000_000);
+    let e = update(&format!("UPDATE c SET s = '{big}' WHERE n < 300")).unwrap_err();
+    assert_eq!(
+        e,
+        ExecError::WriteTooLarge { what: "bytes of new documents", limit: WRITE_BYTES_MAX }
+    );
+    let out = update(&format!("UPDATE c SET s = '{big}' WHERE n < 200")).expect("within bytes");
+    assert!(out.doc_bytes > 200_000_000 && out.doc_bytes <= WRITE_BYTES_MAX, "{}", out.doc_bytes);
+}

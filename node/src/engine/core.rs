@@ -609,7 +609,7 @@ impl Core {
             let started = Instant::now();
             let (returning, rows_scanned, affected, batch) = {
                 let reader = FragmentReader::new(&fragment);
-                let WritePartial { intents, returning, rows_scanned } = run(&reader)?;
+                let WritePartial { intents, returning, rows_scanned, .. } = run(&reader)?;
                 let affected = intents.len() as u64;
                 (returning, rows_scanned, affected, batch_of(collection.as_str(), intents, rules)?)
             };

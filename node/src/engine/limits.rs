@@ -14,6 +14,9 @@ pub const TXN_WRITES_MAX: usize = 65_536;
 pub const TXN_WRITE_BYTES_MAX: usize = 256 << 20;
 
 const _: () = assert!(TXN_WRITE_BYTES_MAX == storage::limits::BATCH_BYTES_MAX);
+// A write statement's share stops where a transaction's writes would (query's own bounds).
+const _: () = assert!(TXN_WRITE_BYTES_MAX == query::limits::WRITE_BYTES_MAX);
+const _: () = assert!(TXN_WRITES_MAX == query::limits::WRITE_DOCS_MAX);
 
 /// Read versions one transaction may record (every document a point read or a scan returned,
 /// validated at COMMIT). Past this the statement fails with 54000.
