@@ -16,22 +16,12 @@ bin=$1
 docs=${BIGTXN_DOCS:-50000}
 rounds=${BIGTXN_ROUNDS:-3}
 out=${BENCH_RESULTS:-bench/results/bigtxn-$(date -u +%Y-%m-%dT%H%M%SZ)}
-work=$(mktemp -d /tmp/bench-bigtxn.XXXXXX)
-chmod 755 "$work"   # as root, PostgreSQL runs as the postgres user and must enter it
-node_pid=
-cleanup() {
-  [ -z "$node_pid" ] || { kill -TERM "$node_pid" 2>/dev/null || true; wait "$node_pid" 2>/dev/null || true; }
-  scripts/pg-local.sh stop "$work/pg" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+name=bench-bigtxn
+# shellcheck source=scripts/bench-servers.sh
+. scripts/bench-servers.sh
 scripts/install-deps.sh postgres >/dev/null
 pg_url=$(scripts/pg-local.sh start "$work/pg")
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-"$bin" serve --listen "127.0.0.1:$port" --metrics-listen "" --data-dir "$work/tessera" >/dev/null 2>"$work/tessera.log" &
-node_pid=$!
-for _ in $(seq 1 600); do grep -q 'ready: listening on' "$work/tessera.log" && break; sleep 0.1; done
-grep -q 'ready: listening on' "$work/tessera.log" || { tail -n 20 "$work/tessera.log" >&2; exit 1; }
+start_tessera "$bin" >/dev/null
 tessera_url="postgres://bench@127.0.0.1:$port/tessera?sslmode=disable"
 
 # The transaction, the same text for both.
