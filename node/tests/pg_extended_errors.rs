@@ -134,13 +134,22 @@ fn extended_batch_is_one_implicit_transaction() {
     assert_eq!(error_codes(&reply), vec!["40001"]);
     assert_eq!(implicit_ends(&mut s), "ok,failed,ok");
 
-    // The Sync not there yet: the Execute's answer comes, and its Sync ends the transaction.
-    s.write_all(&insert().concat()).unwrap();
+    // A Flush and no Sync yet: the client wants the Execute's answer first, so it runs in a
+    // transaction its Sync ends.
+    s.write_all(&[insert().concat(), frame(b'H', b"")].concat()).unwrap();
     let first = pg_support::raw::read_message(&mut s).map(|m| m.0);
     let second = pg_support::raw::read_message(&mut s).map(|m| m.0);
     assert_eq!((first, second), (Some(b'2'), Some(b'C')));
     s.write_all(&sync()).unwrap();
     assert_eq!(tags(&read_until_ready(&mut s)), "Z");
     assert_eq!(implicit_ends(&mut s), "ok,failed,ok,ok");
+
+    // The Sync split from its Execute (here inside its header, in two writes): the server
+    // reads on until it knows, and the Execute stands alone.
+    let sync = sync();
+    s.write_all(&[insert().concat(), sync[..3].to_vec()].concat()).unwrap();
+    s.write_all(&sync[3..]).unwrap();
+    assert_eq!(tags(&read_until_ready(&mut s)), "2CZ");
+    assert_eq!(implicit_ends(&mut s), "ok,failed,ok,ok", "no transaction around a lone Execute");
     pg_support::assert_no_warnings();
 }

@@ -37,12 +37,12 @@ use crate::pg::engine::{
 };
 use crate::pg::error::{Notice, PgError, ServeError};
 use crate::pg::frame::{
-    Frame, FrameError, FrontendMessage, StartupRequest, Target, decode_message,
-    decode_sasl_initial, decode_startup, split_frame, split_startup, sync_follows_alone,
+    AfterExecute, Frame, FrameError, FrontendMessage, StartupRequest, Target, after_execute,
+    decode_message, decode_sasl_initial, decode_startup, split_frame, split_startup,
 };
 use crate::pg::limits::{
-    PG_BIND_PARAMETERS_MAX, PG_PORTALS_MAX, PG_PREPARED_STATEMENTS_MAX, PG_READ_CHUNK_BYTES,
-    PG_RESULT_BYTES_MAX, PG_RESULT_FLUSH_BYTES, PG_WRITE_BUFFER_BYTES,
+    PG_BIND_PARAMETERS_MAX, PG_MESSAGE_BYTES_MAX, PG_PORTALS_MAX, PG_PREPARED_STATEMENTS_MAX,
+    PG_READ_CHUNK_BYTES, PG_RESULT_BYTES_MAX, PG_RESULT_FLUSH_BYTES, PG_WRITE_BUFFER_BYTES,
 };
 use crate::pg::scram::{SCRAM_SHA_256, ScramError, ScramExchange, random_nonce};
 use crate::pg::server::{PgAuth, PgConfig, PgRegistry, SessionSlot};
@@ -504,12 +504,12 @@ impl<E: Engine> Conn<E> {
             FrontendMessage::Execute { portal, max_rows } => {
                 self.in_extended = true;
                 // As in PostgreSQL, the Executes before one Sync are one transaction. An
-                // Execute whose Sync already follows with no other Execute between stands
-                // alone (the common case: the autocommit path); otherwise, or when the Sync
-                // has not arrived yet, the batch is an implicit block its Sync ends.
+                // Execute whose Sync follows with no other Execute between stands alone (the
+                // common case: the autocommit path); otherwise the batch is an implicit block
+                // its Sync ends.
                 if !self.implicit_batch
                     && self.engine.transaction_status() == TransactionStatus::Idle
-                    && !sync_follows_alone(&self.inbuf)
+                    && self.await_after_execute().await? != AfterExecute::SyncAlone
                 {
                     self.engine.begin_implicit();
                     self.implicit_batch = true;
@@ -531,6 +531,24 @@ impl<E: Engine> Conn<E> {
             self.after_error(true);
         }
         Ok(Next::Continue)
+    }
+
+    /// What follows an Execute outside a transaction ([`after_execute`]), reading more of the
+    /// client's bytes while they do not tell yet: a driver's Sync may arrive in a later TCP
+    /// segment than its Execute, and that Execute is still alone (an autocommit statement,
+    /// its conflicts retried inside). Nothing is owed to the client meanwhile: it gets
+    /// answers at its Sync or Flush (PostgreSQL sends nothing before either). Past
+    /// `PG_MESSAGE_BYTES_MAX` bytes still undecided, or at end of input, the batch goes on.
+    async fn await_after_execute(&mut self) -> Result<AfterExecute, ServeError> {
+        loop {
+            let after = after_execute(&self.inbuf);
+            if after != AfterExecute::Unknown || self.inbuf.len() > PG_MESSAGE_BYTES_MAX {
+                return Ok(after);
+            }
+            if !self.fill().await? {
+                return Ok(AfterExecute::More);
+            }
+        }
     }
 
     /// A message while the client sends COPY data, by PostgreSQL's rules: CopyData goes to the

@@ -206,24 +206,40 @@ pub fn split_frame(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
     Ok(Some(Frame { tag, body: frame.freeze() }))
 }
 
-/// Whether the frames already received after an Execute reach a Sync before any other
-/// Execute: the Execute is then alone in its batch. `false` when another Execute comes first
-/// or when no Sync has arrived yet (the batch may go on). Reads frame headers only.
-pub fn sync_follows_alone(buf: &[u8]) -> bool {
+/// What the frames already received after an Execute say about its batch
+/// ([`after_execute`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterExecute {
+    /// A Sync comes before any other Execute: the Execute is alone in its batch.
+    SyncAlone,
+    /// Another Execute (or a Query, Terminate or other message that is not Parse, Bind,
+    /// Describe, Close or Flush) comes first, or a Flush ends what was received: the client
+    /// goes on, or wants the answer, before its Sync.
+    More,
+    /// Neither yet: the bytes end (between frames or inside one) before anything decides.
+    Unknown,
+}
+
+/// Looks at the frames received after an Execute, by their headers only: Parse, Bind,
+/// Describe, Close and Flush are skipped by their length until a Sync, an Execute or another
+/// message decides; a bad length decides `More` (splitting the frame will fail).
+pub fn after_execute(buf: &[u8]) -> AfterExecute {
     let mut rest = buf;
+    let mut flush = false;
     while let Some(&[tag, l0, l1, l2, l3]) = rest.first_chunk::<5>() {
         match tag {
-            b'S' => return true,
-            b'E' => return false,
-            _ => {}
+            b'S' => return AfterExecute::SyncAlone,
+            b'H' => flush = true,
+            b'P' | b'B' | b'D' | b'C' => {}
+            _ => return AfterExecute::More,
         }
         let Ok(len) = usize::try_from(i32::from_be_bytes([l0, l1, l2, l3])) else {
-            return false;
+            return AfterExecute::More;
         };
-        let Some(next) = len.checked_add(1).and_then(|n| rest.get(n..)) else { return false };
+        let Some(next) = len.checked_add(1).and_then(|n| rest.get(n..)) else { break };
         rest = next;
     }
-    false
+    if flush { AfterExecute::More } else { AfterExecute::Unknown }
 }
 
 /// What Describe and Close refer to.
@@ -512,22 +528,29 @@ mod tests {
     use bytes::BufMut;
 
     // Checks the look-ahead after an Execute: a Sync before any other Execute means alone
-    // (other frames between are skipped by their length); another Execute first, no Sync yet,
-    // a partial header or a bad length mean not alone.
+    // (other frames between, a Flush included, are skipped by their length); another Execute
+    // or a Query first, a Flush ending the bytes, or a bad length mean more; no Sync yet, a
+    // partial header or a partial frame mean unknown.
     #[test]
-    fn unit_sync_follows_alone() {
+    fn unit_after_execute() {
+        use AfterExecute::{More, SyncAlone, Unknown};
         let sync = frame(b'S', b"");
         let execute = frame(b'E', b"\0\0\0\0\0");
         let close = frame(b'C', b"P\0");
-        assert!(sync_follows_alone(&sync));
-        assert!(sync_follows_alone(&[close.clone(), sync.clone()].concat()));
-        assert!(!sync_follows_alone(&[execute.clone(), sync.clone()].concat()));
-        assert!(!sync_follows_alone(&[close.clone(), execute, sync.clone()].concat()));
-        assert!(!sync_follows_alone(b""));
-        assert!(!sync_follows_alone(&close));
-        assert!(!sync_follows_alone(&sync[..3]));
-        assert!(!sync_follows_alone(&[b'C', 0xff, 0xff, 0xff, 0xff, b'S', 0, 0, 0, 4]));
-        assert!(!sync_follows_alone(&[b'C', 0, 0, 0, 40, b'S', 0, 0, 0, 4]));
+        let flush = frame(b'H', b"");
+        let query = frame(b'Q', b"select 1\0");
+        assert_eq!(after_execute(&sync), SyncAlone);
+        assert_eq!(after_execute(&[close.clone(), sync.clone()].concat()), SyncAlone);
+        assert_eq!(after_execute(&[flush.clone(), sync.clone()].concat()), SyncAlone);
+        assert_eq!(after_execute(&[execute.clone(), sync.clone()].concat()), More);
+        assert_eq!(after_execute(&[close.clone(), execute, sync.clone()].concat()), More);
+        assert_eq!(after_execute(&[query, sync.clone()].concat()), More);
+        assert_eq!(after_execute(&[close.clone(), flush].concat()), More);
+        assert_eq!(after_execute(&[b'C', 0xff, 0xff, 0xff, 0xff, b'S', 0, 0, 0, 4]), More);
+        assert_eq!(after_execute(b""), Unknown);
+        assert_eq!(after_execute(&close), Unknown);
+        assert_eq!(after_execute(&sync[..3]), Unknown);
+        assert_eq!(after_execute(&[b'C', 0, 0, 0, 40, b'S', 0, 0, 0, 4]), Unknown);
     }
 
     fn frame(tag: u8, body: &[u8]) -> BytesMut {

@@ -7,16 +7,17 @@
 use bytes::BytesMut;
 
 use crate::pg::frame::{
-    FrontendMessage, StartupRequest, decode_message, decode_sasl_initial, decode_startup,
-    split_frame, split_startup,
+    FrontendMessage, StartupRequest, after_execute, decode_message, decode_sasl_initial,
+    decode_startup, split_frame, split_startup,
 };
 use crate::pg::scram::{ScramCredentials, ScramExchange};
 
 /// Feeds `data` through the decoders in the order a connection uses them: startup packets
 /// (SSLRequest/GSSENCRequest may come first) until a StartupMessage, then regular frames until
 /// the bytes run out or a fatal framing error. Password ('p') bodies also go through the
-/// SASLInitialResponse decoder and the SCRAM server (client-first, then client-final).
-/// Returns how many packets decoded successfully.
+/// SASLInitialResponse decoder and the SCRAM server (client-first, then client-final); after
+/// an Execute the look-ahead at the bytes behind it (`after_execute`) runs as a connection
+/// runs it. Returns how many packets decoded successfully.
 pub fn frontend_bytes(data: &[u8]) -> usize {
     let mut buf = BytesMut::from(data);
     let mut decoded = 0;
@@ -40,6 +41,9 @@ pub fn frontend_bytes(data: &[u8]) -> usize {
     while let Ok(Some(frame)) = split_frame(&mut buf) {
         let Ok(message) = decode_message(frame) else { continue };
         decoded += 1;
+        if let FrontendMessage::Execute { .. } = message {
+            let _ = after_execute(&buf);
+        }
         if let FrontendMessage::Password { body } = message {
             match exchange.take() {
                 None => {
