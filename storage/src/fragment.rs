@@ -478,8 +478,11 @@ pub(crate) struct State {
     pub queue: VecDeque<Pending>,
     /// Frame bytes of the queue.
     pub queue_bytes: usize,
-    /// The frames of the queued records, back to back, in queue order (see `log::stage_frame`).
+    /// The frames of the queued records, back to back, in queue order (see `log::stage_frame`),
+    /// from `staged_head` on: the bytes before it went into chunks already.
     pub staged: rkyv::util::AlignedVec,
+    /// Bytes at the front of `staged` already copied into chunks (`log::take_staged`).
+    pub staged_head: usize,
     pub fatal: Option<String>,
     pub active: Option<Active>,
     /// Every segment, in log order, the active one last.

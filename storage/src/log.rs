@@ -536,6 +536,7 @@ fn fail(inner: &Inner, reason: String, batch: Vec<Pending>) {
         st.fatal = Some(reason.clone());
         st.queue_bytes = 0;
         st.staged = AlignedVec::new();
+        st.staged_head = 0;
         st.queue.drain(..).collect()
     };
     for p in batch.into_iter().chain(queued) {
@@ -614,8 +615,11 @@ async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
         pad.fill(0);
         // The staging buffer holds exactly the queue's frames; were it short, writing the chunk
         // would acknowledge bytes nobody serialized.
-        let staged_ok = st.staged.as_slice().get(..frames).map(|staged| f.copy_from_slice(staged));
-        take_staged(&mut st.staged, frames);
+        let from = st.staged_head;
+        let staged_ok =
+            st.staged.as_slice().get(from..from + frames).map(|staged| f.copy_from_slice(staged));
+        let State { staged, staged_head, .. } = &mut *st;
+        take_staged(staged, staged_head, frames);
         // Readable from memory once durable (the segment's staged copy; see `segment`).
         seg.stage_chunk(pos, buf.as_bytes());
         if let Some(active) = st.active.as_mut() {
@@ -694,10 +698,13 @@ fn complete(inner: &Rc<Inner>, flight: Flight, times: ChunkTimes, seen: std::tim
     }
 }
 
-/// Drops the first `frames` bytes of `staged` (frames just copied into a chunk).
-fn take_staged(staged: &mut AlignedVec, frames: usize) {
-    let rest = staged.len().saturating_sub(frames);
+/// Drops `frames` bytes at `head` of `staged` (frames just copied into a chunk).
+fn take_staged(staged: &mut AlignedVec, head: &mut usize, frames: usize) {
+    *head += frames;
+    let len = staged.len();
+    let rest = len.saturating_sub(*head);
     if rest == 0 {
+        *head = 0;
         if staged.capacity() > STAGED_KEEP_BYTES {
             // After a burst: give the memory back rather than hold it per fragment.
             *staged = AlignedVec::new();
@@ -706,11 +713,16 @@ fn take_staged(staged: &mut AlignedVec, frames: usize) {
         }
         return;
     }
-    // Records that did not fit in this chunk: move them to the front (rare: a full chunk or
-    // the end of a segment).
-    let len = staged.len();
-    staged.as_mut_slice().copy_within(frames..len, 0);
-    staged.resize(rest, 0);
+    // Records that did not fit in this chunk (a full chunk, the end of a segment, a batch of
+    // many records): they stay where they are until the bytes taken are at least as many as
+    // those left, then move to the front. Each byte moves about once however many chunks a
+    // large batch fills (moving the rest after every chunk made a 250 MB batch copy gigabytes).
+    // Frames are multiples of the record alignment, so the move keeps every frame aligned.
+    if *head >= rest {
+        staged.as_mut_slice().copy_within(*head..len, 0);
+        staged.resize(rest, 0);
+        *head = 0;
+    }
 }
 
 /// Seals the active segment and starts a new one. Called with the log lock held.
@@ -864,8 +876,10 @@ mod tests {
     use std::path::PathBuf;
     use std::rc::Rc;
 
+    use rkyv::util::AlignedVec;
     use router::{FragmentId, ShardId, ShardRange};
 
+    use super::take_staged;
     use crate::limits::{WAVE_SPLIT_CHUNK_MICROS_MAX, WAVE_SPLIT_RECORDS_MIN};
     use crate::{AppendError, CommitInfo, Fragment, FragmentOptions, WriteBatch};
 
@@ -960,6 +974,29 @@ mod tests {
     #[test]
     fn fast_chunks_split_a_wave() {
         assert!(wave_fdatasyncs(FAST_AND_BIG, 32, true) >= 2);
+    }
+
+    // Checks the staging buffer's front removal: taking frames chunk by chunk leaves exactly
+    // the bytes not taken yet from `head` on, the rest moves to the front only once the bytes
+    // taken are at least as many, and taking everything empties it.
+    #[test]
+    fn unit_take_staged_keeps_the_untaken_frames() {
+        let bytes: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+        let mut staged = AlignedVec::new();
+        staged.extend_from_slice(&bytes);
+        let mut head = 0;
+        let mut taken = 0;
+        for chunk in [64, 512, 1024, 8, 1488] {
+            take_staged(&mut staged, &mut head, chunk);
+            taken += chunk;
+            assert_eq!(&staged.as_slice()[head..], &bytes[taken..], "after {taken} bytes");
+            let rest = bytes.len() - taken;
+            assert!(head < rest || head == 0, "moved once the taken bytes reach the rest");
+        }
+        assert_eq!(head, 0, "2,048 taken of 4,096: the rest moved to the front");
+        take_staged(&mut staged, &mut head, 2048);
+        assert!(staged.is_empty());
+        assert_eq!(head, 0);
     }
 
     // The writer runs in a task queue of its own, after the round's other tasks: a record

@@ -125,6 +125,7 @@ pub(crate) fn empty_state() -> State {
         queue: VecDeque::new(),
         queue_bytes: 0,
         staged: rkyv::util::AlignedVec::new(),
+        staged_head: 0,
         fatal: None,
         active: None,
         segments: Vec::new(),
