@@ -894,9 +894,7 @@ impl Fragment {
         };
         let mut st = self.inner.st.borrow_mut();
         for lk in keys {
-            if st.locks.get(lk.as_str()) == Some(&txid) {
-                st.locks.remove(&lk);
-            }
+            crate::log::unlock_key(&mut st, &lk, txid);
         }
         unlock_ranges(&mut st, txid);
         true

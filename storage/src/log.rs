@@ -225,19 +225,11 @@ pub(crate) fn finish_prepared(st: &mut State, txid: TxId, commit: bool) {
     // compacted segment): nothing left to do.
     if let Some(txn) = st.txns.remove(&txid) {
         for m in txn.ops() {
-            if st.locks.get(&*m.lk) == Some(&txid) {
-                st.locks.remove(&*m.lk);
-            }
-            if let hash_map::Entry::Occupied(e) = st.pending.entry(m.lk.clone())
-                && e.get().version() == m.put.then_some(m.version)
-            {
-                e.remove();
-            }
+            unlock_key(st, &m.lk, txid);
+            settle_pending(st, m);
         }
         for k in &txn.read_locks {
-            if st.locks.get(k) == Some(&txid) {
-                st.locks.remove(k);
-            }
+            unlock_key(st, k, txid);
         }
         crate::fragment::unlock_ranges(st, txid);
         if commit {
@@ -247,6 +239,23 @@ pub(crate) fn finish_prepared(st: &mut State, txid: TxId, commit: bool) {
                 }
             }
         }
+    }
+}
+
+/// Releases the lock on `key` (`lock_key`) if `txid` holds it.
+pub(crate) fn unlock_key(st: &mut State, key: &str, txid: TxId) {
+    if st.locks.get(key) == Some(&txid) {
+        st.locks.remove(key);
+    }
+}
+
+/// Forgets the pending version of the durable write `m`, unless a later write of the document
+/// is queued (one probe).
+fn settle_pending(st: &mut State, m: &OpMeta) {
+    if let hash_map::Entry::Occupied(e) = st.pending.entry(m.lk.clone())
+        && e.get().version() == m.put.then_some(m.version)
+    {
+        e.remove();
     }
 }
 
@@ -665,12 +674,7 @@ fn complete(inner: &Rc<Inner>, flight: Flight, times: ChunkTimes, seen: std::tim
         apply_effect(&mut st, &p.effect, &seg, *span);
         if let Effect::Ops(metas) = &p.effect {
             for m in metas {
-                // One probe: the entry, removed if no later write of the document is queued.
-                if let hash_map::Entry::Occupied(e) = st.pending.entry(m.lk.clone())
-                    && e.get().version() == m.put.then_some(m.version)
-                {
-                    e.remove();
-                }
+                settle_pending(&mut st, m);
             }
         }
     }
