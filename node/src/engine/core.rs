@@ -784,8 +784,8 @@ impl Core {
         Ok(out)
     }
 
-    /// Applies one fragment's batch of a transaction (the fast path: one record, one
-    /// fdatasync; or checks only: nothing written). A conflict or a held document is 40001.
+    /// Applies one fragment's batch of a transaction (the fast path: one atomic batch,
+    /// one record unless it is large, one fdatasync; or checks only: nothing written). A conflict or a held document is 40001.
     pub async fn apply_txn(&self, id: FragmentId, batch: WriteBatch) -> Result<(), EngineError> {
         let fragment = self.fragment(id)?;
         if batch.writes() > 0 {

@@ -8,7 +8,7 @@
 //! Transactions: BEGIN opens a block whose statements run through the transaction's buffer
 //! (`txn`): reads see its own writes and record versions, writes are buffered. COMMIT turns
 //! the buffer into one storage batch per fragment: nothing to write validates the reads
-//! (checks only); one fragment applies its batch on its owner (one record, one fdatasync);
+//! (checks only); one fragment applies its batch on its owner (one atomic batch, one fdatasync);
 //! several fragments go through two-phase commit with the coordinator on executor 0. An
 //! autocommit write statement that touches one fragment runs there directly (evaluate and
 //! apply without an `.await` in between); one that touches several is a transaction of one

@@ -4,7 +4,7 @@
 //! session sends the block's statements and the empty transaction there in **one** mesh call.
 //! The owner evaluates each write through the transaction's buffer (`Core::txn_write`, as a
 //! share of an ordinary block statement does), absorbs it, and commits on the spot
-//! (`Core::commit_fragment`: the fast path, one record and one fdatasync), then answers with
+//! (`Core::commit_fragment`: the fast path, one atomic batch and one fdatasync), then answers with
 //! the transaction, each statement's outcome and the commit's. The wire layer then runs the
 //! statements one by one as always and each `execute` replays its recorded outcome.
 //!
