@@ -1,6 +1,6 @@
-//! Arbitrary bytes through the cluster data connection's frame decoder and the conversions of
-//! what it carries (`node::cluster::forward`). Must never panic or allocate beyond the frame
-//! limit. The seed corpus is replayed by node/tests/regression_data_frame_corpus.rs.
+//! Arbitrary bytes through the cluster data connection's frame decoder, its joining of
+//! pieces, and the conversions of what it carries (`node::cluster::forward`). Must never
+//! panic, or allocate beyond the frame limit per frame and the bytes given for pieces. The seed corpus is replayed by node/tests/regression_data_frame_corpus.rs.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

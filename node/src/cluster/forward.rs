@@ -40,8 +40,8 @@ use rkyv::rancor::Error as RkyvError;
 use rkyv::util::AlignedVec;
 
 use crate::cluster::limits::{
-    DATA_CONN_IDLE_MS, DATA_POOL_IDLE_MAX, FORWARD_TIMEOUT_MS, PEER_CONNECT_TIMEOUT_MS,
-    PEER_FRAME_BYTES_MAX, PEER_FRAME_HEADER_BYTES,
+    DATA_CONN_IDLE_MS, DATA_MESSAGE_BYTES_MAX, DATA_PIECE_BYTES, DATA_POOL_IDLE_MAX,
+    FORWARD_TIMEOUT_MS, PEER_CONNECT_TIMEOUT_MS, PEER_FRAME_BYTES_MAX, PEER_FRAME_HEADER_BYTES,
 };
 use crate::cluster::region::RegionError;
 use crate::cluster::wire::{self, Hello, PROTOCOL_VERSION, Peer, WireError};
@@ -459,6 +459,15 @@ pub enum DataMessage {
     Request(Request),
     /// Its answer.
     Reply(Reply),
+    /// A part of a message too large for one frame: consecutive bytes of that message's
+    /// archive, the last one with `last` (see [`encode_data_message`] and [`Assembler`]).
+    /// Last of the variants, so frames of every other kind decode as before it existed.
+    Piece {
+        /// The bytes.
+        bytes: Vec<u8>,
+        /// Whether this piece ends the message.
+        last: bool,
+    },
 }
 
 impl DataMessage {
@@ -468,6 +477,7 @@ impl DataMessage {
             DataMessage::Refused { .. } => "refused",
             DataMessage::Request(_) => "request",
             DataMessage::Reply(_) => "reply",
+            DataMessage::Piece { .. } => "piece",
         }
     }
 }
@@ -476,19 +486,97 @@ impl DataMessage {
 pub fn encode_data_frame(message: &DataMessage) -> Result<Vec<u8>, WireError> {
     let archive = rkyv::to_bytes::<RkyvError>(message)
         .map_err(|_| WireError::Encode { kind: message.kind(), len: 0 })?;
+    frame_of_archive(message.kind(), &archive)
+}
+
+fn frame_of_archive(kind: &'static str, archive: &[u8]) -> Result<Vec<u8>, WireError> {
     let body_len = VERSION_BYTES + archive.len();
     let len = u32::try_from(body_len)
         .ok()
         .filter(|l| *l <= PEER_FRAME_BYTES_MAX)
-        .ok_or(WireError::Encode { kind: message.kind(), len: body_len })?;
+        .ok_or(WireError::Encode { kind, len: body_len })?;
     let mut frame = Vec::with_capacity(PEER_FRAME_HEADER_BYTES + body_len);
     frame.extend_from_slice(&len.to_le_bytes());
     let mut body = Vec::with_capacity(body_len);
     body.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
-    body.extend_from_slice(&archive);
+    body.extend_from_slice(archive);
     frame.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
     frame.extend_from_slice(&body);
     Ok(frame)
+}
+
+/// Encodes `message` for the wire: one frame, or, when its archive is larger than a frame
+/// may carry, a run of [`DataMessage::Piece`] frames of [`DATA_PIECE_BYTES`] of it each.
+/// Refuses a message whose archive passes [`DATA_MESSAGE_BYTES_MAX`] (`WireError::Encode`
+/// with its length).
+pub fn encode_data_message(message: &DataMessage) -> Result<Vec<u8>, WireError> {
+    encode_data_message_in(message, DATA_MESSAGE_BYTES_MAX)
+}
+
+fn encode_data_message_in(message: &DataMessage, max: usize) -> Result<Vec<u8>, WireError> {
+    let archive = rkyv::to_bytes::<RkyvError>(message)
+        .map_err(|_| WireError::Encode { kind: message.kind(), len: 0 })?;
+    if VERSION_BYTES + archive.len() <= PEER_FRAME_BYTES_MAX as usize {
+        return frame_of_archive(message.kind(), &archive);
+    }
+    if archive.len() > max || matches!(message, DataMessage::Piece { .. }) {
+        return Err(WireError::Encode { kind: message.kind(), len: archive.len() });
+    }
+    let mut frames = Vec::with_capacity(archive.len() + archive.len() / DATA_PIECE_BYTES * 64 + 64);
+    let mut pieces = archive.chunks(DATA_PIECE_BYTES).peekable();
+    while let Some(bytes) = pieces.next() {
+        let piece = DataMessage::Piece { bytes: bytes.to_vec(), last: pieces.peek().is_none() };
+        frames.extend_from_slice(&encode_data_frame(&piece)?);
+    }
+    Ok(frames)
+}
+
+/// Joins the pieces of a message sent as several frames. Every decoded frame's message goes
+/// through [`Assembler::push`]: a whole message comes back at once; pieces are kept until
+/// the last, then the message they make comes back. A run that passes
+/// [`DATA_MESSAGE_BYTES_MAX`], a whole message inside a run, or pieces that make another
+/// piece or no valid archive are errors (the connection is closed).
+#[derive(Default)]
+pub struct Assembler {
+    archive: AlignedVec<16>,
+    open: bool,
+}
+
+impl Assembler {
+    /// Takes the next frame's message.
+    pub fn push(&mut self, message: DataMessage) -> Result<Option<DataMessage>, WireError> {
+        self.push_in(message, DATA_MESSAGE_BYTES_MAX)
+    }
+
+    fn push_in(
+        &mut self,
+        message: DataMessage,
+        max: usize,
+    ) -> Result<Option<DataMessage>, WireError> {
+        let DataMessage::Piece { bytes, last } = message else {
+            if self.open {
+                return Err(WireError::Pieces { reason: "a message came inside a run of pieces" });
+            }
+            return Ok(Some(message));
+        };
+        if self.archive.len().saturating_add(bytes.len()) > max {
+            return Err(WireError::Pieces { reason: "the pieces pass the message limit" });
+        }
+        self.open = true;
+        self.archive.extend_from_slice(&bytes);
+        if !last {
+            return Ok(None);
+        }
+        self.open = false;
+        let archive = std::mem::take(&mut self.archive);
+        match rkyv::from_bytes::<DataMessage, RkyvError>(&archive) {
+            Ok(DataMessage::Piece { .. }) => {
+                Err(WireError::Pieces { reason: "the pieces make another piece" })
+            }
+            Ok(whole) => Ok(Some(whole)),
+            Err(_) => Err(WireError::Archive { len: archive.len() }),
+        }
+    }
 }
 
 /// Decodes a body whose header said `header`: crc, version, checked archive.
@@ -520,13 +608,24 @@ pub fn decode_data_frame(buf: &[u8]) -> Result<Option<(DataMessage, usize)>, Wir
     Ok(Some((decode_data_body(header, body)?, end)))
 }
 
-/// The fuzz target's body: decodes frames until one is bad or the bytes run out, converting
-/// every reply's values back. Returns how many frames decoded.
+/// The fuzz target's body: decodes frames until one is bad or the bytes run out, joining
+/// pieces as a connection does and converting every reply's values back. Returns how many
+/// frames decoded.
 pub fn fuzz_data_frames(data: &[u8]) -> usize {
     let mut rest = data;
     let mut decoded = 0;
-    while let Ok(Some((message, used))) = decode_data_frame(rest) {
+    let mut pieces = Assembler::default();
+    while let Ok(Some((frame, used))) = decode_data_frame(rest) {
         decoded += 1;
+        rest = rest.get(used..).unwrap_or(&[]);
+        let message = match pieces.push(frame) {
+            Ok(Some(message)) => message,
+            Ok(None) => continue,
+            Err(_) => {
+                pieces = Assembler::default();
+                continue;
+            }
+        };
         match &message {
             DataMessage::Hello(hello) => {
                 let _ = wire::check_hello(hello, "fuzz", 0);
@@ -539,7 +638,6 @@ pub fn fuzz_data_frames(data: &[u8]) -> usize {
             }
             _ => {}
         }
-        rest = rest.get(used..).unwrap_or(&[]);
     }
     decoded
 }
@@ -871,22 +969,28 @@ struct DataConn {
 
 impl DataConn {
     async fn send(&mut self, message: &DataMessage) -> Result<(), String> {
-        let frame = encode_data_frame(message).map_err(|e| e.to_string())?;
-        self.send_frame(&frame).await
+        let frames = encode_data_message(message).map_err(|e| e.to_string())?;
+        self.send_frames(&frames).await
     }
 
-    async fn send_frame(&mut self, frame: &[u8]) -> Result<(), String> {
-        self.stream.write_all(frame).await.map_err(|e| format!("send: {e}"))
+    /// Sends encoded frames ([`encode_data_message`]'s output).
+    async fn send_frames(&mut self, frames: &[u8]) -> Result<(), String> {
+        self.stream.write_all(frames).await.map_err(|e| format!("send: {e}"))
     }
 
-    /// Reads one frame: the header's length is checked before the body is waited for.
+    /// Reads one message, joining its pieces: each frame header's length is checked before
+    /// its body is waited for.
     async fn receive(&mut self) -> Result<DataMessage, String> {
         let mut chunk = [0u8; DATA_READ_CHUNK_BYTES];
+        let mut pieces = Assembler::default();
         loop {
             match decode_data_frame(&self.pending) {
-                Ok(Some((message, used))) => {
+                Ok(Some((frame, used))) => {
                     self.pending.drain(..used);
-                    return Ok(message);
+                    if let Some(message) = pieces.push(frame).map_err(|e| e.to_string())? {
+                        return Ok(message);
+                    }
+                    continue;
                 }
                 Ok(None) => {}
                 Err(e) => return Err(e.to_string()),
@@ -975,15 +1079,12 @@ async fn dial(node: u32) -> Result<DataConn, RegionError> {
 
 /// Sends `request` to `node` and returns its answer. A pooled connection that fails before
 /// anything was received is replaced by a new one once for a read (`retry_safe`); a write is
-/// never sent twice. A request too large for one frame is refused before any connection is
-/// used (`RegionError::RequestTooLarge`).
+/// never sent twice. A request larger than one frame goes in pieces; one past
+/// [`DATA_MESSAGE_BYTES_MAX`] is refused before any connection is used
+/// (`RegionError::RequestTooLarge`).
 pub async fn call(node: u32, request: Request, retry_safe: bool) -> Result<Reply, RegionError> {
-    let message = encode_data_frame(&DataMessage::Request(request)).map_err(|e| match e {
-        WireError::Encode { len, .. } if len > PEER_FRAME_BYTES_MAX as usize => {
-            RegionError::RequestTooLarge { node, bytes: len, max: PEER_FRAME_BYTES_MAX as usize }
-        }
-        other => RegionError::Forward { node, reason: other.to_string() },
-    })?;
+    let message = encode_data_message(&DataMessage::Request(request))
+        .map_err(|e| request_error(node, e, DATA_MESSAGE_BYTES_MAX))?;
     let pooled = POOL.with(|p| {
         let mut p = p.borrow_mut();
         let list = p.entry(node).or_default();
@@ -1022,6 +1123,16 @@ pub async fn call(node: u32, request: Request, retry_safe: bool) -> Result<Reply
     Ok(reply)
 }
 
+/// What a request that cannot be encoded is to the statement: past `max` a limit (54000).
+fn request_error(node: u32, e: WireError, max: usize) -> RegionError {
+    match e {
+        WireError::Encode { len, .. } if len > max => {
+            RegionError::RequestTooLarge { node, bytes: len, max }
+        }
+        other => RegionError::Forward { node, reason: other.to_string() },
+    }
+}
+
 /// Whether an idle connection has nothing to read: an owner that closed it (restart, idle
 /// timeout) makes it readable (EOF), and a write sent on it would be lost with an unknown
 /// outcome; such a connection is dropped instead of reused.
@@ -1034,8 +1145,8 @@ fn quiet(stream: &TcpStream) -> bool {
     ready == 0
 }
 
-async fn exchange(conn: &mut DataConn, frame: &[u8]) -> Result<Reply, String> {
-    conn.send_frame(frame).await?;
+async fn exchange(conn: &mut DataConn, frames: &[u8]) -> Result<Reply, String> {
+    conn.send_frames(frames).await?;
     match conn.receive().await? {
         DataMessage::Reply(r) => Ok(r),
         other => Err(format!("owner answered {} to a request", other.kind())),
@@ -1078,6 +1189,7 @@ async fn serve(stream: TcpStream, buffered: bytes::BytesMut) -> Result<(), Strin
         let _ = conn.send(&DataMessage::Refused { reason: e.to_string() }).await;
         return Err(e.to_string());
     }
+    let me = ours.peer.node;
     conn.send(&DataMessage::Hello(ours)).await?;
     let mut session = Session::new(core, ctx);
     loop {
@@ -1087,7 +1199,30 @@ async fn serve(stream: TcpStream, buffered: bytes::BytesMut) -> Result<(), Strin
             Err(e) => return Err(e),
         };
         let reply = session.serve_forwarded(request).await;
-        conn.send(&DataMessage::Reply(reply)).await?;
+        conn.send_frames(&encode_reply(reply, me)?).await?;
+    }
+}
+
+/// Encodes an answer; one past [`DATA_MESSAGE_BYTES_MAX`] becomes a 54000 failure naming
+/// its size, so the statement fails with a limit instead of a closed connection.
+fn encode_reply(reply: Reply, me: u64) -> Result<Vec<u8>, String> {
+    encode_reply_in(reply, me, DATA_MESSAGE_BYTES_MAX)
+}
+
+fn encode_reply_in(reply: Reply, me: u64, max: usize) -> Result<Vec<u8>, String> {
+    match encode_data_message_in(&DataMessage::Reply(reply), max) {
+        Ok(frames) => Ok(frames),
+        Err(WireError::Encode { len, .. }) if len > max => {
+            let failed = Reply::Failed {
+                code: "54000".into(),
+                message: format!(
+                    "the answer of node {me} is {len} bytes, more than one forwarded answer may \
+                     carry ({max}); narrow the statement (a WHERE, a LIMIT, fewer columns)"
+                ),
+            };
+            encode_data_message(&DataMessage::Reply(failed)).map_err(|e| e.to_string())
+        }
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -1172,6 +1307,16 @@ mod tests {
             DataMessage::Reply(Reply::StaleEpoch { current: 9 }),
             DataMessage::Reply(Reply::Failed { code: "53400".into(), message: "full".into() }),
             DataMessage::Refused { reason: "no".into() },
+            // A run of one piece: a whole reply's archive.
+            DataMessage::Piece {
+                bytes: rkyv::to_bytes::<RkyvError>(&DataMessage::Reply(Reply::Written {
+                    affected: 1,
+                    returning: vec![datums],
+                }))
+                .unwrap()
+                .to_vec(),
+                last: true,
+            },
         ]
     }
 
@@ -1272,32 +1417,105 @@ mod tests {
         .unwrap();
     }
 
-    // Checks a request larger than one frame is refused as a limit (54000 by its error), before
-    // any connection: node 4094 is known to nobody, so a dial would fail otherwise.
+    /// Decodes every frame of `stream` through one assembler, as a connection does.
+    fn receive_all(stream: &[u8], max: usize) -> Result<Vec<DataMessage>, WireError> {
+        let mut rest = stream;
+        let mut pieces = Assembler::default();
+        let mut out = Vec::new();
+        while let Some((frame, used)) = decode_data_frame(rest)? {
+            rest = &rest[used..];
+            out.extend(pieces.push_in(frame, max)?);
+        }
+        assert!(rest.is_empty(), "{} bytes left undecoded", rest.len());
+        Ok(out)
+    }
+
+    fn big_request(bytes: usize) -> DataMessage {
+        DataMessage::Request(Request {
+            epoch: 1,
+            catalog: 0,
+            sql: "x".repeat(bytes),
+            index: 0,
+            params: vec![WireDatum::Text("é".repeat(3))],
+            share: Share::Select { targets: Vec::new() },
+        })
+    }
+
+    // Checks a message larger than one frame travels as pieces of at most a frame each and
+    // comes back whole, between whole messages on the same connection; a small one is still
+    // one frame.
     #[test]
-    fn unit_oversize_request_is_refused_before_dialing() {
-        storage::park::run_watched(
-            "forward-test",
-            glommio::LocalExecutorBuilder::default,
-            || async {
-                let request = Request {
-                    epoch: 1,
-                    catalog: 0,
-                    sql: "x".repeat(PEER_FRAME_BYTES_MAX as usize),
-                    index: 0,
-                    params: Vec::new(),
-                    share: Share::Select { targets: Vec::new() },
-                };
-                match call(4094, request, true).await {
-                    Err(RegionError::RequestTooLarge { node: 4094, bytes, max }) => {
-                        assert!(bytes > max, "{bytes} <= {max}");
-                        assert_eq!(max, PEER_FRAME_BYTES_MAX as usize);
-                    }
-                    other => panic!("expected RequestTooLarge, got {other:?}"),
-                }
-            },
-        )
-        .unwrap();
+    fn unit_large_messages_travel_in_pieces() {
+        let big = big_request(PEER_FRAME_BYTES_MAX as usize + 10);
+        let frames = encode_data_message(&big).unwrap();
+        let small = sample().remove(3);
+        let one = encode_data_message(&small).unwrap();
+        assert_eq!(one, encode_data_frame(&small).unwrap());
+        let mut stream = one.clone();
+        stream.extend_from_slice(&frames);
+        stream.extend_from_slice(&one);
+        let received = receive_all(&stream, DATA_MESSAGE_BYTES_MAX).unwrap();
+        assert_eq!(received, vec![small.clone(), big, small]);
+        // The big one took three frames (two full pieces and the rest), each under the limit.
+        assert_eq!(fuzz_data_frames(&frames), 3);
+        let mut rest = &frames[..];
+        while let Some((frame, used)) = decode_data_frame(rest).unwrap() {
+            assert!(used <= PEER_FRAME_HEADER_BYTES + PEER_FRAME_BYTES_MAX as usize);
+            assert!(matches!(frame, DataMessage::Piece { .. }), "{}", frame.kind());
+            rest = &rest[used..];
+        }
+    }
+
+    // Checks the limits and bad runs: a message past the limit is not encoded and is a
+    // request error of 54000's kind (before any connection); an answer past it becomes a
+    // 54000 failure; a run of pieces past the limit, a whole message inside a run, pieces
+    // joining into another piece or into garbage are errors.
+    #[test]
+    fn unit_piece_limits_and_bad_runs() {
+        let max = PEER_FRAME_BYTES_MAX as usize + 1024;
+        let big = big_request(max);
+        let Err(e) = encode_data_message_in(&big, max) else { panic!("encoded past the limit") };
+        match request_error(4094, e, max) {
+            RegionError::RequestTooLarge { node: 4094, bytes, max: m } => {
+                assert!(bytes > max, "{bytes}");
+                assert_eq!(m, max);
+            }
+            other => panic!("expected RequestTooLarge, got {other:?}"),
+        }
+        let reply = Reply::Failed { code: "XX000".into(), message: "y".repeat(max) };
+        let frames = encode_reply_in(reply, 2, max).unwrap();
+        match receive_all(&frames, max).unwrap().as_slice() {
+            [DataMessage::Reply(Reply::Failed { code, message })] => {
+                assert_eq!(code, "54000");
+                assert!(message.contains("the answer of node 2 is"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+
+        let frames = encode_data_message(&big).unwrap();
+        let err = receive_all(&frames, PEER_FRAME_BYTES_MAX as usize).unwrap_err();
+        assert!(matches!(err, WireError::Pieces { .. }), "{err}");
+
+        let piece = |bytes: &[u8], last| {
+            encode_data_frame(&DataMessage::Piece { bytes: bytes.to_vec(), last }).unwrap()
+        };
+        let whole = encode_data_frame(&sample().remove(3)).unwrap();
+        let interrupted = [piece(b"abc", false), whole.clone()].concat();
+        let err = receive_all(&interrupted, max).unwrap_err();
+        assert!(matches!(err, WireError::Pieces { .. }), "{err}");
+
+        let inner =
+            rkyv::to_bytes::<RkyvError>(&DataMessage::Piece { bytes: vec![1, 2, 3], last: true })
+                .unwrap();
+        let (a, b) = inner.split_at(inner.len() / 2);
+        let nested = [piece(a, false), piece(b, true)].concat();
+        let err = receive_all(&nested, max).unwrap_err();
+        assert!(matches!(err, WireError::Pieces { .. }), "{err}");
+
+        let garbage = [piece(&[7; 40], false), piece(&[9; 3], true)].concat();
+        let err = receive_all(&garbage, max).unwrap_err();
+        assert!(matches!(err, WireError::Archive { .. }), "{err}");
+        assert_eq!(fuzz_data_frames(&[garbage, whole].concat()), 3);
     }
 
     // Checks a transaction's state survives the wire exactly: buffered writes (a put, a
@@ -1418,7 +1636,7 @@ mod seeds {
     use std::path::Path;
 
     // Checks the checked-in good `data_frame` fuzz seeds are the current encoding of the
-    // round-trip sample (seed-0 … seed-5 one message each, seed-stream all of them), so the
+    // round-trip sample (seed-0 … seed-6 one message each, seed-stream all of them), so the
     // corpus keeps exercising every message after a layout change. After an intended change,
     // `TESSERA_WRITE_DATA_SEEDS=1 cargo test -p node --lib data_frame_seeds` rewrites them.
     #[test]

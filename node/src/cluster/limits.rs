@@ -164,6 +164,19 @@ pub const DATA_CONN_IDLE_MS: u64 = 30_000;
 /// connection), in milliseconds. Above a buffered statement's wait, which may run there.
 pub const FORWARD_TIMEOUT_MS: u64 = REGION_BUFFER_WAIT_MS + 10_000;
 
+/// Largest message on a data connection (a forwarded request or its answer), as its archive's
+/// bytes. One larger than a frame (`PEER_FRAME_BYTES_MAX`) travels as a run of
+/// `forward::DataMessage::Piece` frames of `DATA_PIECE_BYTES` each, which the receiver
+/// joins, refusing a run that grows past this. It bounds what one owner's share of a SELECT
+/// (up to `query::limits::RESULT_ROWS_MAX` rows of a fragment) or one transaction's writes
+/// for one node (at most `TXN_WRITE_BYTES_MAX`, 256 MiB as estimated) may be; an answer past
+/// it is 54000 on the owner, a request past it 54000 before it is sent.
+pub const DATA_MESSAGE_BYTES_MAX: usize = 1 << 30;
+
+/// Bytes of a message's archive carried by one `Piece` frame: half a frame, leaving room for
+/// the piece's own envelope.
+pub const DATA_PIECE_BYTES: usize = PEER_FRAME_BYTES_MAX as usize / 2;
+
 /// Collections with a content sharding configuration the replicated catalog holds (each
 /// travels in every raft snapshot and every published view).
 pub const CLUSTER_COLLECTIONS_MAX: usize = 1_024;

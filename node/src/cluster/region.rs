@@ -68,8 +68,9 @@ pub enum RegionError {
         /// Why.
         reason: String,
     },
-    /// A request to another node would be larger than one peer frame carries: a transaction's
-    /// buffered writes for that node's fragments travel in one request.
+    /// A request to another node would be larger than one data-connection message carries
+    /// (`DATA_MESSAGE_BYTES_MAX`): a transaction's buffered writes for that node's fragments
+    /// travel in one request.
     #[error(
         "the request to node {node} would be {bytes} bytes, the limit is {max}: a transaction's \
          writes to another node's fragments travel in one request; split the transaction into \
@@ -80,7 +81,7 @@ pub enum RegionError {
         node: u32,
         /// The request's encoded size.
         bytes: usize,
-        /// `PEER_FRAME_BYTES_MAX`.
+        /// `DATA_MESSAGE_BYTES_MAX`.
         max: usize,
     },
     /// The map kept changing under the statement.

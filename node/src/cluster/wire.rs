@@ -418,8 +418,15 @@ pub enum WireError {
         /// The archive's length.
         len: usize,
     },
+    /// A run of data-connection pieces (`forward::DataMessage::Piece`) broken off, grown past
+    /// `DATA_MESSAGE_BYTES_MAX`, or joined into another piece.
+    #[error("bad run of message pieces: {reason}")]
+    Pieces {
+        /// What was wrong.
+        reason: &'static str,
+    },
     /// A message could not be encoded (only a bug or a message over the limit gets here).
-    #[error("message {kind} cannot be encoded: {len} bytes exceed the frame limit")]
+    #[error("message {kind} cannot be encoded: {len} bytes exceed the limit")]
     Encode {
         /// The message kind.
         kind: &'static str,
