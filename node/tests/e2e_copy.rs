@@ -75,10 +75,32 @@ fn parse_output(bytes: &[u8]) -> BTreeMap<String, serde_json::Value> {
     decoder.push(bytes);
     let mut out = BTreeMap::new();
     while let Some(row) = decoder.next_row().unwrap() {
-        out.insert(row.fields[0].clone(), serde_json::from_str(&row.fields[1]).unwrap());
+        let doc = serde_json::from_str(&row.fields[1]).unwrap();
+        assert!(out.insert(row.fields[0].clone(), doc).is_none(), "{} twice", row.fields[0]);
     }
     assert_eq!(decoder.finish().unwrap(), None, "output ends with a newline");
     out
+}
+
+// Checks a collection larger than a page in every fragment (40,000 documents over the 8
+// fragments of two executors: two pages each, of 4,096 rows and the rest) comes out whole,
+// each document once, through COPY TO STDOUT and a plain SELECT, both sent page by page
+// (this executor's fragments and the other executor's).
+#[tokio::test]
+async fn copy_to_and_select_send_large_fragments_page_by_page() {
+    let node = Node::start();
+    let client = node.connect().await;
+    let (input, docs) = documents(40_000);
+    assert_eq!(copy_in(&client, "COPY big FROM STDIN", &input).await.unwrap(), 40_000);
+    let out = parse_output(&copy_out(&client, "COPY big TO STDOUT").await);
+    assert_eq!(out.len(), docs.len());
+    assert!(out == docs, "COPY TO gave other documents");
+    let rows = simple_rows(&client.simple_query("SELECT id() FROM big").await.unwrap());
+    let ids: std::collections::BTreeSet<String> =
+        rows.iter().map(|r| r[0].clone().unwrap()).collect();
+    assert_eq!((rows.len(), ids.len()), (40_000, 40_000));
+    let plan = simple_rows(&client.simple_query("EXPLAIN SELECT id() FROM big").await.unwrap());
+    assert!(plan.iter().any(|r| r[0].as_deref().is_some_and(|l| l.contains("page by page"))));
 }
 
 // Checks 2,500 rows (three batches, escapes, non-ASCII) go in through COPY FROM STDIN and come

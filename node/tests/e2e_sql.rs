@@ -626,8 +626,10 @@ async fn explain_says_when_rows_are_sent_per_fragment() {
         let client = &client;
         async move {
             let rows = simple_rows(&client.simple_query(&format!("EXPLAIN {sql}")).await.unwrap());
-            rows.iter()
-                .any(|r| r[0].as_deref() == Some("  Sent: one fragment at a time, as each answers"))
+            rows.iter().any(|r| {
+                r[0].as_deref()
+                    == Some("  Sent: page by page (4,096 rows or 4 MiB), as each fragment answers")
+            })
         }
     };
     assert!(sent("SELECT * FROM t WHERE n = 1").await);

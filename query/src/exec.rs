@@ -19,8 +19,8 @@ use crate::expr::{
     BinaryOp, Expr, FieldPath, Literal, Row, Value, cast, doc_to_json, eval, matches,
 };
 use crate::limits::{
-    AGGREGATED_BYTES_MAX, DISTINCT_VALUES_MAX, GROUPS_MAX, RESULT_ROWS_MAX, WRITE_BYTES_MAX,
-    WRITE_DOCS_MAX,
+    AGGREGATED_BYTES_MAX, DISTINCT_VALUES_MAX, GROUPS_MAX, RESULT_ROWS_MAX, STREAM_PAGE_BYTES,
+    STREAM_PAGE_ROWS, STREAM_PAGE_SCANNED, WRITE_BYTES_MAX, WRITE_DOCS_MAX,
 };
 use crate::plan::{
     Aggregate, AggregateFunc, Assignment, CollectionName, Count, Delete, Insert, InsertBody,
@@ -81,6 +81,29 @@ pub trait FragmentSource {
         ranges: &[ShardRange],
         visit: &mut dyn FnMut(SourceDoc<'a, Self::Doc<'a>>) -> ControlFlow<()>,
     );
+}
+
+/// A source that can resume a scan: what [`execute_select_page`] reads.
+pub trait PagedSource: FragmentSource {
+    /// Like [`FragmentSource::scan`] over `ranges` (sorted by start, disjoint), visiting in
+    /// (shard, lower-cased id) order only the documents after `after` when given.
+    fn scan_after<'a>(
+        &'a self,
+        collection: &CollectionName,
+        ranges: &[ShardRange],
+        after: Option<&ScanPos>,
+        visit: &mut dyn FnMut(SourceDoc<'a, Self::Doc<'a>>) -> ControlFlow<()>,
+    );
+}
+
+/// Where a page of a scan ended: the last document it read, as the scan orders documents
+/// (by shard, then lower-cased id). The next page starts after it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ScanPos {
+    /// The document's shard.
+    pub shard: ShardId,
+    /// Its lower-cased id (`router::doc_key`).
+    pub key: String,
 }
 
 /// One fragment's share of a SELECT: owned, small (bounded by LIMIT + OFFSET when the query
@@ -725,6 +748,72 @@ fn output_row<'v, D: DocValue<'v>>(
     row: &Row<'v, D>,
 ) -> Result<Vec<Datum>, ExecError> {
     outputs.iter().map(|o| eval(&o.expr, row)?.to_datum(o.column.ty)).collect()
+}
+
+/// Runs one page of a plain SELECT (rows, no ORDER BY, LIMIT or OFFSET: what streams) on one
+/// fragment's documents in `ranges`, starting after `after`: at most [`STREAM_PAGE_ROWS`]
+/// rows, [`STREAM_PAGE_BYTES`] of them, [`STREAM_PAGE_SCANNED`] documents read. Returns the
+/// page and where the next starts (`None`: the ranges are done). Pages read one after
+/// another see each document once (the scan's order is fixed), each at its own instant: a
+/// document written between pages is seen if the scan has not passed its place yet. A
+/// filter on ids (`id() = …`, `id() IN (…)`) reads those documents in one page.
+pub fn execute_select_page<'s, S: PagedSource>(
+    select: &'s Select,
+    source: &'s S,
+    ranges: &[ShardRange],
+    after: Option<&ScanPos>,
+) -> Result<(Partial, Option<ScanPos>), ExecError> {
+    let (Some(collection), SelectShape::Rows { outputs }) = (&select.collection, &select.shape)
+    else {
+        return Err(ExecError::WrongStatement { what: "a SELECT of plain rows with FROM" });
+    };
+    if !select.order_by.is_empty() || select.limit.is_some() || select.offset.is_some() {
+        return Err(ExecError::WrongStatement { what: "a SELECT without ORDER BY, LIMIT, OFFSET" });
+    }
+    if select.filter.as_ref().and_then(point_ids).is_some() {
+        return Ok((execute_select(select, source, ranges)?, None));
+    }
+    let mut ranges = ranges.to_vec();
+    ranges.sort_by_key(|r| r.start());
+    let mut rows = Vec::new();
+    let (mut bytes, mut scanned) = (0usize, 0usize);
+    let mut next = None;
+    let mut failed = None;
+    source.scan_after(collection, &ranges, after, &mut |d| {
+        scanned += 1;
+        let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
+        let kept = match &select.filter {
+            None => Ok(true),
+            Some(f) => matches(f, &row),
+        }
+        .and_then(|keep| {
+            if keep {
+                let values = output_row(outputs, &row)?;
+                bytes = bytes
+                    .saturating_add(VALUE_BYTES + d.id.len())
+                    .saturating_add(values.iter().map(datum_bytes).sum());
+                rows.push(PartialRow { id: d.id.to_owned(), values, keys: Vec::new() });
+            }
+            Ok(())
+        });
+        if let Err(e) = kept {
+            failed = Some(e);
+            return ControlFlow::Break(());
+        }
+        if rows.len() >= STREAM_PAGE_ROWS
+            || bytes >= STREAM_PAGE_BYTES
+            || scanned >= STREAM_PAGE_SCANNED
+        {
+            next = Some(ScanPos { shard: d.shard, key: router::doc_key(d.id).into_string() });
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let page = Partial { rows_scanned: scanned as u64, body: PartialBody::Rows(rows) };
+    Ok((page, next))
 }
 
 /// Runs a SELECT against one fragment's documents in `ranges`.

@@ -63,9 +63,10 @@ pub const SERVER_VERSION: &str = "15.0";
 pub use bind::{bind, param_types};
 pub use error::{ExecError, ExecErrorCategory, PlanError, PlanErrorCategory};
 pub use exec::{
-    Collected, DocVersion, FragmentSource, Partial, PlacedDocument, ResultSet, SourceDoc,
-    VerifyPartial, WriteIntent, WritePartial, execute_constant, execute_delete, execute_insert,
-    execute_select, execute_update, execute_verify_sharding, json_bytes, merge,
+    Collected, DocVersion, FragmentSource, PagedSource, Partial, PlacedDocument, ResultSet,
+    ScanPos, SourceDoc, VerifyPartial, WriteIntent, WritePartial, execute_constant, execute_delete,
+    execute_insert, execute_select, execute_select_page, execute_update, execute_verify_sharding,
+    json_bytes, merge,
 };
 pub use explain::{FragmentAnalysis, explain, explain_columns};
 pub use plan::{CollectionName, OutputColumn, Statement};

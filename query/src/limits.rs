@@ -55,6 +55,20 @@ pub const IN_LIST_MAX: usize = 10_000;
 /// Partial results cross executors as messages and are held in memory while merged.
 pub const RESULT_ROWS_MAX: usize = 1_000_000;
 
+/// Most rows one page of a streamed SELECT holds ([`crate::exec::execute_select_page`]): a
+/// plain SELECT outside a block reads a fragment in pages, each sent before the next is
+/// read, so memory and the time one read holds its executor stay bounded whatever the
+/// fragment holds.
+pub const STREAM_PAGE_ROWS: usize = 4_096;
+
+/// Most bytes of rows one page holds, as [`crate::json_bytes`] counts values (a page ends
+/// with the row that reaches it): about what fits one cluster frame.
+pub const STREAM_PAGE_BYTES: usize = 4 << 20;
+
+/// Most documents one page reads, matching or not: a filter that matches little still
+/// hands its executor back between pages.
+pub const STREAM_PAGE_SCANNED: usize = 65_536;
+
 /// Most distinct values the `count(DISTINCT e)` calls of one query hold over all groups
 /// (per fragment and merged): fragments send their sets whole, so the merge can count each
 /// value once, and this bounds that memory however many groups there are.

@@ -1676,3 +1676,115 @@ fn write_statements_stop_at_the_transaction_bounds() {
     let out = update(&format!("UPDATE c SET s = '{big}' WHERE n < 200")).expect("within bytes");
     assert!(out.doc_bytes > 200_000_000 && out.doc_bytes <= WRITE_BYTES_MAX, "{}", out.doc_bytes);
 }
+
+/// Every page of `sql` over `f` in `ranges`: the ids of each page's rows.
+fn pages(f: &MemFragment, sql: &str, ranges: &[router::ShardRange]) -> Vec<Vec<String>> {
+    let Statement::Select(s) = bind(&one(sql), &[]).expect("binds") else { panic!("select") };
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let (page, next) = query::execute_select_page(&s, f, ranges, after.as_ref()).unwrap();
+        let query::exec::PartialBody::Rows(rows) = page.body else { panic!("rows") };
+        out.push(rows.into_iter().map(|r| r.id).collect());
+        match next {
+            Some(n) => after = Some(n),
+            None => return out,
+        }
+    }
+}
+
+// Checks a streamed SELECT's pages: together every matching row once (as the unpaged scan
+// has them), each within the page bounds (rows, bytes, documents read), in any range order;
+// a document changed behind the scan is not read again, one added ahead of it is read; an
+// id filter is one page; a SELECT that does not stream is refused.
+#[test]
+fn select_pages_read_every_row_once() {
+    use query::limits::{STREAM_PAGE_BYTES, STREAM_PAGE_ROWS, STREAM_PAGE_SCANNED};
+    let mut f = MemFragment::default();
+    let many = router::ShardId::new(5).unwrap();
+    for n in 0..10_000 {
+        f.put("c", &format!("c/{n}"), json!({"n": n}));
+        // Half as many in one shard: a page boundary falls inside a shard.
+        if n % 2 == 0 {
+            f.put_on("c", &format!("C{n}$@5"), many, json!({"n": n}));
+        }
+    }
+    let all = router::ShardRange::ALL;
+    let got = pages(&f, "SELECT id() FROM c", &[all]);
+    assert!(got.len() >= 4, "{} pages", got.len());
+    assert!(got.iter().all(|p| p.len() <= STREAM_PAGE_ROWS));
+    let mut ids: Vec<String> = got.concat();
+    let Statement::Select(s) = bind(&one("SELECT id() FROM c"), &[]).unwrap() else { panic!() };
+    let whole = query::execute_select(&s, &f, &[all]).unwrap();
+    let query::exec::PartialBody::Rows(rows) = whole.body else { panic!() };
+    let mut want: Vec<String> = rows.into_iter().map(|r| r.id).collect();
+    ids.sort();
+    want.sort();
+    assert_eq!(ids.len(), 15_000);
+    assert_eq!(ids, want, "every row once");
+
+    // Ranges in any order, a filter: the same rows as unpaged.
+    let (lo, hi) = (
+        router::ShardRange::new(0, 500_000).unwrap(),
+        router::ShardRange::new(500_000, router::SHARD_COUNT).unwrap(),
+    );
+    let filtered = pages(&f, "SELECT id() FROM c WHERE n % 3 = 0", &[hi, lo]).concat();
+    let expected = pages(&f, "SELECT id() FROM c WHERE n % 3 = 0", &[all]).concat();
+    assert_eq!(filtered, expected);
+    assert_eq!(filtered.len(), 3_334 + 1_667);
+
+    // Rows of about 2 KB: the bytes bound ends a page first.
+    let mut big = MemFragment::default();
+    for n in 0..5_000 {
+        big.put("c", &format!("b/{n}"), json!({"s": "x".repeat(2_000)}));
+    }
+    let got = pages(&big, "SELECT id(), s FROM c", &[all]);
+    let first = got[0].len();
+    // Each row counts its 2,000 characters plus a little: the page ends near 4 MiB.
+    assert!(
+        first < STREAM_PAGE_ROWS
+            && first > STREAM_PAGE_BYTES / 2_100
+            && first <= STREAM_PAGE_BYTES / 2_000 + 1,
+        "{first}"
+    );
+    assert_eq!(got.concat().len(), 5_000);
+
+    // A filter matching nothing still returns after STREAM_PAGE_SCANNED documents.
+    let mut wide = MemFragment::default();
+    for n in 0..STREAM_PAGE_SCANNED + 10 {
+        wide.put("c", &format!("w/{n}"), json!({"n": n}));
+    }
+    let got = pages(&wide, "SELECT id() FROM c WHERE n < 0", &[all]);
+    assert_eq!(got, vec![Vec::<String>::new(), Vec::new()]);
+
+    // Between pages: a document behind the scan rewritten is not read again, one added
+    // ahead of it is read.
+    let Statement::Select(s) = bind(&one("SELECT id() FROM c"), &[]).unwrap() else { panic!() };
+    let (page, next) = query::execute_select_page(&s, &f, &[all], None).unwrap();
+    let next = next.expect("more pages");
+    let query::exec::PartialBody::Rows(rows) = page.body else { panic!() };
+    let behind = rows[0].id.clone();
+    f.put("c", &behind, json!({"n": -1}));
+    f.put_on("c", "zzz$@1048575", router::ShardId::new(1_048_575).unwrap(), json!({"n": 0}));
+    let mut rest = Vec::new();
+    let mut after = Some(next);
+    while let Some(a) = after {
+        let (page, n) = query::execute_select_page(&s, &f, &[all], Some(&a)).unwrap();
+        let query::exec::PartialBody::Rows(rows) = page.body else { panic!() };
+        rest.extend(rows.into_iter().map(|r| r.id));
+        after = n;
+    }
+    assert!(!rest.contains(&behind), "read twice");
+    assert!(rest.iter().any(|id| id == "zzz$@1048575"), "added ahead, not read");
+    assert_eq!(rows.len() + rest.len(), 15_001);
+
+    // Ids: one page. Not streamable: refused.
+    assert_eq!(pages(&f, "SELECT id() FROM c WHERE id() IN ('c/1', 'c/2')", &[all]).len(), 1);
+    for sql in
+        ["SELECT id() FROM c ORDER BY n", "SELECT id() FROM c LIMIT 2", "SELECT count(*) FROM c"]
+    {
+        let Statement::Select(s) = bind(&one(sql), &[]).unwrap() else { panic!() };
+        let e = query::execute_select_page(&s, &f, &[all], None).unwrap_err();
+        assert!(matches!(e, ExecError::WrongStatement { .. }), "{sql}: {e}");
+    }
+}

@@ -340,10 +340,14 @@ impl<'f> DocRef<'f> {
 }
 
 /// Where a resumable scan stopped: the shard and lower-cased id of the last document visited.
+/// A caller may also build one from a document it visited (`router::doc_key` of its id) to
+/// resume after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanCursor {
-    shard: ShardId,
-    key: String,
+    /// The document's shard.
+    pub shard: ShardId,
+    /// Its lower-cased id.
+    pub key: String,
 }
 
 /// Counters of a fragment.
@@ -1375,12 +1379,12 @@ impl Fragment {
     /// Like `scan`, but resumable: starts strictly after `cursor` (when given) and returns the
     /// cursor of the document at which `visit` broke, or `None` once the range is exhausted.
     /// Lets a caller visit a large range in slices and yield to other tasks in between.
-    pub fn scan_from(
-        &self,
+    pub fn scan_from<'f>(
+        &'f self,
         collection: &str,
         range: ShardRange,
         cursor: Option<&ScanCursor>,
-        mut visit: impl FnMut(DocRef<'_>) -> ControlFlow<()>,
+        mut visit: impl FnMut(DocRef<'f>) -> ControlFlow<()>,
     ) -> Option<ScanCursor> {
         let st = self.inner.st.borrow();
         let after = cursor.map(|c| (c.shard, c.key.as_str()));

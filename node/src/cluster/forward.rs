@@ -356,6 +356,24 @@ pub enum Share {
         /// The collection.
         collection: String,
     },
+    /// One page of a streamed SELECT on one fragment (`query::execute_select_page`), after
+    /// `after` (from its start when absent); answered with `Page`. Added last, so every older
+    /// share keeps its encoding.
+    SelectPage {
+        /// The fragment and its ranges.
+        target: WireTarget,
+        /// Where the previous page ended.
+        after: Option<WirePos>,
+    },
+}
+
+/// Where a page of a scan ended (`query::ScanPos`).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct WirePos {
+    /// The last document's shard.
+    pub shard: u32,
+    /// Its lower-cased id.
+    pub key: String,
 }
 
 /// One document `verify_sharding` lists.
@@ -442,6 +460,14 @@ pub enum Reply {
     StaleCatalog {
         /// The owner's catalog version.
         current: u64,
+    },
+    /// A `SelectPage` share's rows and where the next page starts (`None`: the fragment is
+    /// done).
+    Page {
+        /// The page's rows.
+        partial: WirePartial,
+        /// Where it ended.
+        next: Option<WirePos>,
     },
 }
 
@@ -678,6 +704,16 @@ pub fn datums_to_wire(ds: &[Datum]) -> Vec<WireDatum> {
 /// Datums from the wire.
 pub fn datums_from_wire(ds: Vec<WireDatum>) -> Result<Vec<Datum>, String> {
     ds.into_iter().map(datum_from_wire).collect()
+}
+
+/// A scan position for the wire.
+pub fn pos_to_wire(pos: &query::ScanPos) -> WirePos {
+    WirePos { shard: pos.shard.get(), key: pos.key.clone() }
+}
+
+/// A scan position from the wire (its shard checked).
+pub fn pos_from_wire(pos: WirePos) -> Result<query::ScanPos, String> {
+    Ok(query::ScanPos { shard: shard_from_wire(pos.shard)?, key: pos.key })
 }
 
 fn shard_from_wire(shard: u32) -> Result<router::ShardId, String> {
@@ -1307,6 +1343,29 @@ mod tests {
             DataMessage::Reply(Reply::StaleEpoch { current: 9 }),
             DataMessage::Reply(Reply::Failed { code: "53400".into(), message: "full".into() }),
             DataMessage::Refused { reason: "no".into() },
+            DataMessage::Request(Request {
+                epoch: 7,
+                catalog: 1,
+                sql: "SELECT * FROM c".into(),
+                index: 0,
+                params: Vec::new(),
+                share: Share::SelectPage {
+                    target: WireTarget {
+                        fragment: 2,
+                        ranges: vec![WireRange { start: 4, end: 8 }],
+                    },
+                    after: Some(WirePos { shard: 5, key: "k/1".into() }),
+                },
+            }),
+            DataMessage::Reply(Reply::Page {
+                partial: WirePartial {
+                    rows_scanned: 3,
+                    rows: vec![WireRow { id: "K/2".into(), values: datums.clone(), keys: vec![] }],
+                    groups: Vec::new(),
+                    grouped: false,
+                },
+                next: Some(WirePos { shard: 6, key: "k/2".into() }),
+            }),
             // A run of one piece: a whole reply's archive.
             DataMessage::Piece {
                 bytes: rkyv::to_bytes::<RkyvError>(&DataMessage::Reply(Reply::Written {
@@ -1336,7 +1395,8 @@ mod tests {
 
     // Checks bad input: every single-bit flip of a frame is an error or an incomplete frame
     // (never a different message), a truncated frame is incomplete, an oversize header is refused
-    // before any body, garbage is an error, and bad JSON in a datum is an error.
+    // before any body, garbage is an error, bad JSON in a datum and a page position's shard
+    // out of range are errors.
     #[test]
     fn unit_data_frames_refuse_bad_input() {
         let m = sample().remove(0);
@@ -1355,6 +1415,9 @@ mod tests {
         let garbage = [8u8, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
         assert!(decode_data_frame(&garbage).is_err());
         assert!(datum_from_wire(WireDatum::Json("{".into())).is_err());
+        let pos = WirePos { shard: 9, key: "k".into() };
+        assert_eq!(pos_to_wire(&pos_from_wire(pos.clone()).unwrap()), pos);
+        assert!(pos_from_wire(WirePos { shard: u32::MAX, key: "k".into() }).is_err());
     }
 
     proptest::proptest! {
@@ -1636,7 +1699,7 @@ mod seeds {
     use std::path::Path;
 
     // Checks the checked-in good `data_frame` fuzz seeds are the current encoding of the
-    // round-trip sample (seed-0 … seed-6 one message each, seed-stream all of them), so the
+    // round-trip sample (seed-0 … seed-8 one message each, seed-stream all of them), so the
     // corpus keeps exercising every message after a layout change. After an intended change,
     // `TESSERA_WRITE_DATA_SEEDS=1 cargo test -p node --lib data_frame_seeds` rewrites them.
     #[test]

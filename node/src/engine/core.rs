@@ -495,9 +495,14 @@ impl Core {
     }
 
     fn count(&self, id: FragmentId, rows_scanned: u64) {
+        self.count_read(id, 1, rows_scanned);
+    }
+
+    /// Counts `statements` (0 for a later page of one) and the documents they read.
+    fn count_read(&self, id: FragmentId, statements: u64, rows_scanned: u64) {
         let mut counters = self.counters.borrow_mut();
         let c = counters.entry(id).or_default();
-        c.statements += 1;
+        c.statements += statements;
         c.rows_scanned += rows_scanned;
         self.metrics.rows_read(rows_scanned);
     }
@@ -525,6 +530,21 @@ impl Core {
             partials.push(partial);
         }
         Ok((partials, analysis))
+    }
+
+    /// Reads one page of a streamed SELECT on one fragment, after `after`
+    /// (`query::execute_select_page`); returns it and where the next starts.
+    pub fn select_page(
+        &self,
+        select: &Select,
+        target: &Target,
+        after: Option<&query::ScanPos>,
+    ) -> Result<(Partial, Option<query::ScanPos>), EngineError> {
+        let fragment = self.fragment(target.fragment)?;
+        let reader = FragmentReader::new(&fragment);
+        let page = query::execute_select_page(select, &reader, &target.ranges, after)?;
+        self.count_read(target.fragment, u64::from(after.is_none()), page.0.rows_scanned);
+        Ok(page)
     }
 
     /// Runs `verify_sharding` on each target fragment.

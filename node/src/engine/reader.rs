@@ -9,9 +9,9 @@
 use std::ops::ControlFlow;
 
 use query::plan::CollectionName;
-use query::{DocVersion, FragmentSource, SourceDoc};
+use query::{DocVersion, FragmentSource, PagedSource, ScanPos, SourceDoc};
 use router::ShardRange;
-use storage::{ArchivedJsonValue, DocRef, Fragment};
+use storage::{ArchivedJsonValue, DocRef, Fragment, ScanCursor};
 use typed_arena::Arena;
 
 /// Reads one fragment for one statement.
@@ -66,6 +66,36 @@ impl<'f> FragmentSource for FragmentReader<'f> {
         for range in ranges {
             let mut stopped = false;
             self.fragment.scan(collection.as_str(), *range, |doc| {
+                let flow = visit(self.source_doc(doc));
+                stopped = flow.is_break();
+                flow
+            });
+            if stopped {
+                return;
+            }
+        }
+    }
+}
+
+impl<'f> PagedSource for FragmentReader<'f> {
+    fn scan_after<'a>(
+        &'a self,
+        collection: &CollectionName,
+        ranges: &[ShardRange],
+        after: Option<&ScanPos>,
+        visit: &mut dyn FnMut(SourceDoc<'a, Self::Doc<'a>>) -> ControlFlow<()>,
+    ) {
+        for range in ranges {
+            // Ranges come sorted: those wholly before the position are done.
+            let cursor = match after {
+                Some(p) if p.shard.get() >= range.end() => continue,
+                Some(p) if p.shard.get() >= range.start() => {
+                    Some(ScanCursor { shard: p.shard, key: p.key.clone() })
+                }
+                _ => None,
+            };
+            let mut stopped = false;
+            self.fragment.scan_from(collection.as_str(), *range, cursor.as_ref(), |doc| {
                 let flow = visit(self.source_doc(doc));
                 stopped = flow.is_break();
                 flow

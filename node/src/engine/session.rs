@@ -1084,6 +1084,37 @@ impl Session {
                     results.into_iter().flat_map(|(p, _)| p).collect();
                 Ok(Reply::Partials(forward::partials_to_wire(&partials)))
             }
+            Share::SelectPage { target, after } => {
+                let id = FragmentId::new(target.fragment);
+                let Some(owner) = map.owner_of(id).filter(|o| o.node == me) else {
+                    return Ok(Reply::NotMine { fragment: target.fragment });
+                };
+                let ranges =
+                    target.ranges.iter().filter_map(|r| ShardRange::new(r.start, r.end)).collect();
+                let after = after.map(forward::pos_from_wire).transpose().map_err(bad_reply)?;
+                let mut groups: BTreeMap<ExecutorIndex, Vec<(Target, Option<query::ScanPos>)>> =
+                    BTreeMap::new();
+                groups
+                    .entry(ExecutorIndex::new(owner.executor.0 as usize))
+                    .or_default()
+                    .push((Target { fragment: id, ranges }, after));
+                let mut pages = self
+                    .fan_out(groups, &statement, |core, stmt, mut shares| async move {
+                        let (target, after) =
+                            shares.pop().ok_or_else(|| internal("page share without a target"))?;
+                        match &*stmt {
+                            Statement::Select(s) => core.select_page(s, &target, after.as_ref()),
+                            _ => Err(internal("forwarded page share of a non-SELECT")),
+                        }
+                    })
+                    .await?;
+                let (partial, next) =
+                    pages.pop().ok_or_else(|| internal("page share answered nothing"))?;
+                let partial = forward::partials_to_wire(std::slice::from_ref(&partial))
+                    .pop()
+                    .ok_or_else(|| internal("page without a partial"))?;
+                Ok(Reply::Page { partial, next: next.as_ref().map(forward::pos_to_wire) })
+            }
             Share::Write => {
                 if !matches!(
                     &*statement,
@@ -2595,7 +2626,9 @@ impl Session {
         };
         let mut lines = query::explain(inner, plan.as_ref(), analysis.as_deref());
         if self.streams(inner) {
-            lines.push("  Sent: one fragment at a time, as each answers".to_owned());
+            lines.push(
+                "  Sent: page by page (4,096 rows or 4 MiB), as each fragment answers".to_owned(),
+            );
         }
         Ok(lines)
     }
@@ -2936,6 +2969,7 @@ fn reply_error(reply: Reply) -> Result<u64, EngineError> {
         | Reply::TxnShares(_)
         | Reply::Decided { .. }
         | Reply::Violations(_)
+        | Reply::Page { .. }
         | Reply::Applied => Err(bad_reply("an answer of another kind".to_owned())),
     }
 }

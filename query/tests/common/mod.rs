@@ -9,8 +9,8 @@ use std::ops::ControlFlow;
 
 use query::plan::{Select, Statement};
 use query::{
-    CollectionName, DocVersion, FragmentSource, Partial, ResultSet, SourceDoc, execute_select,
-    merge,
+    CollectionName, DocVersion, FragmentSource, PagedSource, Partial, ResultSet, ScanPos,
+    SourceDoc, execute_select, merge,
 };
 use router::prune::RoutePlan;
 use router::{Owner, SHARD_COUNT, ShardId, ShardMap, ShardRange};
@@ -70,6 +70,38 @@ impl FragmentSource for MemFragment {
     ) {
         for ((c, _), s) in &self.docs {
             if c != collection.as_str() || !ranges.iter().any(|r| r.contains(s.shard)) {
+                continue;
+            }
+            if visit(SourceDoc { id: &s.id, shard: s.shard, version: s.version, doc: &s.doc })
+                .is_break()
+            {
+                return;
+            }
+        }
+    }
+}
+
+impl PagedSource for MemFragment {
+    // Written apart from storage's index: every document in the ranges, sorted by (shard,
+    // lower-cased id), those after `after` visited.
+    fn scan_after<'a>(
+        &'a self,
+        collection: &CollectionName,
+        ranges: &[ShardRange],
+        after: Option<&ScanPos>,
+        visit: &mut dyn FnMut(SourceDoc<'a, Self::Doc<'a>>) -> ControlFlow<()>,
+    ) {
+        let mut docs: Vec<(&str, &Stored)> = self
+            .docs
+            .iter()
+            .filter(|((c, _), s)| {
+                c == collection.as_str() && ranges.iter().any(|r| r.contains(s.shard))
+            })
+            .map(|((_, key), s)| (key.as_str(), s))
+            .collect();
+        docs.sort_by_key(|(key, s)| (s.shard, *key));
+        for (key, s) in docs {
+            if after.is_some_and(|p| (s.shard, key) <= (p.shard, p.key.as_str())) {
                 continue;
             }
             if visit(SourceDoc { id: &s.id, shard: s.shard, version: s.version, doc: &s.doc })

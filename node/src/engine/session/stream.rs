@@ -1,30 +1,40 @@
-//! A plain SELECT (and `COPY … TO STDOUT` of one) outside a block, sent one fragment at a
-//! time: rows without aggregates, ORDER BY, LIMIT or OFFSET need nothing from the other
-//! fragments, so each fragment's rows go to the client as soon as that fragment answered
-//! while the next one is being read. Memory holds at most two fragments' rows instead of the
-//! whole result, and `RESULT_ROWS_MAX` bounds each fragment's rows rather than the total, so
-//! a collection of any size can be exported. Each fragment is read at its own instant, as
-//! every SELECT over several fragments outside a block already is.
+//! A plain SELECT (and `COPY … TO STDOUT` of one) outside a block, sent page by page: rows
+//! without aggregates, ORDER BY, LIMIT or OFFSET need nothing from the other fragments, so
+//! each fragment is read in pages (`query::execute_select_page`: at most 4,096 rows, 4 MiB,
+//! 65,536 documents read), and each page goes to the client as soon as it is read while the
+//! next one is being read (on another executor or node; this executor reads its own pages
+//! between sends). Memory holds a few pages instead of the whole result or a whole fragment,
+//! no read holds an executor longer than a page, and a collection of any size can be
+//! exported. Each page is read at its own instant, as every SELECT over several fragments
+//! outside a block already read each fragment at its own: a document is sent at most once
+//! (pages follow the scan's fixed order), and one written meanwhile is sent if the scan has
+//! not passed its place yet.
 //!
 //! A shard-map change (a fragment moved) found before the first row went out is retried as
 //! usual; after it, the statement fails (rows cannot be taken back): run it again.
 
 use std::sync::Arc;
 
-use query::Datum;
-use query::Partial;
 use query::plan::{Select, SelectShape, Statement};
+use query::{Datum, Partial, ScanPos};
 
 use super::{Block, Session, bad_reply, internal, reply_error, wire_targets};
-use crate::cluster::forward::{self, Reply};
+use crate::cluster::forward::{self, Reply, WireTarget};
 use crate::cluster::region::RegionError;
 use crate::engine::core::{Core, Target};
 use crate::engine::error::EngineError;
 use crate::runtime::{ExecutorIndex, Mesh};
 
-/// One fragment's rows, being read elsewhere (`Err(current)`: the owner's map is newer, at
-/// `current`).
-type Pending = glommio::Task<Result<Result<Vec<Partial>, u64>, EngineError>>;
+// EXPLAIN says "page by page (4,096 rows or 4 MiB)".
+const _: () = assert!(
+    query::limits::STREAM_PAGE_ROWS == 4_096 && query::limits::STREAM_PAGE_BYTES == 4 << 20
+);
+
+/// A page and where the next starts (`None`: its fragment is done).
+type Page = (Partial, Option<ScanPos>);
+
+/// One page, being read elsewhere (`Err(current)`: the owner's map is newer, at `current`).
+type Pending = glommio::Task<Result<Result<Page, u64>, EngineError>>;
 
 /// Whether `select` streams: plain rows of a collection, nothing that needs every fragment's
 /// rows before the first can be sent.
@@ -36,20 +46,20 @@ pub(super) fn streamable(select: &Select) -> bool {
         && select.offset.is_none()
 }
 
-/// One fragment's share of the statement, not started yet.
+/// One fragment's share of the statement.
 enum Share {
-    /// On this executor: read when its turn comes.
+    /// On this executor: each page read when its turn comes.
     Here(Target),
     /// On another executor of this node.
     Executor(ExecutorIndex, Target),
-    /// On another node, with its forwarded request.
-    Node(u32, forward::Request),
+    /// On another node, with the map epoch and catalog version it was routed by.
+    Node { node: u32, target: WireTarget, epoch: u64, catalog: u64 },
 }
 
-/// One fragment's share, started.
+/// One page of a share, started.
 enum Job {
     /// On this executor, read when awaited.
-    Here(Target),
+    Here(Target, Option<ScanPos>),
     /// Elsewhere, running meanwhile.
     Asked(Pending),
 }
@@ -61,9 +71,9 @@ impl Session {
             && matches!(statement, Statement::Select(s) if streamable(s))
     }
 
-    /// A SELECT's rows handed to `emit`: fragment by fragment when it streams, else once,
-    /// whole (through the open block, if any); returns how many rows went out. What SELECT
-    /// and COPY TO both run.
+    /// A SELECT's rows handed to `emit`: page by page when it streams, else once, whole
+    /// (through the open block, if any); returns how many rows went out. What SELECT and
+    /// COPY TO both run.
     pub(super) async fn select_each(
         &mut self,
         statement: &Arc<Statement>,
@@ -78,8 +88,8 @@ impl Session {
         Ok(n)
     }
 
-    /// Runs a streaming SELECT, handing each fragment's rows to `emit` in turn; returns how
-    /// many rows went out.
+    /// Runs a streaming SELECT, handing each page's rows to `emit` in turn; returns how many
+    /// rows went out.
     async fn select_streamed(
         &self,
         statement: &Arc<Statement>,
@@ -112,9 +122,11 @@ impl Session {
             }
             for (node, targets) in routed.remote {
                 for target in targets {
-                    let share = forward::Share::Select { targets: wire_targets(&[target]) };
-                    let request = self.request(routed.epoch, catalog.version(), share)?;
-                    others.push(Share::Node(node.0, request));
+                    let Some(target) = wire_targets(std::slice::from_ref(&target)).pop() else {
+                        continue;
+                    };
+                    let (epoch, catalog) = (routed.epoch, catalog.version());
+                    others.push(Share::Node { node: node.0, target, epoch, catalog });
                 }
             }
             // Alternating, this executor's first: while one of its fragments is read here, the
@@ -127,64 +139,93 @@ impl Session {
             }
             shares.extend(others);
             let mut shares = shares.into_iter();
-            let mut next = shares.next().map(|s| self.start(statement, s));
-            while let Some(job) = next.take() {
-                // The next fragment is being read (when it is elsewhere) while this one is
-                // read here or its rows are sent.
-                next = shares.next().map(|s| self.start(statement, s));
-                let partials = match job {
-                    Job::Here(target) => self.core.select(select, &[target])?.0,
-                    Job::Asked(pending) => match pending.await? {
-                        Ok(p) => p,
-                        Err(current) if sent == 0 => {
-                            self.refresh(routed.epoch, current, &mut attempt).await?;
-                            continue 'plan;
-                        }
-                        Err(_) => {
-                            return Err(RegionError::Forward {
-                                node: 0,
-                                reason: "the shard map changed while the rows were being sent; \
-                                         run the statement again"
-                                    .to_owned(),
-                            }
-                            .into());
-                        }
-                    },
+            let mut upcoming = match shares.next() {
+                Some(s) => Some((self.start(statement, &s, None)?, s)),
+                None => None,
+            };
+            while let Some((first, share)) = upcoming.take() {
+                // The next fragment's first page is being read (when it is elsewhere) while
+                // this one's pages are read and sent.
+                upcoming = match shares.next() {
+                    Some(s) => Some((self.start(statement, &s, None)?, s)),
+                    None => None,
                 };
-                let rows = query::merge(select, partials)?.rows;
-                sent += rows.len() as u64;
-                emit(rows).await?;
+                let mut job = Some(first);
+                while let Some(current) = job.take() {
+                    let (partial, next) = match current {
+                        Job::Here(target, after) => {
+                            self.core.select_page(select, &target, after.as_ref())?
+                        }
+                        Job::Asked(pending) => match pending.await? {
+                            Ok(page) => page,
+                            Err(current) if sent == 0 => {
+                                self.refresh(routed.epoch, current, &mut attempt).await?;
+                                continue 'plan;
+                            }
+                            Err(_) => {
+                                return Err(RegionError::Forward {
+                                    node: 0,
+                                    reason: "the shard map changed while the rows were being \
+                                             sent; run the statement again"
+                                        .to_owned(),
+                                }
+                                .into());
+                            }
+                        },
+                    };
+                    // The fragment's next page is being read (elsewhere) while this one is sent.
+                    if let Some(after) = next {
+                        job = Some(self.start(statement, &share, Some(after))?);
+                    }
+                    let rows = query::merge(select, vec![partial])?.rows;
+                    sent += rows.len() as u64;
+                    emit(rows).await?;
+                }
             }
             return Ok(sent);
         }
     }
 
-    /// Starts a share: another executor's or node's runs as a task from now on.
-    fn start(&self, statement: &Arc<Statement>, share: Share) -> Job {
-        match share {
-            Share::Here(target) => Job::Here(target),
+    /// Starts a page of a share: another executor's or node's runs as a task from now on.
+    fn start(
+        &self,
+        statement: &Arc<Statement>,
+        share: &Share,
+        after: Option<ScanPos>,
+    ) -> Result<Job, EngineError> {
+        Ok(match share {
+            Share::Here(target) => Job::Here(target.clone(), after),
             Share::Executor(executor, target) => Job::Asked(glommio::spawn_local(ask_executor(
                 self.ctx.mesh.clone(),
-                executor,
+                *executor,
                 Arc::clone(statement),
-                target,
+                target.clone(),
+                after,
             ))),
-            Share::Node(node, request) => Job::Asked(glommio::spawn_local(ask_node(node, request))),
-        }
+            Share::Node { node, target, epoch, catalog } => {
+                let share = forward::Share::SelectPage {
+                    target: target.clone(),
+                    after: after.as_ref().map(forward::pos_to_wire),
+                };
+                let request = self.request(*epoch, *catalog, share)?;
+                Job::Asked(glommio::spawn_local(ask_node(*node, request)))
+            }
+        })
     }
 }
 
-/// One fragment's share on another executor of this node.
+/// One page of a fragment on another executor of this node.
 async fn ask_executor(
     mesh: Mesh<Core>,
     executor: ExecutorIndex,
     statement: Arc<Statement>,
     target: Target,
-) -> Result<Result<Vec<Partial>, u64>, EngineError> {
+    after: Option<ScanPos>,
+) -> Result<Result<Page, u64>, EngineError> {
     let answer = mesh
         .call(executor, move |core| async move {
             match &*statement {
-                Statement::Select(s) => core.select(s, &[target]).map(|(p, _)| p),
+                Statement::Select(s) => core.select_page(s, &target, after.as_ref()),
                 _ => Err(internal("select share of a non-SELECT")),
             }
         })
@@ -192,13 +233,17 @@ async fn ask_executor(
     answer.map(Ok)
 }
 
-/// One fragment's share on another node.
-async fn ask_node(
-    node: u32,
-    request: forward::Request,
-) -> Result<Result<Vec<Partial>, u64>, EngineError> {
+/// One page of a fragment on another node.
+async fn ask_node(node: u32, request: forward::Request) -> Result<Result<Page, u64>, EngineError> {
     match forward::call(node, request, true).await? {
-        Reply::Partials(p) => forward::partials_from_wire(p).map(Ok).map_err(bad_reply),
+        Reply::Page { partial, next } => {
+            let partial = forward::partials_from_wire(vec![partial])
+                .map_err(bad_reply)?
+                .pop()
+                .ok_or_else(|| bad_reply("a page without rows".to_owned()))?;
+            let next = next.map(forward::pos_from_wire).transpose().map_err(bad_reply)?;
+            Ok(Ok((partial, next)))
+        }
         other => reply_error(other).map(Err),
     }
 }
