@@ -36,12 +36,14 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
-# start_tessera BIN: a node on a free loopback port with a fresh data directory; waits (bounded,
-# 60 s) for its ready line and exits the script if the node dies or never gets ready.
+# start_tessera BIN [SERVE_ARGS...]: a node on a free loopback port with a fresh data
+# directory (further arguments go to `serve`); waits (bounded, 60 s) for its ready line and
+# exits the script if the node dies or never gets ready.
 start_tessera() {
   port=$(free_port)
+  rm -rf "$work/tessera"
   mkdir -p "$work/tessera"
-  "$1" serve --listen "127.0.0.1:$port" --metrics-listen "" --data-dir "$work/tessera" 2>"$work/tessera.log" &
+  "$1" serve --listen "127.0.0.1:$port" --metrics-listen "" --data-dir "$work/tessera" "${@:2}" 2>"$work/tessera.log" &
   tessera_pid=$!
   for _ in $(seq 1 600); do
     grep -q 'ready: listening on' "$work/tessera.log" && break

@@ -19,8 +19,8 @@ use crate::expr::{
     BinaryOp, Expr, FieldPath, Literal, Row, Value, cast, doc_to_json, eval, matches,
 };
 use crate::limits::{
-    AGGREGATED_BYTES_MAX, DISTINCT_VALUES_MAX, GROUPS_MAX, RESULT_ROWS_MAX, STREAM_PAGE_BYTES,
-    STREAM_PAGE_ROWS, STREAM_PAGE_SCANNED, WRITE_BYTES_MAX, WRITE_DOCS_MAX,
+    AGGREGATED_BYTES_MAX, DISTINCT_VALUES_MAX, GROUPS_MAX, RESULT_BYTES_MAX, RESULT_ROWS_MAX,
+    STREAM_PAGE_BYTES, STREAM_PAGE_ROWS, STREAM_PAGE_SCANNED, WRITE_BYTES_MAX, WRITE_DOCS_MAX,
 };
 use crate::plan::{
     Aggregate, AggregateFunc, Assignment, CollectionName, Count, Delete, Insert, InsertBody,
@@ -204,6 +204,11 @@ impl Collected {
 /// Bytes one value counts for in the memory limits: 16 per value plus its strings and member
 /// names. Roughly what it holds, and cheap.
 const VALUE_BYTES: usize = 16;
+
+/// Roughly the bytes a row holds, for [`RESULT_BYTES_MAX`] and [`STREAM_PAGE_BYTES`].
+fn row_bytes(id: &str, values: &[Datum], keys: &[Datum]) -> usize {
+    VALUE_BYTES + id.len() + values.iter().chain(keys).map(datum_bytes).sum::<usize>()
+}
 
 /// Roughly the bytes a JSON value holds (see [`VALUE_BYTES`]): what the memory limits of
 /// aggregates and of a transaction's buffered writes count.
@@ -532,6 +537,15 @@ impl Budget {
         }
     }
 
+    fn result() -> Budget {
+        Budget {
+            held: 0,
+            limit: RESULT_BYTES_MAX,
+            what: "bytes of rows gathered for one result (add a LIMIT, or leave out ORDER BY, \
+                   LIMIT and OFFSET outside a transaction block to stream the rows)",
+        }
+    }
+
     fn spend(&mut self, amount: usize) -> Result<(), ExecError> {
         self.held = self.held.saturating_add(amount);
         if self.held > self.limit {
@@ -789,9 +803,7 @@ pub fn execute_select_page<'s, S: PagedSource>(
         .and_then(|keep| {
             if keep {
                 let values = output_row(outputs, &row)?;
-                bytes = bytes
-                    .saturating_add(VALUE_BYTES + d.id.len())
-                    .saturating_add(values.iter().map(datum_bytes).sum());
+                bytes = bytes.saturating_add(row_bytes(d.id, &values, &[]));
                 rows.push(PartialRow { id: d.id.to_owned(), values, keys: Vec::new() });
             }
             Ok(())
@@ -821,6 +833,16 @@ pub fn execute_select<'s, S: FragmentSource>(
     select: &'s Select,
     source: &'s S,
     ranges: &[ShardRange],
+) -> Result<Partial, ExecError> {
+    execute_select_in(select, source, ranges, Budget::result())
+}
+
+/// [`execute_select`] with the rows' byte budget given.
+fn execute_select_in<'s, S: FragmentSource>(
+    select: &'s Select,
+    source: &'s S,
+    ranges: &[ShardRange],
+    mut held: Budget,
 ) -> Result<Partial, ExecError> {
     let Some(collection) = &select.collection else {
         return Err(ExecError::WrongStatement {
@@ -861,6 +883,7 @@ pub fn execute_select<'s, S: FragmentSource>(
                         return Ok(ControlFlow::Continue(()));
                     }
                     let values = output_row(outputs, &row)?;
+                    held.spend(row_bytes(d.id, &values, &keys))?;
                     rows.push(PartialRow { id: d.id.to_owned(), values, keys });
                     match (ordered, budget) {
                         (false, Some(k)) if rows.len() >= k => return Ok(ControlFlow::Break(())),
@@ -868,6 +891,8 @@ pub fn execute_select<'s, S: FragmentSource>(
                         (true, Some(k)) if rows.len() >= k.saturating_mul(2).max(16) => {
                             truncate_top(&mut rows, &select.order_by, k);
                             threshold = rows.last().filter(|_| rows.len() == k).cloned();
+                            held.held =
+                                rows.iter().map(|r| row_bytes(&r.id, &r.values, &r.keys)).sum();
                         }
                         _ => {}
                     }
@@ -939,6 +964,15 @@ pub struct ResultSet {
 /// Merges the partial results of one SELECT from any number of fragments (in any order) into
 /// the result a single fragment holding every document would give.
 pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecError> {
+    merge_in(select, partials, Budget::result())
+}
+
+/// [`merge`] with the rows' byte budget given.
+fn merge_in(
+    select: &Select,
+    partials: Vec<Partial>,
+    mut held: Budget,
+) -> Result<ResultSet, ExecError> {
     let columns = select.columns();
     let limit = count_value(select.limit)?;
     let offset = count_value(select.offset)?.unwrap_or(0);
@@ -950,7 +984,10 @@ pub fn merge(select: &Select, partials: Vec<Partial>) -> Result<ResultSet, ExecE
             let mut rows = Vec::new();
             for p in partials {
                 match p.body {
-                    PartialBody::Rows(r) => rows.extend(r),
+                    PartialBody::Rows(r) => {
+                        held.spend(r.iter().map(|r| row_bytes(&r.id, &r.values, &r.keys)).sum())?;
+                        rows.extend(r);
+                    }
                     PartialBody::Groups(_) => {
                         return Err(ExecError::PartialMismatch {
                             what: "groups for a plain SELECT",
@@ -1506,6 +1543,62 @@ mod tests {
     }
     use super::*;
     use serde_json::json;
+
+    /// Documents of one shard, in a Vec: enough for the executor's own bounds.
+    struct Docs(Vec<(String, serde_json::Value)>);
+
+    impl FragmentSource for Docs {
+        type Doc<'a> = &'a serde_json::Value;
+
+        fn get<'a>(&'a self, _: &CollectionName, _: &str) -> Option<SourceDoc<'a, Self::Doc<'a>>> {
+            None
+        }
+
+        fn scan<'a>(
+            &'a self,
+            _: &CollectionName,
+            _: &[ShardRange],
+            visit: &mut dyn FnMut(SourceDoc<'a, Self::Doc<'a>>) -> ControlFlow<()>,
+        ) {
+            for (id, doc) in &self.0 {
+                let d = SourceDoc { id, shard: ShardId::MIN, version: DocVersion::new(1), doc };
+                if visit(d).is_break() {
+                    return;
+                }
+            }
+        }
+    }
+
+    // Checks a gathered result's rows are bounded in bytes by the budget given: per
+    // fragment (what ORDER BY … LIMIT cuts away no longer counts) and at the merge, with a
+    // limit error that says how to stream instead.
+    #[test]
+    fn gathered_rows_are_bounded_in_bytes() {
+        let docs = Docs(
+            (0..100).map(|i| (format!("d/{i}"), json!({"s": "x".repeat(1000), "n": i}))).collect(),
+        );
+        let budget = |limit| Budget { held: 0, limit, what: Budget::result().what };
+        let plan = |sql: &str| match crate::parse(sql).unwrap().remove(0) {
+            crate::plan::Statement::Select(s) => s,
+            other => panic!("{other:?}"),
+        };
+        let all = [ShardRange::ALL];
+        // 100 rows of about 1 KB: over 50 KB, within 200 KB.
+        let ordered = plan("SELECT s FROM c ORDER BY n");
+        let e = execute_select_in(&ordered, &docs, &all, budget(50_000)).unwrap_err();
+        assert!(matches!(e, ExecError::LimitExceeded { .. }), "{e}");
+        assert!(e.to_string().contains("to stream the rows"), "{e}");
+        let p = execute_select_in(&ordered, &docs, &all, budget(200_000)).unwrap();
+        let plain = plan("SELECT s FROM c");
+        assert!(execute_select_in(&plain, &docs, &all, budget(50_000)).is_err());
+        // The best 10 of 100: never more than 20 rows held.
+        let top = plan("SELECT s FROM c ORDER BY n LIMIT 10");
+        execute_select_in(&top, &docs, &all, budget(50_000)).expect("top 10 fit");
+        // Two fragments' 100 rows each pass 150 KB together.
+        merge_in(&ordered, vec![p.clone()], budget(150_000)).expect("one fits");
+        let e = merge_in(&ordered, vec![p.clone(), p], budget(150_000)).unwrap_err();
+        assert!(matches!(e, ExecError::LimitExceeded { .. }), "{e}");
+    }
 
     // Checks NULL placement follows NULLS FIRST/LAST independently of DESC.
     #[test]

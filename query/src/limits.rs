@@ -55,6 +55,12 @@ pub const IN_LIST_MAX: usize = 10_000;
 /// Partial results cross executors as messages and are held in memory while merged.
 pub const RESULT_ROWS_MAX: usize = 1_000_000;
 
+/// Most bytes of rows one gathered result holds (a fragment's share of a SELECT with ORDER
+/// BY, LIMIT or OFFSET, or inside a block, and the merged result), as [`crate::json_bytes`]
+/// counts values: such a result is held whole before its first row is sent. A plain SELECT
+/// outside a block streams instead (pages, below) and has no such bound.
+pub const RESULT_BYTES_MAX: usize = 512 << 20;
+
 /// Most rows one page of a streamed SELECT holds ([`crate::exec::execute_select_page`]): a
 /// plain SELECT outside a block reads a fragment in pages, each sent before the next is
 /// read, so memory and the time one read holds its executor stay bounded whatever the
