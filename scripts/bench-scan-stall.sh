@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# What a streamed export does to the other statements of its executor: a node with one
-# executor holds STALL_DOCS documents (about 180 bytes each, loaded with \copy); while a
-# client runs `\copy docs to /dev/null` (a streamed SELECT of the whole collection) over and
-# over, pgbench runs a point read (`SELECT doc() FROM docs WHERE id() = 'docs/77'`) from one
-# connection and logs every latency. Each binary given gets its own fresh node, in turn,
+# What a long read does to the other statements of its executor: a node with one executor
+# holds STALL_DOCS documents (about 180 bytes each, loaded with \copy); while a client runs
+# `\copy docs to /dev/null` (a streamed SELECT of the whole collection), or the statement
+# STALL_SQL when set (an aggregate, say), over and over, pgbench runs a point read
+# (`SELECT doc() FROM docs WHERE id() = 'docs/77'`) from one connection and logs every
+# latency. Each binary given gets its own fresh node, in turn,
 # STALL_ROUNDS times. Prints per round and binary the point reads' count, p50, p99 and max
-# latency and the exports completed; raw lines go to $BENCH_RESULTS/stall.txt.
+# latency and the long reads completed; raw lines go to $BENCH_RESULTS/stall.txt.
 #
 # Usage: scripts/bench-scan-stall.sh TESSERA_BIN [TESSERA_BIN...]
-# Environment: STALL_DOCS (default 200000), STALL_SECONDS (10), STALL_ROUNDS (2),
+# Environment: STALL_DOCS (default 200000), STALL_SECONDS (10), STALL_ROUNDS (2), STALL_SQL,
 #   BENCH_RESULTS (default bench/results/stall-<UTC>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +34,7 @@ mkdir -p "$out"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD), binaries: $*"
   echo "machine: $(nproc) CPUs, $(uname -r), load: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "documents: $docs, seconds per run: $secs, one executor"
+  echo "documents: $docs, seconds per run: $secs, one executor, long read: ${STALL_SQL:-copy to /dev/null}"
 } >"$out/stall.txt"
 
 for r in $(seq 1 "$rounds"); do
@@ -45,7 +46,11 @@ for r in $(seq 1 "$rounds"); do
     (
       n=0
       while [ ! -e "$work/stop" ]; do
-        psql -X -q -v ON_ERROR_STOP=1 "$url" -c "\\copy docs to '/dev/null'"
+        if [ -n "${STALL_SQL:-}" ]; then
+          psql -X -q -v ON_ERROR_STOP=1 "$url" -c "$STALL_SQL" >/dev/null
+        else
+          psql -X -q -v ON_ERROR_STOP=1 "$url" -c "\\copy docs to '/dev/null'"
+        fi
         n=$((n + 1))
         echo "$n" >"$work/exports"
       done
@@ -63,7 +68,7 @@ r, binary, exports, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 lat = sorted(int(l.split()[2]) for f in files for l in open(f))
 pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]
 print(f"round {r} {binary}: {len(lat)} point reads, p50 {pick(0.5)} us, p99 {pick(0.99)} us, "
-      f"max {lat[-1]} us; {exports} exports")
+      f"max {lat[-1]} us; {exports} long reads")
 PY
     kill -TERM "$tessera_pid"
     wait "$tessera_pid" || true

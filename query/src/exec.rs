@@ -828,125 +828,254 @@ pub fn execute_select_page<'s, S: PagedSource>(
     Ok((page, next))
 }
 
-/// Runs a SELECT against one fragment's documents in `ranges`.
+/// Runs a SELECT against one fragment's documents in `ranges`, in one go.
 pub fn execute_select<'s, S: FragmentSource>(
     select: &'s Select,
     source: &'s S,
     ranges: &[ShardRange],
 ) -> Result<Partial, ExecError> {
-    execute_select_in(select, source, ranges, Budget::result())
+    let mut scan = SelectScan::new(select)?;
+    scan.read_all(source, ranges)?;
+    Ok(scan.finish())
 }
 
-/// [`execute_select`] with the rows' byte budget given.
-fn execute_select_in<'s, S: FragmentSource>(
+/// One fragment's share of a SELECT, read in one go ([`SelectScan::read_all`]) or in slices
+/// of at most [`STREAM_PAGE_SCANNED`] documents ([`SelectScan::read_slice`]), between which
+/// the caller lets other work of its executor run: the rows or groups found so far carry over
+/// from slice to slice, so the share is the same either way. Each slice sees the fragment at
+/// its own instant; a document is read once (the scan's order is fixed).
+pub struct SelectScan<'s> {
     select: &'s Select,
-    source: &'s S,
-    ranges: &[ShardRange],
-    mut held: Budget,
-) -> Result<Partial, ExecError> {
-    let Some(collection) = &select.collection else {
-        return Err(ExecError::WrongStatement {
-            what: "a SELECT with FROM (use execute_constant)",
-        });
-    };
-    let budget = fragment_budget(select)?;
-    match &select.shape {
-        SelectShape::Rows { outputs } => {
-            let mut rows: Vec<PartialRow> = Vec::new();
-            // The k-th best row so far, once k rows are known (ORDER BY … LIMIT only).
-            let mut threshold: Option<PartialRow> = None;
-            let ordered = !select.order_by.is_empty();
-            let scanned =
-                for_each_match(source, collection, select.filter.as_ref(), ranges, &mut |d| {
-                    if budget == Some(0) {
-                        return Ok(ControlFlow::Break(()));
-                    }
-                    let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
-                    let keys = select
-                        .order_by
-                        .iter()
-                        .map(|k| match &k.target {
-                            OrderTarget::Output(i) => match outputs.get(*i) {
-                                Some(o) => eval(&o.expr, &row)?.to_datum(o.column.ty),
-                                None => Ok(Datum::Null),
-                            },
-                            OrderTarget::Expr(e) => eval(e, &row)?.to_natural_datum(),
-                        })
-                        .collect::<Result<Vec<_>, ExecError>>()?;
-                    // Once the best k are known, a row that does not beat the k-th never
-                    // enters the result: skip it before building its output values.
-                    if let Some(t) = &threshold
-                        && cmp_parts(&select.order_by, &keys, d.id, &t.keys, &t.id)
-                            != Ordering::Less
-                    {
-                        cov_mark::hit!(top_k_skip);
-                        return Ok(ControlFlow::Continue(()));
-                    }
-                    let values = output_row(outputs, &row)?;
-                    held.spend(row_bytes(d.id, &values, &keys))?;
-                    rows.push(PartialRow { id: d.id.to_owned(), values, keys });
-                    match (ordered, budget) {
-                        (false, Some(k)) if rows.len() >= k => return Ok(ControlFlow::Break(())),
-                        // Keep memory at O(k): cut back to the best k whenever 2k accumulate.
-                        (true, Some(k)) if rows.len() >= k.saturating_mul(2).max(16) => {
-                            truncate_top(&mut rows, &select.order_by, k);
-                            threshold = rows.last().filter(|_| rows.len() == k).cloned();
-                            held.held =
-                                rows.iter().map(|r| row_bytes(&r.id, &r.values, &r.keys)).sum();
-                        }
-                        _ => {}
-                    }
-                    if rows.len() > RESULT_ROWS_MAX {
-                        return Err(ExecError::LimitExceeded {
-                            what: "rows in one result",
-                            limit: RESULT_ROWS_MAX,
-                        });
-                    }
-                    Ok(ControlFlow::Continue(()))
-                })?;
-            if ordered {
-                truncate_top(&mut rows, &select.order_by, budget.unwrap_or(usize::MAX));
+    collection: &'s CollectionName,
+    /// LIMIT + OFFSET, when given: the rows the share must return.
+    budget: Option<usize>,
+    /// Bytes of the rows held ([`RESULT_BYTES_MAX`]).
+    held: Budget,
+    scanned: u64,
+    /// Where the last slice ended (`None` before the first).
+    after: Option<ScanPos>,
+    state: ScanState,
+}
+
+enum ScanState {
+    Rows {
+        rows: Vec<PartialRow>,
+        /// The k-th best row so far, once k rows are known (ORDER BY … LIMIT only).
+        threshold: Option<PartialRow>,
+    },
+    Groups {
+        groups: BTreeMap<Vec<OrdDatum>, Vec<AggState>>,
+        distinct: Budget,
+        kept: Budget,
+    },
+}
+
+impl<'s> SelectScan<'s> {
+    /// A scan of `select`'s share, nothing read yet.
+    pub fn new(select: &'s Select) -> Result<SelectScan<'s>, ExecError> {
+        SelectScan::new_in(select, Budget::result())
+    }
+
+    fn new_in(select: &'s Select, held: Budget) -> Result<SelectScan<'s>, ExecError> {
+        let Some(collection) = &select.collection else {
+            return Err(ExecError::WrongStatement {
+                what: "a SELECT with FROM (use execute_constant)",
+            });
+        };
+        let state = match &select.shape {
+            SelectShape::Rows { .. } => ScanState::Rows { rows: Vec::new(), threshold: None },
+            SelectShape::Aggregate { .. } => ScanState::Groups {
+                groups: BTreeMap::new(),
+                distinct: Budget::distinct(),
+                kept: Budget::collected(),
+            },
+        };
+        let budget = fragment_budget(select)?;
+        Ok(SelectScan { select, collection, budget, held, scanned: 0, after: None, state })
+    }
+
+    /// Reads every document of `ranges` (after the last slice, if any).
+    pub fn read_all<'a, S: FragmentSource>(
+        &mut self,
+        source: &'a S,
+        ranges: &[ShardRange],
+    ) -> Result<(), ExecError>
+    where
+        's: 'a,
+    {
+        let select = self.select;
+        let scanned =
+            for_each_match(source, self.collection, select.filter.as_ref(), ranges, &mut |d| {
+                self.add(d)
+            })?;
+        self.scanned += scanned;
+        Ok(())
+    }
+
+    /// Reads the next slice: at most [`STREAM_PAGE_SCANNED`] documents after where the last
+    /// ended. Returns whether documents remain (an id filter reads its documents at once).
+    pub fn read_slice<'a, S: PagedSource>(
+        &mut self,
+        source: &'a S,
+        ranges: &[ShardRange],
+    ) -> Result<bool, ExecError>
+    where
+        's: 'a,
+    {
+        let select = self.select;
+        if select.filter.as_ref().and_then(point_ids).is_some() {
+            self.read_all(source, ranges)?;
+            return Ok(false);
+        }
+        let mut ranges = ranges.to_vec();
+        ranges.sort_by_key(|r| r.start());
+        let after = self.after.take();
+        let (mut seen, mut next, mut failed) = (0usize, None, None);
+        source.scan_after(self.collection, &ranges, after.as_ref(), &mut |d| {
+            seen += 1;
+            let pos = || ScanPos { shard: d.shard, key: router::doc_key(d.id).into_string() };
+            let at = (seen >= STREAM_PAGE_SCANNED).then(pos);
+            let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
+            let flow = match &select.filter {
+                None => Ok(true),
+                Some(f) => matches(f, &row),
             }
-            Ok(Partial { rows_scanned: scanned, body: PartialBody::Rows(rows) })
+            .and_then(|keep| if keep { self.add(d) } else { Ok(ControlFlow::Continue(())) });
+            match flow {
+                Ok(ControlFlow::Continue(())) if at.is_none() => ControlFlow::Continue(()),
+                Ok(ControlFlow::Continue(())) => {
+                    next = at;
+                    ControlFlow::Break(())
+                }
+                // The share needs nothing more (LIMIT reached): done.
+                Ok(ControlFlow::Break(())) => ControlFlow::Break(()),
+                Err(e) => {
+                    failed = Some(e);
+                    ControlFlow::Break(())
+                }
+            }
+        });
+        self.scanned += seen as u64;
+        if let Some(e) = failed {
+            return Err(e);
         }
-        SelectShape::Aggregate { group_by, aggregates, .. } => {
-            let mut groups: BTreeMap<Vec<OrdDatum>, Vec<AggState>> = BTreeMap::new();
-            let mut distinct = Budget::distinct();
-            let mut kept = Budget::collected();
-            let scanned =
-                for_each_match(source, collection, select.filter.as_ref(), ranges, &mut |d| {
-                    let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
-                    let key = group_by
-                        .iter()
-                        .map(|g| eval(g, &row)?.to_natural_datum().map(|d| OrdDatum(canonical(d))))
-                        .collect::<Result<Vec<_>, ExecError>>()?;
-                    if !groups.contains_key(&key) && groups.len() >= GROUPS_MAX {
-                        return Err(ExecError::LimitExceeded { what: "groups", limit: GROUPS_MAX });
+        let more = next.is_some();
+        self.after = next;
+        Ok(more)
+    }
+
+    /// Adds one matching document; `Break` once the share needs no more.
+    fn add<'v, D: DocValue<'v>>(
+        &mut self,
+        d: SourceDoc<'v, D>,
+    ) -> Result<ControlFlow<()>, ExecError>
+    where
+        's: 'v,
+    {
+        let select = self.select;
+        let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
+        match (&select.shape, &mut self.state) {
+            (SelectShape::Rows { outputs }, ScanState::Rows { rows, threshold }) => {
+                let budget = self.budget;
+                if budget == Some(0) {
+                    return Ok(ControlFlow::Break(()));
+                }
+                let keys = select
+                    .order_by
+                    .iter()
+                    .map(|k| match &k.target {
+                        OrderTarget::Output(i) => match outputs.get(*i) {
+                            Some(o) => eval(&o.expr, &row)?.to_datum(o.column.ty),
+                            None => Ok(Datum::Null),
+                        },
+                        OrderTarget::Expr(e) => eval(e, &row)?.to_natural_datum(),
+                    })
+                    .collect::<Result<Vec<_>, ExecError>>()?;
+                // Once the best k are known, a row that does not beat the k-th never enters
+                // the result: skip it before building its output values.
+                if let Some(t) = threshold
+                    && cmp_parts(&select.order_by, &keys, d.id, &t.keys, &t.id) != Ordering::Less
+                {
+                    cov_mark::hit!(top_k_skip);
+                    return Ok(ControlFlow::Continue(()));
+                }
+                let values = output_row(outputs, &row)?;
+                self.held.spend(row_bytes(d.id, &values, &keys))?;
+                rows.push(PartialRow { id: d.id.to_owned(), values, keys });
+                let ordered = !select.order_by.is_empty();
+                match (ordered, budget) {
+                    (false, Some(k)) if rows.len() >= k => return Ok(ControlFlow::Break(())),
+                    // Keep memory at O(k): cut back to the best k whenever 2k accumulate.
+                    (true, Some(k)) if rows.len() >= k.saturating_mul(2).max(16) => {
+                        truncate_top(rows, &select.order_by, k);
+                        *threshold = rows.last().filter(|_| rows.len() == k).cloned();
+                        self.held.held =
+                            rows.iter().map(|r| row_bytes(&r.id, &r.values, &r.keys)).sum();
                     }
-                    let states = groups
-                        .entry(key)
-                        .or_insert_with(|| aggregates.iter().map(AggState::new).collect());
-                    for (state, agg) in states.iter_mut().zip(aggregates) {
-                        if let Some(filter) = &agg.filter
-                            && !matches(filter, &row)?
-                        {
-                            continue;
-                        }
-                        let held = state.add_row(agg, &row)?;
-                        distinct.spend(held.values)?;
-                        kept.spend(held.bytes)?;
+                    _ => {}
+                }
+                if rows.len() > RESULT_ROWS_MAX {
+                    return Err(ExecError::LimitExceeded {
+                        what: "rows in one result",
+                        limit: RESULT_ROWS_MAX,
+                    });
+                }
+                Ok(ControlFlow::Continue(()))
+            }
+            (
+                SelectShape::Aggregate { group_by, aggregates, .. },
+                ScanState::Groups { groups, distinct, kept },
+            ) => {
+                let key = group_by
+                    .iter()
+                    .map(|g| eval(g, &row)?.to_natural_datum().map(|d| OrdDatum(canonical(d))))
+                    .collect::<Result<Vec<_>, ExecError>>()?;
+                if !groups.contains_key(&key) && groups.len() >= GROUPS_MAX {
+                    return Err(ExecError::LimitExceeded { what: "groups", limit: GROUPS_MAX });
+                }
+                let states = groups
+                    .entry(key)
+                    .or_insert_with(|| aggregates.iter().map(AggState::new).collect());
+                for (state, agg) in states.iter_mut().zip(aggregates) {
+                    if let Some(filter) = &agg.filter
+                        && !matches(filter, &row)?
+                    {
+                        continue;
                     }
-                    Ok(ControlFlow::Continue(()))
-                })?;
-            let groups = groups
-                .into_iter()
-                .map(|(key, states)| GroupPartial {
-                    key: key.into_iter().map(|k| k.0).collect(),
-                    states,
-                })
-                .collect();
-            Ok(Partial { rows_scanned: scanned, body: PartialBody::Groups(groups) })
+                    let held = state.add_row(agg, &row)?;
+                    distinct.spend(held.values)?;
+                    kept.spend(held.bytes)?;
+                }
+                Ok(ControlFlow::Continue(()))
+            }
+            _ => Err(ExecError::WrongStatement { what: "a scan state of its SELECT's shape" }),
         }
+    }
+
+    /// The share read so far (all of it once no slice remains).
+    pub fn finish(self) -> Partial {
+        let body = match self.state {
+            ScanState::Rows { mut rows, .. } => {
+                if !self.select.order_by.is_empty() {
+                    truncate_top(
+                        &mut rows,
+                        &self.select.order_by,
+                        self.budget.unwrap_or(usize::MAX),
+                    );
+                }
+                PartialBody::Rows(rows)
+            }
+            ScanState::Groups { groups, .. } => PartialBody::Groups(
+                groups
+                    .into_iter()
+                    .map(|(key, states)| GroupPartial {
+                        key: key.into_iter().map(|k| k.0).collect(),
+                        states,
+                    })
+                    .collect(),
+            ),
+        };
+        Partial { rows_scanned: self.scanned, body }
     }
 }
 
@@ -1582,18 +1711,22 @@ mod tests {
             crate::plan::Statement::Select(s) => s,
             other => panic!("{other:?}"),
         };
-        let all = [ShardRange::ALL];
+        let select_in = |select, docs: &Docs, held| {
+            let mut scan = SelectScan::new_in(select, held)?;
+            scan.read_all(docs, &[ShardRange::ALL])?;
+            Ok::<Partial, ExecError>(scan.finish())
+        };
         // 100 rows of about 1 KB: over 50 KB, within 200 KB.
         let ordered = plan("SELECT s FROM c ORDER BY n");
-        let e = execute_select_in(&ordered, &docs, &all, budget(50_000)).unwrap_err();
+        let e = select_in(&ordered, &docs, budget(50_000)).unwrap_err();
         assert!(matches!(e, ExecError::LimitExceeded { .. }), "{e}");
         assert!(e.to_string().contains("to stream the rows"), "{e}");
-        let p = execute_select_in(&ordered, &docs, &all, budget(200_000)).unwrap();
+        let p = select_in(&ordered, &docs, budget(200_000)).unwrap();
         let plain = plan("SELECT s FROM c");
-        assert!(execute_select_in(&plain, &docs, &all, budget(50_000)).is_err());
+        assert!(select_in(&plain, &docs, budget(50_000)).is_err());
         // The best 10 of 100: never more than 20 rows held.
         let top = plan("SELECT s FROM c ORDER BY n LIMIT 10");
-        execute_select_in(&top, &docs, &all, budget(50_000)).expect("top 10 fit");
+        select_in(&top, &docs, budget(50_000)).expect("top 10 fit");
         // Two fragments' 100 rows each pass 150 KB together.
         merge_in(&ordered, vec![p.clone()], budget(150_000)).expect("one fits");
         let e = merge_in(&ordered, vec![p.clone(), p], budget(150_000)).unwrap_err();

@@ -234,6 +234,13 @@ pub struct Core {
     reporting: Cell<bool>,
 }
 
+/// What a long read does between two slices: lets the executor's other tasks (sessions,
+/// and the log writers' queue when glommio's latency bound says it is due) run first.
+pub async fn between_slices() {
+    glommio::yield_if_needed().await;
+    glommio::executor().yield_now().await;
+}
+
 impl Core {
     /// Opens (recovering) the fragments this executor owns.
     pub async fn open(
@@ -507,8 +514,10 @@ impl Core {
         self.metrics.rows_read(rows_scanned);
     }
 
-    /// Runs a SELECT's share on each target fragment.
-    pub fn select(
+    /// Runs a SELECT's share on each target fragment, in slices of at most
+    /// `query::limits::STREAM_PAGE_SCANNED` documents with [`between_slices`] after each, so
+    /// a scan of a large fragment never holds the executor for long.
+    pub async fn select(
         &self,
         select: &Select,
         targets: &[Target],
@@ -518,8 +527,11 @@ impl Core {
         for target in targets {
             let started = Instant::now();
             let fragment = self.fragment(target.fragment)?;
-            let reader = FragmentReader::new(&fragment);
-            let partial = query::execute_select(select, &reader, &target.ranges)?;
+            let mut scan = query::SelectScan::new(select)?;
+            while scan.read_slice(&FragmentReader::new(&fragment), &target.ranges)? {
+                between_slices().await;
+            }
+            let partial = scan.finish();
             self.count(target.fragment, partial.rows_scanned);
             analysis.push(FragmentAnalysis {
                 fragment: target.fragment,

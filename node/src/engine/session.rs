@@ -781,7 +781,7 @@ impl Session {
             let local = self
                 .fan_out(routed.local, statement, |core, stmt, targets| async move {
                     match &*stmt {
-                        Statement::Select(s) => core.select(s, &targets),
+                        Statement::Select(s) => core.select(s, &targets).await,
                         _ => Err(internal("select share of a non-SELECT")),
                     }
                 })
@@ -1075,7 +1075,7 @@ impl Session {
                 let results = self
                     .fan_out(groups, &statement, |core, stmt, targets| async move {
                         match &*stmt {
-                            Statement::Select(s) => core.select(s, &targets),
+                            Statement::Select(s) => core.select(s, &targets).await,
                             _ => Err(internal("forwarded select share of a non-SELECT")),
                         }
                     })

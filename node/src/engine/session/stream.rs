@@ -21,7 +21,7 @@ use query::{Datum, Partial, ScanPos};
 use super::{Block, Session, bad_reply, internal, reply_error, wire_targets};
 use crate::cluster::forward::{self, Reply, WireTarget};
 use crate::cluster::region::RegionError;
-use crate::engine::core::{Core, Target};
+use crate::engine::core::{Core, Target, between_slices};
 use crate::engine::error::EngineError;
 use crate::runtime::{ExecutorIndex, Mesh};
 
@@ -154,6 +154,11 @@ impl Session {
                 while let Some(current) = job.take() {
                     let (partial, next) = match current {
                         Job::Here(target, after) => {
+                            // Sending a page may not wait at all: give the executor's other
+                            // work its turn before reading the next one here.
+                            if after.is_some() {
+                                between_slices().await;
+                            }
                             self.core.select_page(select, &target, after.as_ref())?
                         }
                         Job::Asked(pending) => match pending.await? {
