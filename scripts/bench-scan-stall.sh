@@ -68,7 +68,7 @@ r, binary, exports, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 lat = sorted(int(l.split()[2]) for f in files for l in open(f))
 pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]
 print(f"round {r} {binary}: {len(lat)} point reads, p50 {pick(0.5)} us, p99 {pick(0.99)} us, "
-      f"max {lat[-1]} us; {exports} long reads")
+      f"max {lat[-1]} us, {sum(1 for x in lat if x > 10_000)} over 10 ms; {exports} long reads")
 PY
     kill -TERM "$tessera_pid"
     wait "$tessera_pid" || true

@@ -83,7 +83,7 @@ fn parse_output(bytes: &[u8]) -> BTreeMap<String, serde_json::Value> {
 }
 
 // Checks a collection larger than a page in every fragment (40,000 documents over the 8
-// fragments of two executors: two pages each, of 4,096 rows and the rest) comes out whole,
+// fragments of two executors: five pages each, of 1,024 rows and the rest) comes out whole,
 // each document once, through COPY TO STDOUT and a plain SELECT, both sent page by page
 // (this executor's fragments and the other executor's).
 #[tokio::test]

@@ -628,7 +628,7 @@ async fn explain_says_when_rows_are_sent_per_fragment() {
             let rows = simple_rows(&client.simple_query(&format!("EXPLAIN {sql}")).await.unwrap());
             rows.iter().any(|r| {
                 r[0].as_deref()
-                    == Some("  Sent: page by page (4,096 rows or 4 MiB), as each fragment answers")
+                    == Some("  Sent: page by page (1,024 rows or 4 MiB), as each fragment answers")
             })
         }
     };

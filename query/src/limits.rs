@@ -65,15 +65,18 @@ pub const RESULT_BYTES_MAX: usize = 512 << 20;
 /// plain SELECT outside a block reads a fragment in pages, each sent before the next is
 /// read, so memory and the time one read holds its executor stay bounded whatever the
 /// fragment holds.
-pub const STREAM_PAGE_ROWS: usize = 4_096;
+pub const STREAM_PAGE_ROWS: usize = 1_024;
 
 /// Most bytes of rows one page holds, as [`crate::json_bytes`] counts values (a page ends
 /// with the row that reaches it): about what fits one cluster frame.
 pub const STREAM_PAGE_BYTES: usize = 4 << 20;
 
-/// Most documents one page reads, matching or not: a filter that matches little still
-/// hands its executor back between pages.
-pub const STREAM_PAGE_SCANNED: usize = 65_536;
+/// Most documents one page (or one slice of a gathered SELECT's scan, `exec::SelectScan`)
+/// reads, matching or not: a filter that matches little still hands its executor back
+/// between pages. With the page's rows (1,024 of them encoded take about 5 ms here), what
+/// another statement of the executor waits for at most: a scan of 200,000 documents held
+/// the executor for its whole 0.2-1 s before slices (`scripts/bench-scan-stall.sh`).
+pub const STREAM_PAGE_SCANNED: usize = 16_384;
 
 /// Most distinct values the `count(DISTINCT e)` calls of one query hold over all groups
 /// (per fragment and merged): fragments send their sets whole, so the merge can count each

@@ -1733,21 +1733,21 @@ fn select_pages_read_every_row_once() {
     assert_eq!(filtered, expected);
     assert_eq!(filtered.len(), 3_334 + 1_667);
 
-    // Rows of about 2 KB: the bytes bound ends a page first.
+    // Rows of about 8 KB: the bytes bound ends a page first.
     let mut big = MemFragment::default();
-    for n in 0..5_000 {
-        big.put("c", &format!("b/{n}"), json!({"s": "x".repeat(2_000)}));
+    for n in 0..2_000 {
+        big.put("c", &format!("b/{n}"), json!({"s": "x".repeat(8_000)}));
     }
     let got = pages(&big, "SELECT id(), s FROM c", &[all]);
     let first = got[0].len();
-    // Each row counts its 2,000 characters plus a little: the page ends near 4 MiB.
+    // Each row counts its 8,000 characters plus a little: the page ends near 4 MiB.
     assert!(
         first < STREAM_PAGE_ROWS
-            && first > STREAM_PAGE_BYTES / 2_100
-            && first <= STREAM_PAGE_BYTES / 2_000 + 1,
+            && first > STREAM_PAGE_BYTES / 8_100
+            && first <= STREAM_PAGE_BYTES / 8_000 + 1,
         "{first}"
     );
-    assert_eq!(got.concat().len(), 5_000);
+    assert_eq!(got.concat().len(), 2_000);
 
     // A filter matching nothing still returns after STREAM_PAGE_SCANNED documents.
     let mut wide = MemFragment::default();

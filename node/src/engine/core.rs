@@ -234,12 +234,23 @@ pub struct Core {
     reporting: Cell<bool>,
 }
 
-/// What a long read does between two slices: lets the executor's other tasks (sessions,
-/// and the log writers' queue when glommio's latency bound says it is due) run first.
+/// What a long read does between two slices: lets the executor's other work run first. A
+/// task yield alone is not enough: glommio 0.9 reaps I/O completions (another connection's
+/// statement arriving) only between rounds of its task queues, which a queue with a runnable
+/// task ends only at the preempt timer (100 ms); measured with `scripts/bench-scan-stall.sh`,
+/// point reads beside an export waited ~110 ms at p99 with yields. Sleeping on a timer leaves
+/// this task not runnable, so the round ends, completions are reaped and the statements they
+/// wake run before the next slice. The timer must still be pending when first polled (a
+/// glommio timer already due completes without yielding, as a nanosecond's did: no change
+/// measured): `SLICE_PAUSE`.
 pub async fn between_slices() {
-    glommio::yield_if_needed().await;
-    glommio::executor().yield_now().await;
+    glommio::timer::sleep(SLICE_PAUSE).await;
 }
+
+/// The pause between two slices of a long read (`between_slices`): long enough to be pending
+/// when polled, short beside a slice's work (a page of 1,024 rows or 16,384 documents read
+/// take milliseconds).
+pub const SLICE_PAUSE: std::time::Duration = std::time::Duration::from_micros(10);
 
 impl Core {
     /// Opens (recovering) the fragments this executor owns.

@@ -2627,7 +2627,7 @@ impl Session {
         let mut lines = query::explain(inner, plan.as_ref(), analysis.as_deref());
         if self.streams(inner) {
             lines.push(
-                "  Sent: page by page (4,096 rows or 4 MiB), as each fragment answers".to_owned(),
+                "  Sent: page by page (1,024 rows or 4 MiB), as each fragment answers".to_owned(),
             );
         }
         Ok(lines)

@@ -1,7 +1,7 @@
 //! A plain SELECT (and `COPY … TO STDOUT` of one) outside a block, sent page by page: rows
 //! without aggregates, ORDER BY, LIMIT or OFFSET need nothing from the other fragments, so
-//! each fragment is read in pages (`query::execute_select_page`: at most 4,096 rows, 4 MiB,
-//! 65,536 documents read), and each page goes to the client as soon as it is read while the
+//! each fragment is read in pages (`query::execute_select_page`: at most 1,024 rows, 4 MiB,
+//! 16,384 documents read), and each page goes to the client as soon as it is read while the
 //! next one is being read (on another executor or node; this executor reads its own pages
 //! between sends). Memory holds a few pages instead of the whole result or a whole fragment,
 //! no read holds an executor longer than a page, and a collection of any size can be
@@ -25,9 +25,9 @@ use crate::engine::core::{Core, Target, between_slices};
 use crate::engine::error::EngineError;
 use crate::runtime::{ExecutorIndex, Mesh};
 
-// EXPLAIN says "page by page (4,096 rows or 4 MiB)".
+// EXPLAIN says "page by page (1,024 rows or 4 MiB)".
 const _: () = assert!(
-    query::limits::STREAM_PAGE_ROWS == 4_096 && query::limits::STREAM_PAGE_BYTES == 4 << 20
+    query::limits::STREAM_PAGE_ROWS == 1_024 && query::limits::STREAM_PAGE_BYTES == 4 << 20
 );
 
 /// A page and where the next starts (`None`: its fragment is done).
