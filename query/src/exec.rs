@@ -777,55 +777,18 @@ pub fn execute_select_page<'s, S: PagedSource>(
     ranges: &[ShardRange],
     after: Option<&ScanPos>,
 ) -> Result<(Partial, Option<ScanPos>), ExecError> {
-    let (Some(collection), SelectShape::Rows { outputs }) = (&select.collection, &select.shape)
-    else {
+    if select.collection.is_none() || !matches!(select.shape, SelectShape::Rows { .. }) {
         return Err(ExecError::WrongStatement { what: "a SELECT of plain rows with FROM" });
-    };
+    }
     if !select.order_by.is_empty() || select.limit.is_some() || select.offset.is_some() {
         return Err(ExecError::WrongStatement { what: "a SELECT without ORDER BY, LIMIT, OFFSET" });
     }
-    if select.filter.as_ref().and_then(point_ids).is_some() {
-        return Ok((execute_select(select, source, ranges)?, None));
-    }
-    let mut ranges = ranges.to_vec();
-    ranges.sort_by_key(|r| r.start());
-    let mut rows = Vec::new();
-    let (mut bytes, mut scanned) = (0usize, 0usize);
-    let mut next = None;
-    let mut failed = None;
-    source.scan_after(collection, &ranges, after, &mut |d| {
-        scanned += 1;
-        let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
-        let kept = match &select.filter {
-            None => Ok(true),
-            Some(f) => matches(f, &row),
-        }
-        .and_then(|keep| {
-            if keep {
-                let values = output_row(outputs, &row)?;
-                bytes = bytes.saturating_add(row_bytes(d.id, &values, &[]));
-                rows.push(PartialRow { id: d.id.to_owned(), values, keys: Vec::new() });
-            }
-            Ok(())
-        });
-        if let Err(e) = kept {
-            failed = Some(e);
-            return ControlFlow::Break(());
-        }
-        if rows.len() >= STREAM_PAGE_ROWS
-            || bytes >= STREAM_PAGE_BYTES
-            || scanned >= STREAM_PAGE_SCANNED
-        {
-            next = Some(ScanPos { shard: d.shard, key: router::doc_key(d.id).into_string() });
-            return ControlFlow::Break(());
-        }
-        ControlFlow::Continue(())
-    });
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    let page = Partial { rows_scanned: scanned as u64, body: PartialBody::Rows(rows) };
-    Ok((page, next))
+    let mut scan = SelectScan::new(select)?;
+    scan.page = true;
+    scan.after = after.cloned();
+    scan.read_slice(source, ranges)?;
+    let next = scan.after.take();
+    Ok((scan.finish(), next))
 }
 
 /// Runs a SELECT against one fragment's documents in `ranges`, in one go.
@@ -843,7 +806,9 @@ pub fn execute_select<'s, S: FragmentSource>(
 /// of at most [`STREAM_PAGE_SCANNED`] documents ([`SelectScan::read_slice`]), between which
 /// the caller lets other work of its executor run: the rows or groups found so far carry over
 /// from slice to slice, so the share is the same either way. Each slice sees the fragment at
-/// its own instant; a document is read once (the scan's order is fixed).
+/// its own instant; a document is read once (the scan's order is fixed). A streamed page
+/// ([`execute_select_page`]) is one slice of a scan whose slices also end at a page's rows
+/// or bytes.
 pub struct SelectScan<'s> {
     select: &'s Select,
     collection: &'s CollectionName,
@@ -854,6 +819,9 @@ pub struct SelectScan<'s> {
     scanned: u64,
     /// Where the last slice ended (`None` before the first).
     after: Option<ScanPos>,
+    /// A slice is a streamed page: it also ends at [`STREAM_PAGE_ROWS`] rows or
+    /// [`STREAM_PAGE_BYTES`] of them (plain rows only).
+    page: bool,
     state: ScanState,
 }
 
@@ -891,7 +859,16 @@ impl<'s> SelectScan<'s> {
             },
         };
         let budget = fragment_budget(select)?;
-        Ok(SelectScan { select, collection, budget, held, scanned: 0, after: None, state })
+        Ok(SelectScan {
+            select,
+            collection,
+            budget,
+            held,
+            scanned: 0,
+            after: None,
+            page: false,
+            state,
+        })
     }
 
     /// Reads every document of `ranges` (after the last slice, if any).
@@ -933,18 +910,19 @@ impl<'s> SelectScan<'s> {
         let (mut seen, mut next, mut failed) = (0usize, None, None);
         source.scan_after(self.collection, &ranges, after.as_ref(), &mut |d| {
             seen += 1;
-            let pos = || ScanPos { shard: d.shard, key: router::doc_key(d.id).into_string() };
-            let at = (seen >= STREAM_PAGE_SCANNED).then(pos);
-            let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
+            let (shard, id) = (d.shard, d.id);
+            let row = Row { id, doc: Some(d.doc), excluded: None };
             let flow = match &select.filter {
                 None => Ok(true),
                 Some(f) => matches(f, &row),
             }
             .and_then(|keep| if keep { self.add(d) } else { Ok(ControlFlow::Continue(())) });
             match flow {
-                Ok(ControlFlow::Continue(())) if at.is_none() => ControlFlow::Continue(()),
                 Ok(ControlFlow::Continue(())) => {
-                    next = at;
+                    if seen < STREAM_PAGE_SCANNED && !self.page_full() {
+                        return ControlFlow::Continue(());
+                    }
+                    next = Some(ScanPos { shard, key: router::doc_key(id).into_string() });
                     ControlFlow::Break(())
                 }
                 // The share needs nothing more (LIMIT reached): done.
@@ -962,6 +940,12 @@ impl<'s> SelectScan<'s> {
         let more = next.is_some();
         self.after = next;
         Ok(more)
+    }
+
+    /// Whether a streamed page holds as many rows or bytes as one page may.
+    fn page_full(&self) -> bool {
+        let ScanState::Rows { rows, .. } = &self.state else { return false };
+        self.page && (rows.len() >= STREAM_PAGE_ROWS || self.held.held >= STREAM_PAGE_BYTES)
     }
 
     /// Adds one matching document; `Break` once the share needs no more.
