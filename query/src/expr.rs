@@ -25,7 +25,8 @@ use std::fmt;
 use router::doc::{DocValue, ValueKind};
 
 use crate::error::ExecError;
-use crate::limits::JSON_DEPTH_MAX;
+use crate::exec::json_bytes;
+use crate::limits::{JSON_DEPTH_MAX, VALUE_BYTES_MAX};
 use crate::types::{Datum, SqlType, cmp_float, cmp_int_float, float_text, parse_bool, parse_float};
 
 /// A constant in a plan: written in the SQL text or bound from a parameter.
@@ -1193,8 +1194,15 @@ fn call<'v, D: DocValue<'v>>(
             }
             return Ok(Value::Null);
         }
-        ScalarFunc::Lower => |s| Value::Text(s.to_lowercase()),
-        ScalarFunc::Upper => |s| Value::Text(s.to_uppercase()),
+        // Case mapping can lengthen a text (one character to several), so their results
+        // are bounded too.
+        ScalarFunc::Lower | ScalarFunc::Upper => {
+            let Some(t) = text_arg(args.first(), row)? else { return Ok(Value::Null) };
+            let mapped =
+                if func == ScalarFunc::Lower { t.to_lowercase() } else { t.to_uppercase() };
+            value_bytes(&mut 0, mapped.len())?;
+            return Ok(Value::Text(mapped));
+        }
         ScalarFunc::Length => |s| Value::Int(i64::try_from(s.chars().count()).unwrap_or(i64::MAX)),
         ScalarFunc::NullIf => return null_if(args, row),
         ScalarFunc::Greatest => return extreme(args, row, Ordering::Greater),
@@ -1206,6 +1214,7 @@ fn call<'v, D: DocValue<'v>>(
             let mut out = String::new();
             for arg in args {
                 if let Some(t) = text_arg(Some(arg), row)? {
+                    value_bytes(&mut out.len(), t.len())?;
                     out.push_str(&t);
                 }
             }
@@ -1349,7 +1358,14 @@ fn text_function<'v, D: DocValue<'v>>(
             else {
                 return Ok(Value::Null);
             };
-            Value::Text(if from.is_empty() { s } else { s.replace(&from, &to) })
+            if from.is_empty() {
+                return Ok(Value::Text(s));
+            }
+            if to.len() > from.len() {
+                let grows = s.matches(from.as_str()).count().saturating_mul(to.len() - from.len());
+                value_bytes(&mut s.len(), grows)?;
+            }
+            Value::Text(s.replace(&from, &to))
         }
         ScalarFunc::Substr => {
             let Some(start) = args.get(1).map(|a| int_arg(a, row)).transpose()?.flatten() else {
@@ -1730,10 +1746,18 @@ fn json_build<'v, D: DocValue<'v>>(
             None | Some(Value::Null) => Value::Null,
             Some(v) => Value::Json(v.to_json()?),
         },
-        ScalarFunc::JsonBuildArray => Value::Json(serde_json::Value::Array(
-            values.iter().map(Value::to_json).collect::<Result<_, _>>()?,
-        )),
+        ScalarFunc::JsonBuildArray => {
+            let mut built = 0;
+            let mut items = Vec::with_capacity(values.len());
+            for v in &values {
+                let item = v.to_json()?;
+                value_bytes(&mut built, json_bytes(&item))?;
+                items.push(item);
+            }
+            Value::Json(serde_json::Value::Array(items))
+        }
         ScalarFunc::JsonBuildObject => {
+            let mut built = 0;
             let mut map = serde_json::Map::new();
             for pair in values.chunks(2) {
                 let [key, value] = pair else { break };
@@ -1747,7 +1771,9 @@ fn json_build<'v, D: DocValue<'v>>(
                     Value::Text(t) => t,
                     other => other.as_str().unwrap_or_default().to_owned(),
                 };
-                map.insert(key, value.to_json()?);
+                let value = value.to_json()?;
+                value_bytes(&mut built, key.len().saturating_add(json_bytes(&value)))?;
+                map.insert(key, value);
             }
             Value::Json(serde_json::Value::Object(map))
         }
@@ -1766,8 +1792,9 @@ fn json_build<'v, D: DocValue<'v>>(
                 Some(_) => return Ok(Value::Null),
             };
             let Some(steps) = path.texts() else { return Ok(Value::Null) };
-            let mut doc = target.to_json()?;
-            set_at(&mut doc, &steps, new.to_json()?, create);
+            let (mut doc, new) = (target.to_json()?, new.to_json()?);
+            value_bytes(&mut json_bytes(&doc), json_bytes(&new))?;
+            set_at(&mut doc, &steps, new, create);
             Value::Json(doc)
         }
         _ => Value::Null,
@@ -1956,13 +1983,31 @@ fn concat<'v, D: DocValue<'v>>(
         return Ok(Value::Null);
     }
     if is_container(&l) || is_container(&r) {
-        return Ok(Value::Json(json_concat(json_operand(l)?, json_operand(r)?)));
+        let (l, r) = (json_operand(l)?, json_operand(r)?);
+        value_bytes(&mut json_bytes(&l), json_bytes(&r))?;
+        return Ok(Value::Json(json_concat(l, r)));
     }
     let (l, r) = (cast(l, SqlType::Text)?, cast(r, SqlType::Text)?);
     Ok(match (l.as_str(), r.as_str()) {
-        (Some(a), Some(b)) => Value::Text([a, b].concat()),
+        (Some(a), Some(b)) => {
+            value_bytes(&mut a.len(), b.len())?;
+            Value::Text([a, b].concat())
+        }
         _ => Value::Null,
     })
+}
+
+/// Adds `more` bytes to a value being built of `built` bytes, refusing a value larger than
+/// [`VALUE_BYTES_MAX`] before it is built.
+fn value_bytes(built: &mut usize, more: usize) -> Result<(), ExecError> {
+    *built = built.saturating_add(more);
+    if *built > VALUE_BYTES_MAX {
+        return Err(ExecError::LimitExceeded {
+            what: "bytes of one text or JSON value an expression builds",
+            limit: VALUE_BYTES_MAX,
+        });
+    }
+    Ok(())
 }
 
 fn is_container<'v, D: DocValue<'v>>(v: &Value<'v, D>) -> bool {

@@ -91,6 +91,13 @@ pub const AGGREGATED_BYTES_MAX: usize = 64 << 20;
 /// Most distinct groups one `GROUP BY` may produce (per fragment and merged).
 pub const GROUPS_MAX: usize = 100_000;
 
+/// Largest text or JSON value one expression builds, in bytes (a JSON value as
+/// [`crate::json_bytes`] counts it): `||`, `concat`, `replace`, `upper`, `lower`,
+/// `jsonb_set` and `jsonb_build_array` / `jsonb_build_object` refuse to build a larger one.
+/// A document holds at most 1 MiB, but a chain of these over its fields (or `replace`, which
+/// multiplies) could otherwise ask for gigabytes to evaluate one row.
+pub const VALUE_BYTES_MAX: usize = 64 << 20;
+
 /// Deepest JSON value the evaluator copies out of a document (documents deeper than this are
 /// refused by storage long before; this keeps our own recursive copy bounded regardless).
 pub const JSON_DEPTH_MAX: usize = 128;

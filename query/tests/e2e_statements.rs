@@ -1835,3 +1835,51 @@ fn select_scan_in_slices_equals_one_go() {
         assert!(slices >= 2 || limited, "{sql}: {slices} slice(s)");
     }
 }
+
+// Checks that no expression builds a text or JSON value past VALUE_BYTES_MAX: `replace`
+// (which multiplies), `||` on texts and on JSON, `concat`, `upper`, `jsonb_build_array`,
+// `jsonb_build_object` and doubling `jsonb_set` chains fail with 54000 naming the bound, and
+// the same shapes just under it evaluate.
+#[test]
+fn expressions_stop_at_the_value_bound() {
+    use query::limits::VALUE_BYTES_MAX;
+    let mib = "m".repeat(1 << 20);
+    let mut f = MemFragment::default();
+    f.put("c", "c/1", json!({"a": "a".repeat(1_000), "m": mib, "u": "ΐ".repeat(12_000_000)}));
+    let run = |sql: &str| {
+        let Statement::Select(s) = one(sql) else { panic!("{sql}") };
+        query::execute_select(&s, &f, &[router::ShardRange::ALL]).map(|p| p.rows_scanned)
+    };
+    let refused = |sql: &str| {
+        let shown: String = sql.chars().take(80).collect();
+        let e = run(sql).expect_err(&shown);
+        let bound = ExecError::LimitExceeded {
+            what: "bytes of one text or JSON value an expression builds",
+            limit: VALUE_BYTES_MAX,
+        };
+        assert_eq!(e, bound, "{shown}");
+        assert_eq!(e.category(), query::ExecErrorCategory::LimitExceeded);
+    };
+    let list = |item: &str, sep: &str, n: usize| vec![item; n].join(sep);
+    // 1,000 a's each replaced by 70,000 or 60,000 bytes.
+    refused(&format!("SELECT replace(a, 'a', '{}') FROM c", "x".repeat(70_000)));
+    assert_eq!(run(&format!("SELECT replace(a, 'a', '{}') FROM c", "x".repeat(60_000))), Ok(1));
+    refused(&format!("SELECT {} FROM c", list("m", " || ", 70)));
+    assert_eq!(run(&format!("SELECT {} FROM c", list("m::text", " || ", 60))), Ok(1));
+    refused(&format!("SELECT concat({}) FROM c", list("m", ", ", 70)));
+    assert_eq!(run(&format!("SELECT concat({}) FROM c", list("m", ", ", 60))), Ok(1));
+    refused(&format!("SELECT {} FROM c", list("jsonb_build_array(m)", " || ", 70)));
+    refused(&format!("SELECT jsonb_build_array({}) FROM c", list("doc()", ", ", 70)));
+    assert_eq!(run(&format!("SELECT jsonb_build_array({}) FROM c", list("m", ", ", 60))), Ok(1));
+    let pairs: Vec<String> = (0..70).map(|k| format!("'k{k}', m")).collect();
+    refused(&format!("SELECT jsonb_build_object({}) FROM c", pairs.join(", ")));
+    // Each level holds the one below twice: seven levels over a 1 MiB document are 128 MiB.
+    let mut doubled = "doc()".to_owned();
+    for k in 0..7 {
+        doubled = format!("jsonb_set({doubled}, '{{k{k}}}', {doubled})");
+    }
+    refused(&format!("SELECT {doubled} FROM c"));
+    // 'ΐ' (2 bytes) upper-cases to 6 bytes: 24 MB of it would become 72 MB.
+    refused("SELECT upper(u) FROM c");
+    assert_eq!(run("SELECT lower(u) FROM c"), Ok(1));
+}
