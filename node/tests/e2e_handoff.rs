@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::cluster::{CLUSTER_DEADLINE, cluster_args, local_fragments, query, wait_for};
+use support::cluster::{
+    CLUSTER_DEADLINE, check_documents, cluster_args, local_fragments, query, wait_for,
+};
 use support::{Node, NodeOptions, free_loopback_port};
 
 const FRAGMENTS: u32 = 4;
@@ -85,36 +87,6 @@ async fn load(node: &Node, prefix: &str, count: usize, pad: usize) -> BTreeSet<S
         ids.extend(batch.iter().map(|i| format!("{prefix}{i}")));
     }
     ids
-}
-
-/// Checks every id of `acked` is read exactly once through every node, and that the nodes'
-/// own fragments (stored copies) hold no document besides `acked` and `maybe` (attempts without an answer).
-async fn check_documents(
-    nodes: &[&Node],
-    per_node: &[BTreeMap<String, u64>],
-    acked: &BTreeSet<String>,
-    maybe: &BTreeSet<String>,
-) {
-    // Every node answers for the whole cluster (regions forward): each must see it once.
-    for id in acked {
-        for node in nodes {
-            let sql = format!("SELECT id() FROM notes WHERE id() = '{id}'");
-            let rows = query(&node.conn_str(), &sql).await;
-            assert!(
-                matches!(&rows, Ok(r) if r.len() == 1),
-                "document {id} through {}: {rows:?}",
-                node.conn_str()
-            );
-        }
-    }
-    let stored: u64 = per_node.iter().flat_map(|m| m.values()).sum();
-    let stored = usize::try_from(stored).unwrap();
-    assert!(
-        stored >= acked.len() && stored <= acked.len() + maybe.len(),
-        "{stored} documents stored, {} acknowledged, {} unknown",
-        acked.len(),
-        maybe.len()
-    );
 }
 
 /// What the writer saw: ids acknowledged, and ids attempted without a clear answer.

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use support::cluster::{CLUSTER_DEADLINE, cluster_args, local_fragments, query, wait_for};
+use support::cluster::{
+    CLUSTER_DEADLINE, check_documents, cluster_args, local_fragments, query, wait_for,
+};
 use support::{Node, NodeOptions, free_loopback_port};
 
 /// WARN lines a cluster with crashing members is expected to log.
@@ -84,38 +86,6 @@ async fn load(node: &Node, prefix: &str, count: usize) -> BTreeSet<String> {
         ids.extend(batch.iter().map(|i| format!("{prefix}{i}")));
     }
     ids
-}
-
-/// Checks every id of `acked` is read exactly once through every node, and that the stored
-/// copies (the fragments' counts) hold `acked` plus at most the attempts without an answer.
-async fn check_documents(
-    nodes: &[&Node],
-    per_node: &[BTreeMap<String, u64>],
-    acked: &BTreeSet<String>,
-    maybe: &BTreeSet<String>,
-) {
-    for node in nodes {
-        let rows = query(&node.conn_str(), "SELECT id() FROM notes").await.unwrap();
-        let mut seen = BTreeMap::new();
-        for r in rows {
-            *seen.entry(r[0].clone().unwrap()).or_insert(0u32) += 1;
-        }
-        for id in acked {
-            assert_eq!(seen.get(id), Some(&1), "document {id} through {}", node.conn_str());
-        }
-        assert!(
-            seen.values().all(|n| *n == 1),
-            "a document read twice through {}",
-            node.conn_str()
-        );
-    }
-    let stored = usize::try_from(total(per_node)).unwrap();
-    assert!(
-        stored >= acked.len() && stored <= acked.len() + maybe.len(),
-        "{stored} documents stored, {} acknowledged, {} unknown",
-        acked.len(),
-        maybe.len()
-    );
 }
 
 /// What the writer saw: ids acknowledged, and ids attempted without a clear answer.

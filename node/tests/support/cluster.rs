@@ -1,7 +1,7 @@
 //! What the multi-node tests share: polling a cluster condition with a deadline, simple
 //! queries that answer rows or `SQLSTATE: message`, and a cluster run by `scripts/cluster.sh`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -221,4 +221,59 @@ pub async fn wait_for_log(node: &Node, needle: &str, times: usize) {
         },
     )
     .await;
+}
+
+/// Ids per point-read query of [`check_documents`].
+const CHECK_IDS_PER_QUERY: usize = 200;
+
+/// Checks every id of `acked` is read exactly once through every node (regions forward, so
+/// each answers for the whole cluster): by a scan of `notes`, which must hold no id twice,
+/// and by point reads (`id() IN (…)`, routed to each id's owner) over one connection per
+/// node. Then that the fragments' stored copies (`per_node`, from `SHOW local_fragments`)
+/// hold `acked` plus at most `maybe` (attempts without an answer).
+pub async fn check_documents(
+    nodes: &[&Node],
+    per_node: &[BTreeMap<String, u64>],
+    acked: &BTreeSet<String>,
+    maybe: &BTreeSet<String>,
+) {
+    for node in nodes {
+        let rows = query(&node.conn_str(), "SELECT id() FROM notes").await.unwrap();
+        let mut seen = BTreeMap::new();
+        for r in rows {
+            *seen.entry(r[0].clone().unwrap()).or_insert(0u32) += 1;
+        }
+        for id in acked {
+            assert_eq!(seen.get(id), Some(&1), "document {id} through {}", node.conn_str());
+        }
+        assert!(
+            seen.values().all(|n| *n == 1),
+            "a document read twice through {}",
+            node.conn_str()
+        );
+        let client = node.connect().await;
+        let ids: Vec<&String> = acked.iter().collect();
+        for batch in ids.chunks(CHECK_IDS_PER_QUERY) {
+            let list: Vec<String> =
+                batch.iter().map(|id| format!("'{}'", id.replace('\'', "''"))).collect();
+            let sql = format!("SELECT id() FROM notes WHERE id() IN ({})", list.join(", "));
+            let messages = client
+                .simple_query(&sql)
+                .await
+                .unwrap_or_else(|e| panic!("point reads through {}: {e}", node.conn_str()));
+            let mut got: Vec<String> =
+                simple_rows(&messages).into_iter().map(|r| r[0].clone().unwrap()).collect();
+            got.sort();
+            let want: Vec<String> = batch.iter().map(|id| (*id).clone()).collect();
+            assert_eq!(got, want, "point reads through {}", node.conn_str());
+        }
+    }
+    let stored: u64 = per_node.iter().flat_map(|m| m.values()).sum();
+    let stored = usize::try_from(stored).unwrap();
+    assert!(
+        stored >= acked.len() && stored <= acked.len() + maybe.len(),
+        "{stored} documents stored, {} acknowledged, {} unknown",
+        acked.len(),
+        maybe.len()
+    );
 }
