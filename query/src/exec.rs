@@ -641,6 +641,19 @@ fn point_ids(filter: &Expr) -> Option<Vec<&str>> {
 
 /// Calls `each` with every document of the collection in `ranges` that matches `filter`,
 /// stopping at `Break` or an error. Returns how many documents were read.
+/// Hands `d` to `each` when it passes `filter` (every document passes no filter).
+fn if_matching<'v, D: DocValue<'v>>(
+    filter: Option<&'v Expr>,
+    d: SourceDoc<'v, D>,
+    each: impl FnOnce(SourceDoc<'v, D>) -> Result<ControlFlow<()>, ExecError>,
+) -> Result<ControlFlow<()>, ExecError> {
+    let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
+    match filter {
+        Some(f) if !matches(f, &row)? => Ok(ControlFlow::Continue(())),
+        _ => each(d),
+    }
+}
+
 fn for_each_match<'s, S: FragmentSource>(
     source: &'s S,
     collection: &CollectionName,
@@ -652,12 +665,7 @@ fn for_each_match<'s, S: FragmentSource>(
     let mut failed = None;
     let mut visit = |d: SourceDoc<'s, S::Doc<'s>>| -> ControlFlow<()> {
         scanned += 1;
-        let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
-        let keep = match filter {
-            None => Ok(true),
-            Some(f) => matches(f, &row),
-        };
-        match keep.and_then(|k| if k { each(d) } else { Ok(ControlFlow::Continue(())) }) {
+        match if_matching(filter, d, &mut *each) {
             Ok(flow) => flow,
             Err(e) => {
                 failed = Some(e);
@@ -822,16 +830,20 @@ pub struct SelectScan<'s> {
     /// A slice is a streamed page: it also ends at [`STREAM_PAGE_ROWS`] rows or
     /// [`STREAM_PAGE_BYTES`] of them (plain rows only).
     page: bool,
-    state: ScanState,
+    state: ScanState<'s>,
 }
 
-enum ScanState {
+/// What a scan holds, by its SELECT's shape (with the plan's parts it evaluates).
+enum ScanState<'s> {
     Rows {
+        outputs: &'s [Output],
         rows: Vec<PartialRow>,
         /// The k-th best row so far, once k rows are known (ORDER BY … LIMIT only).
         threshold: Option<PartialRow>,
     },
     Groups {
+        group_by: &'s [Expr],
+        aggregates: &'s [Aggregate],
         groups: BTreeMap<Vec<OrdDatum>, Vec<AggState>>,
         distinct: Budget,
         kept: Budget,
@@ -851,8 +863,12 @@ impl<'s> SelectScan<'s> {
             });
         };
         let state = match &select.shape {
-            SelectShape::Rows { .. } => ScanState::Rows { rows: Vec::new(), threshold: None },
-            SelectShape::Aggregate { .. } => ScanState::Groups {
+            SelectShape::Rows { outputs } => {
+                ScanState::Rows { outputs, rows: Vec::new(), threshold: None }
+            }
+            SelectShape::Aggregate { group_by, aggregates, .. } => ScanState::Groups {
+                group_by,
+                aggregates,
                 groups: BTreeMap::new(),
                 distinct: Budget::distinct(),
                 kept: Budget::collected(),
@@ -911,13 +927,7 @@ impl<'s> SelectScan<'s> {
         source.scan_after(self.collection, &ranges, after.as_ref(), &mut |d| {
             seen += 1;
             let (shard, id) = (d.shard, d.id);
-            let row = Row { id, doc: Some(d.doc), excluded: None };
-            let flow = match &select.filter {
-                None => Ok(true),
-                Some(f) => matches(f, &row),
-            }
-            .and_then(|keep| if keep { self.add(d) } else { Ok(ControlFlow::Continue(())) });
-            match flow {
+            match if_matching(select.filter.as_ref(), d, |d| self.add(d)) {
                 Ok(ControlFlow::Continue(())) => {
                     if seen < STREAM_PAGE_SCANNED && !self.page_full() {
                         return ControlFlow::Continue(());
@@ -958,8 +968,8 @@ impl<'s> SelectScan<'s> {
     {
         let select = self.select;
         let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
-        match (&select.shape, &mut self.state) {
-            (SelectShape::Rows { outputs }, ScanState::Rows { rows, threshold }) => {
+        match &mut self.state {
+            ScanState::Rows { outputs, rows, threshold } => {
                 let budget = self.budget;
                 if budget == Some(0) {
                     return Ok(ControlFlow::Break(()));
@@ -1006,10 +1016,7 @@ impl<'s> SelectScan<'s> {
                 }
                 Ok(ControlFlow::Continue(()))
             }
-            (
-                SelectShape::Aggregate { group_by, aggregates, .. },
-                ScanState::Groups { groups, distinct, kept },
-            ) => {
+            ScanState::Groups { group_by, aggregates, groups, distinct, kept } => {
                 let key = group_by
                     .iter()
                     .map(|g| eval(g, &row)?.to_natural_datum().map(|d| OrdDatum(canonical(d))))
@@ -1020,7 +1027,7 @@ impl<'s> SelectScan<'s> {
                 let states = groups
                     .entry(key)
                     .or_insert_with(|| aggregates.iter().map(AggState::new).collect());
-                for (state, agg) in states.iter_mut().zip(aggregates) {
+                for (state, agg) in states.iter_mut().zip(aggregates.iter()) {
                     if let Some(filter) = &agg.filter
                         && !matches(filter, &row)?
                     {
@@ -1032,7 +1039,6 @@ impl<'s> SelectScan<'s> {
                 }
                 Ok(ControlFlow::Continue(()))
             }
-            _ => Err(ExecError::WrongStatement { what: "a scan state of its SELECT's shape" }),
         }
     }
 

@@ -1194,15 +1194,8 @@ fn call<'v, D: DocValue<'v>>(
             }
             return Ok(Value::Null);
         }
-        // Case mapping can lengthen a text (one character to several), so their results
-        // are bounded too.
-        ScalarFunc::Lower | ScalarFunc::Upper => {
-            let Some(t) = text_arg(args.first(), row)? else { return Ok(Value::Null) };
-            let mapped =
-                if func == ScalarFunc::Lower { t.to_lowercase() } else { t.to_uppercase() };
-            value_bytes(&mut 0, mapped.len())?;
-            return Ok(Value::Text(mapped));
-        }
+        ScalarFunc::Lower => |s| Value::Text(s.to_lowercase()),
+        ScalarFunc::Upper => |s| Value::Text(s.to_uppercase()),
         ScalarFunc::Length => |s| Value::Int(i64::try_from(s.chars().count()).unwrap_or(i64::MAX)),
         ScalarFunc::NullIf => return null_if(args, row),
         ScalarFunc::Greatest => return extreme(args, row, Ordering::Greater),
@@ -1214,7 +1207,7 @@ fn call<'v, D: DocValue<'v>>(
             let mut out = String::new();
             for arg in args {
                 if let Some(t) = text_arg(Some(arg), row)? {
-                    value_bytes(&mut out.len(), t.len())?;
+                    value_fits(out.len().saturating_add(t.len()))?;
                     out.push_str(&t);
                 }
             }
@@ -1234,10 +1227,13 @@ fn call<'v, D: DocValue<'v>>(
         | ScalarFunc::JsonBuildArray
         | ScalarFunc::ToJson => return json_build(func, args, row),
     };
-    match text_arg(args.first(), row)? {
-        Some(t) => Ok(over_text(&t)),
-        None => Ok(Value::Null),
+    let Some(t) = text_arg(args.first(), row)? else { return Ok(Value::Null) };
+    let out = over_text(&t);
+    // Case mapping can lengthen a text (one character to several).
+    if let Value::Text(s) = &out {
+        value_fits(s.len())?;
     }
+    Ok(out)
 }
 
 /// The text form of an argument (`None`: NULL or no such argument).
@@ -1363,7 +1359,7 @@ fn text_function<'v, D: DocValue<'v>>(
             }
             if to.len() > from.len() {
                 let grows = s.matches(from.as_str()).count().saturating_mul(to.len() - from.len());
-                value_bytes(&mut s.len(), grows)?;
+                value_fits(s.len().saturating_add(grows))?;
             }
             Value::Text(s.replace(&from, &to))
         }
@@ -1747,17 +1743,18 @@ fn json_build<'v, D: DocValue<'v>>(
             Some(v) => Value::Json(v.to_json()?),
         },
         ScalarFunc::JsonBuildArray => {
-            let mut built = 0;
+            let mut built = 0usize;
             let mut items = Vec::with_capacity(values.len());
             for v in &values {
                 let item = v.to_json()?;
-                value_bytes(&mut built, json_bytes(&item))?;
+                built = built.saturating_add(json_bytes(&item));
+                value_fits(built)?;
                 items.push(item);
             }
             Value::Json(serde_json::Value::Array(items))
         }
         ScalarFunc::JsonBuildObject => {
-            let mut built = 0;
+            let mut built = 0usize;
             let mut map = serde_json::Map::new();
             for pair in values.chunks(2) {
                 let [key, value] = pair else { break };
@@ -1772,7 +1769,8 @@ fn json_build<'v, D: DocValue<'v>>(
                     other => other.as_str().unwrap_or_default().to_owned(),
                 };
                 let value = value.to_json()?;
-                value_bytes(&mut built, key.len().saturating_add(json_bytes(&value)))?;
+                built = built.saturating_add(key.len()).saturating_add(json_bytes(&value));
+                value_fits(built)?;
                 map.insert(key, value);
             }
             Value::Json(serde_json::Value::Object(map))
@@ -1793,7 +1791,7 @@ fn json_build<'v, D: DocValue<'v>>(
             };
             let Some(steps) = path.texts() else { return Ok(Value::Null) };
             let (mut doc, new) = (target.to_json()?, new.to_json()?);
-            value_bytes(&mut json_bytes(&doc), json_bytes(&new))?;
+            value_fits(json_bytes(&doc).saturating_add(json_bytes(&new)))?;
             set_at(&mut doc, &steps, new, create);
             Value::Json(doc)
         }
@@ -1984,24 +1982,23 @@ fn concat<'v, D: DocValue<'v>>(
     }
     if is_container(&l) || is_container(&r) {
         let (l, r) = (json_operand(l)?, json_operand(r)?);
-        value_bytes(&mut json_bytes(&l), json_bytes(&r))?;
+        value_fits(json_bytes(&l).saturating_add(json_bytes(&r)))?;
         return Ok(Value::Json(json_concat(l, r)));
     }
     let (l, r) = (cast(l, SqlType::Text)?, cast(r, SqlType::Text)?);
     Ok(match (l.as_str(), r.as_str()) {
         (Some(a), Some(b)) => {
-            value_bytes(&mut a.len(), b.len())?;
+            value_fits(a.len().saturating_add(b.len()))?;
             Value::Text([a, b].concat())
         }
         _ => Value::Null,
     })
 }
 
-/// Adds `more` bytes to a value being built of `built` bytes, refusing a value larger than
-/// [`VALUE_BYTES_MAX`] before it is built.
-fn value_bytes(built: &mut usize, more: usize) -> Result<(), ExecError> {
-    *built = built.saturating_add(more);
-    if *built > VALUE_BYTES_MAX {
+/// Refuses a value of `bytes` larger than [`VALUE_BYTES_MAX`] (called before building it
+/// where its size is known first).
+fn value_fits(bytes: usize) -> Result<(), ExecError> {
+    if bytes > VALUE_BYTES_MAX {
         return Err(ExecError::LimitExceeded {
             what: "bytes of one text or JSON value an expression builds",
             limit: VALUE_BYTES_MAX,

@@ -223,6 +223,15 @@ pub async fn wait_for_log(node: &Node, needle: &str, times: usize) {
     .await;
 }
 
+/// The first column of `sql`'s rows on `client` (a connection to `node`).
+async fn ids_of(client: &tokio_postgres::Client, node: &Node, sql: &str) -> Vec<String> {
+    let messages = client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql:.60} through {}: {e}", node.conn_str()));
+    simple_rows(&messages).into_iter().map(|r| r[0].clone().unwrap()).collect()
+}
+
 /// Ids per point-read query of [`check_documents`].
 const CHECK_IDS_PER_QUERY: usize = 200;
 
@@ -238,10 +247,10 @@ pub async fn check_documents(
     maybe: &BTreeSet<String>,
 ) {
     for node in nodes {
-        let rows = query(&node.conn_str(), "SELECT id() FROM notes").await.unwrap();
+        let client = node.connect().await;
         let mut seen = BTreeMap::new();
-        for r in rows {
-            *seen.entry(r[0].clone().unwrap()).or_insert(0u32) += 1;
+        for id in ids_of(&client, node, "SELECT id() FROM notes").await {
+            *seen.entry(id).or_insert(0u32) += 1;
         }
         for id in acked {
             assert_eq!(seen.get(id), Some(&1), "document {id} through {}", node.conn_str());
@@ -251,18 +260,12 @@ pub async fn check_documents(
             "a document read twice through {}",
             node.conn_str()
         );
-        let client = node.connect().await;
         let ids: Vec<&String> = acked.iter().collect();
         for batch in ids.chunks(CHECK_IDS_PER_QUERY) {
             let list: Vec<String> =
                 batch.iter().map(|id| format!("'{}'", id.replace('\'', "''"))).collect();
             let sql = format!("SELECT id() FROM notes WHERE id() IN ({})", list.join(", "));
-            let messages = client
-                .simple_query(&sql)
-                .await
-                .unwrap_or_else(|e| panic!("point reads through {}: {e}", node.conn_str()));
-            let mut got: Vec<String> =
-                simple_rows(&messages).into_iter().map(|r| r[0].clone().unwrap()).collect();
+            let mut got = ids_of(&client, node, &sql).await;
             got.sort();
             let want: Vec<String> = batch.iter().map(|id| (*id).clone()).collect();
             assert_eq!(got, want, "point reads through {}", node.conn_str());
