@@ -86,13 +86,22 @@ impl Loads {
         })
     }
 
+    /// Whether `node` is in the table (a node that may receive fragments).
+    pub fn contains(&self, node: NodeId) -> bool {
+        self.nodes.contains_key(&node)
+    }
+
     /// Applies a move to the table (as if its handoff had finished). A move of a fragment its
-    /// `from` does not hold changes nothing.
+    /// `from` does not hold changes nothing; one to a node outside the table (a planned move
+    /// to a node that does not answer) only takes the fragment off `from`, so the table never
+    /// gains a node that may not receive fragments.
     pub fn apply(&mut self, m: Move) {
         let Some(bytes) = self.nodes.get_mut(&m.from).and_then(|f| f.remove(&m.fragment)) else {
             return;
         };
-        self.hold(m.to, m.fragment, bytes);
+        if let Some(to) = self.nodes.get_mut(&m.to) {
+            to.insert(m.fragment, bytes);
+        }
     }
 
     /// The least loaded node; among equals the one with fewest fragments (so counting bytes,
@@ -319,6 +328,30 @@ mod tests {
         let next = s.rebalance(&loads, one);
         assert_eq!(next.len(), 1);
         assert_ne!(next[0].fragment, one[0].fragment);
+    }
+
+    // Checks a planned move to a node outside the table (one that does not answer) counts
+    // as the fragment leaving its owner, and never adds that node as a target.
+    #[test]
+    fn in_flight_move_to_an_absent_node_adds_no_target() {
+        let s = LeastShardAllocation {
+            rebalance_threshold: 0,
+            max_simultaneous_rebalance: 3,
+            ..Default::default()
+        };
+        let mut loads = Loads::new();
+        for i in 0..4 {
+            loads.hold(n(1), f(i), 0);
+        }
+        loads.add_node(n(2));
+        let stuck = [Move { fragment: f(3), from: n(1), to: n(9) }];
+        let moves = s.rebalance(&loads, &stuck);
+        assert_eq!(moves, [Move { fragment: f(2), from: n(1), to: n(2) }], "3 vs 0, then 2 vs 1");
+        let mut applied = loads.clone();
+        applied.apply(stuck[0]);
+        assert!(!applied.contains(n(9)));
+        assert_eq!(applied.load(n(1), LoadUnit::Fragments), 3);
+        assert_eq!(applied.nodes().collect::<Vec<_>>(), [n(1), n(2)]);
     }
 
     // Checks that counting bytes moves a fragment that narrows the gap, not one that would

@@ -728,12 +728,12 @@ async fn coordinate(ctx: &Arc<Ctx>, state: &ClusterState) {
         return;
     }
     activate_collections(ctx, state).await;
-    // Leaving nodes are no allocation or rebalance target (`load::loads_of` leaves them
-    // out); their fragments move below.
     let mut reports = ctx.reports.lock().unwrap_or_else(PoisonError::into_inner).clone();
     reports.insert(me, crate::cluster::load::local());
-    let loads = crate::cluster::load::loads_of(state, &reports);
     if !state.allocated() {
+        // Every data member, each of which has just asked to join (one may not have answered
+        // a ping yet): the first map is spread over all of them.
+        let loads = crate::cluster::load::loads_of(state, &reports, |_| true);
         let have = u32::try_from(state.data_members().count()).unwrap_or(u32::MAX);
         if have < ctx.config.min_members {
             return;
@@ -756,6 +756,9 @@ async fn coordinate(ctx: &Arc<Ctx>, state: &ClusterState) {
         }
         return;
     }
+    // Leaving nodes and nodes that do not answer are no rebalance target (`load::loads_of`
+    // leaves them out); leaving nodes' fragments move below.
+    let loads = crate::cluster::load::loads_of(state, &reports, |n| ctx.reachable(n));
     let in_flight: Vec<_> = state
         .moves
         .iter()
@@ -795,10 +798,28 @@ async fn coordinate(ctx: &Arc<Ctx>, state: &ClusterState) {
 }
 
 /// Plans a move for every fragment of a leaving node that has none, each to the node the
-/// strategy would allocate a new fragment to.
+/// strategy would allocate a new fragment to. A planned move off a leaving node whose
+/// destination is no target any more (it stopped answering: a node stopped or killed since)
+/// is dropped first, so the drain is not held until that node returns; the next tick plans
+/// the fragment's move to a node that answers.
 async fn plan_leaving_moves(ctx: &Ctx, state: &ClusterState, mut loads: Loads) {
-    for m in state.moves.iter().filter(|m| !state.leaving.contains(&m.to)) {
-        loads.hold(NodeId(m.to), router::FragmentId::new(m.fragment), 0);
+    for m in &state.moves {
+        let to = NodeId(m.to);
+        if loads.contains(to) {
+            loads.hold(to, router::FragmentId::new(m.fragment), 0);
+            continue;
+        }
+        if !state.leaving.contains(&m.from) || state.handoff_of(m.fragment).is_some() {
+            continue;
+        }
+        if propose(ctx, Command::DropMove { fragment: m.fragment, to: m.to }).await {
+            tracing::info!(
+                fragment = m.fragment,
+                from = m.from,
+                to = m.to,
+                "coordinator dropped a move off a leaving node: its destination does not answer"
+            );
+        }
     }
     for f in state.fragments.iter().filter(|f| state.leaving.contains(&f.node)) {
         if state.moves.iter().any(|m| m.fragment == f.id) {
@@ -1206,7 +1227,11 @@ async fn drain(ctx: &Ctx) {
     let mine = |s: &ClusterState| {
         s.fragments_of(me) + s.handoffs.iter().filter(|h| h.to == me || h.from == me).count()
     };
-    if ctx.config.role != Role::Data || mine(&state) == 0 {
+    if ctx.config.role != Role::Data {
+        return;
+    }
+    if mine(&state) == 0 {
+        announce_leaving(ctx).await;
         return;
     }
     if !ctx.config.handoff_on_shutdown {
@@ -1283,6 +1308,38 @@ async fn drain(ctx: &Ctx) {
         fragments_left = mine(&ctx.state()),
         "graceful shutdown: fragments not handed off within {DRAIN_TIMEOUT_MS} ms stay on this node (unavailable until it returns)"
     );
+}
+
+/// A data node with no fragment stopping: nothing to hand off, but the coordinator must
+/// not plan moves to it (a stopped node would hold them, and a leaving node's drain, until it
+/// returns), so it asks to be recorded as leaving, for at most `PEER_REQUEST_TIMEOUT_MS`.
+/// Starting again clears the mark (`handle_join`).
+async fn announce_leaving(ctx: &Ctx) {
+    let me = ctx.config.node_id;
+    let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
+    let ask = async {
+        let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
+        loop {
+            interval.tick().await;
+            if ctx.state().leaving.contains(&me) {
+                return Ok(());
+            }
+            match ask_leave(ctx).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(reason) => return Err(reason),
+            }
+        }
+    };
+    match tokio::time::timeout(bound, ask).await {
+        Ok(Ok(())) => tracing::info!("no fragments to hand off; recorded as leaving"),
+        Ok(Err(reason)) => {
+            tracing::info!("no fragments to hand off; not recorded as leaving: {reason}")
+        }
+        Err(_) => tracing::info!(
+            "no fragments to hand off; no coordinator recorded this node as leaving within {bound:?} (it may be planned moves until it returns or is removed)"
+        ),
+    }
 }
 
 /// Asks the coordinator to record this node as leaving: true once it did, false to ask
@@ -1842,6 +1899,7 @@ fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
             leader: leader == Some(node),
             fragments: state.fragments_of(node),
             this: node == me,
+            leaving: state.leaving.contains(&node),
             catalog: if node == me {
                 crate::cluster::region::installed_catalog()
             } else {

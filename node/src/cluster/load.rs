@@ -56,15 +56,23 @@ pub async fn publish_loop(core: Rc<crate::engine::Core>, shutdown: crate::runtim
     }
 }
 
-/// The strategy's view of the map: every data member not leaving, each fragment on its owner
-/// with the bytes that owner reported for it (0 when it has not reported yet). A leaving
-/// node's fragments are left out: they move through the drain, never by the strategy.
-pub fn loads_of(state: &ClusterState, reports: &HashMap<u32, Vec<FragmentBytes>>) -> Loads {
+/// The strategy's view of the map: every data member not leaving that `reachable` says
+/// answers, each fragment on its owner with the bytes that owner reported for it (0 when it has
+/// not reported yet). A leaving node's fragments are left out: they move through the drain,
+/// never by the strategy. A node that does not answer is left out with its fragments: nothing
+/// is placed on it (a stopped node would hold a move, or a leaving node's drain, until it
+/// returns), and its fragments cannot be handed off anyway (their source must stream them).
+pub fn loads_of(
+    state: &ClusterState,
+    reports: &HashMap<u32, Vec<FragmentBytes>>,
+    reachable: impl Fn(u32) -> bool,
+) -> Loads {
+    let target = |n: &u32| !state.leaving.contains(n) && reachable(*n);
     let mut loads = Loads::new();
-    for node in state.data_members().filter(|n| !state.leaving.contains(n)) {
+    for node in state.data_members().filter(target) {
         loads.add_node(NodeId(node));
     }
-    for f in state.fragments.iter().filter(|f| !state.leaving.contains(&f.node)) {
+    for f in state.fragments.iter().filter(|f| target(&f.node)) {
         let bytes = reports
             .get(&f.node)
             .and_then(|r| r.iter().find(|b| b.fragment == f.id))
@@ -115,7 +123,7 @@ mod tests {
         reports.insert(1, fb(&[(0, 900), (3, 500), (1, 10_000)]));
         reports.insert(2, fb(&[(1, 100), (4, 100)]));
         reports.insert(3, fb(&[(2, 50), (5, 50)]));
-        let loads = loads_of(&state, &reports);
+        let loads = loads_of(&state, &reports, |_| true);
         assert_eq!(loads.load(NodeId(1), LoadUnit::Bytes), 1400, "fragment 1 is node 2's");
         let by_count = LeastShardAllocation::default();
         assert!(by_count.rebalance(&loads, &[]).is_empty(), "balanced in fragments");
@@ -150,10 +158,32 @@ mod tests {
     #[test]
     fn unreported_fragments_count_zero_bytes() {
         let state = three_nodes_two_fragments_each();
-        let loads = loads_of(&state, &HashMap::new());
+        let loads = loads_of(&state, &HashMap::new(), |_| true);
         for node in 1..=3 {
             assert_eq!(loads.load(NodeId(node), LoadUnit::Bytes), 0);
             assert_eq!(loads.load(NodeId(node), LoadUnit::Fragments), 2);
         }
+    }
+
+    // Checks a node that does not answer is no target and its fragments are left out: with
+    // node 3 silent, allocation and rebalancing see nodes 1 and 2 only (before, node 3 with
+    // nothing was the least loaded and received every move).
+    #[test]
+    fn unreachable_nodes_receive_nothing() {
+        let mut state = three_nodes_two_fragments_each();
+        state.fragments.iter_mut().filter(|f| f.node == 3).for_each(|f| f.node = 1);
+        let all = loads_of(&state, &HashMap::new(), |_| true);
+        let strategy = LeastShardAllocation::default();
+        assert_eq!(strategy.allocate(&all), Some(NodeId(3)));
+        assert!(strategy.rebalance(&all, &[]).iter().all(|m| m.to == NodeId(3)));
+        let loads = loads_of(&state, &HashMap::new(), |n| n != 3);
+        assert_eq!(loads.nodes().collect::<Vec<_>>(), [NodeId(1), NodeId(2)]);
+        assert_eq!(strategy.allocate(&loads), Some(NodeId(2)));
+        let moves = strategy.rebalance(&loads, &[]);
+        assert!(moves.iter().all(|m| m.to == NodeId(2)), "{moves:?}");
+        // Node 2 silent instead: its fragments are not counted on anyone.
+        let loads = loads_of(&state, &HashMap::new(), |n| n != 2);
+        assert_eq!(loads.nodes().collect::<Vec<_>>(), [NodeId(1), NodeId(3)]);
+        assert_eq!(loads.load(NodeId(1), LoadUnit::Fragments), 4);
     }
 }

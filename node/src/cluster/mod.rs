@@ -51,6 +51,9 @@ pub struct MemberView {
     /// The catalog version it last reported installed on its executors (its `Pong`; this
     /// node: its own), 0 before any report.
     pub catalog: u64,
+    /// Whether the coordinator records it as leaving (stopped gracefully, or stopping):
+    /// nothing moves to it until it joins again.
+    pub leaving: bool,
 }
 
 /// What the control plane publishes for the executors: a snapshot, replaced whole.
@@ -136,11 +139,18 @@ pub fn show_cluster_columns() -> Vec<crate::pg::Column> {
         Column::new("epoch", Oid::INT8),
         Column::new("fragments", Oid::INT8),
         Column::new("this", Oid::BOOL),
+        Column::new("documents", Oid::INT8),
+        Column::new("leaving", Oid::BOOL),
     ]
 }
 
-/// `SHOW CLUSTER` as rows of datums (see `show_cluster_rows`).
-pub fn show_cluster_datums(local_epoch: u64, local_fragments: usize) -> Vec<Vec<query::Datum>> {
+/// `SHOW CLUSTER` as rows of datums (see `show_cluster_rows`); `documents` gives a node's
+/// documents (the region counts them; NULL when its owner did not answer).
+pub fn show_cluster_datums(
+    local_epoch: u64,
+    local_fragments: usize,
+    documents: impl Fn(i64) -> query::Datum,
+) -> Vec<Vec<query::Datum>> {
     use query::Datum;
     show_cluster_rows(local_epoch, local_fragments, "")
         .into_iter()
@@ -156,6 +166,8 @@ pub fn show_cluster_datums(local_epoch: u64, local_fragments: usize) -> Vec<Vec<
                 Datum::Int8(r.epoch),
                 Datum::Int8(r.fragments),
                 Datum::Bool(r.this),
+                documents(r.node),
+                Datum::Bool(r.leaving),
             ]
         })
         .collect()
@@ -184,6 +196,8 @@ pub struct ShowClusterRow {
     pub fragments: i64,
     /// Is the node answering.
     pub this: bool,
+    /// Recorded as leaving: nothing moves to it.
+    pub leaving: bool,
 }
 
 /// The rows of `SHOW CLUSTER`. On a single node (no cluster) one row describes it: node 0, a
@@ -206,6 +220,7 @@ pub fn show_cluster_rows(
             epoch: int(local_epoch),
             fragments: int(local_fragments as u64),
             this: true,
+            leaving: false,
         }];
     };
     view.members
@@ -221,6 +236,7 @@ pub fn show_cluster_rows(
             epoch: int(view.epoch),
             fragments: int(m.fragments as u64),
             this: m.this,
+            leaving: m.leaving,
         })
         .collect()
 }
@@ -241,7 +257,7 @@ mod tests {
     #[test]
     fn show_cluster_single_node_row() {
         assert!(view().is_none());
-        let rows = show_cluster_datums(3, 8);
+        let rows = show_cluster_datums(3, 8, |_| query::Datum::Null);
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].len(), show_cluster_columns().len());
         let row = &show_cluster_rows(3, 8, "127.0.0.1:5433")[0];
@@ -250,5 +266,6 @@ mod tests {
         assert_eq!(row.fragments, 8);
         assert!(row.coordinator);
         assert!(row.this);
+        assert!(!row.leaving);
     }
 }

@@ -193,6 +193,15 @@ pub enum Command {
         /// The member.
         node: u32,
     },
+    /// Drop the planned move of `fragment` to `to` before its handoff began (the coordinator's,
+    /// when the fragment's owner is leaving and `to` does not answer: it plans a move to a
+    /// node that does).
+    DropMove {
+        /// The fragment.
+        fragment: u32,
+        /// The destination the plan names.
+        to: u32,
+    },
 }
 
 /// Why a command was not applied. The state is unchanged.
@@ -270,6 +279,14 @@ pub enum CommandError {
         fragment: u32,
         /// The handoff named.
         handoff: u64,
+    },
+    /// `DropMove` names a move that is not planned.
+    #[error("no move of fragment ${fragment} to node {to} is planned")]
+    NoPlannedMove {
+        /// The fragment.
+        fragment: u32,
+        /// The destination named.
+        to: u32,
     },
     /// The node is leaving: nothing moves to it.
     #[error("node {node} is leaving the cluster")]
@@ -619,7 +636,22 @@ impl ClusterState {
                 self.activate_collection(name, *version)
             }
             Command::RemoveMember { node } => self.remove_member(*node),
+            Command::DropMove { fragment, to } => self.drop_move(*fragment, *to),
         }
+    }
+
+    /// `DropMove`: the epoch, unchanged (the map does not change). Refused once the move's
+    /// handoff began (an abort ends that) or when no such move is planned.
+    fn drop_move(&mut self, fragment: u32, to: u32) -> Applied {
+        if let Some(h) = self.handoff_of(fragment) {
+            return Err(CommandError::AlreadyHandingOff { fragment, handoff: h.id });
+        }
+        let before = self.moves.len();
+        self.moves.retain(|m| !(m.fragment == fragment && m.to == to));
+        if self.moves.len() == before {
+            return Err(CommandError::NoPlannedMove { fragment, to });
+        }
+        Ok(self.epoch)
     }
 
     /// `RemoveMember`: the epoch, unchanged (the map does not change).
@@ -1121,6 +1153,31 @@ mod tests {
         assert_eq!(s.apply(&mv(0, 2)), Err(CommandError::AlreadyMoving { fragment: 0 }));
         assert_eq!(s.moves, [PlannedMove { fragment: 0, from: 1, to: 2 }]);
         assert_eq!(s.fragments_of(1), 2, "a plan moves no data and changes no owner");
+    }
+
+    // Checks dropping a planned move: refused for a move not planned (wrong fragment or
+    // destination) and once its handoff began; the fragment may be planned anew after it.
+    #[test]
+    fn drop_move_decisions() {
+        let mut s = ClusterState::default();
+        add(&mut s, 1, Role::Data);
+        add(&mut s, 2, Role::Data);
+        add(&mut s, 3, Role::Data);
+        let drop = |fragment, to| Command::DropMove { fragment, to };
+        assert_eq!(s.apply(&Command::Allocate { owners: vec![1, 1], min_members: 1 }), Ok(1));
+        assert_eq!(s.apply(&Command::PlanMove { fragment: 0, to: 2 }), Ok(1));
+        assert_eq!(s.apply(&drop(0, 3)), Err(CommandError::NoPlannedMove { fragment: 0, to: 3 }));
+        assert_eq!(s.apply(&drop(1, 2)), Err(CommandError::NoPlannedMove { fragment: 1, to: 2 }));
+        assert_eq!(s.apply(&drop(0, 2)), Ok(1), "the map does not change");
+        assert!(s.moves.is_empty());
+        assert_eq!(s.apply(&Command::PlanMove { fragment: 0, to: 3 }), Ok(1));
+        let begin = Command::BeginHandoff { fragment: 0, to: 3, max_in_flight: 1 };
+        assert_eq!(s.apply(&begin), Ok(2));
+        assert_eq!(
+            s.apply(&drop(0, 3)),
+            Err(CommandError::AlreadyHandingOff { fragment: 0, handoff: 1 })
+        );
+        assert_eq!(s.moves, [PlannedMove { fragment: 0, from: 1, to: 3 }]);
     }
 
     // Checks the state survives its serde form unchanged (it is the snapshot and state.json).

@@ -268,9 +268,7 @@ impl Session {
         if let Statement::Show { name } = statement
             && name == crate::cluster::SHOW_CLUSTER
         {
-            let mut columns = crate::cluster::show_cluster_columns();
-            columns.push(Column::new("documents", Oid::INT8));
-            return Some(columns);
+            return Some(crate::cluster::show_cluster_columns());
         }
         if let Statement::Show { name } = statement
             && name == SHOW_REGION
@@ -489,10 +487,6 @@ impl Session {
             }
             Statement::Show { name } if name == crate::cluster::SHOW_CLUSTER => {
                 let map = self.core.shared().map();
-                let mut rows = crate::cluster::show_cluster_datums(
-                    map.as_ref().map_or(0, |m| m.epoch().0),
-                    map.as_ref().map_or(0, |m| m.len()),
-                );
                 // Documents per node: the region's counts of the fragments each node owns
                 // (NULL for a node that did not answer).
                 let mut documents: BTreeMap<i64, Option<u64>> = BTreeMap::new();
@@ -505,17 +499,15 @@ impl Session {
                         *slot = slot.zip(here).map(|(a, b)| a + b);
                     }
                 }
-                for row in &mut rows {
-                    let node = match row.first() {
-                        Some(Datum::Int8(n)) => *n,
-                        _ => -1,
-                    };
-                    row.push(match documents.get(&node) {
+                let rows = crate::cluster::show_cluster_datums(
+                    map.as_ref().map_or(0, |m| m.epoch().0),
+                    map.as_ref().map_or(0, |m| m.len()),
+                    |node| match documents.get(&node) {
                         Some(Some(d)) => Datum::Int8(i64::try_from(*d).unwrap_or(i64::MAX)),
                         Some(None) => Datum::Null,
                         None => Datum::Int8(0),
-                    });
-                }
+                    },
+                );
                 write_rows(sink, &rows).await?;
                 Ok(CommandTag::new("SHOW"))
             }
