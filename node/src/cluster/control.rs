@@ -1316,6 +1316,8 @@ async fn drain(ctx: &Ctx) {
 /// Starting again clears the mark (`handle_join`).
 async fn announce_leaving(ctx: &Ctx) {
     let me = ctx.config.node_id;
+    // Leading, this node would otherwise take the mark back as a restarted leaver would.
+    ctx.draining.store(true, std::sync::atomic::Ordering::Relaxed);
     let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
     let ask = async {
         let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
