@@ -14,9 +14,9 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use common::{read_json, repo_root, run_bench, short_run};
+use common::{read_json, repo_root, run_bench, short_run, unique_dir};
 
 /// How long building the node may take when its binary is missing (a cold debug build on a
 /// shared two-core machine takes minutes).
@@ -98,10 +98,7 @@ struct Node {
 
 impl Node {
     fn start(bin: &Path) -> Node {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-        let dir =
-            std::env::temp_dir().join(format!("bench-tessera-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = unique_dir("bench-tessera");
         let mut last_log = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port();

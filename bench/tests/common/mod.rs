@@ -7,6 +7,7 @@ pub mod fake_pg;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub fn repo_root() -> PathBuf {
@@ -14,6 +15,18 @@ pub fn repo_root() -> PathBuf {
         .parent()
         .expect("bench sits inside the workspace")
         .to_owned()
+}
+
+/// A new directory under the system's temp dir, named `{prefix}-{pid}-{n}-{nanos}`: the
+/// counter keeps two tests of one process apart (the clock alone did not: two tests starting
+/// PostgreSQL at once got one directory, and one's initdb failed on the other's files).
+pub fn unique_dir(prefix: &str) -> PathBuf {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{n}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 /// Stops the server and removes its directory however the test ends.
@@ -33,9 +46,7 @@ impl PrivatePostgres {
             "PostgreSQL server binaries are missing: run scripts/install-deps.sh postgres \
              (or set PG_BINDIR) before this test"
         );
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-        let dir = std::env::temp_dir().join(format!("bench-smoke-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = unique_dir("bench-smoke");
         // As root the server runs as the postgres user, which must be able to enter the dir.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
