@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target for a bounded time on the stable toolchain.
 # Usage: scripts/fuzz.sh [seconds-per-target] [target...]
-# TESSERA_FUZZ_BUILD=dev builds with `cargo fuzz --dev` (fuzz/Cargo.toml's dev profile: only
-# the crates the targets spend their time in optimized; CI's short runs); the default is
-# cargo-fuzz's release build, every crate optimized, for long runs.
+# TESSERA_FUZZ_BUILD=dev builds with `cargo fuzz --dev` (fuzz/Cargo.toml's dev profile,
+# unoptimized: CI's short runs); the default is cargo-fuzz's release build, every crate
+# optimized, for long runs.
 # Installs cargo-fuzz when missing. Findings land in fuzz/artifacts/<target>/ and fail the run;
 # turn each into a regression test before fixing it.
 set -euo pipefail
