@@ -1164,7 +1164,7 @@ async fn reconcile_local(ctx: &Ctx, host: &dyn FragmentHost, reconciled: &mut Op
                         tracing::info!(
                             fragment,
                             epoch = state.epoch,
-                            "unfenced fragment ${fragment}: its handoff was aborted"
+                            "unfenced fragment ${fragment}: this node owns it and nothing moves or reshapes it (a handoff to it committed, or one from it was aborted)"
                         );
                     }
                     Action::Delete(_) => {

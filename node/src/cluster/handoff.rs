@@ -626,7 +626,9 @@ impl Receiver {
 pub enum Action {
     /// Fence it: a handoff from this node is in flight (a restarted source learns it here).
     Fence(u32),
-    /// Unfence it: the handoff was aborted and it is still this node's.
+    /// Unfence it: it is this node's and nothing moves or reshapes it any more (a handoff or
+    /// reshape from it was aborted, or a handoff to it committed: the new copy stays fenced
+    /// until then).
     Unfence(u32),
     /// Delete this node's copy: the map gives it to another node and no handoff to this node
     /// is in flight (the source after a commit, a destination after an abort, a leftover
