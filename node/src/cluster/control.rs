@@ -1266,14 +1266,13 @@ async fn drain(ctx: &Ctx) {
         interval.tick().await;
         let state = ctx.state();
         if !told {
-            told = state.leaving.contains(&me)
-                || match ask_leave(ctx).await {
-                    Ok(told) => told,
-                    Err(reason) => {
-                        tracing::info!("leaving with this node's fragments: {reason}");
-                        return;
-                    }
-                };
+            told = match ask_leave(ctx).await {
+                Ok(told) => told,
+                Err(reason) => {
+                    tracing::info!("leaving with this node's fragments: {reason}");
+                    return;
+                }
+            };
         }
         let left = mine(&state);
         // Done once the map gives this node nothing and its old copies are deleted.
@@ -1315,7 +1314,6 @@ async fn drain(ctx: &Ctx) {
 /// returns), so it asks to be recorded as leaving, for at most `PEER_REQUEST_TIMEOUT_MS`.
 /// Starting again clears the mark (`handle_join`).
 async fn announce_leaving(ctx: &Ctx) {
-    let me = ctx.config.node_id;
     // Leading, this node would otherwise take the mark back as a restarted leaver would.
     ctx.draining.store(true, std::sync::atomic::Ordering::Relaxed);
     let bound = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
@@ -1323,9 +1321,6 @@ async fn announce_leaving(ctx: &Ctx) {
         let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
         loop {
             interval.tick().await;
-            if ctx.state().leaving.contains(&me) {
-                return Ok(());
-            }
             match ask_leave(ctx).await {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
@@ -1344,11 +1339,15 @@ async fn announce_leaving(ctx: &Ctx) {
     }
 }
 
-/// Asks the coordinator to record this node as leaving: true once it did, false to ask
-/// again, an error when it refused for good (the last data node staying).
+/// Asks the coordinator to record this node as leaving: true once it did (or the applied
+/// state already records it), false to ask again, an error when it refused for good (the last
+/// data node staying).
 async fn ask_leave(ctx: &Ctx) -> Result<bool, String> {
     let me = ctx.config.node_id;
     let state = ctx.state();
+    if state.leaving.contains(&me) {
+        return Ok(true);
+    }
     if !state.data_members().any(|n| n != me && !state.leaving.contains(&n)) {
         return Err("every other data node is leaving too".to_owned());
     }
