@@ -8,9 +8,7 @@ mod support;
 
 use std::time::Instant;
 
-use tokio_postgres::error::SqlState;
-
-use support::cluster::{CLUSTER_DEADLINE, POLL_EVERY, cluster_args};
+use support::cluster::{CLUSTER_DEADLINE, POLL_EVERY, cluster_args, write_retrying};
 use support::{Node, NodeOptions, free_loopback_port, simple_rows};
 
 fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
@@ -64,12 +62,7 @@ async fn bytes_load_plans_a_move_from_the_heavy_node() {
         let sql = format!("INSERT INTO heavy VALUES {}", values.join(", "));
         // A batch spans every fragment, so it can meet one that a move planned by the earlier
         // batches is handing off: that is 40001 with nothing applied, and a client retries.
-        wait_for(&nodes, "an insert batch", async || match c.simple_query(&sql).await {
-            Ok(_) => true,
-            Err(e) if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE) => false,
-            Err(e) => panic!("insert batch {batch}: {e}"),
-        })
-        .await;
+        write_retrying(&nodes.iter().collect::<Vec<_>>(), c, &sql).await;
     }
     let nodes_ref = &nodes;
     wait_for(&nodes, "a move planned by bytes", async || nodes_ref.iter().any(planned)).await;

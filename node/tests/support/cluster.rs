@@ -44,6 +44,24 @@ where
     poll_until(what, logs, check).await
 }
 
+/// Runs the write `sql` through `client` until it is applied. 40001 (a fragment it touches is
+/// being handed off, split or merged; nothing was applied) is retried, as its message asks a
+/// client to; any other error fails the test with the logs of `nodes`.
+pub async fn write_retrying(nodes: &[&Node], client: &tokio_postgres::Client, sql: &str) {
+    let retryable = Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE);
+    wait_for(nodes, "a write applied", || async {
+        match client.simple_query(sql).await {
+            Ok(_) => Some(()),
+            Err(e) if e.code() == retryable => None,
+            Err(e) => {
+                let logs = nodes.iter().map(|n| n.log_text()).collect::<Vec<_>>();
+                panic!("{sql:.80}: {e}\nlogs:\n{}", logs.join("\n-----\n"))
+            }
+        }
+    })
+    .await;
+}
+
 /// Runs `sql` on a fresh connection to `conn` (simple protocol): the rows as text, or the
 /// error as `SQLSTATE: message`.
 pub async fn query(conn: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
