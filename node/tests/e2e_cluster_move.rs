@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Instant;
 
-use support::cluster::{CLUSTER_DEADLINE, POLL_EVERY, cluster_args};
+use support::cluster::{CLUSTER_DEADLINE, POLL_EVERY, cluster_args, local_fragments, wait_for};
 use support::{Node, NodeOptions, free_loopback_port, simple_rows, sqlstate};
 
 const FRAGMENTS: u32 = 4;
@@ -63,6 +63,22 @@ async fn wait_formed(nodes: &[Node]) {
     }
 }
 
+/// Two data nodes and a proxy (nodes 1, 2, 3), formed: fragments $0 and $2 on node 1, $1 and
+/// $3 on node 2.
+async fn start_formed() -> Vec<Node> {
+    let ports: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
+    let mut nodes = vec![
+        Node::start_with(options(1, "data", ports[0], None)),
+        Node::start_with(options(2, "data", ports[1], Some(ports[0]))),
+        Node::start_with(options(3, "proxy", ports[2], Some(ports[0]))),
+    ];
+    for n in &mut nodes {
+        n.expect_log("is unreachable");
+    }
+    wait_formed(&nodes).await;
+    nodes
+}
+
 // Checks ALTER FRAGMENT and ALTER CLUSTER on a single node are 0A000.
 #[tokio::test]
 async fn alter_fragment_needs_a_cluster() {
@@ -78,16 +94,7 @@ async fn alter_fragment_needs_a_cluster() {
 // and 57P03 once no coordinator is reachable.
 #[tokio::test]
 async fn alter_fragment_plans_moves_and_refuses_with_sqlstates() {
-    let ports: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
-    let mut nodes = vec![
-        Node::start_with(options(1, "data", ports[0], None)),
-        Node::start_with(options(2, "data", ports[1], Some(ports[0]))),
-        Node::start_with(options(3, "proxy", ports[2], Some(ports[0]))),
-    ];
-    for n in &mut nodes {
-        n.expect_log("is unreachable");
-    }
-    wait_formed(&nodes).await;
+    let mut nodes = start_formed().await;
     // Manual allocation deals fragments 0..4 to nodes 1, 2, 1, 2.
     assert_eq!(run(&nodes[1], "ALTER FRAGMENT $0 MOVE TO NODE n2").await, Ok(()));
     let m = refused(&nodes[0], "ALTER FRAGMENT $0 MOVE TO NODE 2", "55000").await;
@@ -110,4 +117,77 @@ async fn alter_fragment_plans_moves_and_refuses_with_sqlstates() {
     nodes[0].stop();
     let m = refused(&nodes[2], "ALTER FRAGMENT $1 MOVE TO NODE 1", "57P03").await;
     assert!(m.contains("no coordinator reachable"), "{m}");
+}
+
+/// Documents loaded for the streamed SELECT below: about 3,500 of about 1 KiB in each of the
+/// four fragments, so each fragment is several pages (`STREAM_PAGE_ROWS` is 1,024) and node
+/// 1's two fragments are more than the socket buffers hold.
+const STREAMED_DOCUMENTS: usize = 14_000;
+
+// Checks a streamed SELECT through the proxy whose fragment moves after some of its rows were
+// sent: the rows cannot be taken back, so the statement fails with 40001 and asks to be run
+// again (before this session it was 08006 naming a "node 0"); run again, it returns every
+// document once.
+#[tokio::test]
+async fn a_fragment_moving_under_a_streamed_select_fails_it_with_40001() {
+    use futures_util::StreamExt;
+    use tokio_postgres::SimpleQueryMessage;
+
+    let nodes = start_formed().await;
+    let loader = nodes[0].connect().await;
+    let pad = "x".repeat(1_000);
+    for batch in 0..STREAMED_DOCUMENTS / 100 {
+        let values: Vec<String> =
+            (0..100).map(|i| format!(r#"('d{batch}-{i}', '{{"pad":"{pad}"}}')"#)).collect();
+        let sql = format!("INSERT INTO big VALUES {}", values.join(", "));
+        loader.simple_query(&sql).await.unwrap();
+    }
+
+    // A client that reads slowly: a small receive buffer, and once the first row is in it
+    // reads nothing until the move is done. tokio-postgres stops reading its socket while a
+    // response waits to be taken, so the proxy's session fills its send buffer and waits.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(64 << 10).unwrap();
+    let stream = socket.connect(nodes[2].addr()).await.unwrap();
+    let config: tokio_postgres::Config = nodes[2].conn_str().parse().unwrap();
+    let (reader, connection) = config.connect_raw(stream, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let rows = reader.simple_query_raw("SELECT id(), pad FROM big").await.unwrap();
+    let mut rows = std::pin::pin!(rows);
+    let mut seen = 0usize;
+    while seen == 0 {
+        match rows.next().await {
+            Some(Ok(SimpleQueryMessage::Row(_))) => seen += 1,
+            Some(Ok(_)) => {}
+            other => panic!("the first row did not come: {other:?}"),
+        }
+    }
+
+    // The proxy reads its fragments by owner, node 1's ($0, $2) first, each page of the next
+    // asked for while one is sent: $3, on node 2 and last, has not been asked for yet.
+    run(&nodes[1], "ALTER FRAGMENT $3 MOVE TO NODE 1").await.unwrap();
+    let node1 = &nodes[0];
+    wait_for(&[node1], "fragment $3 on node 1", || async {
+        local_fragments(node1).await.filter(|f| f.contains_key("$3")).map(|_| ())
+    })
+    .await;
+
+    let error = loop {
+        match rows.next().await {
+            Some(Ok(SimpleQueryMessage::Row(_))) => seen += 1,
+            Some(Ok(_)) => {}
+            Some(Err(e)) => break e,
+            None => panic!("the SELECT ended after {seen} rows without an error"),
+        }
+    };
+    assert_eq!(sqlstate(&error), "40001", "{error}");
+    let message = error.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default();
+    assert!(message.contains("run the statement again"), "{message}");
+    assert!(seen < STREAMED_DOCUMENTS, "{seen} rows before the error");
+
+    // The same session, run again: the new map, every document once.
+    let again = simple_rows(&reader.simple_query("SELECT id() FROM big").await.unwrap());
+    let ids: std::collections::BTreeSet<String> =
+        again.iter().map(|r| r[0].clone().unwrap()).collect();
+    assert_eq!((again.len(), ids.len()), (STREAMED_DOCUMENTS, STREAMED_DOCUMENTS));
 }

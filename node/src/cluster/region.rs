@@ -84,6 +84,11 @@ pub enum RegionError {
         /// `DATA_MESSAGE_BYTES_MAX`.
         max: usize,
     },
+    /// A fragment moved (or split, or merged) while a streamed answer read it, after some of
+    /// the answer's rows had been sent: those cannot be taken back, so the statement fails and
+    /// is to be run again (before any row is sent, the statement is planned again instead).
+    #[error("the shard map changed while the rows were being sent; run the statement again")]
+    MapChangedMidStream,
     /// The map kept changing under the statement.
     #[error("the shard map kept changing; gave up after {attempts} attempts")]
     MapChurn {

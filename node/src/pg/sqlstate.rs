@@ -243,6 +243,9 @@ fn region_state(error: &crate::cluster::region::RegionError) -> SqlState {
         R::RequestTooLarge { .. } => SqlState::PROGRAM_LIMIT_EXCEEDED,
         R::CrossNode { .. } => SqlState::FEATURE_NOT_SUPPORTED,
         R::WaitExpired { .. } | R::MapChurn { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        // Nothing is wrong with the statement or the connection: run it again, as after a
+        // conflict (a client's retry loop already knows 40001).
+        R::MapChangedMidStream => SqlState::SERIALIZATION_FAILURE,
         R::Forward { .. } | R::UnknownNode { .. } => SqlState::CONNECTION_FAILURE,
         R::Remote { code, .. } => code
             .as_bytes()

@@ -34,6 +34,12 @@ pub const TRANSFER_ATTEMPTS_MAX: u32 = 64;
 /// hang into a failure, not a timing assertion (a phase normally takes a few seconds).
 pub const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// How many times the final read of every balance and record is run before a retryable
+/// failure fails the test, and how long it waits before running it again (about a minute in
+/// all).
+const READ_ATTEMPTS_MAX: u32 = 600;
+const READ_RETRY_EVERY: Duration = Duration::from_millis(100);
+
 /// A small deterministic random generator (SplitMix64): the test needs reproducible draws,
 /// not statistical quality, and no dependency.
 #[derive(Clone, Debug)]
@@ -464,15 +470,19 @@ impl Bank {
         }
     }
 
-    /// Reads every balance and every transfer record (after the clients stopped).
+    /// Reads every balance and every transfer record (after the clients stopped). A read that
+    /// fails with a retryable SQLSTATE is run again: a cluster may still be moving fragments
+    /// (a fragment that moves while its rows are sent fails the read with 40001).
     pub async fn state(&self, client: &tokio_postgres::Client) -> State {
-        let q = self.flavor.read_all_balances();
-        let balances = rows(&client.simple_query(q).await.unwrap_or_else(|e| panic!("{q}: {e:?}")))
+        let balances = self
+            .read_retrying(client, self.flavor.read_all_balances())
+            .await
             .into_iter()
             .map(|r| (r[0].clone(), r[1].parse().unwrap()))
             .collect();
-        let q = self.flavor.read_all_records();
-        let records = rows(&client.simple_query(q).await.unwrap_or_else(|e| panic!("{q}: {e:?}")))
+        let records = self
+            .read_retrying(client, self.flavor.read_all_records())
+            .await
             .into_iter()
             .map(|r| Record {
                 id: r[0].clone(),
@@ -482,6 +492,25 @@ impl Bank {
             })
             .collect();
         State { balances, records }
+    }
+
+    /// The rows of `q`, run again after a retryable failure, at most [`READ_ATTEMPTS_MAX`]
+    /// times.
+    async fn read_retrying(&self, client: &tokio_postgres::Client, q: &str) -> Vec<Vec<String>> {
+        let mut attempt = 1;
+        loop {
+            match client.simple_query(q).await {
+                Ok(messages) => return rows(&messages),
+                Err(e)
+                    if attempt < READ_ATTEMPTS_MAX
+                        && e.code().is_some_and(|c| self.flavor.retryable(c.code())) =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(READ_RETRY_EVERY).await;
+                }
+                Err(e) => panic!("{q} (attempt {attempt}): {e:?}"),
+            }
+        }
     }
 }
 

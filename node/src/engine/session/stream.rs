@@ -167,15 +167,7 @@ impl Session {
                                 self.refresh(routed.epoch, current, &mut attempt).await?;
                                 continue 'plan;
                             }
-                            Err(_) => {
-                                return Err(RegionError::Forward {
-                                    node: 0,
-                                    reason: "the shard map changed while the rows were being \
-                                             sent; run the statement again"
-                                        .to_owned(),
-                                }
-                                .into());
-                            }
+                            Err(_) => return Err(RegionError::MapChangedMidStream.into()),
                         },
                     };
                     // The fragment's next page is being read (elsewhere) while this one is sent.
