@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the tests, benchmarks and fuzzers need, idempotently: each step checks first.
-# Usage: scripts/install-deps.sh [postgres] [fuzz] [python]   (no argument: all of them)
+# Usage: scripts/install-deps.sh [postgres] [fuzz] [python] [nextest]   (no argument: all of them)
 set -euo pipefail
 
 want() { [ $# -eq 0 ] && return 0; for w in "${WANTED[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
 WANTED=("$@")
-[ ${#WANTED[@]} -eq 0 ] && WANTED=(postgres fuzz python)
+[ ${#WANTED[@]} -eq 0 ] && WANTED=(postgres fuzz python nextest)
 
 apt_updated=0
 apt_install() {
@@ -27,4 +27,9 @@ fi
 
 if want fuzz; then
   command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz --version '^0.13'
+fi
+
+# scripts/check.sh runs the tests under cargo-nextest (falls back to `cargo test` without it).
+if want nextest; then
+  cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest --version '^0.9'
 fi
