@@ -120,6 +120,12 @@ pub struct ServeArgs {
     /// turns automatic splitting off.
     #[arg(long, env = "TESSERA_SPLIT_FRAGMENT_BYTES")]
     pub split_fragment_bytes: Option<u64>,
+    /// A planned fragment move whose destination has not answered for this many milliseconds
+    /// (a node killed or cut off) is dropped, so it neither waits for that node forever nor
+    /// holds one of `--max-simultaneous-rebalance`; the coordinator plans again where it
+    /// still needs a move. 0 never drops one. Default 60000.
+    #[arg(long, env = "TESSERA_MOVE_TARGET_SILENT_MS")]
+    pub move_target_silent_ms: Option<u64>,
     /// A file holding the cluster secret (16 to 4096 bytes, not readable by other users):
     /// peers prove they know it (HMAC-SHA-256 challenge-response) or are refused. Unset: peer
     /// connections are not authenticated.
@@ -161,6 +167,7 @@ struct FileConfig {
     handoff_on_shutdown: Option<bool>,
     rebalance_load: Option<String>,
     split_fragment_bytes: Option<u64>,
+    move_target_silent_ms: Option<u64>,
     cluster_secret_file: Option<PathBuf>,
     metrics_listen: Option<String>,
     slow_statement_ms: Option<i64>,
@@ -222,6 +229,9 @@ pub struct ClusterConfig {
     pub rebalance_load: crate::cluster::allocation::LoadUnit,
     /// Split fragments over this many live bytes (`--split-fragment-bytes`; 0: never).
     pub split_fragment_bytes: u64,
+    /// Drop a planned move whose destination has been silent this long
+    /// (`--move-target-silent-ms`; 0: never).
+    pub move_target_silent_ms: u64,
     /// The cluster secret (`--cluster-secret-file`), or `None`: peers are not authenticated.
     pub secret: Option<crate::cluster::auth::ClusterSecret>,
 }
@@ -409,6 +419,7 @@ fn resolve_cluster(
     let handoff_on_shutdown = args.handoff_on_shutdown.or(file.handoff_on_shutdown);
     let rebalance_load = args.rebalance_load.clone().or_else(|| file.rebalance_load.clone());
     let split_fragment_bytes = args.split_fragment_bytes.or(file.split_fragment_bytes);
+    let move_target_silent_ms = args.move_target_silent_ms.or(file.move_target_silent_ms);
     let secret_file = args.cluster_secret_file.clone().or_else(|| file.cluster_secret_file.clone());
     let Some(name) = name else {
         let given = [
@@ -423,6 +434,7 @@ fn resolve_cluster(
             ("handoff-on-shutdown", handoff_on_shutdown.is_some()),
             ("rebalance-load", rebalance_load.is_some()),
             ("split-fragment-bytes", split_fragment_bytes.is_some()),
+            ("move-target-silent-ms", move_target_silent_ms.is_some()),
             ("cluster-secret-file", secret_file.is_some()),
         ];
         if let Some((setting, _)) = given.iter().find(|(_, g)| *g) {
@@ -551,6 +563,8 @@ fn resolve_cluster(
         handoff_on_shutdown: handoff_on_shutdown.unwrap_or(true),
         rebalance_load,
         split_fragment_bytes: split_fragment_bytes.unwrap_or(0),
+        move_target_silent_ms: move_target_silent_ms
+            .unwrap_or(crate::cluster::limits::MOVE_TARGET_SILENT_MS_DEFAULT),
         secret,
     }))
 }
@@ -598,16 +612,35 @@ mod tests {
         assert!(c.cluster.is_none(), "no cluster without --cluster-name");
     }
 
-    // Checks --handoff-on-shutdown: on by default, off when given false, refused without a
-    // cluster name.
-    #[test]
-    fn cluster_handoff_on_shutdown() {
-        let base = ServeArgs {
+    /// The least a cluster node is given: a name, an id, a peer address.
+    fn cluster_node() -> ServeArgs {
+        ServeArgs {
             cluster_name: Some("c1".into()),
             node_id: Some(2),
             peer_listen: Some("127.0.0.1:7002".into()),
             ..ServeArgs::default()
-        };
+        }
+    }
+
+    // Checks --move-target-silent-ms: a minute by default, 0 (never) taken, refused without a
+    // cluster name.
+    #[test]
+    fn cluster_move_target_silent_ms() {
+        let c = NodeConfig::resolve(&cluster_node(), 2).expect("valid").cluster.expect("cluster");
+        assert_eq!(c.move_target_silent_ms, 60_000);
+        let never = ServeArgs { move_target_silent_ms: Some(0), ..cluster_node() };
+        let c = NodeConfig::resolve(&never, 2).expect("valid").cluster.expect("cluster");
+        assert_eq!(c.move_target_silent_ms, 0);
+        let alone = ServeArgs { move_target_silent_ms: Some(1), ..ServeArgs::default() };
+        let e = NodeConfig::resolve(&alone, 2).expect_err("needs a cluster");
+        assert!(e.to_string().contains("move-target-silent-ms"), "{e}");
+    }
+
+    // Checks --handoff-on-shutdown: on by default, off when given false, refused without a
+    // cluster name.
+    #[test]
+    fn cluster_handoff_on_shutdown() {
+        let base = cluster_node();
         let c = NodeConfig::resolve(&base, 2).expect("valid").cluster.expect("cluster");
         assert!(c.handoff_on_shutdown, "hands off by default");
         let off = ServeArgs { handoff_on_shutdown: Some(false), ..base };
@@ -622,12 +655,7 @@ mod tests {
     // cluster name.
     #[test]
     fn cluster_split_fragment_bytes() {
-        let base = ServeArgs {
-            cluster_name: Some("c1".into()),
-            node_id: Some(2),
-            peer_listen: Some("127.0.0.1:7002".into()),
-            ..ServeArgs::default()
-        };
+        let base = cluster_node();
         let node = NodeConfig::resolve(&base, 2).expect("valid");
         assert_eq!(node.fragments, 8, "a cluster starts with 4 fragments per executor");
         let c = node.cluster.expect("cluster");

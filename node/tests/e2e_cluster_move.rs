@@ -9,13 +9,28 @@ mod support;
 
 use std::time::Instant;
 
-use support::cluster::{CLUSTER_DEADLINE, POLL_EVERY, cluster_args, local_fragments, wait_for};
+use support::cluster::{
+    CLUSTER_DEADLINE, POLL_EVERY, cluster_args, local_fragments, simple, wait_for,
+};
 use support::{Node, NodeOptions, free_loopback_port, simple_rows, sqlstate};
 
 const FRAGMENTS: u32 = 4;
 
+/// `--move-target-silent-ms` of these nodes: short, so the test of a move to a killed node
+/// waits two seconds, not the default minute.
+const MOVE_TARGET_SILENT_MS: &str = "2000";
+
 fn options(id: u32, role: &str, peer: u16, join: Option<u16>) -> NodeOptions {
-    let more = ["--min-members", "2", "--allocation", "manual", "--role", role];
+    let more = [
+        "--min-members",
+        "2",
+        "--allocation",
+        "manual",
+        "--role",
+        role,
+        "--move-target-silent-ms",
+        MOVE_TARGET_SILENT_MS,
+    ];
     let extra_args = cluster_args("move", id, peer, join, &more);
     NodeOptions { executors: 1, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
 }
@@ -64,8 +79,8 @@ async fn wait_formed(nodes: &[Node]) {
 }
 
 /// Two data nodes and a proxy (nodes 1, 2, 3), formed: fragments $0 and $2 on node 1, $1 and
-/// $3 on node 2.
-async fn start_formed() -> Vec<Node> {
+/// $3 on node 2. Also the seed's peer port, for a node joining later.
+async fn start_formed() -> (Vec<Node>, u16) {
     let ports: Vec<u16> = (0..3).map(|_| free_loopback_port()).collect();
     let mut nodes = vec![
         Node::start_with(options(1, "data", ports[0], None)),
@@ -76,7 +91,7 @@ async fn start_formed() -> Vec<Node> {
         n.expect_log("is unreachable");
     }
     wait_formed(&nodes).await;
-    nodes
+    (nodes, ports[0])
 }
 
 // Checks ALTER FRAGMENT and ALTER CLUSTER on a single node are 0A000.
@@ -94,7 +109,7 @@ async fn alter_fragment_needs_a_cluster() {
 // and 57P03 once no coordinator is reachable.
 #[tokio::test]
 async fn alter_fragment_plans_moves_and_refuses_with_sqlstates() {
-    let mut nodes = start_formed().await;
+    let (mut nodes, _) = start_formed().await;
     // Manual allocation deals fragments 0..4 to nodes 1, 2, 1, 2.
     assert_eq!(run(&nodes[1], "ALTER FRAGMENT $0 MOVE TO NODE n2").await, Ok(()));
     let m = refused(&nodes[0], "ALTER FRAGMENT $0 MOVE TO NODE 2", "55000").await;
@@ -133,7 +148,7 @@ async fn a_fragment_moving_under_a_streamed_select_fails_it_with_40001() {
     use futures_util::StreamExt;
     use tokio_postgres::SimpleQueryMessage;
 
-    let nodes = start_formed().await;
+    let (nodes, _) = start_formed().await;
     let loader = nodes[0].connect().await;
     let pad = "x".repeat(1_000);
     for batch in 0..STREAMED_DOCUMENTS / 100 {
@@ -190,4 +205,51 @@ async fn a_fragment_moving_under_a_streamed_select_fails_it_with_40001() {
     let ids: std::collections::BTreeSet<String> =
         again.iter().map(|r| r[0].clone().unwrap()).collect();
     assert_eq!((again.len(), ids.len()), (STREAMED_DOCUMENTS, STREAMED_DOCUMENTS));
+}
+
+// Checks an operator's move to a data node that was then killed is dropped once that node has
+// not answered for --move-target-silent-ms (2 s here), instead of waiting for it forever: the
+// coordinator logs it at WARN, the fragment stays where it was, and a move of it to a node that
+// answers is then accepted (55000 "already planned" while the first one stood) and done.
+#[tokio::test]
+async fn a_move_to_a_node_that_stopped_answering_is_dropped() {
+    let (mut nodes, seed) = start_formed().await;
+    let mut fourth = Node::start_with(options(4, "data", free_loopback_port(), Some(seed)));
+    for n in nodes.iter_mut().chain([&mut fourth]) {
+        n.expect_log("is unreachable");
+        n.expect_log("handoff failed");
+        n.expect_log("coordinator dropped a planned move");
+    }
+    let first = &nodes[0];
+    let members = |reachable: usize| async move {
+        let rows = simple(first, "SHOW CLUSTER").await?;
+        let up = rows.iter().filter(|r| r[4].as_deref() == Some("t")).count();
+        (rows.len() == 4 && up == reachable).then_some(())
+    };
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_for(&all, "node 4 a reachable member", || members(4)).await;
+    fourth.kill9();
+    wait_for(&all, "node 4 unreachable", || members(3)).await;
+
+    run(first, "ALTER FRAGMENT $1 MOVE TO NODE 4").await.unwrap();
+    wait_for(&all, "the move to node 4 dropped", || async {
+        all.iter()
+            .any(|n| n.log_text().contains("coordinator dropped a planned move"))
+            .then_some(())
+    })
+    .await;
+    let owner = local_fragments(&nodes[1]).await.unwrap();
+    assert!(owner.contains_key("$1"), "$1 stayed on node 2: {owner:?}");
+
+    run(first, "ALTER FRAGMENT $1 MOVE TO NODE 1").await.unwrap();
+    wait_for(&all, "$1 moved to node 1", || async {
+        local_fragments(first).await.filter(|f| f.contains_key("$1")).map(|_| ())
+    })
+    .await;
+
+    // The operator forgets the dead node, so node 2 stopping can hand its last fragment to
+    // node 1 (with node 4 still a voter, node 1 alone would have no quorum).
+    run(first, "ALTER CLUSTER REMOVE NODE 4").await.unwrap();
+    nodes[1].stop();
+    nodes[0].stop();
 }

@@ -125,6 +125,9 @@ struct Ctx {
     /// On the coordinator: when each fragment's last handoff was aborted (a new one waits
     /// `HANDOFF_RETRY_MS`, so a lasting failure is not retried every tick).
     aborted_at: Mutex<HashMap<u32, Instant>>,
+    /// When this node's control plane started: a member that has not answered a ping since
+    /// is counted silent from then (`Ctx::silent_for`).
+    started: Instant,
 }
 
 impl Ctx {
@@ -159,7 +162,8 @@ impl Ctx {
         self.state()
     }
 
-    /// Whether `node` is this node or answered a ping recently.
+    /// Whether `node` is this node or answered a ping recently (one that never answered is
+    /// not, however recently this node started).
     fn reachable(&self, node: u32) -> bool {
         node == self.config.node_id
             || self
@@ -168,6 +172,16 @@ impl Ctx {
                 .unwrap_or_else(PoisonError::into_inner)
                 .get(&node)
                 .is_some_and(|t| t.elapsed() < Duration::from_millis(PEER_REACHABLE_WITHIN_MS))
+    }
+
+    /// How long `node` has not answered a ping: since its last answer, or since this node's
+    /// control plane started if it never answered; zero for this node.
+    fn silent_for(&self, node: u32) -> Duration {
+        if node == self.config.node_id {
+            return Duration::ZERO;
+        }
+        let pongs = self.pongs.lock().unwrap_or_else(PoisonError::into_inner);
+        pongs.get(&node).unwrap_or(&self.started).elapsed()
     }
 }
 
@@ -299,6 +313,7 @@ async fn run(
             building: tokio::sync::Mutex::new(()),
             draining: std::sync::atomic::AtomicBool::new(false),
             aborted_at: Mutex::new(HashMap::new()),
+            started: Instant::now(),
         });
         Ok::<_, String>((listener, ctx))
     }
@@ -798,26 +813,45 @@ async fn coordinate(ctx: &Arc<Ctx>, state: &ClusterState) {
 }
 
 /// Plans a move for every fragment of a leaving node that has none, each to the node the
-/// strategy would allocate a new fragment to. A planned move off a leaving node whose
-/// destination is no target any more (it stopped answering: a node stopped or killed since)
-/// is dropped first, so the drain is not held until that node returns; the next tick plans
-/// the fragment's move to a node that answers.
+/// strategy would allocate a new fragment to. First drops the planned moves (whose handoff
+/// has not begun) to a destination that is no target any more (it stopped answering: a node
+/// stopped or killed since): off a leaving node at once, so the drain is not held until that
+/// node returns; off any other node once the destination has been silent for
+/// `--move-target-silent-ms`, so an operator's move or a rebalance move to a dead node does
+/// not wait for it forever, holding a rebalance slot. The next ticks plan again where a move
+/// is still needed, to nodes that answer.
 async fn plan_leaving_moves(ctx: &Ctx, state: &ClusterState, mut loads: Loads) {
+    let silent_max = ctx.config.move_target_silent_ms;
     for m in &state.moves {
         let to = NodeId(m.to);
         if loads.contains(to) {
             loads.hold(to, router::FragmentId::new(m.fragment), 0);
             continue;
         }
-        if !state.leaving.contains(&m.from) || state.handoff_of(m.fragment).is_some() {
+        if state.handoff_of(m.fragment).is_some() {
             continue;
         }
-        if propose(ctx, Command::DropMove { fragment: m.fragment, to: m.to }).await {
-            tracing::info!(
+        let silent = ctx.silent_for(m.to);
+        if state.leaving.contains(&m.from) {
+            if propose(ctx, Command::DropMove { fragment: m.fragment, to: m.to }).await {
+                tracing::info!(
+                    fragment = m.fragment,
+                    from = m.from,
+                    to = m.to,
+                    "coordinator dropped a move off a leaving node: its destination does not answer"
+                );
+            }
+        } else if silent_max > 0
+            && silent >= Duration::from_millis(silent_max)
+            && propose(ctx, Command::DropMove { fragment: m.fragment, to: m.to }).await
+        {
+            tracing::warn!(
                 fragment = m.fragment,
                 from = m.from,
                 to = m.to,
-                "coordinator dropped a move off a leaving node: its destination does not answer"
+                silent_ms = silent.as_millis(),
+                "coordinator dropped a planned move: its destination has not answered for \
+                 --move-target-silent-ms; ask for the move again once the node is back"
             );
         }
     }

@@ -75,6 +75,12 @@ pub const RAFT_RECORD_BYTES_MAX: u32 = PEER_FRAME_BYTES_MAX;
 /// handoff fails and is aborted.
 pub const HANDOFF_CHUNK_ACK_MS: u64 = 30_000;
 
+/// Default of `--move-target-silent-ms`: a planned move whose destination has not answered a
+/// ping for this long is dropped (as Akka Cluster Sharding's `handoff-timeout` aborts a
+/// rebalance that does not complete). Long against `PEER_REACHABLE_WITHIN_MS`, so a node
+/// restarting or briefly cut off keeps the moves planned to it.
+pub const MOVE_TARGET_SILENT_MS_DEFAULT: u64 = 60_000;
+
 /// Milliseconds the coordinator waits for a whole handoff (`HandoffDone`) before aborting it;
 /// bounds how long a fragment is unavailable for writes (1 GiB at ~4 MiB/s fits).
 pub const HANDOFF_TIMEOUT_MS: u64 = 600_000;

@@ -194,8 +194,8 @@ pub enum Command {
         node: u32,
     },
     /// Drop the planned move of `fragment` to `to` before its handoff began (the coordinator's,
-    /// when the fragment's owner is leaving and `to` does not answer: it plans a move to a
-    /// node that does).
+    /// when `to` does not answer: at once when the fragment's owner is leaving, after
+    /// `--move-target-silent-ms` otherwise; it plans again to nodes that do).
     DropMove {
         /// The fragment.
         fragment: u32,
