@@ -1164,6 +1164,13 @@ async fn reconcile_local(ctx: &Ctx, host: &dyn FragmentHost, reconciled: &mut Op
     ctx.receiver.forget_ended(&state);
     let local: BTreeSet<u32> = match host.local().await {
         Ok(l) => l.into_iter().collect(),
+        // Shutting down: the executors stop before the control plane does, and a tick between
+        // the two finds them gone (seen on a proxy stopped right after joining). Nothing to
+        // reconcile any more; not a fault.
+        Err(e @ handoff::HostError::Stopped) => {
+            tracing::debug!("handoff reconcile stops: {e}");
+            return;
+        }
         Err(e) => {
             tracing::warn!("cannot list this node's fragments for handoff: {e}");
             return;
