@@ -797,7 +797,7 @@ async fn coordinate(ctx: &Arc<Ctx>, state: &ClusterState) {
             );
         }
     }
-    plan_leaving_moves(ctx, state, loads).await;
+    drop_silent_then_plan_leaving_moves(ctx, state, loads).await;
     drive_handoffs(ctx, state).await;
     if let Some(fragment) = state.oversized(&reports, ctx.config.split_fragment_bytes) {
         if propose(ctx, Command::BeginSplit { fragment, at: None }).await {
@@ -820,7 +820,7 @@ async fn coordinate(ctx: &Arc<Ctx>, state: &ClusterState) {
 /// `--move-target-silent-ms`, so an operator's move or a rebalance move to a dead node does
 /// not wait for it forever, holding a rebalance slot. The next ticks plan again where a move
 /// is still needed, to nodes that answer.
-async fn plan_leaving_moves(ctx: &Ctx, state: &ClusterState, mut loads: Loads) {
+async fn drop_silent_then_plan_leaving_moves(ctx: &Ctx, state: &ClusterState, mut loads: Loads) {
     let silent_max = ctx.config.move_target_silent_ms;
     for m in &state.moves {
         let to = NodeId(m.to);
@@ -831,7 +831,6 @@ async fn plan_leaving_moves(ctx: &Ctx, state: &ClusterState, mut loads: Loads) {
         if state.handoff_of(m.fragment).is_some() {
             continue;
         }
-        let silent = ctx.silent_for(m.to);
         if state.leaving.contains(&m.from) {
             if propose(ctx, Command::DropMove { fragment: m.fragment, to: m.to }).await {
                 tracing::info!(
@@ -841,7 +840,10 @@ async fn plan_leaving_moves(ctx: &Ctx, state: &ClusterState, mut loads: Loads) {
                     "coordinator dropped a move off a leaving node: its destination does not answer"
                 );
             }
-        } else if silent_max > 0
+            continue;
+        }
+        let silent = ctx.silent_for(m.to);
+        if silent_max > 0
             && silent >= Duration::from_millis(silent_max)
             && propose(ctx, Command::DropMove { fragment: m.fragment, to: m.to }).await
         {
