@@ -828,25 +828,23 @@ async fn drop_silent_then_plan_leaving_moves(ctx: &Ctx, state: &ClusterState, mu
             loads.hold(to, router::FragmentId::new(m.fragment), 0);
             continue;
         }
-        if state.handoff_of(m.fragment).is_some() {
-            continue;
-        }
-        if state.leaving.contains(&m.from) {
-            if propose(ctx, Command::DropMove { fragment: m.fragment, to: m.to }).await {
-                tracing::info!(
-                    fragment = m.fragment,
-                    from = m.from,
-                    to = m.to,
-                    "coordinator dropped a move off a leaving node: its destination does not answer"
-                );
-            }
-            continue;
-        }
+        let leaving = state.leaving.contains(&m.from);
         let silent = ctx.silent_for(m.to);
-        if silent_max > 0
-            && silent >= Duration::from_millis(silent_max)
-            && propose(ctx, Command::DropMove { fragment: m.fragment, to: m.to }).await
+        let expired = silent_max > 0 && silent >= Duration::from_millis(silent_max);
+        if !(leaving || expired)
+            || state.handoff_of(m.fragment).is_some()
+            || !propose(ctx, Command::DropMove { fragment: m.fragment, to: m.to }).await
         {
+            continue;
+        }
+        if leaving {
+            tracing::info!(
+                fragment = m.fragment,
+                from = m.from,
+                to = m.to,
+                "coordinator dropped a move off a leaving node: its destination does not answer"
+            );
+        } else {
             tracing::warn!(
                 fragment = m.fragment,
                 from = m.from,
@@ -1896,8 +1894,6 @@ fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
     let metrics = ctx.raft.metrics().borrow().clone();
     let state = ctx.state();
     let me = ctx.config.node_id;
-    let now = Instant::now();
-    let pongs = ctx.pongs.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let catalogs = ctx.catalogs.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let voters: BTreeSet<u32> = metrics
         .membership_config
@@ -1910,10 +1906,7 @@ fn publish_view(ctx: &Ctx, reachable: &mut BTreeMap<u32, bool>) {
     let mut ids: BTreeSet<u32> = state.members.keys().copied().collect();
     ids.insert(me);
     for node in ids {
-        let up = node == me
-            || pongs.get(&node).is_some_and(|t| {
-                now.duration_since(*t) < Duration::from_millis(PEER_REACHABLE_WITHIN_MS)
-            });
+        let up = ctx.reachable(node);
         // A member never reached yet is not news; a change after that is.
         match (reachable.get(&node).copied(), up) {
             (None, true) => {
