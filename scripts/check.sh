@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The developer's gate before every commit: formatting, lints as errors, every test.
-# Tests run under cargo-nextest when it is installed (every test its own process, two at a
-# time across all binaries: .config/nextest.toml), else under `cargo test`; both run the same
-# tests. TESSERA_NEXTEST=0 asks for `cargo test`.
+# Tests run under cargo-nextest when it is installed (every test its own process, two per
+# core at a time across all binaries: .config/nextest.toml), else under `cargo test`; both run
+# the same tests. TESSERA_NEXTEST=0 asks for `cargo test`, TESSERA_TEST_THREADS=n sets how
+# many nextest runs at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check

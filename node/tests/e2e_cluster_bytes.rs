@@ -56,13 +56,14 @@ async fn bytes_load_plans_a_move_from_the_heavy_node() {
     // Node 1 writes about 200 KiB, spread over every fragment; it owns two of them.
     let c = &nodes[0].connect().await;
     let pad = "x".repeat(1000);
+    let all: Vec<&Node> = nodes.iter().collect();
     for batch in 0..10 {
         let values: Vec<String> =
             (0..20).map(|i| format!(r#"('heavy/{batch}-{i}', '{{"pad":"{pad}"}}')"#)).collect();
         let sql = format!("INSERT INTO heavy VALUES {}", values.join(", "));
         // A batch spans every fragment, so it can meet one that a move planned by the earlier
         // batches is handing off: that is 40001 with nothing applied, and a client retries.
-        write_retrying(&nodes.iter().collect::<Vec<_>>(), c, &sql).await;
+        write_retrying(&all, c, &sql).await;
     }
     let nodes_ref = &nodes;
     wait_for(&nodes, "a move planned by bytes", async || nodes_ref.iter().any(planned)).await;

@@ -140,9 +140,8 @@ async fn alter_fragment_plans_moves_and_refuses_with_sqlstates() {
 const STREAMED_DOCUMENTS: usize = 14_000;
 
 // Checks a streamed SELECT through the proxy whose fragment moves after some of its rows were
-// sent: the rows cannot be taken back, so the statement fails with 40001 and asks to be run
-// again (before this session it was 08006 naming a "node 0"); run again, it returns every
-// document once.
+// sent: the rows cannot be taken back, so the statement fails with 40001 (not 08006: the
+// connection is fine) and asks to be run again; run again, it returns every document once.
 #[tokio::test]
 async fn a_fragment_moving_under_a_streamed_select_fails_it_with_40001() {
     use futures_util::StreamExt;

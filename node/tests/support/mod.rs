@@ -130,27 +130,25 @@ fn test_segment_bytes() -> String {
 static HANDED_OUT: Mutex<std::collections::BTreeSet<u16>> =
     Mutex::new(std::collections::BTreeSet::new());
 
-/// A loopback port that was free a moment ago and that neither this process nor (under
-/// cargo-nextest) another test process of the same run handed out before.
+/// A loopback port that was free a moment ago and that no test of this run handed out before.
 fn free_port() -> u16 {
     loop {
         let probe = TcpListener::bind("127.0.0.1:0").expect("bind a probe listener");
         let port = probe.local_addr().expect("probe address").port();
-        if HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(port)
-            && reserve_for_this_run(port)
-        {
+        if claim(port) {
             return port;
         }
     }
 }
 
-/// Under cargo-nextest every test is a process of its own and two run at once, so the
-/// in-process set above cannot stop two of them from taking one port: each port handed out
-/// is also claimed as a file in a directory of the run (`NEXTEST_RUN_ID`), created only if
-/// absent, so exactly one process gets it. Outside nextest (`cargo test` runs one binary at a
-/// time) the in-process set is enough.
-fn reserve_for_this_run(port: u16) -> bool {
-    let Ok(run) = std::env::var("NEXTEST_RUN_ID") else { return true };
+/// Claims `port` for this test run, once. `cargo test` runs one test binary at a time, so
+/// the set of this process is the run's. Under cargo-nextest every test is a process of its
+/// own and several run at once: the claim is a file in a directory of the run
+/// (`NEXTEST_RUN_ID`), created only if absent, so exactly one process gets it.
+fn claim(port: u16) -> bool {
+    let Ok(run) = std::env::var("NEXTEST_RUN_ID") else {
+        return HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(port);
+    };
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ports-{run}"));
     std::fs::create_dir_all(&dir).expect("create the run's port directory");
     match std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(port.to_string()))
