@@ -22,6 +22,7 @@ use crate::limits::{
     AGGREGATED_BYTES_MAX, DISTINCT_VALUES_MAX, GROUPS_MAX, RESULT_BYTES_MAX, RESULT_ROWS_MAX,
     STREAM_PAGE_BYTES, STREAM_PAGE_ROWS, STREAM_PAGE_SCANNED, WRITE_BYTES_MAX, WRITE_DOCS_MAX,
 };
+use crate::memory::{datum_bytes, json_bytes, row_bytes};
 use crate::plan::{
     Aggregate, AggregateFunc, Assignment, CollectionName, Count, Delete, Insert, InsertBody,
     OnConflict, OrderKey, OrderTarget, Output, OutputColumn, Select, SelectShape, Update,
@@ -195,38 +196,9 @@ pub struct Collected {
 }
 
 impl Collected {
-    /// Roughly the bytes it holds, for [`AGGREGATED_BYTES_MAX`].
+    /// The bytes it holds in memory, for [`AGGREGATED_BYTES_MAX`].
     fn bytes(&self) -> usize {
         self.keys.iter().chain([&self.value, &self.extra]).map(datum_bytes).sum()
-    }
-}
-
-/// Bytes one value counts for in the memory limits: 16 per value plus its strings and member
-/// names. Roughly what it holds, and cheap.
-const VALUE_BYTES: usize = 16;
-
-/// Roughly the bytes a row holds, for [`RESULT_BYTES_MAX`] and [`STREAM_PAGE_BYTES`].
-fn row_bytes(id: &str, values: &[Datum], keys: &[Datum]) -> usize {
-    VALUE_BYTES + id.len() + values.iter().chain(keys).map(datum_bytes).sum::<usize>()
-}
-
-/// Roughly the bytes a JSON value holds (see [`VALUE_BYTES`]): what the memory limits of
-/// aggregates and of a transaction's buffered writes count.
-pub fn json_bytes(v: &serde_json::Value) -> usize {
-    VALUE_BYTES
-        + match v {
-            serde_json::Value::String(s) => s.len(),
-            serde_json::Value::Array(items) => items.iter().map(json_bytes).sum(),
-            serde_json::Value::Object(m) => m.iter().map(|(k, v)| k.len() + json_bytes(v)).sum(),
-            _ => 0,
-        }
-}
-
-fn datum_bytes(d: &Datum) -> usize {
-    match d {
-        Datum::Text(t) => VALUE_BYTES + t.len(),
-        Datum::Json(v) => json_bytes(v),
-        _ => VALUE_BYTES,
     }
 }
 

@@ -25,8 +25,8 @@ use std::fmt;
 use router::doc::{DocValue, ValueKind};
 
 use crate::error::ExecError;
-use crate::exec::json_bytes;
 use crate::limits::{JSON_DEPTH_MAX, VALUE_BYTES_MAX};
+use crate::memory::json_bytes;
 use crate::types::{Datum, SqlType, cmp_float, cmp_int_float, float_text, parse_bool, parse_float};
 
 /// A constant in a plan: written in the SQL text or bound from a parameter.

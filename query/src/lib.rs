@@ -51,6 +51,7 @@ pub mod expr;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod limits;
+pub mod memory;
 mod parse;
 pub mod plan;
 pub mod route;
@@ -66,9 +67,10 @@ pub use exec::{
     Collected, DocVersion, FragmentSource, PagedSource, Partial, PlacedDocument, ResultSet,
     ScanPos, SelectScan, SourceDoc, VerifyPartial, WriteIntent, WritePartial, execute_constant,
     execute_delete, execute_insert, execute_select, execute_select_page, execute_update,
-    execute_verify_sharding, json_bytes, merge,
+    execute_verify_sharding, merge,
 };
 pub use explain::{FragmentAnalysis, explain, explain_columns};
+pub use memory::json_bytes;
 pub use plan::{CollectionName, OutputColumn, Statement};
 pub use route::{predicate, route_statement};
 pub use types::{Datum, Format, SqlType};

@@ -43,8 +43,8 @@ pub const INSERT_ROWS_MAX: usize = 10_000;
 /// holding every match.
 pub const WRITE_DOCS_MAX: usize = 65_536;
 
-/// Bytes of the new documents one write statement holds for one fragment, as
-/// [`crate::json_bytes`] counts them: what one transaction may buffer (the node's
+/// Bytes of the new documents one write statement holds for one fragment, in memory
+/// ([`crate::json_bytes`]): what one transaction may buffer (the node's
 /// `TXN_WRITE_BYTES_MAX`).
 pub const WRITE_BYTES_MAX: usize = 256 << 20;
 
@@ -56,9 +56,9 @@ pub const IN_LIST_MAX: usize = 10_000;
 pub const RESULT_ROWS_MAX: usize = 1_000_000;
 
 /// Most bytes of rows one gathered result holds (a fragment's share of a SELECT with ORDER
-/// BY, LIMIT or OFFSET, or inside a block, and the merged result), as [`crate::json_bytes`]
-/// counts values: such a result is held whole before its first row is sent. A plain SELECT
-/// outside a block streams instead (pages, below) and has no such bound.
+/// BY, LIMIT or OFFSET, or inside a block, and the merged result), in memory
+/// ([`crate::memory::row_bytes`]): such a result is held whole before its first row is sent.
+/// A plain SELECT outside a block streams instead (pages, below) and has no such bound.
 pub const RESULT_BYTES_MAX: usize = 512 << 20;
 
 /// Most rows one page of a streamed SELECT holds ([`crate::exec::execute_select_page`]): a
@@ -67,7 +67,7 @@ pub const RESULT_BYTES_MAX: usize = 512 << 20;
 /// fragment holds.
 pub const STREAM_PAGE_ROWS: usize = 1_024;
 
-/// Most bytes of rows one page holds, as [`crate::json_bytes`] counts values (a page ends
+/// Most bytes of rows one page holds, in memory ([`crate::memory::row_bytes`]; a page ends
 /// with the row that reaches it): about what fits one cluster frame.
 pub const STREAM_PAGE_BYTES: usize = 4 << 20;
 
@@ -83,7 +83,7 @@ pub const STREAM_PAGE_SCANNED: usize = 16_384;
 /// value once, and this bounds that memory however many groups there are.
 pub const DISTINCT_VALUES_MAX: usize = 100_000;
 
-/// Most bytes (texts and JSON values, roughly as stored) the `jsonb_agg`,
+/// Most bytes (texts and JSON values, in memory: [`crate::memory`]) the `jsonb_agg`,
 /// `jsonb_object_agg` and `string_agg` calls of one query hold over all groups (per
 /// fragment and merged): each keeps every value until the merge orders and joins them.
 pub const AGGREGATED_BYTES_MAX: usize = 64 << 20;
@@ -91,8 +91,8 @@ pub const AGGREGATED_BYTES_MAX: usize = 64 << 20;
 /// Most distinct groups one `GROUP BY` may produce (per fragment and merged).
 pub const GROUPS_MAX: usize = 100_000;
 
-/// Largest text or JSON value one expression builds, in bytes (a JSON value as
-/// [`crate::json_bytes`] counts it): `||`, `concat`, `replace`, `upper`, `lower`,
+/// Largest text or JSON value one expression builds, in bytes (a JSON value in memory,
+/// [`crate::json_bytes`]): `||`, `concat`, `replace`, `upper`, `lower`,
 /// `jsonb_set` and `jsonb_build_array` / `jsonb_build_object` refuse to build a larger one.
 /// A document holds at most 1 MiB, but a chain of these over its fields (or `replace`, which
 /// multiplies) could otherwise ask for gigabytes to evaluate one row.

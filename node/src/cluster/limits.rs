@@ -175,7 +175,7 @@ pub const FORWARD_TIMEOUT_MS: u64 = REGION_BUFFER_WAIT_MS + 10_000;
 /// `forward::DataMessage::Piece` frames of `DATA_PIECE_BYTES` each, which the receiver
 /// joins, refusing a run that grows past this. It bounds what one owner's share of a SELECT
 /// (up to `query::limits::RESULT_ROWS_MAX` rows of a fragment) or one transaction's writes
-/// for one node (at most `TXN_WRITE_BYTES_MAX`, 256 MiB as estimated) may be; an answer past
+/// for one node (at most `TXN_WRITE_BYTES_MAX`, 256 MiB in memory) may be; an answer past
 /// it is 54000 on the owner, a request past it 54000 before it is sent.
 pub const DATA_MESSAGE_BYTES_MAX: usize = 1 << 30;
 

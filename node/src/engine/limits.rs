@@ -6,11 +6,12 @@ use std::time::Duration;
 /// copy of the new document in memory; past this the statement fails with 54000.
 pub const TXN_WRITES_MAX: usize = 65_536;
 
-/// Documents one transaction may buffer, in bytes as `query::json_bytes` counts them (its
-/// strings and member names, 16 per value; a rewritten document counts once, as last
-/// written): each is held in the session until COMMIT, so past this the statement fails with
-/// 54000 instead of the node's memory filling. The same as one fragment's storage batch
-/// (`storage::limits::BATCH_BYTES_MAX`), which counts about alike.
+/// Documents one transaction may buffer, in bytes of memory (`query::json_bytes` of each
+/// document, which `query::memory` checks against the allocator, and its entry; a rewritten
+/// document counts once, as last written): each is held in the session until COMMIT, so past
+/// this the statement fails with 54000 instead of the node's memory filling. The same number
+/// as one fragment's storage batch (`storage::limits::BATCH_BYTES_MAX`), which counts the
+/// documents archived, smaller than in memory: this bound is met first.
 pub const TXN_WRITE_BYTES_MAX: usize = 256 << 20;
 
 const _: () = assert!(TXN_WRITE_BYTES_MAX == storage::limits::BATCH_BYTES_MAX);

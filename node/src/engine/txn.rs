@@ -119,7 +119,8 @@ pub struct Txn {
     pub fragments: BTreeMap<FragmentId, FragmentTxn>,
     reads: usize,
     writes: usize,
-    /// `query::json_bytes` of every buffered document (`TXN_WRITE_BYTES_MAX`).
+    /// What the buffered writes hold in memory: `query::json_bytes` of every buffered document
+    /// and `entry_bytes` of its entry (`TXN_WRITE_BYTES_MAX`).
     write_bytes: usize,
 }
 
@@ -206,7 +207,8 @@ impl Txn {
                             max: TXN_WRITES_MAX,
                         });
                     }
-                    self.write_bytes = held_bytes(self.write_bytes, bytes)?;
+                    let entry = entry_bytes(&key, &id);
+                    self.write_bytes = held_bytes(self.write_bytes, entry.saturating_add(bytes))?;
                     self.writes += 1;
                     let base = match (first_reads.get(&key), read) {
                         (_, Some(v)) if v == BUFFERED_VERSION => {
@@ -514,6 +516,12 @@ impl<'f> FragmentSource for OverlayReader<'f> {
     }
 }
 
+/// What one buffered write holds in memory besides its document: the map's entry (key and
+/// [`Buffered`]) and the collection name, key and id it owns (the document: `query::json_bytes`).
+fn entry_bytes(key: &DocKey, id: &str) -> usize {
+    std::mem::size_of::<(DocKey, Buffered)>() + key.0.len() + key.1.len() + id.len()
+}
+
 /// The bytes a transaction's buffer holds after adding a document of `bytes` to `held`, or
 /// the limit error past `TXN_WRITE_BYTES_MAX`.
 fn held_bytes(held: usize, bytes: usize) -> Result<usize, EngineError> {
@@ -692,6 +700,34 @@ mod tests {
         t.absorb(f, "c", Reads::default(), vec![big("d0", Some(BUFFERED_VERSION), 10)])
             .expect("shrinking it");
         t.absorb(f, "c", Reads::default(), vec![big("d7", None, each)]).expect("the room it left");
+    }
+
+    // Checks what a buffered write counts against TXN_WRITE_BYTES_MAX: its document as held in
+    // memory (`query::json_bytes`) and its entry (key, id, `Buffered`); rewriting it changes
+    // only the document's share, and a delete keeps the entry alone.
+    #[test]
+    fn unit_write_buffer_counts_documents_and_entries() {
+        let mut t = Txn::new(1);
+        let f = FragmentId::new(0);
+        let key: DocKey = ("c".into(), "d0".into());
+        let entry = entry_bytes(&key, "D0");
+        assert!(entry > std::mem::size_of::<Buffered>(), "{entry}");
+        t.absorb(f, "c", Reads::default(), vec![put("D0", None, 1)]).expect("fits");
+        let doc = serde_json::json!({ "v": 1 });
+        assert_eq!(t.write_bytes, entry + query::json_bytes(&doc));
+        let big = serde_json::json!({ "v": 1, "s": "x".repeat(1_000) });
+        let rewrite = WriteIntent::Put {
+            id: "D0".into(),
+            shard: shard(),
+            version_read: Some(BUFFERED_VERSION),
+            doc: big.clone(),
+        };
+        t.absorb(f, "c", Reads::default(), vec![rewrite]).expect("fits");
+        assert_eq!(t.write_bytes, entry + query::json_bytes(&big));
+        let delete =
+            WriteIntent::Delete { id: "D0".into(), shard: shard(), version_read: BUFFERED_VERSION };
+        t.absorb(f, "c", Reads::default(), vec![delete]).expect("fits");
+        assert_eq!(t.write_bytes, entry);
     }
 
     // Checks the lost-update case: a block reads a document at version 5, another session
