@@ -107,6 +107,17 @@ pub struct ScanPos {
     pub key: String,
 }
 
+/// Where a scan resuming after `after` takes up `range` (a [`PagedSource`] visits its ranges
+/// sorted by start): `None` when the range lies wholly before the position (read by earlier
+/// pages), else the position to resume after inside it (`Some(None)`: from its start).
+pub fn resume_point(after: Option<&ScanPos>, range: ShardRange) -> Option<Option<&ScanPos>> {
+    match after {
+        Some(p) if p.shard.get() >= range.end() => None,
+        Some(p) if p.shard.get() >= range.start() => Some(Some(p)),
+        _ => Some(None),
+    }
+}
+
 /// One fragment's share of a SELECT: owned, small (bounded by LIMIT + OFFSET when the query
 /// orders and limits), sent to the session's executor for [`crate::merge`].
 #[derive(Clone, PartialEq, Debug)]
@@ -802,6 +813,9 @@ pub struct SelectScan<'s> {
     /// A slice is a streamed page: it also ends at [`STREAM_PAGE_ROWS`] rows or
     /// [`STREAM_PAGE_BYTES`] of them (plain rows only).
     page: bool,
+    /// Documents one slice reads at most ([`STREAM_PAGE_SCANNED`] unless
+    /// [`SelectScan::with_slice_docs`] chose fewer).
+    slice_docs: usize,
     state: ScanState<'s>,
 }
 
@@ -855,8 +869,17 @@ impl<'s> SelectScan<'s> {
             scanned: 0,
             after: None,
             page: false,
+            slice_docs: STREAM_PAGE_SCANNED,
             state,
         })
+    }
+
+    /// Ends each slice after at most `docs` documents read (at least 1, at most
+    /// [`STREAM_PAGE_SCANNED`]): for a source that costs more per document than storage's
+    /// own reader, such as a transaction's overlay, which records every version it reads.
+    pub fn with_slice_docs(mut self, docs: usize) -> SelectScan<'s> {
+        self.slice_docs = docs.clamp(1, STREAM_PAGE_SCANNED);
+        self
     }
 
     /// Reads every document of `ranges` (after the last slice, if any).
@@ -877,8 +900,8 @@ impl<'s> SelectScan<'s> {
         Ok(())
     }
 
-    /// Reads the next slice: at most [`STREAM_PAGE_SCANNED`] documents after where the last
-    /// ended. Returns whether documents remain (an id filter reads its documents at once).
+    /// Reads the next slice: at most [`STREAM_PAGE_SCANNED`] documents (or the
+    /// [`SelectScan::with_slice_docs`] given) after where the last ended. Returns whether documents remain (an id filter reads its documents at once).
     pub fn read_slice<'a, S: PagedSource>(
         &mut self,
         source: &'a S,
@@ -901,7 +924,7 @@ impl<'s> SelectScan<'s> {
             let (shard, id) = (d.shard, d.id);
             match if_matching(select.filter.as_ref(), d, |d| self.add(d)) {
                 Ok(ControlFlow::Continue(())) => {
-                    if seen < STREAM_PAGE_SCANNED && !self.page_full() {
+                    if seen < self.slice_docs && !self.page_full() {
                         return ControlFlow::Continue(());
                     }
                     next = Some(ScanPos { shard, key: router::doc_key(id).into_string() });

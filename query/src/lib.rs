@@ -67,7 +67,7 @@ pub use exec::{
     Collected, DocVersion, FragmentSource, PagedSource, Partial, PlacedDocument, ResultSet,
     ScanPos, SelectScan, SourceDoc, VerifyPartial, WriteIntent, WritePartial, execute_constant,
     execute_delete, execute_insert, execute_select, execute_select_page, execute_update,
-    execute_verify_sharding, merge,
+    execute_verify_sharding, merge, resume_point,
 };
 pub use explain::{FragmentAnalysis, explain, explain_columns};
 pub use memory::json_bytes;

@@ -234,6 +234,17 @@ pub struct Core {
     reporting: Cell<bool>,
 }
 
+/// Documents one slice of a transaction block's SELECT reads, read versions its session
+/// records at once, and checks of a read-only transaction validated at once on one fragment,
+/// each followed by [`between_slices`]. A quarter of an autocommit slice
+/// (`query::limits::STREAM_PAGE_SCANNED`): the overlay records every version it reads and
+/// the session files each in the block's map, so 16,384 of them held the executor ~60 ms
+/// where an autocommit slice takes a few (`scripts/bench-scan-stall.sh` with a block's
+/// `count(*)`, session 25). Within `TXN_FRAGMENT_OPS_MAX`.
+pub const CHECK_SLICE_OPS: usize = 4_096;
+
+const _: () = assert!(CHECK_SLICE_OPS <= TXN_FRAGMENT_OPS_MAX);
+
 /// What a long read does between two slices: lets the executor's other work run first. A
 /// task yield alone is not enough: glommio 0.9 reaps I/O completions (another connection's
 /// statement arriving) only between rounds of its task queues, which a queue with a runnable
@@ -765,8 +776,10 @@ impl Core {
     }
 
     /// Runs a SELECT's share inside a transaction: reads through the transaction's buffer,
-    /// returns the storage versions read.
-    pub fn txn_select(
+    /// returns the storage versions read. In slices with [`between_slices`] after each, as
+    /// [`Core::select`] does, so a block's large read does not hold the executor either (the
+    /// overlay counts each range across its slices; see `OverlayReader`'s `scan_after`).
+    pub async fn txn_select(
         &self,
         select: &Select,
         targets: &[TxnTarget],
@@ -777,7 +790,11 @@ impl Core {
             let fragment = self.fragment(target.fragment)?;
             let reader =
                 OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref());
-            let partial = query::execute_select(select, &reader, &target.ranges)?;
+            let mut scan = query::SelectScan::new(select)?.with_slice_docs(CHECK_SLICE_OPS);
+            while scan.read_slice(&reader, &target.ranges)? {
+                between_slices().await;
+            }
+            let partial = scan.finish();
             self.count(target.fragment, partial.rows_scanned);
             partials.push(partial);
             reads.push((target.fragment, reader.take_reads()));
@@ -842,7 +859,10 @@ impl Core {
 
     /// Commits one fragment's batch of a transaction on this executor: a batch with writes is
     /// applied at once (the fast path); a checks-only batch is validated in slices of
-    /// `TXN_FRAGMENT_OPS_MAX` (each check stands on its own once every read is done).
+    /// [`CHECK_SLICE_OPS`] with [`between_slices`] after each, so a large read's COMMIT
+    /// does not hold the executor (each check stands on its own once every read is done: the
+    /// documents all held the versions read at the instant the last read ended, since each
+    /// still holds it later).
     pub async fn commit_fragment(
         &self,
         id: FragmentId,
@@ -851,7 +871,10 @@ impl Core {
         if batch.writes() > 0 {
             return self.apply_txn(id, batch).await;
         }
-        for part in batch.into_slices(TXN_FRAGMENT_OPS_MAX) {
+        for (i, part) in batch.into_slices(CHECK_SLICE_OPS).into_iter().enumerate() {
+            if i > 0 {
+                between_slices().await;
+            }
             self.apply_txn(id, part).await?;
         }
         Ok(())

@@ -28,8 +28,8 @@ pub const TXN_READS_MAX: usize = 262_144;
 /// operations or 2 MiB as several records of one transaction); past it the commit fails with
 /// 54000 (`EngineError::FragmentOpsLimit`) and changes nothing. As many as the transaction may
 /// write in all (`TXN_WRITES_MAX`), so a transaction's writes may all fall on one fragment.
-/// A read-only transaction validates in slices of this size, and a read-only participant of
-/// a two-phase commit holds any number of checks.
+/// A read-only transaction validates in slices of `core::CHECK_SLICE_OPS` (smaller), and a
+/// read-only participant of a two-phase commit holds any number of checks.
 pub const TXN_FRAGMENT_OPS_MAX: usize = storage::limits::BATCH_OPS_MAX;
 
 /// How long a transaction may stay prepared on a participant before the timeout resolves it

@@ -87,13 +87,8 @@ impl<'f> PagedSource for FragmentReader<'f> {
     ) {
         for range in ranges {
             // Ranges come sorted: those wholly before the position are done.
-            let cursor = match after {
-                Some(p) if p.shard.get() >= range.end() => continue,
-                Some(p) if p.shard.get() >= range.start() => {
-                    Some(ScanCursor { shard: p.shard, key: p.key.clone() })
-                }
-                _ => None,
-            };
+            let Some(resume) = query::resume_point(after, *range) else { continue };
+            let cursor = resume.map(|p| ScanCursor { shard: p.shard, key: p.key.clone() });
             let mut stopped = false;
             self.fragment.scan_from(collection.as_str(), *range, cursor.as_ref(), |doc| {
                 let flow = visit(self.source_doc(doc));

@@ -32,7 +32,8 @@ use router::{FragmentId, NodeId, Placement, RoutePlan, ShardMap, ShardRange};
 use super::coordinator::{coordinator_of, fault, txid_for_node};
 use super::core::WRITE_CONFLICT_POLL;
 use super::core::{
-    Core, FragmentRow, SessionTxnRow, Target, TxCounters, TxnShare, TxnTarget, WriteOutcome,
+    CHECK_SLICE_OPS, Core, FragmentRow, SessionTxnRow, Target, TxCounters, TxnShare, TxnTarget,
+    WriteOutcome, between_slices,
 };
 use super::error::EngineError;
 use super::limits::{TXN_AUTOCOMMIT_ATTEMPTS_MAX, TXN_HELD_WAITS_MAX};
@@ -1145,7 +1146,7 @@ impl Session {
                 let results = self
                     .fan_out(groups, &statement, |core, stmt, targets| async move {
                         match &*stmt {
-                            Statement::Select(s) => core.txn_select(s, &targets),
+                            Statement::Select(s) => core.txn_select(s, &targets).await,
                             _ => Err(internal("forwarded select share of a non-SELECT")),
                         }
                     })
@@ -1511,7 +1512,7 @@ impl Session {
             let local = self
                 .fan_out(groups, statement, |core, stmt, targets| async move {
                     match &*stmt {
-                        Statement::Select(s) => core.txn_select(s, &targets),
+                        Statement::Select(s) => core.txn_select(s, &targets).await,
                         _ => Err(internal("select share of a non-SELECT")),
                     }
                 })
@@ -1525,16 +1526,17 @@ impl Session {
         };
         let collection =
             select.collection.as_ref().map(|c| c.as_str().to_owned()).unwrap_or_default();
-        let txn = self.open_txn()?;
         let mut partials = remote_partials;
+        let mut read = Vec::new();
         for share in remote_reads {
-            txn.absorb(share.fragment, &collection, share.reads, Vec::new())?;
+            read.push((share.fragment, share.reads));
         }
         for (p, reads) in results {
             partials.extend(p);
-            for (fragment, r) in reads {
-                txn.absorb(fragment, &collection, r, Vec::new())?;
-            }
+            read.extend(reads);
+        }
+        for (fragment, reads) in read {
+            self.absorb_reads(fragment, &collection, reads).await?;
         }
         let merged = query::merge(select, partials)?;
         let txn = self.open_txn()?;
@@ -1544,6 +1546,29 @@ impl Session {
             Some(SessionTxnRow { state: "active", fragments: row_txn.1, since: row_txn.2 }),
         );
         Ok(merged.rows)
+    }
+
+    /// Records what a SELECT of the block read on `fragment`, in slices of `CHECK_SLICE_OPS`
+    /// versions with `between_slices` after each: a read of many documents does not hold the
+    /// session's executor while the block's buffer takes them in.
+    async fn absorb_reads(
+        &mut self,
+        fragment: FragmentId,
+        collection: &str,
+        reads: Reads,
+    ) -> Result<(), EngineError> {
+        let Reads { docs, scans } = reads;
+        let mut docs = docs.into_iter().peekable();
+        loop {
+            let slice: Vec<_> = docs.by_ref().take(CHECK_SLICE_OPS).collect();
+            if docs.peek().is_none() {
+                let last = Reads { docs: slice, scans };
+                return self.open_txn()?.absorb(fragment, collection, last, Vec::new());
+            }
+            let slice = Reads { docs: slice, scans: Vec::new() };
+            self.open_txn()?.absorb(fragment, collection, slice, Vec::new())?;
+            between_slices().await;
+        }
     }
 
     /// A write inside the block: evaluated through the buffer, buffered.

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use query::plan::CollectionName;
-use query::{DocVersion, FragmentSource, SourceDoc, WriteIntent};
+use query::{DocVersion, FragmentSource, PagedSource, ScanPos, SourceDoc, WriteIntent};
 use router::doc::{DocValue, ValueKind};
 use router::{FragmentId, ShardId, ShardRange};
 use storage::{ArchivedJsonValue, Version, WriteBatch};
@@ -353,12 +353,20 @@ pub struct OverlayReader<'f> {
     inner: FragmentReader<'f>,
     writes: Option<&'f FragmentWrites>,
     reads: RefCell<Reads>,
+    /// Per range a slice stopped in (`PagedSource::scan_after`): the stored documents it
+    /// counted there, for the slice that resumes it.
+    partial_counts: RefCell<Vec<(String, ShardRange, u64)>>,
 }
 
 impl<'f> OverlayReader<'f> {
     /// An overlay of `writes` over `inner`.
     pub fn new(inner: FragmentReader<'f>, writes: Option<&'f FragmentWrites>) -> OverlayReader<'f> {
-        OverlayReader { inner, writes, reads: RefCell::new(Reads::default()) }
+        OverlayReader {
+            inner,
+            writes,
+            reads: RefCell::new(Reads::default()),
+            partial_counts: RefCell::new(Vec::new()),
+        }
     }
 
     /// The storage versions read and the ranges scanned so far.
@@ -444,74 +452,136 @@ impl<'f> FragmentSource for OverlayReader<'f> {
         ranges: &[ShardRange],
         visit: &mut dyn FnMut(SourceDoc<'a, Self::Doc<'a>>) -> ControlFlow<()>,
     ) {
-        let name = collection.as_str();
+        self.scan_after(collection, ranges, None, visit);
+    }
+}
+
+impl<'f> PagedSource for OverlayReader<'f> {
+    /// A scan in slices (`query::SelectScan::read_slice`), each resuming after the last
+    /// document the one before visited, buffered or stored. A range's stored documents are
+    /// counted across its slices, and it is recorded as scanned once its last slice reached
+    /// its end: the commit's checks then hold as for a scan in one go (module docs), whatever
+    /// was written between the slices. A document changed behind the position after it was
+    /// read fails its version check; one added behind it or removed ahead of it, never read,
+    /// changes the range's count against the documents the slices read.
+    fn scan_after<'a>(
+        &'a self,
+        collection: &CollectionName,
+        ranges: &[ShardRange],
+        after: Option<&ScanPos>,
+        visit: &mut dyn FnMut(SourceDoc<'a, Self::Doc<'a>>) -> ControlFlow<()>,
+    ) {
         for range in ranges {
-            // Buffered documents of this range, in storage's (shard, key) order.
-            let mut pending: Vec<(ShardId, &'f str, &'f Buffered)> = self
-                .writes
-                .map(|w| {
-                    w.docs
-                        .iter()
-                        .filter(|((c, _), b)| c == name && range.contains(b.shard))
-                        .map(|((_, k), b)| (b.shard, k.as_str(), b))
-                        .collect()
-                })
-                .unwrap_or_default();
-            pending.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-            let mut pending = pending.into_iter().peekable();
-            let mut stopped = false;
-            // Stored documents of the range, shadowed by the buffer or not.
-            let mut stored_docs = 0u64;
-            self.inner.scan(collection, std::slice::from_ref(range), &mut |doc| {
-                stored_docs += 1;
-                let key = storage::doc_key(doc.id);
-                // Buffered documents that sort before this one come first.
-                while let Some(&(shard, k, b)) = pending.peek() {
-                    if (shard, k) >= (doc.shard, key.as_ref()) {
-                        break;
-                    }
-                    pending.next();
-                    if let Some(d) = buffered_doc(b)
-                        && visit(d).is_break()
-                    {
-                        stopped = true;
-                        return ControlFlow::Break(());
-                    }
-                }
-                if let Some(&(shard, k, b)) = pending.peek()
-                    && (shard, k) == (doc.shard, key.as_ref())
-                {
-                    // The transaction's own version replaces (or hides) the stored one.
-                    pending.next();
-                    if let Some(d) = buffered_doc(b)
-                        && visit(d).is_break()
-                    {
-                        stopped = true;
-                        return ControlFlow::Break(());
-                    }
-                    return ControlFlow::Continue(());
-                }
-                self.record(name, doc.id, doc.shard, Version::new(doc.version.get()));
-                let flow = visit(stored(doc));
-                stopped = flow.is_break();
-                flow
-            });
-            if stopped {
+            // Ranges come sorted: those wholly before the position are done (and recorded).
+            let Some(resume) = query::resume_point(after, *range) else { continue };
+            if self.scan_range(collection, *range, resume, visit).is_break() {
                 return;
             }
+        }
+    }
+}
+
+impl<'f> OverlayReader<'f> {
+    /// Visits `range`'s documents after `after` (all of them without), the buffer's merged
+    /// with storage's in (shard, key) order, and records the range once its end is reached;
+    /// `Break` when `visit` stopped the scan (the stored documents counted so far are kept
+    /// for the slice that resumes it).
+    fn scan_range<'a>(
+        &'a self,
+        collection: &CollectionName,
+        range: ShardRange,
+        after: Option<&ScanPos>,
+        visit: &mut dyn FnMut(SourceDoc<'a, OverlayDoc<'a>>) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        let name = collection.as_str();
+        let past = |shard: ShardId, key: &str| {
+            after.is_none_or(|p| (shard, key) > (p.shard, p.key.as_str()))
+        };
+        // Buffered documents of this range still ahead, in storage's (shard, key) order.
+        let mut pending: Vec<(ShardId, &'f str, &'f Buffered)> = self
+            .writes
+            .map(|w| {
+                w.docs
+                    .iter()
+                    .filter(|((c, k), b)| c == name && range.contains(b.shard) && past(b.shard, k))
+                    .map(|((_, k), b)| (b.shard, k.as_str(), b))
+                    .collect()
+            })
+            .unwrap_or_default();
+        pending.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        let mut pending = pending.into_iter().peekable();
+        let mut stopped = false;
+        // Stored documents of the range, shadowed by the buffer or not (with those of the
+        // earlier slices of this range).
+        let mut stored_docs = match after {
+            Some(_) => self.take_partial_count(name, range),
+            None => 0,
+        };
+        self.inner.scan_after(collection, std::slice::from_ref(&range), after, &mut |doc| {
+            let key = storage::doc_key(doc.id);
+            // Buffered documents that sort before this one come first. A stop among them
+            // leaves this one to the next slice, uncounted.
+            while let Some(&(shard, k, b)) = pending.peek() {
+                if (shard, k) >= (doc.shard, key.as_ref()) {
+                    break;
+                }
+                pending.next();
+                if let Some(d) = buffered_doc(b)
+                    && visit(d).is_break()
+                {
+                    stopped = true;
+                    return ControlFlow::Break(());
+                }
+            }
+            stored_docs += 1;
+            if let Some(&(shard, k, b)) = pending.peek()
+                && (shard, k) == (doc.shard, key.as_ref())
+            {
+                // The transaction's own version replaces (or hides) the stored one.
+                pending.next();
+                if let Some(d) = buffered_doc(b)
+                    && visit(d).is_break()
+                {
+                    stopped = true;
+                    return ControlFlow::Break(());
+                }
+                return ControlFlow::Continue(());
+            }
+            self.record(name, doc.id, doc.shard, Version::new(doc.version.get()));
+            let flow = visit(stored(doc));
+            stopped = flow.is_break();
+            flow
+        });
+        if !stopped {
             for (_, _, b) in pending {
                 if let Some(d) = buffered_doc(b)
                     && visit(d).is_break()
                 {
-                    return;
+                    stopped = true;
+                    break;
                 }
             }
-            // The range was read to its end: no document may enter it before the commit.
-            self.reads.borrow_mut().scans.push(ScanRecord {
-                collection: name.to_owned(),
-                range: *range,
-                docs: stored_docs,
-            });
+        }
+        if stopped {
+            self.partial_counts.borrow_mut().push((name.to_owned(), range, stored_docs));
+            return ControlFlow::Break(());
+        }
+        // The range was read to its end: no document may enter it before the commit.
+        self.reads.borrow_mut().scans.push(ScanRecord {
+            collection: name.to_owned(),
+            range,
+            docs: stored_docs,
+        });
+        ControlFlow::Continue(())
+    }
+
+    /// The stored documents an earlier slice counted in `range` before it stopped (0 when
+    /// none did).
+    fn take_partial_count(&self, collection: &str, range: ShardRange) -> u64 {
+        let mut counts = self.partial_counts.borrow_mut();
+        match counts.iter().position(|(c, r, _)| c == collection && *r == range) {
+            Some(i) => counts.swap_remove(i).2,
+            None => 0,
         }
     }
 }
@@ -761,6 +831,80 @@ mod tests {
         }
     }
 
+    // Checks a block's read in slices against writes that land between its slices: a
+    // document added behind the position and one removed ahead of it (neither ever read)
+    // make the commit's checks fail (the range's count differs from what the slices read),
+    // and so does a document rewritten after a slice read it (its version); with nothing
+    // written between the slices the same read commits.
+    #[test]
+    fn sliced_read_fails_its_commit_after_writes_between_slices() {
+        with_fragment("sliced", |fragment, range| async move {
+            let collection = CollectionName::new("c");
+            let shard_of = |id: &str| router::shard_of(id).expect("id").shard().expect("hash");
+            let pos = |id: &str| (shard_of(id), id.to_lowercase());
+            for i in 0..20 {
+                let id = format!("d{i}");
+                let batch = WriteBatch::new().put("c", &id, shard_of(&id), None, json(i));
+                fragment.apply(batch).await.expect("put");
+            }
+            // Reads the range in two slices, running `between` after the first (which
+            // stops at the document `stop` sorts to), and commits its checks.
+            let read_and_commit = |between: WriteBatch, stop: usize| {
+                let fragment = &fragment;
+                let collection = &collection;
+                async move {
+                    let reader = OverlayReader::new(FragmentReader::new(fragment), None);
+                    let mut first = Vec::new();
+                    reader.scan_after(collection, &[range], None, &mut |d| {
+                        first.push(pos(d.id));
+                        if first.len() == stop {
+                            ControlFlow::Break(())
+                        } else {
+                            ControlFlow::Continue(())
+                        }
+                    });
+                    let (shard, key) = first.last().cloned().expect("a first slice");
+                    if !between.is_empty() {
+                        fragment.apply(between).await.expect("the write between slices");
+                    }
+                    let after = ScanPos { shard, key };
+                    reader.scan_after(collection, &[range], Some(&after), &mut |_| {
+                        ControlFlow::Continue(())
+                    });
+                    let mut t = Txn::new(1);
+                    t.absorb(FragmentId::new(0), "c", reader.take_reads(), Vec::new())
+                        .expect("absorbs");
+                    let batch = t.batches().remove(&FragmentId::new(0)).expect("checks");
+                    fragment.apply(batch).await
+                }
+            };
+            read_and_commit(WriteBatch::new(), 10).await.expect("nothing written between");
+            // In scan order: the first ten are read by the first slice.
+            let mut order: Vec<String> = (0..20).map(|i| format!("d{i}")).collect();
+            order.sort_by_key(|id| pos(id));
+            let behind = (0..)
+                .map(|i| format!("new{i}"))
+                .find(|id| pos(id) < pos(&order[9]))
+                .expect("an id behind");
+            let ahead = &order[15];
+            let between = WriteBatch::new()
+                .put("c", &behind, shard_of(&behind), None, json(100))
+                .delete("c", ahead, shard_of(ahead), None);
+            let e = read_and_commit(between, 10).await.expect_err("a phantom");
+            assert!(matches!(e, storage::AppendError::Phantom { .. }), "{e:?}");
+            // A document the first slice read, rewritten before the second.
+            let read = &order[3];
+            let between = WriteBatch::new().put("c", read, shard_of(read), None, json(7));
+            let e = read_and_commit(between, 10).await.expect_err("a conflict");
+            assert!(matches!(e, storage::AppendError::Conflict { .. }), "{e:?}");
+            fragment
+        });
+
+        fn json(v: i64) -> serde_json::Value {
+            serde_json::json!({ "v": v })
+        }
+    }
+
     // Model test of the overlay against a BTreeMap oracle: random stored documents, random
     // buffered puts and deletes over them and new ids; a full scan must return exactly the
     // oracle's documents in storage's (shard, key) order, buffered values replacing stored
@@ -770,7 +914,166 @@ mod tests {
     // agree.
     #[test]
     fn model_overlay_matches_oracle() {
-        let dir = std::env::temp_dir().join(format!("tessera-overlay-{}", std::process::id()));
+        with_fragment("overlay", |fragment, range| async move {
+            let collection = CollectionName::new("c");
+            for seed in 1..=20u64 {
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
+                let shard_of =
+                    |id: &str| router::shard_of(id).expect("id").shard().expect("hashed");
+                // Storage: ids s{seed}-{i}, a random half of 0..30.
+                let mut oracle: BTreeMap<(ShardId, String), i64> = BTreeMap::new();
+                for i in 0..30 {
+                    if rng.below(2) == 0 {
+                        let id = format!("S{seed}-{i}");
+                        let batch = WriteBatch::new().put(
+                            "c",
+                            &id,
+                            shard_of(&id),
+                            None,
+                            serde_json::json!({ "v": i }),
+                        );
+                        fragment.apply(batch).await.expect("put");
+                        oracle.insert((shard_of(&id), id.to_lowercase()), i);
+                    }
+                }
+                // Buffer: random puts and deletes over 0..40 (some stored, some new).
+                let mut writes = FragmentWrites::default();
+                for i in 0..40 {
+                    let id = format!("s{seed}-{i}");
+                    let key = id.to_lowercase();
+                    let doc = match rng.below(3) {
+                        0 => continue,
+                        1 => None,
+                        _ => Some(serde_json::json!({ "v": 1000 + i })),
+                    };
+                    let shard = shard_of(&id);
+                    match &doc {
+                        Some(_) => oracle.insert((shard, key.clone()), 1000 + i),
+                        None => oracle.remove(&(shard, key.clone())),
+                    };
+                    let b = Buffered { id, shard, base: Version::ABSENT, doc };
+                    writes.docs.insert(("c".to_owned(), key), b);
+                }
+                let expected: Vec<(String, i64)> = oracle
+                    .iter()
+                    .filter(|((_, k), _)| k.starts_with(&format!("s{seed}-")))
+                    .map(|((_, k), v)| (k.clone(), *v))
+                    .collect();
+                let reader = OverlayReader::new(FragmentReader::new(&fragment), Some(&writes));
+                let mut seen = Vec::new();
+                let prefix = format!("s{seed}-");
+                reader.scan(&collection, &[range], &mut |d| {
+                    let key = d.id.to_lowercase();
+                    if key.starts_with(&prefix) {
+                        seen.push((key, d.doc.field("v").and_then(|v| v.as_i64()).unwrap_or(-1)));
+                    }
+                    ControlFlow::Continue(())
+                });
+                assert_eq!(seen, expected, "seed {seed}");
+                let reads = reader.take_reads();
+                assert!(reads.docs.iter().all(|r| {
+                    !writes.docs.contains_key(&(r.collection.clone(), r.key.clone()))
+                }));
+                // The full scan records its range with every stored document of it,
+                // shadowed by the buffer or not.
+                let mut stored = 0u64;
+                fragment.scan("c", range, |_| {
+                    stored += 1;
+                    ControlFlow::Continue(())
+                });
+                let scanned = ScanRecord { collection: "c".into(), range, docs: stored };
+                assert_eq!(reads.scans, vec![scanned.clone()], "seed {seed}");
+                // In slices of 1 to 5 documents, each resuming after the last one the
+                // slice before visited (buffered or stored): the same documents in the
+                // same order, the same versions recorded, the range recorded once with
+                // the same count, however the slice ends fall among buffered documents.
+                let paged = OverlayReader::new(FragmentReader::new(&fragment), Some(&writes));
+                let (mut got, mut after) = (Vec::new(), None::<ScanPos>);
+                loop {
+                    let mut left = 1 + rng.below(5);
+                    let mut last = None;
+                    paged.scan_after(&collection, &[range], after.as_ref(), &mut |d| {
+                        got.push((
+                            d.id.to_lowercase(),
+                            d.doc.field("v").and_then(|v| v.as_i64()).unwrap_or(-1),
+                        ));
+                        last = Some(ScanPos {
+                            shard: d.shard,
+                            key: router::doc_key(d.id).into_string(),
+                        });
+                        left -= 1;
+                        if left == 0 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+                    });
+                    match last {
+                        Some(pos) if left == 0 => after = Some(pos),
+                        _ => break,
+                    }
+                }
+                let whole: Vec<(String, i64)> = {
+                    let mut v = Vec::new();
+                    let again = OverlayReader::new(FragmentReader::new(&fragment), Some(&writes));
+                    again.scan(&collection, &[range], &mut |d| {
+                        v.push((
+                            d.id.to_lowercase(),
+                            d.doc.field("v").and_then(|v| v.as_i64()).unwrap_or(-1),
+                        ));
+                        ControlFlow::Continue(())
+                    });
+                    v
+                };
+                assert_eq!(got, whole, "seed {seed}: paged against whole");
+                let paged_reads = paged.take_reads();
+                let versions = |r: &Reads| -> Vec<(String, ShardId, Version)> {
+                    r.docs.iter().map(|d| (d.key.clone(), d.shard, d.version)).collect()
+                };
+                assert_eq!(versions(&paged_reads), versions(&reads), "seed {seed}: versions");
+                assert_eq!(paged_reads.scans, vec![scanned], "seed {seed}: range recorded");
+                // Early stop: the first k documents overall.
+                let all: Vec<String> = {
+                    let mut v = Vec::new();
+                    reader.scan(&collection, &[range], &mut |d| {
+                        v.push(d.id.to_lowercase());
+                        ControlFlow::Continue(())
+                    });
+                    v
+                };
+                let k = usize::try_from(rng.below(all.len() as u64 + 1)).expect("small");
+                let mut first = Vec::new();
+                let _ = reader.take_reads();
+                reader.scan(&collection, &[range], &mut |d| {
+                    if first.len() == k {
+                        return ControlFlow::Break(());
+                    }
+                    first.push(d.id.to_lowercase());
+                    ControlFlow::Continue(())
+                });
+                assert_eq!(first, all[..k], "seed {seed} stop after {k}");
+                // A scan cut short records no range; one that reached the end does.
+                let scans = reader.take_reads().scans;
+                assert_eq!(scans.is_empty(), k < all.len(), "seed {seed} stop after {k}");
+                // Point reads agree with the oracle.
+                for i in 0..40 {
+                    let id = format!("S{seed}-{i}");
+                    let got = reader
+                        .get(&collection, &id)
+                        .map(|d| d.doc.field("v").and_then(|v| v.as_i64()).unwrap_or(-1));
+                    let want = oracle.get(&(shard_of(&id), id.to_lowercase())).copied();
+                    assert_eq!(got, want, "seed {seed} get {id}");
+                }
+            }
+            fragment
+        });
+    }
+
+    /// Runs `test` on a glommio executor over a fresh fragment of every shard (its directory
+    /// a temporary one named after `name`, removed after), then closes the fragment `test`
+    /// hands back.
+    fn with_fragment<F, Fut>(name: &str, test: F)
+    where
+        F: FnOnce(storage::Fragment, ShardRange) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = storage::Fragment>,
+    {
+        let dir = std::env::temp_dir().join(format!("tessera-{name}-{}", std::process::id()));
         let path = dir.clone();
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
             .io_memory(1 << 20)
@@ -782,111 +1085,7 @@ mod tests {
                 let fragment = storage::Fragment::open(&path, FragmentId::new(0), range, options)
                     .await
                     .expect("open");
-                let collection = CollectionName::new("c");
-                for seed in 1..=20u64 {
-                    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
-                    let shard_of =
-                        |id: &str| router::shard_of(id).expect("id").shard().expect("hashed");
-                    // Storage: ids s{seed}-{i}, a random half of 0..30.
-                    let mut oracle: BTreeMap<(ShardId, String), i64> = BTreeMap::new();
-                    for i in 0..30 {
-                        if rng.below(2) == 0 {
-                            let id = format!("S{seed}-{i}");
-                            let batch = WriteBatch::new().put(
-                                "c",
-                                &id,
-                                shard_of(&id),
-                                None,
-                                serde_json::json!({ "v": i }),
-                            );
-                            fragment.apply(batch).await.expect("put");
-                            oracle.insert((shard_of(&id), id.to_lowercase()), i);
-                        }
-                    }
-                    // Buffer: random puts and deletes over 0..40 (some stored, some new).
-                    let mut writes = FragmentWrites::default();
-                    for i in 0..40 {
-                        let id = format!("s{seed}-{i}");
-                        let key = id.to_lowercase();
-                        let doc = match rng.below(3) {
-                            0 => continue,
-                            1 => None,
-                            _ => Some(serde_json::json!({ "v": 1000 + i })),
-                        };
-                        let shard = shard_of(&id);
-                        match &doc {
-                            Some(_) => oracle.insert((shard, key.clone()), 1000 + i),
-                            None => oracle.remove(&(shard, key.clone())),
-                        };
-                        let b = Buffered { id, shard, base: Version::ABSENT, doc };
-                        writes.docs.insert(("c".to_owned(), key), b);
-                    }
-                    let expected: Vec<(String, i64)> = oracle
-                        .iter()
-                        .filter(|((_, k), _)| k.starts_with(&format!("s{seed}-")))
-                        .map(|((_, k), v)| (k.clone(), *v))
-                        .collect();
-                    let reader = OverlayReader::new(FragmentReader::new(&fragment), Some(&writes));
-                    let mut seen = Vec::new();
-                    let prefix = format!("s{seed}-");
-                    reader.scan(&collection, &[range], &mut |d| {
-                        let key = d.id.to_lowercase();
-                        if key.starts_with(&prefix) {
-                            seen.push((
-                                key,
-                                d.doc.field("v").and_then(|v| v.as_i64()).unwrap_or(-1),
-                            ));
-                        }
-                        ControlFlow::Continue(())
-                    });
-                    assert_eq!(seen, expected, "seed {seed}");
-                    let reads = reader.take_reads();
-                    assert!(reads.docs.iter().all(|r| {
-                        !writes.docs.contains_key(&(r.collection.clone(), r.key.clone()))
-                    }));
-                    // The full scan records its range with every stored document of it,
-                    // shadowed by the buffer or not.
-                    let mut stored = 0u64;
-                    fragment.scan("c", range, |_| {
-                        stored += 1;
-                        ControlFlow::Continue(())
-                    });
-                    let scanned = ScanRecord { collection: "c".into(), range, docs: stored };
-                    assert_eq!(reads.scans, vec![scanned], "seed {seed}");
-                    // Early stop: the first k documents overall.
-                    let all: Vec<String> = {
-                        let mut v = Vec::new();
-                        reader.scan(&collection, &[range], &mut |d| {
-                            v.push(d.id.to_lowercase());
-                            ControlFlow::Continue(())
-                        });
-                        v
-                    };
-                    let k = usize::try_from(rng.below(all.len() as u64 + 1)).expect("small");
-                    let mut first = Vec::new();
-                    let _ = reader.take_reads();
-                    reader.scan(&collection, &[range], &mut |d| {
-                        if first.len() == k {
-                            return ControlFlow::Break(());
-                        }
-                        first.push(d.id.to_lowercase());
-                        ControlFlow::Continue(())
-                    });
-                    assert_eq!(first, all[..k], "seed {seed} stop after {k}");
-                    // A scan cut short records no range; one that reached the end does.
-                    let scans = reader.take_reads().scans;
-                    assert_eq!(scans.is_empty(), k < all.len(), "seed {seed} stop after {k}");
-                    // Point reads agree with the oracle.
-                    for i in 0..40 {
-                        let id = format!("S{seed}-{i}");
-                        let got = reader
-                            .get(&collection, &id)
-                            .map(|d| d.doc.field("v").and_then(|v| v.as_i64()).unwrap_or(-1));
-                        let want = oracle.get(&(shard_of(&id), id.to_lowercase())).copied();
-                        assert_eq!(got, want, "seed {seed} get {id}");
-                    }
-                }
-                fragment.close().await;
+                test(fragment, range).await.close().await;
             })
             .expect("spawn executor")
             .join()
