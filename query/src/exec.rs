@@ -901,7 +901,8 @@ impl<'s> SelectScan<'s> {
     }
 
     /// Reads the next slice: at most [`STREAM_PAGE_SCANNED`] documents (or the
-    /// [`SelectScan::with_slice_docs`] given) after where the last ended. Returns whether documents remain (an id filter reads its documents at once).
+    /// [`SelectScan::with_slice_docs`] given) after where the last ended. Returns whether
+    /// documents remain (an id filter reads its documents at once).
     pub fn read_slice<'a, S: PagedSource>(
         &mut self,
         source: &'a S,
