@@ -258,6 +258,19 @@ pub async fn between_slices() {
     glommio::timer::sleep(SLICE_PAUSE).await;
 }
 
+/// Runs `scan` over `ranges` of `source` to its end, a slice at a time with
+/// [`between_slices`] after each (`Core::select`, `Core::txn_select`).
+async fn read_in_slices<'a, 's: 'a, S: query::PagedSource>(
+    mut scan: query::SelectScan<'s>,
+    source: &'a S,
+    ranges: &[router::ShardRange],
+) -> Result<Partial, EngineError> {
+    while scan.read_slice(source, ranges)? {
+        between_slices().await;
+    }
+    Ok(scan.finish())
+}
+
 /// The pause between two slices of a long read (`between_slices`): long enough to be pending
 /// when polled, short beside a slice's work (a page of 1,024 rows or 16,384 documents read
 /// take milliseconds).
@@ -549,11 +562,9 @@ impl Core {
         for target in targets {
             let started = Instant::now();
             let fragment = self.fragment(target.fragment)?;
-            let mut scan = query::SelectScan::new(select)?;
-            while scan.read_slice(&FragmentReader::new(&fragment), &target.ranges)? {
-                between_slices().await;
-            }
-            let partial = scan.finish();
+            let scan = query::SelectScan::new(select)?;
+            let partial =
+                read_in_slices(scan, &FragmentReader::new(&fragment), &target.ranges).await?;
             self.count(target.fragment, partial.rows_scanned);
             analysis.push(FragmentAnalysis {
                 fragment: target.fragment,
@@ -790,11 +801,8 @@ impl Core {
             let fragment = self.fragment(target.fragment)?;
             let reader =
                 OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref());
-            let mut scan = query::SelectScan::new(select)?.with_slice_docs(CHECK_SLICE_OPS);
-            while scan.read_slice(&reader, &target.ranges)? {
-                between_slices().await;
-            }
-            let partial = scan.finish();
+            let scan = query::SelectScan::new(select)?.with_slice_docs(CHECK_SLICE_OPS);
+            let partial = read_in_slices(scan, &reader, &target.ranges).await?;
             self.count(target.fragment, partial.rows_scanned);
             partials.push(partial);
             reads.push((target.fragment, reader.take_reads()));
