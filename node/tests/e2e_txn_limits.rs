@@ -143,3 +143,35 @@ async fn read_only_participant_reads_past_one_record() {
     client.batch_execute("COMMIT").await.unwrap();
     assert_eq!(count(&client, "WHERE v = 5").await, 2);
 }
+
+// Checks a read-only block that read more documents than a commit validates at once, on two
+// fragments of two executors (validated in rounds of 4,096 checks per fragment, the ranges
+// first): it commits when nothing changed in between; a document it read rewritten or
+// deleted by another session, or one added to a range it counted, fails its COMMIT with
+// 40001, wherever that document's check falls among the rounds.
+#[tokio::test]
+async fn large_read_only_block_validates_every_round() {
+    let node = Node::start();
+    let client = node.connect().await;
+    let other = node.connect().await;
+    load(&client, "a", 0, 0, 9_000).await;
+    load(&client, "b", 131_072, 0, 9_000).await;
+    let changes = [
+        (18_000, None),
+        (18_000, Some("UPDATE t SET v = 2 WHERE id() = 'b8999$@131072'")),
+        (18_000, Some("INSERT INTO t VALUES ('a9000$@0', '{\"v\":1}')")),
+        (18_001, Some("DELETE FROM t WHERE id() = 'b5$@131072'")),
+        (18_000, None),
+    ];
+    for (docs, change) in changes {
+        client.batch_execute("BEGIN").await.unwrap();
+        assert_eq!(count(&client, "").await, docs);
+        let Some(sql) = change else {
+            client.batch_execute("COMMIT").await.unwrap();
+            continue;
+        };
+        other.batch_execute(sql).await.unwrap();
+        let err = client.batch_execute("COMMIT").await.unwrap_err();
+        assert_eq!(sqlstate(&err), "40001", "{sql}: {err:?}");
+    }
+}

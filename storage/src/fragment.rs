@@ -133,6 +133,13 @@ pub enum WriteOp {
     },
 }
 
+impl WriteOp {
+    /// Whether this is a check that the document does not exist (`Version::ABSENT`).
+    pub fn is_absence_check(&self) -> bool {
+        matches!(self, WriteOp::Check { expected_version, .. } if *expected_version == Version::ABSENT)
+    }
+}
+
 /// The writes of one transaction: applied all or nothing, with one log record.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WriteBatch {
@@ -243,19 +250,29 @@ impl WriteBatch {
         &self.ops
     }
 
-    /// The batch in slices of at most `max` operations, the scanned ranges with the first
-    /// (alone when there are no operations): for validating a checks-only batch in parts,
-    /// where each check and each range stands on its own.
+    /// The batch in slices of at most `max` operations for validating a checks-only batch in
+    /// parts, with the scanned ranges and every `ABSENT` check in the first slice (which may
+    /// hold more than `max` for them alone). Those are the checks a change can undo unseen (a
+    /// document inserted and deleted again leaves a count, or an absence, as it was, where a
+    /// document's version never comes back): validated at one instant, before any versioned
+    /// check, the range counts and absences are what they were read as at that instant, and
+    /// every versioned check that passes later was current then too. Order is otherwise kept.
     pub fn into_slices(self, max: usize) -> Vec<WriteBatch> {
-        let mut ops = self.ops.into_iter();
-        let mut scans = self.scans;
-        let mut slices = Vec::new();
+        let max = max.max(1);
+        let (mut first, rest): (Vec<WriteOp>, Vec<WriteOp>) =
+            self.ops.into_iter().partition(WriteOp::is_absence_check);
+        let mut rest = rest.into_iter();
+        first.extend(rest.by_ref().take(max.saturating_sub(first.len())));
+        if first.is_empty() && self.scans.is_empty() {
+            return Vec::new();
+        }
+        let mut slices = vec![WriteBatch { ops: first, scans: self.scans }];
         loop {
-            let slice: Vec<WriteOp> = ops.by_ref().take(max.max(1)).collect();
-            if slice.is_empty() && scans.is_empty() {
+            let slice: Vec<WriteOp> = rest.by_ref().take(max).collect();
+            if slice.is_empty() {
                 return slices;
             }
-            slices.push(WriteBatch { ops: slice, scans: std::mem::take(&mut scans) });
+            slices.push(WriteBatch { ops: slice, scans: Vec::new() });
         }
     }
 

@@ -22,8 +22,9 @@ use std::sync::OnceLock;
 use foldhash::SharedSeed;
 use foldhash::fast::SeedableRandomState;
 
-/// The builder of the index's hashers.
-pub(crate) type KeyedState = SeedableRandomState;
+/// The builder of the index's hashers (and of the node's per-transaction read sets: the same
+/// client-chosen ids).
+pub type KeyedState = SeedableRandomState;
 
 /// A 64-bit secret from the OS random source: SipHash of a constant under `std`'s random keys
 /// (each `RandomState::new` gets fresh keys per thread's random base, so each call differs).
@@ -32,7 +33,7 @@ fn secret() -> u64 {
 }
 
 /// A builder with a fresh per-table seed and the process's shared seed.
-pub(crate) fn keyed_state() -> KeyedState {
+pub fn keyed_state() -> KeyedState {
     static SHARED: OnceLock<SharedSeed> = OnceLock::new();
     let shared = SHARED.get_or_init(|| SharedSeed::from_u64(secret()));
     SeedableRandomState::with_seed(secret(), shared)

@@ -52,6 +52,7 @@ pub use fragment::{
 pub use index::ShardStats;
 pub use iostats::{ChunkPhases, Histogram, IoStats};
 pub use journal::Journal;
+pub use keyhash::{KeyedState, keyed_state};
 pub use syncgate::{SyncGate, SyncGateStats};
 pub use value::{ArchivedJsonValue, JsonValue};
 pub use verify::{OfflineFragment, TornTail, VerifyReport, verify_dir};

@@ -272,18 +272,38 @@ fn bad_scanned_ranges_are_refused() {
     });
 }
 
-// Checks how a checks-only batch is cut for validation in parts: slices of at most `max`
-// operations in order, the scanned ranges with the first, a batch of ranges only one slice,
-// an empty batch none.
+// Checks how a checks-only batch is cut for validation in parts: the scanned ranges and
+// every ABSENT check in the first slice (more than `max` if they are), the versioned checks
+// after them in order, at most `max` per slice; a batch of ranges only one slice, an empty
+// batch none.
 #[test]
-fn slices_keep_ranges_with_the_first() {
+fn slices_keep_ranges_and_absences_with_the_first() {
     let mut b = WriteBatch::new().scan("c", ShardRange::ALL, 3);
     for i in 0..5 {
-        b = b.check("c", &format!("d{i}"), shard_of("d"), Version::ABSENT);
+        b = b.check("c", &format!("v{i}"), shard_of("d"), Version::new(i + 1));
+        b = b.check("c", &format!("a{i}"), shard_of("d"), Version::ABSENT);
     }
     let slices = b.into_slices(2);
-    assert_eq!(slices.iter().map(WriteBatch::len).collect::<Vec<_>>(), [2, 2, 1]);
-    assert_eq!(slices.iter().map(|s| s.scans().len()).collect::<Vec<_>>(), [1, 0, 0]);
+    assert_eq!(slices.iter().map(WriteBatch::len).collect::<Vec<_>>(), [5, 2, 2, 1]);
+    assert_eq!(slices.iter().map(|s| s.scans().len()).collect::<Vec<_>>(), [1, 0, 0, 0]);
+    assert!(slices[0].ops().iter().all(storage::WriteOp::is_absence_check));
+    let versioned: Vec<String> = slices[1..]
+        .iter()
+        .flat_map(|s| s.ops().iter())
+        .map(|op| match op {
+            storage::WriteOp::Check { id, expected_version, .. } => {
+                assert_ne!(*expected_version, Version::ABSENT);
+                id.clone()
+            }
+            other => panic!("not a check: {other:?}"),
+        })
+        .collect();
+    assert_eq!(versioned, ["v0", "v1", "v2", "v3", "v4"]);
+    let few = WriteBatch::new()
+        .check("c", "v", shard_of("d"), Version::new(1))
+        .check("c", "a", shard_of("d"), Version::ABSENT)
+        .into_slices(4);
+    assert_eq!((few.len(), few[0].len()), (1, 2), "room left in the first slice is filled");
     let only = scan("c", ShardRange::ALL, 0).into_slices(2);
     assert_eq!((only.len(), only[0].len(), only[0].scans().len()), (1, 0, 1));
     assert!(WriteBatch::new().into_slices(2).is_empty());

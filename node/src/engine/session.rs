@@ -1755,8 +1755,10 @@ impl Session {
     /// batch over a data connection (the block's buffer stays here): applied at once on the
     /// fast path, prepared and finished by this node as the coordinator otherwise.
     async fn commit_once(&self, txn: &Txn) -> Result<(), EngineError> {
+        if !txn.writes_anything() {
+            return self.validate_reads(txn).await;
+        }
         let batches = txn.batches();
-        let writes = batches.values().any(|b| b.writes() > 0);
         let map = self.map()?;
         let epoch = map.epoch().0;
         let me = self.core.shared().me;
@@ -1776,28 +1778,85 @@ impl Session {
                 .or_default()
                 .push((fragment, batch));
         }
-        if count == 0 {
-            self.core.count_local_commit(false);
-            return Ok(());
-        }
-        if !writes || count == 1 {
-            // Checks only (validated in slices: each check stands on its own once every read
-            // is done), or the fast path: one fragment, one batch, one fdatasync.
-            let mut tasks = Vec::new();
-            for (node, targets) in remote {
-                for target in targets {
-                    let request = self.request(epoch, 0, Share::TxnApply { target })?;
-                    tasks.push(glommio::spawn_local(forward::call(node.0, request, false)));
-                }
-            }
+        if count == 1 {
+            // The fast path: one fragment, one batch, one fdatasync.
+            let tasks = self.apply_remote(remote, epoch)?;
             let local = self.apply_batches(groups).await;
             let answers = expect_applied(tasks).await;
             local?;
             answers?;
-            self.core.count_local_commit(writes);
+            self.core.count_local_commit(true);
             return Ok(());
         }
         self.two_phase(groups, remote, epoch).await
+    }
+
+    /// Commits a transaction that wrote nothing: validates every version read and every
+    /// range scanned on its owner. This node's fragments are validated in rounds of at most
+    /// [`CHECK_SLICE_OPS`] checks per fragment, each round's checks built only when it
+    /// starts, with [`between_slices`] between rounds: a block that read 200,000 documents
+    /// does not copy them all into one batch and hold the executor meanwhile. Each check
+    /// stands on its own once every read is done (`Core::commit_fragment`). Fragments of
+    /// other nodes get all their checks in one request (validated in slices there).
+    async fn validate_reads(&self, txn: &Txn) -> Result<(), EngineError> {
+        let map = self.map()?;
+        let epoch = map.epoch().0;
+        let me = self.core.shared().me;
+        let mut remote: Remote<forward::WireTxnTarget> = BTreeMap::new();
+        let mut local = Vec::new();
+        for (fragment, part) in &txn.fragments {
+            let owner =
+                map.owner_of(*fragment).ok_or_else(|| internal("fragment without owner"))?;
+            if owner.node != me {
+                remote.entry(owner.node).or_default().push(wire_commit_target(txn, *fragment));
+                continue;
+            }
+            let executor = ExecutorIndex::new(owner.executor.0 as usize);
+            local.push((*fragment, executor, part.batch_slices(CHECK_SLICE_OPS)));
+        }
+        let tasks = self.apply_remote(remote, epoch)?;
+        let mut checked = Ok(());
+        for round in 0.. {
+            let mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>> =
+                BTreeMap::new();
+            for (fragment, executor, slices) in &mut local {
+                if let Some(batch) = slices.next() {
+                    groups.entry(*executor).or_default().push((*fragment, batch));
+                }
+            }
+            if groups.is_empty() {
+                break;
+            }
+            if round > 0 {
+                between_slices().await;
+            }
+            checked = self.apply_batches(groups).await;
+            if checked.is_err() {
+                break;
+            }
+        }
+        let answers = expect_applied(tasks).await;
+        checked?;
+        answers?;
+        self.core.count_local_commit(false);
+        Ok(())
+    }
+
+    /// Sends each fragment of another node its share of a commit to apply (the fast path)
+    /// or validate (checks only): one request per fragment, answered `Applied`.
+    fn apply_remote(
+        &self,
+        remote: Remote<forward::WireTxnTarget>,
+        epoch: u64,
+    ) -> Result<Vec<ForwardTask>, EngineError> {
+        let mut tasks = Vec::new();
+        for (node, targets) in remote {
+            for target in targets {
+                let request = self.request(epoch, 0, Share::TxnApply { target })?;
+                tasks.push(glommio::spawn_local(forward::call(node.0, request, false)));
+            }
+        }
+        Ok(tasks)
     }
 
     /// Applies batches on this node's executors (the fast path, or checks in slices).
@@ -3051,7 +3110,7 @@ fn wire_commit_target(txn: &Txn, fragment: FragmentId) -> forward::WireTxnTarget
     let (writes, reads) = match txn.fragments.get(&fragment) {
         Some(f) => (
             forward::writes_to_wire(Some(&f.writes)),
-            forward::reads_to_wire(f.reads.values(), &f.scans),
+            forward::reads_to_wire(f.reads.iter(), &f.scans),
         ),
         None => (Vec::new(), forward::WireReads::default()),
     };
@@ -3068,7 +3127,7 @@ fn batch_from_wire(target: forward::WireTxnTarget) -> Result<storage::WriteBatch
     let part = txn.fragments.entry(fragment).or_default();
     part.writes = Arc::new(writes);
     for r in reads.docs {
-        part.reads.insert((r.collection.clone(), r.key.clone()), r);
+        part.reads.insert_first(r, || Ok::<(), EngineError>(()))?;
     }
     part.scans = reads.scans.into_iter().collect();
     Ok(txn.batches().remove(&fragment).unwrap_or_default())

@@ -19,7 +19,7 @@
 //! Point reads of missing documents are protected by an `ABSENT` check.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
@@ -97,11 +97,90 @@ pub struct Reads {
     pub scans: Vec<ScanRecord>,
 }
 
+/// The first version a transaction read of each document of one fragment, by collection and
+/// lower-cased id: a hash table of the records themselves (the key is not copied out of them)
+/// keyed like storage's id index (`storage::keyed_state`: ids come from clients). A block
+/// reading a whole fragment files every document here; an ordered map of copied keys cost a
+/// third of such a read's CPU in string comparisons (BENCHMARKS.md, session 25). Iteration
+/// order is the table's, so a commit's checks come in no particular order (each stands on its
+/// own).
+#[derive(Clone)]
+pub struct ReadSet {
+    hasher: storage::KeyedState,
+    /// Each record with its key's hash (growth moves entries without hashing them again).
+    table: hashbrown::HashTable<(u64, ReadRecord)>,
+}
+
+impl Default for ReadSet {
+    fn default() -> ReadSet {
+        ReadSet { hasher: storage::keyed_state(), table: hashbrown::HashTable::new() }
+    }
+}
+
+impl std::fmt::Debug for ReadSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl ReadSet {
+    fn hash(&self, collection: &str, key: &str) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one((collection, key))
+    }
+
+    /// The record of `key` (lower-cased id) in `collection`.
+    pub fn get(&self, collection: &str, key: &str) -> Option<&ReadRecord> {
+        let hash = self.hash(collection, key);
+        self.table
+            .find(hash, |(h, r)| *h == hash && r.key == key && r.collection == collection)
+            .map(|(_, r)| r)
+    }
+
+    /// Files `record` unless its document was read before (the first version read stands);
+    /// `admit` runs first for a new one and may refuse it. True when filed.
+    pub fn insert_first<E>(
+        &mut self,
+        record: ReadRecord,
+        admit: impl FnOnce() -> Result<(), E>,
+    ) -> Result<bool, E> {
+        let hash = self.hash(&record.collection, &record.key);
+        let entry = self.table.entry(
+            hash,
+            |(h, r)| *h == hash && r.key == record.key && r.collection == record.collection,
+            |(h, _)| *h,
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(_) => Ok(false),
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                admit()?;
+                slot.insert((hash, record));
+                Ok(true)
+            }
+        }
+    }
+
+    /// Every record, in the table's order.
+    pub fn iter(&self) -> impl Iterator<Item = &ReadRecord> {
+        self.table.iter().map(|(_, r)| r)
+    }
+
+    /// Documents filed.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+}
+
 /// One fragment's part of a transaction.
 #[derive(Clone, Debug, Default)]
 pub struct FragmentTxn {
     /// First version read of each document read from storage.
-    pub reads: BTreeMap<DocKey, ReadRecord>,
+    pub reads: ReadSet,
     /// Ranges scanned to the end (each distinct record once).
     pub scans: BTreeSet<ScanRecord>,
     /// Buffered writes.
@@ -170,11 +249,7 @@ impl Txn {
             }
         }
         for r in reads.docs {
-            let key = (r.collection.clone(), r.key.clone());
-            if let std::collections::btree_map::Entry::Vacant(slot) = f.reads.entry(key) {
-                count_read(&mut self.reads)?;
-                slot.insert(r);
-            }
+            f.reads.insert_first(r, || count_read(&mut self.reads))?;
         }
         if intents.is_empty() {
             return Ok(());
@@ -210,7 +285,7 @@ impl Txn {
                     let entry = entry_bytes(&key, &id);
                     self.write_bytes = held_bytes(self.write_bytes, entry.saturating_add(bytes))?;
                     self.writes += 1;
-                    let base = match (first_reads.get(&key), read) {
+                    let base = match (first_reads.get(&key.0, &key.1), read) {
                         (_, Some(v)) if v == BUFFERED_VERSION => {
                             return Err(EngineError::Exec(query::ExecError::WrongStatement {
                                 what: "a buffered version without a buffered document",
@@ -235,30 +310,132 @@ impl Txn {
     pub fn batches(&self) -> BTreeMap<FragmentId, WriteBatch> {
         let mut out = BTreeMap::new();
         for (fragment, f) in &self.fragments {
-            let mut batch = WriteBatch::new();
-            for ((collection, _), b) in &f.writes.docs {
-                batch = match &b.doc {
-                    Some(doc) => batch.put(collection, &b.id, b.shard, Some(b.base), doc.clone()),
-                    // Inserted, then deleted: nothing to write, but it must still be absent.
-                    None if b.base == Version::ABSENT => {
-                        batch.check(collection, &b.id, b.shard, Version::ABSENT)
-                    }
-                    None => batch.delete(collection, &b.id, b.shard, Some(b.base)),
-                };
-            }
-            for (key, r) in &f.reads {
-                if !f.writes.docs.contains_key(key) {
-                    batch = batch.check(&r.collection, &r.id, r.shard, r.version);
-                }
-            }
-            for s in &f.scans {
-                batch = batch.scan(&s.collection, s.range, s.docs);
-            }
-            if !batch.is_empty() {
+            if let Some(batch) = f.batch_slices(usize::MAX).next() {
                 out.insert(*fragment, batch);
             }
         }
         out
+    }
+
+    /// Whether committing writes anything (a put or a delete on some fragment), or only
+    /// validates what was read.
+    pub fn writes_anything(&self) -> bool {
+        self.fragments.values().any(|f| f.writes.docs.values().any(|b| b.op() != BufferedOp::Check))
+    }
+}
+
+/// What one buffered document becomes in the commit batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BufferedOp {
+    Put,
+    Delete,
+    /// Inserted, then deleted: nothing to write, but it must still be absent.
+    Check,
+}
+
+impl Buffered {
+    fn op(&self) -> BufferedOp {
+        match (&self.doc, self.base) {
+            (Some(_), _) => BufferedOp::Put,
+            (None, base) if base == Version::ABSENT => BufferedOp::Check,
+            (None, _) => BufferedOp::Delete,
+        }
+    }
+}
+
+/// One operation of a fragment's commit batch, borrowed from the transaction.
+enum TxnOp<'a> {
+    Write(&'a str, &'a Buffered),
+    Read(&'a ReadRecord),
+    Scan(&'a ScanRecord),
+}
+
+impl TxnOp<'_> {
+    /// Whether a change could undo it unseen: a range's count or a document's absence.
+    fn undoable(&self) -> bool {
+        match self {
+            TxnOp::Scan(_) => true,
+            TxnOp::Write(_, b) => b.op() == BufferedOp::Check,
+            TxnOp::Read(r) => r.version == Version::ABSENT,
+        }
+    }
+
+    fn add_to(self, batch: WriteBatch) -> WriteBatch {
+        match self {
+            TxnOp::Write(collection, b) => match (b.op(), &b.doc) {
+                (BufferedOp::Put, Some(doc)) => {
+                    batch.put(collection, &b.id, b.shard, Some(b.base), doc.clone())
+                }
+                (BufferedOp::Check, _) => batch.check(collection, &b.id, b.shard, Version::ABSENT),
+                _ => batch.delete(collection, &b.id, b.shard, Some(b.base)),
+            },
+            TxnOp::Read(r) => batch.check(&r.collection, &r.id, r.shard, r.version),
+            TxnOp::Scan(s) => batch.scan(&s.collection, s.range, s.docs),
+        }
+    }
+}
+
+impl FragmentTxn {
+    /// The operations of this part's commit batch: first the ranges scanned and the checks
+    /// that a document is absent (an inserted-then-deleted buffered one, a point read that
+    /// found none), then the writes expecting their base version, then checks of the other
+    /// reads not written.
+    fn ops(&self) -> impl Iterator<Item = TxnOp<'_>> {
+        // Written documents, borrowed: reads are many where blocks read much, writes few.
+        let written: HashSet<(&str, &str)> =
+            self.writes.docs.keys().map(|(c, k)| (c.as_str(), k.as_str())).collect();
+        let unwritten = move |r: &&ReadRecord| {
+            written.is_empty() || !written.contains(&(r.collection.as_str(), r.key.as_str()))
+        };
+        let absent = |absent: bool| {
+            let unwritten = unwritten.clone();
+            self.reads
+                .iter()
+                .filter(move |r| (r.version == Version::ABSENT) == absent)
+                .filter(unwritten)
+                .map(TxnOp::Read)
+        };
+        let writes = |check: bool| {
+            self.writes
+                .docs
+                .iter()
+                .filter(move |(_, b)| (b.op() == BufferedOp::Check) == check)
+                .map(|((c, _), b)| TxnOp::Write(c, b))
+        };
+        self.scans
+            .iter()
+            .map(TxnOp::Scan)
+            .chain(writes(true))
+            .chain(absent(true))
+            .chain(writes(false))
+            .chain(absent(false))
+    }
+
+    /// This part's commit batch in batches built as they are taken (a read-only commit
+    /// validates a large read a slice at a time without first copying every version read:
+    /// `Session::validate_reads`): the first holds the ranges scanned and every absence
+    /// check (more than `max` if they are), then other operations up to `max`; the others
+    /// at most `max` each. As `storage::WriteBatch::into_slices` cuts a batch, and for its
+    /// reason: a range's count and an absence can be undone unseen between two instants (a
+    /// document inserted and deleted again), a version cannot, so the former are validated
+    /// together at the first instant. None when the part has nothing.
+    pub fn batch_slices(&self, max: usize) -> impl Iterator<Item = WriteBatch> + '_ {
+        let max = max.max(1);
+        let mut ops = self.ops().peekable();
+        let mut first = true;
+        std::iter::from_fn(move || {
+            ops.peek()?;
+            let mut batch = WriteBatch::new();
+            let mut taken = 0;
+            if std::mem::take(&mut first) {
+                while let Some(op) = ops.next_if(TxnOp::undoable) {
+                    batch = op.add_to(batch);
+                    taken += 1;
+                }
+            }
+            let rest = ops.by_ref().take(max.saturating_sub(taken));
+            Some(rest.fold(batch, |batch, op| op.add_to(batch)))
+        })
     }
 }
 
@@ -684,6 +861,54 @@ mod tests {
                 if id == "old" && *v == Version::new(5) && doc["v"] == 4)));
         assert!(ops.iter().any(|op| matches!(op,
             WriteOp::Check { id, expected_version, .. } if id == "Seen" && *expected_version == Version::new(9))));
+    }
+
+    // Checks a part's commit batch taken in slices (a read-only commit's rounds): together the
+    // slices are the whole batch's operations in its order; the first holds the scanned range
+    // and both absence checks (the inserted-then-deleted document, the point read that found
+    // none) however small `max`, then fills up to `max`; the others hold at most `max`. A read
+    // then written is only its write; an empty part has no slice. A commit that only checks
+    // writes nothing (`writes_anything`), one with a put does.
+    #[test]
+    fn unit_batch_slices_split_the_whole_batch() {
+        let f = FragmentId::new(1);
+        let mut t = Txn::new(1);
+        let range = ShardRange::new(0, 100).expect("range");
+        let scans = vec![ScanRecord { collection: "c".into(), range, docs: 10 }];
+        let mut read_docs: Vec<ReadRecord> =
+            (0..10).map(|i| read(&format!("r{i}"), i + 1)).collect();
+        read_docs.push(ReadRecord { version: Version::ABSENT, ..read("gone", 1) });
+        t.absorb(f, "c", Reads { docs: read_docs, scans }, vec![put("New", None, 1)])
+            .expect("scan and insert");
+        let del = WriteIntent::Delete {
+            id: "new".into(),
+            shard: shard(),
+            version_read: BUFFERED_VERSION,
+        };
+        t.absorb(f, "c", Reads::default(), vec![del]).expect("delete");
+        assert!(!t.writes_anything(), "an insert deleted again and reads: checks only");
+        t.absorb(f, "c", Reads::default(), vec![put("R3", Some(DocVersion::new(4)), 2)])
+            .expect("update a read document");
+        assert!(t.writes_anything());
+        let whole = t.batches().remove(&f).expect("a batch");
+        assert_eq!(whole.len(), 12, "two absence checks, the put, nine reads: {whole:?}");
+        assert_eq!(whole.scans().len(), 1);
+        let part = t.fragments.get(&f).expect("part");
+        for max in [1, 2, 3, 4, 13, 100] {
+            let slices: Vec<WriteBatch> = part.batch_slices(max).collect();
+            let first = &slices[0];
+            assert_eq!(first.scans(), whole.scans(), "the range first, max {max}");
+            assert_eq!(first.len() + 1, max.clamp(3, 13), "max {max}");
+            assert!(first.ops()[..2].iter().all(WriteOp::is_absence_check), "max {max}");
+            assert!(
+                slices[1..].iter().all(|b| b.scans().is_empty() && (1..=max).contains(&b.len())),
+                "max {max}"
+            );
+            let ops: Vec<WriteOp> = slices.iter().flat_map(|b| b.ops().to_vec()).collect();
+            assert_eq!(ops, whole.ops(), "max {max}");
+        }
+        assert_eq!(FragmentTxn::default().batch_slices(4).count(), 0);
+        assert!(!Txn::new(2).writes_anything());
     }
 
     // Checks scanned ranges reach the commit batch once each (a repeated scan with the same
