@@ -290,6 +290,7 @@ async fn show_transactions_lists_open_blocks() {
             "fast_path_commits",
             "two_phase_commits",
             "read_only_commits",
+            "read_only_holds",
             "aborts",
             "conflicts",
             "range_conflicts",

@@ -145,10 +145,11 @@ async fn read_only_participant_reads_past_one_record() {
 }
 
 // Checks a read-only block that read more documents than a commit validates at once, on two
-// fragments of two executors (validated in rounds of 4,096 checks per fragment, the ranges
-// first): it commits when nothing changed in between; a document it read rewritten or
-// deleted by another session, or one added to a range it counted, fails its COMMIT with
-// 40001, wherever that document's check falls among the rounds.
+// fragments of two executors (the ranges of every fragment held at once, then the documents
+// validated in rounds of 4,096 checks per fragment): it commits when nothing changed in
+// between; a document it read rewritten or deleted by another session, or one added to a
+// range it counted, fails its COMMIT with 40001, wherever that document's check falls among
+// the rounds.
 #[tokio::test]
 async fn large_read_only_block_validates_every_round() {
     let node = Node::start();
@@ -156,6 +157,7 @@ async fn large_read_only_block_validates_every_round() {
     let other = node.connect().await;
     load(&client, "a", 0, 0, 9_000).await;
     load(&client, "b", 131_072, 0, 9_000).await;
+    let holds = support::tx_counter(&client, "read_only_holds").await;
     let changes = [
         (18_000, None),
         (18_000, Some("UPDATE t SET v = 2 WHERE id() = 'b8999$@131072'")),
@@ -174,4 +176,7 @@ async fn large_read_only_block_validates_every_round() {
         let err = client.batch_execute("COMMIT").await.unwrap_err();
         assert_eq!(sqlstate(&err), "40001", "{sql}: {err:?}");
     }
+    // The two commits held the ranges of all eight fragments first (too many checks to hold
+    // whole), then checked the documents in rounds.
+    assert_eq!(support::tx_counter(&client, "read_only_holds").await, holds + 2);
 }

@@ -135,6 +135,58 @@ async fn failed_hold_aborts_the_writers() {
     assert_eq!(t_value(&s2, D).await, Some(2));
 }
 
+// Checks a block that only reads, over several fragments of this node: one that counted
+// ranges (a scan of every fragment) or found documents missing on two fragments holds those on
+// each while its other checks run (`read_only_holds`), and releases them before COMMIT answers
+// (nothing held, and a write into a counted range right after meets no hold: `held_waits`
+// unchanged). One that read existing documents by id on two fragments, or found one missing
+// on one fragment only, holds nothing. A hold refused because a document entered a counted
+// range fails COMMIT with 40001 and releases the holds taken on the other fragments.
+#[tokio::test]
+async fn read_only_commit_holds_counts_across_fragments() {
+    let node = Node::start();
+    let client = node.connect().await;
+    let other = node.connect().await;
+    for id in [A, B] {
+        client.execute("INSERT INTO t VALUES ($1, '{\"v\":100}')", &[&id]).await.unwrap();
+    }
+    let holds = tx_counter(&client, "read_only_holds").await;
+    let held_waits = tx_counter(&client, "held_waits").await;
+    let blocks: [(&str, i64); 5] = [
+        ("SELECT count(*) FROM t", 1),
+        ("SELECT v FROM t WHERE id() IN ('a$@0', 'b$@131072')", 0),
+        ("SELECT v FROM t WHERE id() = 'gone$@262144'", 0),
+        ("SELECT v FROM t WHERE id() IN ('gone$@262144', 'gone$@393216')", 1),
+        ("SELECT v FROM t WHERE id() IN ('a$@0', 'gone$@393216')", 1),
+    ];
+    let mut expected = holds;
+    for (sql, held) in blocks {
+        client.batch_execute("BEGIN").await.unwrap();
+        client.simple_query(sql).await.unwrap();
+        client.batch_execute("COMMIT").await.unwrap();
+        expected += held;
+        assert_eq!(tx_counter(&client, "read_only_holds").await, expected, "{sql}");
+        assert!(nothing_held(&client).await, "{sql}: released");
+    }
+    other.execute("INSERT INTO t VALUES ($1, '{\"v\":1}')", &[&C]).await.unwrap();
+    assert_eq!(tx_counter(&client, "held_waits").await, held_waits, "no hold met");
+    client.batch_execute("BEGIN").await.unwrap();
+    client.simple_query("SELECT count(*) FROM t").await.unwrap();
+    other.execute("INSERT INTO t VALUES ($1, '{\"v\":1}')", &[&D]).await.unwrap();
+    let err = client.batch_execute("COMMIT").await.unwrap_err();
+    assert_eq!(support::sqlstate(&err), "40001", "{err:?}");
+    assert!(nothing_held(&client).await, "the holds taken were released");
+    assert_eq!(tx_counter(&client, "read_only_holds").await, expected, "no commit counted");
+    other.execute("DELETE FROM t WHERE id() IN ($1, $2, $3, $4)", &[&A, &B, &C, &D]).await.unwrap();
+    assert_eq!(tx_counter(&client, "held_waits").await, held_waits, "no hold met");
+}
+
+/// Whether no fragment holds documents for a read-only participant or commit.
+async fn nothing_held(client: &tokio_postgres::Client) -> bool {
+    let rows = simple_rows(&client.simple_query("SHOW TRANSACTIONS").await.unwrap());
+    rows.iter().all(|r| r[1].as_deref() != Some("held"))
+}
+
 /// Arms `fault`, runs one two-phase commit that reads `B` (fragment 1, executor 1: a
 /// read-only participant) and inserts `A` and `D` (fragments 0 and 3, both executors), which
 /// kills the node; restarts without the fault and returns how many of `A`, `D` exist, after

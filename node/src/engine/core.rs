@@ -110,6 +110,9 @@ pub struct TxCounters {
     pub two_phase_commits: u64,
     /// Read-only transactions whose reads validated.
     pub read_only_commits: u64,
+    /// Of those, transactions over several fragments whose range counts and absences were
+    /// held on all at once before the other checks ran (`Session::validate_reads`).
+    pub read_only_holds: u64,
     /// Transactions that ended without committing (ROLLBACK, conflict, error, timeout).
     pub aborts: u64,
     /// Commits refused with 40001 because a document read or written had changed or was held.

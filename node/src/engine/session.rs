@@ -475,6 +475,7 @@ impl Session {
                     ("fast_path_commits", c.fast_path_commits),
                     ("two_phase_commits", c.two_phase_commits),
                     ("read_only_commits", c.read_only_commits),
+                    ("read_only_holds", c.read_only_holds),
                     ("aborts", c.aborts),
                     ("conflicts", c.conflicts),
                     ("range_conflicts", c.range_conflicts),
@@ -1796,8 +1797,16 @@ impl Session {
     /// [`CHECK_SLICE_OPS`] checks per fragment, each round's checks built only when it
     /// starts, with [`between_slices`] between rounds: a block that read 200,000 documents
     /// does not copy them all into one batch and hold the executor meanwhile. Each check
-    /// stands on its own once every read is done (`Core::commit_fragment`). Fragments of
-    /// other nodes get all their checks in one request (validated in slices there).
+    /// stands on its own once every read is done (`Core::commit_fragment`), except a range's
+    /// count and an absence, which a document inserted and deleted again undoes unseen: a
+    /// fragment's are validated together, first (`FragmentTxn::batch_slices`), and over
+    /// several fragments of this node they are first held on each (`Core::prepare_txn` of
+    /// them alone, as a two-phase commit holds a read-only participant: puts into the ranges
+    /// and inserts of the absent ids wait), released once all are taken, and the other checks
+    /// run after: the instant all were held sees every read still current. Parts of at most
+    /// [`CHECK_SLICE_OPS`] operations are held whole, with nothing left to check. Fragments of
+    /// other nodes get all their checks in one request (validated in slices there, at that
+    /// node's instant: the gap README names).
     async fn validate_reads(&self, txn: &Txn) -> Result<(), EngineError> {
         let map = self.map()?;
         let epoch = map.epoch().0;
@@ -1811,15 +1820,61 @@ impl Session {
                 remote.entry(owner.node).or_default().push(wire_commit_target(txn, *fragment));
                 continue;
             }
-            let executor = ExecutorIndex::new(owner.executor.0 as usize);
-            local.push((*fragment, executor, part.batch_slices(CHECK_SLICE_OPS)));
+            local.push((*fragment, ExecutorIndex::new(owner.executor.0 as usize), part));
         }
+        let mut holds: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>> =
+            BTreeMap::new();
+        // Small parts are held whole (every check validated when its hold is taken, as a
+        // two-phase commit's read-only participant is): nothing is left to check afterwards.
+        let whole = local.iter().all(|(_, _, part)| part.ops_len() <= CHECK_SLICE_OPS);
+        if remote.is_empty()
+            && local.len() > 1
+            && local.iter().any(|(_, _, part)| part.undoable_batch().is_some())
+        {
+            for (fragment, executor, part) in &local {
+                let batch = match whole {
+                    true => part.batch_slices(usize::MAX).next(),
+                    false => part.undoable_batch(),
+                };
+                if let Some(batch) = batch {
+                    holds.entry(*executor).or_default().push((*fragment, batch));
+                }
+            }
+        }
+        let held: Vec<(ExecutorIndex, Vec<FragmentId>)> =
+            holds.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
+        let mut hold = None;
+        if !holds.is_empty() {
+            let txid = self.new_txid()?;
+            let taken = self
+                .fan_out(holds, &txid, |core, txid, list| async move {
+                    core.prepare_txn(txid, list).await
+                })
+                .await;
+            // Every hold taken: the instant the commit stands for. Released at once: a later
+            // versioned check that passes was current then, and a visited document leaving a
+            // range fails its own check.
+            self.phase_two(txid, &held, false).await;
+            taken?;
+            hold = Some(txid);
+        }
+        let mut rounds: Vec<_> = local
+            .into_iter()
+            .map(|(fragment, executor, part)| {
+                let slices: Box<dyn Iterator<Item = storage::WriteBatch>> = match hold {
+                    Some(_) if whole => Box::new(std::iter::empty()),
+                    Some(_) => Box::new(part.versioned_slices(CHECK_SLICE_OPS)),
+                    None => Box::new(part.batch_slices(CHECK_SLICE_OPS)),
+                };
+                (fragment, executor, slices)
+            })
+            .collect();
         let tasks = self.apply_remote(remote, epoch)?;
         let mut checked = Ok(());
         for round in 0.. {
             let mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>> =
                 BTreeMap::new();
-            for (fragment, executor, slices) in &mut local {
+            for (fragment, executor, slices) in &mut rounds {
                 if let Some(batch) = slices.next() {
                     groups.entry(*executor).or_default().push((*fragment, batch));
                 }
@@ -1838,8 +1893,31 @@ impl Session {
         let answers = expect_applied(tasks).await;
         checked?;
         answers?;
+        if hold.is_some() {
+            self.core.count_tx(|c| c.read_only_holds += 1);
+        }
         self.core.count_local_commit(false);
         Ok(())
+    }
+
+    /// A fresh id for a transaction that holds or prepares documents on several fragments
+    /// (tagged with this node's id in a cluster, so a participant knows whom to ask).
+    fn new_txid(&self) -> Result<storage::TxId, EngineError> {
+        let shared = self.core.shared();
+        let mut txid = shared.txn.next_txid();
+        if shared.clustered {
+            txid = txid_for_node(txid, shared.me).ok_or_else(|| {
+                EngineError::from(RegionError::CrossNode {
+                    what: "a two-phase commit on a node whose id is 4095 or more",
+                    nodes: shared.me.0.to_string(),
+                })
+            })?;
+        }
+        if txid.is_local() {
+            // A clock (or journal) past 2^52 microseconds: storage's ids start there.
+            return Err(internal("transaction id in storage's own range"));
+        }
+        Ok(txid)
     }
 
     /// Sends each fragment of another node its share of a commit to apply (the fast path)
@@ -1886,20 +1964,7 @@ impl Session {
         remote: Remote<forward::WireTxnTarget>,
         epoch: u64,
     ) -> Result<(), EngineError> {
-        let shared = Arc::clone(self.core.shared());
-        let mut txid = shared.txn.next_txid();
-        if shared.clustered {
-            txid = txid_for_node(txid, shared.me).ok_or_else(|| {
-                EngineError::from(RegionError::CrossNode {
-                    what: "a two-phase commit on a node whose id is 4095 or more",
-                    nodes: shared.me.0.to_string(),
-                })
-            })?;
-        }
-        if txid.is_local() {
-            // A clock (or journal) past 2^52 microseconds: storage's ids start there.
-            return Err(internal("transaction id in storage's own range"));
-        }
+        let txid = self.new_txid()?;
         let participants: Vec<(ExecutorIndex, Vec<FragmentId>)> =
             groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
         // Only executors that write report their Commit records finished; a read-only one
@@ -2172,6 +2237,7 @@ impl Session {
             sum.fast_path_commits += c.fast_path_commits;
             sum.two_phase_commits += c.two_phase_commits;
             sum.read_only_commits += c.read_only_commits;
+            sum.read_only_holds += c.read_only_holds;
             sum.aborts += c.aborts;
             sum.conflicts += c.conflicts;
             sum.range_conflicts += c.range_conflicts;

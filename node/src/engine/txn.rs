@@ -352,8 +352,8 @@ enum TxnOp<'a> {
 
 impl TxnOp<'_> {
     /// Whether a change could undo it unseen: a range's count or a document's absence.
-    fn undoable(&self) -> bool {
-        match self {
+    fn undoable(op: &TxnOp<'_>) -> bool {
+        match op {
             TxnOp::Scan(_) => true,
             TxnOp::Write(_, b) => b.op() == BufferedOp::Check,
             TxnOp::Read(r) => r.version == Version::ABSENT,
@@ -420,23 +420,50 @@ impl FragmentTxn {
     /// document inserted and deleted again), a version cannot, so the former are validated
     /// together at the first instant. None when the part has nothing.
     pub fn batch_slices(&self, max: usize) -> impl Iterator<Item = WriteBatch> + '_ {
-        let max = max.max(1);
-        let mut ops = self.ops().peekable();
-        let mut first = true;
-        std::iter::from_fn(move || {
-            ops.peek()?;
-            let mut batch = WriteBatch::new();
-            let mut taken = 0;
-            if std::mem::take(&mut first) {
-                while let Some(op) = ops.next_if(TxnOp::undoable) {
-                    batch = op.add_to(batch);
-                    taken += 1;
-                }
-            }
-            let rest = ops.by_ref().take(max.saturating_sub(taken));
-            Some(rest.fold(batch, |batch, op| op.add_to(batch)))
-        })
+        slices(self.ops(), max)
     }
+
+    /// Operations of this part's commit batch, at most (reads later written are counted).
+    pub fn ops_len(&self) -> usize {
+        self.scans.len() + self.writes.docs.len() + self.reads.len()
+    }
+
+    /// The ranges scanned and absence checks of this part, as one batch (None without any):
+    /// what a read-only commit over several fragments holds on each before validating the
+    /// rest (`Session::validate_reads`).
+    pub fn undoable_batch(&self) -> Option<WriteBatch> {
+        slices(self.ops().take_while(TxnOp::undoable), usize::MAX).next()
+    }
+
+    /// The rest of this part's batch, without what `undoable_batch` holds, in slices of at
+    /// most `max`.
+    pub fn versioned_slices(&self, max: usize) -> impl Iterator<Item = WriteBatch> + '_ {
+        slices(self.ops().skip_while(TxnOp::undoable), max)
+    }
+}
+
+/// `ops` in batches built as they are taken: the leading undoable operations all in the first
+/// (`FragmentTxn::batch_slices`), then at most `max` per batch.
+fn slices<'a>(
+    ops: impl Iterator<Item = TxnOp<'a>> + 'a,
+    max: usize,
+) -> impl Iterator<Item = WriteBatch> + 'a {
+    let max = max.max(1);
+    let mut ops = ops.peekable();
+    let mut first = true;
+    std::iter::from_fn(move || {
+        ops.peek()?;
+        let mut batch = WriteBatch::new();
+        let mut taken = 0;
+        if std::mem::take(&mut first) {
+            while let Some(op) = ops.next_if(TxnOp::undoable) {
+                batch = op.add_to(batch);
+                taken += 1;
+            }
+        }
+        let rest = ops.by_ref().take(max.saturating_sub(taken));
+        Some(rest.fold(batch, |batch, op| op.add_to(batch)))
+    })
 }
 
 /// Counts one more distinct read of a transaction, within [`TXN_READS_MAX`].
@@ -907,7 +934,12 @@ mod tests {
             let ops: Vec<WriteOp> = slices.iter().flat_map(|b| b.ops().to_vec()).collect();
             assert_eq!(ops, whole.ops(), "max {max}");
         }
+        let held = part.undoable_batch().expect("the range and two absences");
+        assert_eq!((held.scans(), held.len()), (whole.scans(), 2));
+        let rest: Vec<WriteOp> = part.versioned_slices(4).flat_map(|b| b.ops().to_vec()).collect();
+        assert_eq!([held.ops(), &rest].concat(), whole.ops(), "held, then the rest");
         assert_eq!(FragmentTxn::default().batch_slices(4).count(), 0);
+        assert!(FragmentTxn::default().undoable_batch().is_none());
         assert!(!Txn::new(2).writes_anything());
     }
 

@@ -619,6 +619,13 @@ impl ExportMetrics for crate::engine::TxCounters {
             labels.clone(),
             self.range_conflicts,
         );
+        set.counter(
+            "tessera_transaction_read_only_holds_total",
+            "Read-only commits over several fragments that held their scanned ranges and \
+             absent documents at once before checking the rest.",
+            labels.clone(),
+            self.read_only_holds,
+        );
     }
 }
 
