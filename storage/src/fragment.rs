@@ -595,7 +595,7 @@ fn validate_scan(st: &State, scan: &ScanCheck) -> Result<(), AppendError> {
     }
     let in_range =
         |key: &str| st.index.get(collection, key).is_some_and(|e| scan.range.contains(e.shard));
-    let mut found = st.index.scan(collection, scan.range).count() as i64;
+    let mut found = st.index.count(collection, scan.range) as i64;
     for (lk, p) in &st.pending {
         let Some(key) = lk.strip_prefix(collection).and_then(|k| k.strip_prefix('\0')) else {
             continue;

@@ -303,6 +303,25 @@ impl Index {
         })
     }
 
+    /// How many documents of `collection` lie in `range`: `scan(..).count()` without looking
+    /// each one up in the id table (a walk of the ordered set alone). A transaction's range
+    /// check counts a whole range at its commit, in one go: 200,000 documents took ~70 ms
+    /// through `scan` (session 26).
+    pub fn count(&self, collection: &str, range: ShardRange) -> usize {
+        use std::ops::Bound;
+        let (Some(c), Some(start)) =
+            (self.collections.get(collection), ShardId::new(range.start()))
+        else {
+            return 0;
+        };
+        let lower = Bound::Included((start, Key::new("")));
+        let upper = match ShardId::new(range.end()) {
+            Some(hi) => Bound::Excluded((hi, Key::new(""))),
+            None => Bound::Unbounded,
+        };
+        c.by_shard.range((lower, upper)).count()
+    }
+
     /// Every (collection, key, entry).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &Entry)> {
         self.collections
@@ -448,6 +467,7 @@ mod tests {
                 let got: Vec<(u32, String)> =
                     index.scan(coll, range).map(|(k, e)| (e.shard.get(), k.to_owned())).collect();
                 prop_assert_eq!(&got, &want);
+                prop_assert_eq!(index.count(coll, range), want.len());
                 if let Some((s, k)) = after {
                     let cursor = (s, key(k));
                     let rest: Vec<_> = want
