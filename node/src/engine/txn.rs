@@ -102,8 +102,8 @@ pub struct Reads {
 /// keyed like storage's id index (`storage::keyed_state`: ids come from clients). A block
 /// reading a whole fragment files every document here; an ordered map of copied keys cost a
 /// third of such a read's CPU in string comparisons (BENCHMARKS.md, session 25). Iteration
-/// order is the table's, so a commit's checks come in no particular order (each stands on its
-/// own).
+/// order is the table's: a commit's versioned checks come in no particular order (each stands
+/// on its own; absences go first, `FragmentTxn::ops`).
 #[derive(Clone)]
 pub struct ReadSet {
     hasher: storage::KeyedState,
