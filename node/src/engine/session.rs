@@ -1829,7 +1829,7 @@ impl Session {
         let whole = local.iter().all(|(_, _, part)| part.ops_len() <= CHECK_SLICE_OPS);
         if remote.is_empty()
             && local.len() > 1
-            && local.iter().any(|(_, _, part)| part.undoable_batch().is_some())
+            && local.iter().any(|(_, _, part)| part.has_undoable())
         {
             for (fragment, executor, part) in &local {
                 let batch = match whole {

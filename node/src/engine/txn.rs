@@ -428,6 +428,12 @@ impl FragmentTxn {
         self.scans.len() + self.writes.docs.len() + self.reads.len()
     }
 
+    /// Whether this part scanned a range or found a document absent (what `undoable_batch`
+    /// holds), without building the batch: they come first in `ops`.
+    pub fn has_undoable(&self) -> bool {
+        self.ops().next().is_some_and(|op| TxnOp::undoable(&op))
+    }
+
     /// The ranges scanned and absence checks of this part, as one batch (None without any):
     /// what a read-only commit over several fragments holds on each before validating the
     /// rest (`Session::validate_reads`).
@@ -940,6 +946,7 @@ mod tests {
         assert_eq!([held.ops(), &rest].concat(), whole.ops(), "held, then the rest");
         assert_eq!(FragmentTxn::default().batch_slices(4).count(), 0);
         assert!(FragmentTxn::default().undoable_batch().is_none());
+        assert!(part.has_undoable() && !FragmentTxn::default().has_undoable());
         assert!(!Txn::new(2).writes_anything());
     }
 
