@@ -8,7 +8,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use support::cluster::{cluster_args, simple, wait_for};
+use support::cluster::{cluster_args, id_owned_by, simple, wait_for};
 use support::{Node, NodeOptions, free_loopback_port, simple_rows, sqlstate};
 
 const FRAGMENTS: u32 = 6;
@@ -401,28 +401,6 @@ async fn e2e_buffered_then_served_through_every_node() {
     for n in [&mut first, &mut second, &mut proxy] {
         n.stop();
     }
-}
-
-/// A document id that lands in a fragment owned by node `owner`, from `client`'s SHOW FRAGMENTS.
-async fn id_owned_by(client: &tokio_postgres::Client, owner: u32, salt: &str) -> String {
-    let rows = simple_rows(&client.simple_query("SHOW FRAGMENTS").await.unwrap());
-    let prefix = format!("node {owner} ");
-    let ranges: Vec<(u32, u32)> = rows
-        .iter()
-        .filter(|r| r[2].as_deref().unwrap().starts_with(&prefix))
-        .map(|r| {
-            let range = r[1].as_deref().unwrap().trim_matches(|c| c == '[' || c == ')');
-            let (a, b) = range.split_once(", ").unwrap();
-            (a.parse().unwrap(), b.parse().unwrap())
-        })
-        .collect();
-    (0..100_000)
-        .map(|i| format!("{salt}/{i}"))
-        .find(|id| {
-            let shard = router::shard_of(id).unwrap().shard().unwrap().get();
-            ranges.iter().any(|(a, b)| (*a..*b).contains(&shard))
-        })
-        .unwrap()
 }
 
 // Checks what a crash and restarts do to the data path: with the owner of some fragments

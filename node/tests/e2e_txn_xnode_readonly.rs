@@ -1,14 +1,16 @@
-//! A cross-node two-phase commit with a read-only participant node: three data nodes, one
-//! executor each. The block, run through node 1, reads a document of node 3 and updates one
-//! of node 1 and one of node 2. Node 3 only holds its check in memory (no record); the
-//! coordinator does not wait for its report, so the decision is still forgotten once the
-//! writers reported; the write lands on both writers and node 3's document stays writable.
+//! Blocks that only read on some cluster nodes: three data nodes, one executor each, every
+//! block run through node 1. A cross-node two-phase commit with a read-only participant
+//! node, and read-only blocks whose counts and absences span nodes (held on each at one
+//! instant, released before COMMIT answers).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 mod support;
 
-use support::cluster::{cluster_args, simple, wait_for};
-use support::{Node, NodeOptions, free_loopback_port};
+use bytes::Bytes;
+use futures_util::{SinkExt, pin_mut};
+
+use support::cluster::{cluster_args, id_owned_by, ranges_owned_by, simple, wait_for, wait_served};
+use support::{Node, NodeOptions, free_loopback_port, sqlstate, tx_counter};
 
 const FRAGMENTS: u32 = 6;
 
@@ -17,27 +19,19 @@ fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
     NodeOptions { executors: 1, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
 }
 
-/// A document id in a fragment owned by node `owner` (from `node`'s SHOW FRAGMENTS).
-async fn id_owned_by(node: &Node, owner: u32, salt: &str) -> String {
-    let rows = simple(node, "SHOW FRAGMENTS").await.unwrap();
-    let prefix = format!("node {owner} ");
-    let ranges: Vec<(u32, u32)> = rows
-        .iter()
-        .filter(|r| r[2].as_deref().unwrap().starts_with(&prefix))
-        .map(|r| {
-            let range = r[1].as_deref().unwrap().trim_matches(|c| c == '[' || c == ')');
-            let (a, b) = range.split_once(", ").unwrap();
-            (a.parse().unwrap(), b.parse().unwrap())
-        })
-        .collect();
-    assert!(!ranges.is_empty(), "node {owner} owns no fragment: {rows:?}");
-    (0..100_000)
-        .map(|i| format!("{salt}/{i}"))
-        .find(|id| {
-            let shard = router::shard_of(id).unwrap().shard().unwrap().get();
-            ranges.iter().any(|(a, b)| (*a..*b).contains(&shard))
-        })
-        .unwrap()
+/// Starts three nodes and waits until each sees every fragment served, by all three.
+async fn start_cluster() -> [Node; 3] {
+    let seed = free_loopback_port();
+    let mut first = Node::start_with(options(1, seed, None));
+    let mut second = Node::start_with(options(2, free_loopback_port(), Some(seed)));
+    let mut third = Node::start_with(options(3, free_loopback_port(), Some(seed)));
+    // The nodes stop one after another at the end (dropped), each handing its fragments off
+    // first: the ones still running may report a stopped one unreachable (WARN) meanwhile.
+    for node in [&mut first, &mut second, &mut third] {
+        node.expect_log("is unreachable");
+    }
+    wait_served(&[&first, &second, &third], FRAGMENTS as usize, 3).await;
+    [first, second, third]
 }
 
 async fn balance(client: &tokio_postgres::Client, id: &str) -> i64 {
@@ -52,33 +46,12 @@ async fn balance(client: &tokio_postgres::Client, id: &str) -> i64 {
 // then that node 1's coordinator holds no decision and no participant anything prepared.
 #[tokio::test]
 async fn cross_node_commit_with_a_read_only_node() {
-    let seed = free_loopback_port();
-    let mut first = Node::start_with(options(1, seed, None));
-    let mut second = Node::start_with(options(2, free_loopback_port(), Some(seed)));
-    let mut third = Node::start_with(options(3, free_loopback_port(), Some(seed)));
-    // The nodes stop one after another at the end (dropped), each handing its fragments off
-    // first: the ones still running may report a stopped one unreachable (WARN) meanwhile.
-    for node in [&mut first, &mut second, &mut third] {
-        node.expect_log("is unreachable");
-    }
+    let [first, second, third] = start_cluster().await;
     let nodes = [&first, &second, &third];
-    for node in nodes {
-        wait_for(&nodes, "every fragment served", || async {
-            let rows = simple(node, "SHOW FRAGMENTS").await?;
-            let owners: std::collections::BTreeSet<String> = rows
-                .iter()
-                .filter_map(|r| {
-                    r[2].as_deref().and_then(|o| o.split(' ').nth(1)).map(str::to_owned)
-                })
-                .collect();
-            (rows.len() == FRAGMENTS as usize && owners.len() == 3).then_some(())
-        })
-        .await;
-    }
-    let c = id_owned_by(&first, 1, "ro-c").await;
-    let a = id_owned_by(&first, 2, "ro-a").await;
-    let r = id_owned_by(&first, 3, "ro-r").await;
     let client = first.connect().await;
+    let c = id_owned_by(&client, 1, "ro-c").await;
+    let a = id_owned_by(&client, 2, "ro-a").await;
+    let r = id_owned_by(&client, 3, "ro-r").await;
     for id in [&a, &c, &r] {
         client
             .execute("INSERT INTO accounts VALUES ($1, '{\"balance\":100}')", &[id])
@@ -115,4 +88,88 @@ async fn cross_node_commit_with_a_read_only_node() {
     let other = third.connect().await;
     other.execute("UPDATE accounts SET balance = 7 WHERE id() = $1", &[&r]).await.unwrap();
     assert_eq!(balance(&other, &r).await, 7, "no hold left on the read-only node");
+}
+
+/// Whether no node holds documents for a read-only participant or commit.
+async fn nothing_held(nodes: &[&Node]) -> bool {
+    for node in nodes {
+        let rows = simple(node, "SHOW TRANSACTIONS").await.unwrap();
+        if rows.iter().any(|r| r[1].as_deref() == Some("held")) {
+            return false;
+        }
+    }
+    true
+}
+
+// Checks read-only blocks over fragments of several nodes: one that counted ranges (a scan of
+// every fragment) or found documents missing on two fragments, of two nodes or of node 1 and
+// another, holds those on each node (`read_only_holds` of node 1) and releases them before
+// COMMIT answers, on every node. One that read existing documents by id on two nodes, or
+// found one missing on one fragment only, holds nothing. A hold refused on another node
+// because a document entered a counted range there fails COMMIT with 40001 and releases the
+// holds taken elsewhere. A block that read more documents on a node than are held whole
+// holds only the counts there, then checks the versions: a document rewritten there after
+// the read fails it with 40001.
+#[tokio::test]
+async fn read_only_blocks_hold_across_nodes() {
+    let [first, second, third] = start_cluster().await;
+    let nodes = [&first, &second, &third];
+    let client = first.connect().await;
+    let (a, b) = (id_owned_by(&client, 2, "h-a").await, id_owned_by(&client, 3, "h-b").await);
+    let gone = [
+        id_owned_by(&client, 1, "gone").await,
+        id_owned_by(&client, 2, "gone").await,
+        id_owned_by(&client, 3, "gone").await,
+    ];
+    for id in [&a, &b] {
+        client.execute("INSERT INTO t VALUES ($1, '{\"v\":100}')", &[id]).await.unwrap();
+    }
+    let holds = tx_counter(&client, "read_only_holds").await;
+    let blocks: [(String, i64); 5] = [
+        ("SELECT count(*) FROM t".to_owned(), 1),
+        (format!("SELECT v FROM t WHERE id() IN ('{a}', '{b}')"), 0),
+        (format!("SELECT v FROM t WHERE id() = '{}'", gone[1]), 0),
+        (format!("SELECT v FROM t WHERE id() IN ('{}', '{}')", gone[1], gone[2]), 1),
+        (format!("SELECT v FROM t WHERE id() IN ('{}', '{b}')", gone[0]), 1),
+    ];
+    let mut expected = holds;
+    for (sql, held) in blocks {
+        client.batch_execute("BEGIN").await.unwrap();
+        client.simple_query(&sql).await.unwrap();
+        client.batch_execute("COMMIT").await.unwrap();
+        expected += held;
+        assert_eq!(tx_counter(&client, "read_only_holds").await, expected, "{sql}");
+        assert!(nothing_held(&nodes).await, "{sql}: released on every node");
+    }
+    let other = third.connect().await;
+    client.batch_execute("BEGIN").await.unwrap();
+    client.simple_query("SELECT count(*) FROM t").await.unwrap();
+    other.execute("INSERT INTO t VALUES ($1, '{\"v\":1}')", &[&gone[2]]).await.unwrap();
+    let err = client.batch_execute("COMMIT").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "40001", "{err:?}");
+    assert!(nothing_held(&nodes).await, "the holds taken were released");
+    assert_eq!(tx_counter(&client, "read_only_holds").await, expected, "no commit counted");
+    other.execute("DELETE FROM t WHERE id() = $1", &[&gone[2]]).await.unwrap();
+    // More documents on node 2 than a part held whole (4,096 checks).
+    let (start, _) = ranges_owned_by(&client, 2).await[0];
+    let input: String = (0..5_000).map(|i| format!("many{i}$@{start}\t{{\"v\":1}}\n")).collect();
+    let sink = client.copy_in::<_, Bytes>("COPY t FROM STDIN").await.unwrap();
+    pin_mut!(sink);
+    sink.send(Bytes::from(input)).await.unwrap();
+    assert_eq!(sink.finish().await.unwrap(), 5_000);
+    for rewrite in [false, true] {
+        client.batch_execute("BEGIN").await.unwrap();
+        let n: i64 = client.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get(0);
+        assert_eq!(n, 5_002);
+        if !rewrite {
+            client.batch_execute("COMMIT").await.unwrap();
+            continue;
+        }
+        let sql = format!("UPDATE t SET v = 2 WHERE id() = 'many4999$@{start}'");
+        other.batch_execute(&sql).await.unwrap();
+        let err = client.batch_execute("COMMIT").await.unwrap_err();
+        assert_eq!(sqlstate(&err), "40001", "{err:?}");
+    }
+    assert!(nothing_held(&nodes).await, "released after the large blocks");
+    assert_eq!(tx_counter(&client, "read_only_holds").await, expected + 1);
 }

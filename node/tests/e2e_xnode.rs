@@ -16,7 +16,7 @@ use std::sync::Arc;
 use bank::checker::{self, Ledger, Outcome};
 use bank::{Bank, Flavor, Load, PHASE_TIMEOUT, Phase, Rng, Shared};
 
-use support::cluster::{cluster_args, poll_until, simple, wait_for};
+use support::cluster::{cluster_args, id_owned_by, poll_until, simple, wait_for, wait_served};
 use support::{Node, NodeOptions, free_loopback_port};
 use tokio_postgres::SimpleQueryMessage;
 
@@ -59,48 +59,8 @@ async fn cluster_with(fault: (u32, &str)) -> (Node, Node, Node) {
     let first = with(1, options(1, seed, None));
     let second = with(2, options(2, free_loopback_port(), Some(seed)));
     let third = with(3, options(3, free_loopback_port(), Some(seed)));
-    wait_allocated(&[&first, &second, &third]).await;
+    wait_served(&[&first, &second, &third], FRAGMENTS as usize, 3).await;
     (first, second, third)
-}
-
-/// Waits until every node sees all fragments open on some node (SHOW FRAGMENTS from each).
-async fn wait_allocated(nodes: &[&Node]) {
-    for node in nodes {
-        wait_for(nodes, "every fragment served", || async {
-            let rows = simple(node, "SHOW FRAGMENTS").await?;
-            let owners: std::collections::BTreeSet<String> = rows
-                .iter()
-                .filter_map(|r| {
-                    r[2].as_deref().and_then(|o| o.split(' ').nth(1)).map(str::to_owned)
-                })
-                .collect();
-            (rows.len() == FRAGMENTS as usize && owners.len() == 3).then_some(())
-        })
-        .await;
-    }
-}
-
-/// A document id in a fragment owned by node `owner` (from `node`'s SHOW FRAGMENTS).
-async fn id_owned_by(node: &Node, owner: u32, salt: &str) -> String {
-    let rows = simple(node, "SHOW FRAGMENTS").await.unwrap();
-    let prefix = format!("node {owner} ");
-    let ranges: Vec<(u32, u32)> = rows
-        .iter()
-        .filter(|r| r[2].as_deref().unwrap().starts_with(&prefix))
-        .map(|r| {
-            let range = r[1].as_deref().unwrap().trim_matches(|c| c == '[' || c == ')');
-            let (a, b) = range.split_once(", ").unwrap();
-            (a.parse().unwrap(), b.parse().unwrap())
-        })
-        .collect();
-    assert!(!ranges.is_empty(), "node {owner} owns no fragment: {rows:?}");
-    (0..100_000)
-        .map(|i| format!("{salt}/{i}"))
-        .find(|id| {
-            let shard = router::shard_of(id).unwrap().shard().unwrap().get();
-            ranges.iter().any(|(a, b)| (*a..*b).contains(&shard))
-        })
-        .unwrap()
 }
 
 /// Every balance, read through `node` in one transaction block.
@@ -148,9 +108,10 @@ fn transfer_sql(from: &str, to: &str, amount: i64, from_balance: i64, to_balance
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_xnode_transfer_commits_atomically_and_conflicts() {
     let (mut first, mut second, mut third) = cluster_with((0, "")).await;
-    let a = id_owned_by(&first, 2, "acct-a").await;
-    let b = id_owned_by(&first, 3, "acct-b").await;
-    let c = id_owned_by(&first, 1, "acct-c").await;
+    let ids = first.connect().await;
+    let a = id_owned_by(&ids, 2, "acct-a").await;
+    let b = id_owned_by(&ids, 3, "acct-b").await;
+    let c = id_owned_by(&ids, 1, "acct-c").await;
     open_accounts(&second, &[&a, &b, &c]).await;
 
     // A transfer b -> a through node 1 (which owns neither).
@@ -226,7 +187,7 @@ async fn e2e_xnode_transfer_commits_atomically_and_conflicts() {
     // another session adds a flagged account on node 3, the block's COMMIT fails with 40001
     // and its write is not applied. Without the insert the same block commits.
     let flagged = "SELECT count(*) FROM accounts WHERE vip::bool = true";
-    let d = id_owned_by(&first, 3, "acct-d").await;
+    let d = id_owned_by(&ids, 3, "acct-d").await;
     for insert in [false, true] {
         client.batch_execute("BEGIN").await.unwrap();
         let n: i64 = client.query_one(flagged, &[]).await.unwrap().get(0);
@@ -333,15 +294,16 @@ async fn try_transfer(node: &Node, from: &str, to: &str, balances: (i64, i64)) -
 async fn e2e_xnode_participant_killed_after_prepare_aborts() {
     // Node 3 crashes on its first durable PREPARE.
     let (mut first, mut second, mut third) = cluster_with((3, "2pc-after-prepare:1")).await;
-    let a = id_owned_by(&first, 2, "acct-a").await;
-    let b = id_owned_by(&first, 3, "acct-b").await;
+    let ids = first.connect().await;
+    let a = id_owned_by(&ids, 2, "acct-a").await;
+    let b = id_owned_by(&ids, 3, "acct-b").await;
     open_accounts(&first, &[&a, &b]).await;
     let committed = try_transfer(&first, &a, &b, (100, 100)).await;
     assert!(!committed, "a COMMIT whose participant died before the decision is not acknowledged");
     third.wait_crash();
     third.set_env(Vec::new());
     third.start_again();
-    wait_allocated(&[&first, &second, &third]).await;
+    wait_served(&[&first, &second, &third], FRAGMENTS as usize, 3).await;
     // All or nothing: the resolution is ABORT (no decision was recorded), on both nodes, once
     // the participant asked (its documents are held until then).
     let all = wait_for(&[&first, &second, &third], "the in-doubt transfer resolved", || async {
@@ -371,15 +333,16 @@ async fn e2e_xnode_participant_killed_after_prepare_aborts() {
 async fn e2e_xnode_coordinator_killed_after_decision_commits() {
     // Node 1 crashes once its first COMMIT decision is durable.
     let (mut first, mut second, mut third) = cluster_with((1, "2pc-after-decision")).await;
-    let a = id_owned_by(&first, 2, "acct-a").await;
-    let b = id_owned_by(&first, 3, "acct-b").await;
+    let ids = first.connect().await;
+    let a = id_owned_by(&ids, 2, "acct-a").await;
+    let b = id_owned_by(&ids, 3, "acct-b").await;
     open_accounts(&second, &[&a, &b]).await;
     let committed = try_transfer(&first, &a, &b, (100, 100)).await;
     assert!(!committed, "the coordinator died before answering");
     first.wait_crash();
     first.set_env(Vec::new());
     first.start_again();
-    wait_allocated(&[&first, &second, &third]).await;
+    wait_served(&[&first, &second, &third], FRAGMENTS as usize, 3).await;
     let all = wait_for(&[&first, &second, &third], "the in-doubt transfer resolved", || async {
         let all = balances(&third).await?;
         (all.len() == 2).then_some(all)
@@ -546,7 +509,7 @@ async fn e2e_xnode_bank_survives_sigkills_of_nodes() {
         assert!(joined.is_ok(), "clients did not finish (seed {seed})");
         nodes[victim].start_again();
         let all: Vec<&Node> = nodes.iter().collect();
-        wait_allocated(&all).await;
+        wait_served(&all, FRAGMENTS as usize, 3).await;
         wait_no_prepared(&all).await;
         wait_readable(&all).await;
         check_bank(&nodes[0], &bank, &shared, seed, &format!("after killing node {}", victim + 1))
@@ -611,7 +574,7 @@ async fn e2e_xnode_bank_survives_kills_during_handoff() {
         }
     }
     let all: Vec<&Node> = nodes.iter().collect();
-    wait_allocated(&all).await;
+    wait_served(&all, FRAGMENTS as usize, 3).await;
     let bank = open_cluster_bank(&nodes[0]).await;
     let shared = Arc::new(Shared::default());
 
@@ -627,7 +590,7 @@ async fn e2e_xnode_bank_survives_kills_during_handoff() {
     nodes[1].set_env(Vec::new());
     nodes[1].start_again();
     let all: Vec<&Node> = nodes.iter().collect();
-    wait_allocated(&all).await;
+    wait_served(&all, FRAGMENTS as usize, 3).await;
     wait_no_prepared(&all).await;
     wait_readable(&all).await;
     check_bank(&nodes[0], &bank, &shared, seed, "after the source died mid-handoff").await;
@@ -650,7 +613,7 @@ async fn e2e_xnode_bank_survives_kills_during_handoff() {
     assert!(joined.is_ok(), "clients did not finish (seed {seed})");
     nodes[leader - 1].start_again();
     let all: Vec<&Node> = nodes.iter().collect();
-    wait_allocated(&all).await;
+    wait_served(&all, FRAGMENTS as usize, 3).await;
     wait_no_prepared(&all).await;
     wait_readable(&all).await;
     check_bank(&nodes[0], &bank, &shared, seed, &format!("after killing leader node {leader}"))

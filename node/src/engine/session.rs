@@ -38,7 +38,7 @@ use super::core::{
 use super::error::EngineError;
 use super::limits::{TXN_AUTOCOMMIT_ATTEMPTS_MAX, TXN_HELD_WAITS_MAX};
 use super::shared::{CatalogView, Rules};
-use super::txn::{Reads, Txn};
+use super::txn::{FragmentTxn, ReadRecord, Reads, Txn};
 use crate::catalog::CollectionEntry;
 use crate::cluster::forward::{self, Reply, Share};
 use crate::cluster::region::{BufferKey, RegionError};
@@ -1800,64 +1800,38 @@ impl Session {
     /// stands on its own once every read is done (`Core::commit_fragment`), except a range's
     /// count and an absence, which a document inserted and deleted again undoes unseen: a
     /// fragment's are validated together, first (`FragmentTxn::batch_slices`), and over
-    /// several fragments of this node they are first held on each (`Core::prepare_txn` of
-    /// them alone, as a two-phase commit holds a read-only participant: puts into the ranges
-    /// and inserts of the absent ids wait), released once all are taken, and the other checks
-    /// run after: the instant all were held sees every read still current. Parts of at most
-    /// [`CHECK_SLICE_OPS`] operations are held whole, with nothing left to check. Fragments of
-    /// other nodes get all their checks in one request (validated in slices there, at that
-    /// node's instant: the gap README names).
+    /// several fragments, of this node or of others, they are first held on each
+    /// (`Core::prepare_txn` of them alone, as a two-phase commit holds a read-only
+    /// participant; `Share::TxnPrepare` on another node: puts into the ranges and inserts of
+    /// the absent ids wait), released once all are taken, and the other checks run after:
+    /// the instant all were held sees every read still current. Parts of at most
+    /// [`CHECK_SLICE_OPS`] operations are held whole, with nothing left to check. Fragments
+    /// of other nodes get their remaining checks in one request each (validated in slices
+    /// there).
     async fn validate_reads(&self, txn: &Txn) -> Result<(), EngineError> {
         let map = self.map()?;
         let epoch = map.epoch().0;
         let me = self.core.shared().me;
-        let mut remote: Remote<forward::WireTxnTarget> = BTreeMap::new();
+        let mut remote: Remote<(FragmentId, &FragmentTxn)> = BTreeMap::new();
         let mut local = Vec::new();
         for (fragment, part) in &txn.fragments {
             let owner =
                 map.owner_of(*fragment).ok_or_else(|| internal("fragment without owner"))?;
             if owner.node != me {
-                remote.entry(owner.node).or_default().push(wire_commit_target(txn, *fragment));
+                remote.entry(owner.node).or_default().push((*fragment, part));
                 continue;
             }
             local.push((*fragment, ExecutorIndex::new(owner.executor.0 as usize), part));
         }
-        let mut holds: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>> =
-            BTreeMap::new();
+        let parts =
+            || local.iter().map(|(_, _, p)| *p).chain(remote.values().flatten().map(|(_, p)| *p));
         // Small parts are held whole (every check validated when its hold is taken, as a
         // two-phase commit's read-only participant is): nothing is left to check afterwards.
-        let whole = local.iter().all(|(_, _, part)| part.ops_len() <= CHECK_SLICE_OPS);
-        if remote.is_empty()
-            && local.len() > 1
-            && local.iter().any(|(_, _, part)| part.has_undoable())
-        {
-            for (fragment, executor, part) in &local {
-                let batch = match whole {
-                    true => part.batch_slices(usize::MAX).next(),
-                    false => part.undoable_batch(),
-                };
-                if let Some(batch) = batch {
-                    holds.entry(*executor).or_default().push((*fragment, batch));
-                }
-            }
-        }
-        let held: Vec<(ExecutorIndex, Vec<FragmentId>)> =
-            holds.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
-        let mut hold = None;
-        if !holds.is_empty() {
-            let txid = self.new_txid()?;
-            let taken = self
-                .fan_out(holds, &txid, |core, txid, list| async move {
-                    core.prepare_txn(txid, list).await
-                })
-                .await;
-            // Every hold taken: the instant the commit stands for. Released at once: a later
-            // versioned check that passes was current then, and a visited document leaving a
-            // range fails its own check.
-            self.phase_two(txid, &held, false).await;
-            taken?;
-            hold = Some(txid);
-        }
+        let whole = parts().all(|part| part.ops_len() <= CHECK_SLICE_OPS);
+        let hold = match parts().count() > 1 && parts().any(FragmentTxn::has_undoable) {
+            true => Some(self.hold_reads(&local, &remote, whole, epoch).await?),
+            false => None,
+        };
         let mut rounds: Vec<_> = local
             .into_iter()
             .map(|(fragment, executor, part)| {
@@ -1869,7 +1843,19 @@ impl Session {
                 (fragment, executor, slices)
             })
             .collect();
-        let tasks = self.apply_remote(remote, epoch)?;
+        let checks = match hold {
+            Some(_) if whole => Checks::None,
+            Some(_) => Checks::Versioned,
+            None => Checks::All,
+        };
+        let rest = remote
+            .into_iter()
+            .map(|(node, parts)| {
+                let targets = parts.into_iter().filter_map(|(f, p)| wire_checks(p, f, checks));
+                (node, targets.collect::<Vec<_>>())
+            })
+            .collect();
+        let tasks = self.apply_remote(rest, epoch)?;
         let mut checked = Ok(());
         for round in 0.. {
             let mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>> =
@@ -1898,6 +1884,66 @@ impl Session {
         }
         self.core.count_local_commit(false);
         Ok(())
+    }
+
+    /// Holds a read-only commit's counts and absences (`whole`: every check) on each of its
+    /// fragments at one instant, this node's through `Core::prepare_txn` and other nodes'
+    /// through `Share::TxnPrepare`, all under one fresh id, then releases every hold taken
+    /// (awaited, so COMMIT answers with nothing held and a retry meets none). Err: a hold was
+    /// refused (a conflict, 40001), after the others were released.
+    async fn hold_reads(
+        &self,
+        local: &[(FragmentId, ExecutorIndex, &FragmentTxn)],
+        remote: &Remote<(FragmentId, &FragmentTxn)>,
+        whole: bool,
+        epoch: u64,
+    ) -> Result<storage::TxId, EngineError> {
+        let mut holds: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>> =
+            BTreeMap::new();
+        for (fragment, executor, part) in local {
+            let batch = match whole {
+                true => part.batch_slices(usize::MAX).next(),
+                false => part.undoable_batch(),
+            };
+            if let Some(batch) = batch {
+                holds.entry(*executor).or_default().push((*fragment, batch));
+            }
+        }
+        let held: Vec<(ExecutorIndex, Vec<FragmentId>)> =
+            holds.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
+        let checks = if whole { Checks::All } else { Checks::Undoable };
+        let txid = self.new_txid()?;
+        let mut asked = Vec::with_capacity(remote.len());
+        let mut remote_held: Vec<(NodeId, Vec<u32>)> = Vec::with_capacity(remote.len());
+        for (node, parts) in remote {
+            let targets: Vec<_> =
+                parts.iter().filter_map(|(f, p)| wire_checks(p, *f, checks)).collect();
+            if targets.is_empty() {
+                continue;
+            }
+            remote_held.push((*node, targets.iter().map(|t| t.fragment).collect()));
+            let share = Share::TxnPrepare { txid: txid.get(), targets };
+            let request = self.request(epoch, 0, share)?;
+            asked.push(glommio::spawn_local(forward::call(node.0, request, false)));
+        }
+        let taken =
+            self.fan_out(holds, &txid, |core, txid, list| async move {
+                core.prepare_txn(txid, list).await
+            })
+            .await;
+        let remote_taken = expect_applied(asked).await;
+        // Every hold taken: the instant the commit stands for. Released at once: a later
+        // versioned check that passes was current then, and a visited document leaving a range
+        // fails its own check. A node holding only checks reports nothing finished.
+        let readers = remote_held.iter().map(|(n, _)| *n).collect();
+        futures_lite::future::zip(
+            self.phase_two(txid, &held, false),
+            self.remote_phase_two(txid, &remote_held, false, &readers),
+        )
+        .await;
+        taken?;
+        remote_taken?;
+        Ok(txid)
     }
 
     /// A fresh id for a transaction that holds or prepares documents on several fragments
@@ -3172,6 +3218,48 @@ fn with_writes(
 }
 
 /// A fragment's part of `txn` for the owner to commit: its writes and the reads to check.
+/// Which checks of a read-only part go to its node (`Session::validate_reads`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Checks {
+    /// Every one.
+    All,
+    /// Ranges counted and absences (`FragmentTxn::undoable_batch`; a read-only block's
+    /// buffered writes are all absences: inserted, then deleted).
+    Undoable,
+    /// The versions read of documents found (`FragmentTxn::versioned_slices`).
+    Versioned,
+    /// None (all were validated when held).
+    None,
+}
+
+/// `checks` of one fragment's part of a read-only commit, for the node owning it (None when
+/// that leaves nothing to check).
+fn wire_checks(
+    part: &FragmentTxn,
+    fragment: FragmentId,
+    checks: Checks,
+) -> Option<forward::WireTxnTarget> {
+    let absent = |r: &&ReadRecord| r.version == storage::Version::ABSENT;
+    let (writes, reads) = match checks {
+        Checks::All => {
+            (Some(&*part.writes), forward::reads_to_wire(part.reads.iter(), &part.scans))
+        }
+        Checks::Undoable => (
+            Some(&*part.writes),
+            forward::reads_to_wire(part.reads.iter().filter(absent), &part.scans),
+        ),
+        Checks::Versioned => {
+            (None, forward::reads_to_wire(part.reads.iter().filter(|r| !absent(r)), None))
+        }
+        Checks::None => return None,
+    };
+    let writes = forward::writes_to_wire(writes);
+    if writes.is_empty() && reads.docs.is_empty() && reads.scans.is_empty() {
+        return None;
+    }
+    Some(forward::WireTxnTarget { fragment: fragment.get(), ranges: Vec::new(), writes, reads })
+}
+
 fn wire_commit_target(txn: &Txn, fragment: FragmentId) -> forward::WireTxnTarget {
     let (writes, reads) = match txn.fragments.get(&fragment) {
         Some(f) => (

@@ -93,6 +93,54 @@ pub async fn local_fragments(node: &Node) -> Option<BTreeMap<String, u64>> {
     )
 }
 
+/// Waits until each of `nodes` sees `fragments` fragments served, by `owners` nodes (SHOW
+/// FRAGMENTS from each).
+pub async fn wait_served(nodes: &[&Node], fragments: usize, owners: usize) {
+    for node in nodes {
+        wait_for(nodes, "every fragment served", || async {
+            let rows = simple(node, "SHOW FRAGMENTS").await?;
+            let seen: BTreeSet<String> = rows
+                .iter()
+                .filter_map(|r| {
+                    r[2].as_deref().and_then(|o| o.split(' ').nth(1)).map(str::to_owned)
+                })
+                .collect();
+            (rows.len() == fragments && seen.len() == owners).then_some(())
+        })
+        .await;
+    }
+}
+
+/// The shard ranges of the fragments owned by node `owner`, from `client`'s SHOW FRAGMENTS.
+pub async fn ranges_owned_by(client: &tokio_postgres::Client, owner: u32) -> Vec<(u32, u32)> {
+    let rows = simple_rows(&client.simple_query("SHOW FRAGMENTS").await.unwrap());
+    let prefix = format!("node {owner} ");
+    let ranges: Vec<(u32, u32)> = rows
+        .iter()
+        .filter(|r| r[2].as_deref().unwrap().starts_with(&prefix))
+        .map(|r| {
+            let range = r[1].as_deref().unwrap().trim_matches(|c| c == '[' || c == ')');
+            let (a, b) = range.split_once(", ").unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect();
+    assert!(!ranges.is_empty(), "node {owner} owns no fragment: {rows:?}");
+    ranges
+}
+
+/// A document id (`<salt>/<n>`) that lands in a fragment owned by node `owner`, from
+/// `client`'s SHOW FRAGMENTS.
+pub async fn id_owned_by(client: &tokio_postgres::Client, owner: u32, salt: &str) -> String {
+    let ranges = ranges_owned_by(client, owner).await;
+    (0..100_000)
+        .map(|i| format!("{salt}/{i}"))
+        .find(|id| {
+            let shard = router::shard_of(id).unwrap().shard().unwrap().get();
+            ranges.iter().any(|(a, b)| (*a..*b).contains(&shard))
+        })
+        .unwrap()
+}
+
 /// Nodes a [`ScriptCluster`] may run: ports are reserved for this many.
 pub const SCRIPT_NODES: u16 = 4;
 
