@@ -180,3 +180,35 @@ async fn large_read_only_block_validates_every_round() {
     // whole), then checked the documents in rounds.
     assert_eq!(support::tx_counter(&client, "read_only_holds").await, holds + 2);
 }
+
+// Checks a block's UPDATE and DELETE over more documents than one slice reads (4,096: each
+// fragment is read in slices, other statements of the executor running between): an UPDATE
+// of every other one of 9,000 documents on one fragment returns its 4,500 rows, a DELETE
+// over the same range then merges the buffered updates with the stored documents across its
+// slices, and the commit applies exactly those writes. A block whose sliced UPDATE read the
+// whole range fails its COMMIT with 40001 when another session adds a document to it (the
+// range counted across the slices), and writes nothing.
+#[tokio::test]
+async fn block_update_and_delete_read_in_slices() {
+    let node = Node::start();
+    let client = node.connect().await;
+    let other = node.connect().await;
+    load(&client, "a", 0, 0, 9_000).await;
+    client.batch_execute("BEGIN").await.unwrap();
+    let updated = client.query("UPDATE t SET v = 2 WHERE n % 2 = 0 RETURNING id()", &[]).await;
+    assert_eq!(updated.unwrap().len(), 4_500);
+    assert_eq!(count(&client, "WHERE v = 2").await, 4_500, "the block reads its own writes");
+    let deleted = client.execute("DELETE FROM t WHERE n >= 8000", &[]).await.unwrap();
+    assert_eq!(deleted, 1_000);
+    client.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(count(&other, "").await, 8_000);
+    assert_eq!(count(&other, "WHERE v = 2").await, 4_000);
+    assert_eq!(count(&other, "WHERE v = 2 AND n % 2 = 1").await, 0);
+    client.batch_execute("BEGIN").await.unwrap();
+    let n = client.execute("UPDATE t SET v = 3 WHERE v = 1", &[]).await.unwrap();
+    assert_eq!(n, 4_000);
+    other.execute("INSERT INTO t VALUES ('a9999$@0', '{\"v\":9,\"n\":9999}')", &[]).await.unwrap();
+    let err = client.batch_execute("COMMIT").await.unwrap_err();
+    assert_eq!(sqlstate(&err), "40001", "{err:?}");
+    assert_eq!(count(&other, "WHERE v = 3").await, 0, "nothing written");
+}

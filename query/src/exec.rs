@@ -25,7 +25,8 @@ use crate::limits::{
 use crate::memory::{datum_bytes, json_bytes, row_bytes};
 use crate::plan::{
     Aggregate, AggregateFunc, Assignment, CollectionName, Count, Delete, Insert, InsertBody,
-    OnConflict, OrderKey, OrderTarget, Output, OutputColumn, Select, SelectShape, Update,
+    OnConflict, OrderKey, OrderTarget, Output, OutputColumn, Select, SelectShape, Statement,
+    Update,
 };
 use crate::types::{Datum, OrdDatum, SqlType, datum_cmp};
 
@@ -622,14 +623,12 @@ fn point_ids(filter: &Expr) -> Option<Vec<&str>> {
     }
 }
 
-/// Calls `each` with every document of the collection in `ranges` that matches `filter`,
-/// stopping at `Break` or an error. Returns how many documents were read.
 /// Hands `d` to `each` when it passes `filter` (every document passes no filter).
-fn if_matching<'v, D: DocValue<'v>>(
+fn if_matching<'v, D: DocValue<'v>, B>(
     filter: Option<&'v Expr>,
     d: SourceDoc<'v, D>,
-    each: impl FnOnce(SourceDoc<'v, D>) -> Result<ControlFlow<()>, ExecError>,
-) -> Result<ControlFlow<()>, ExecError> {
+    each: impl FnOnce(SourceDoc<'v, D>) -> Result<ControlFlow<B>, ExecError>,
+) -> Result<ControlFlow<B>, ExecError> {
     let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
     match filter {
         Some(f) if !matches(f, &row)? => Ok(ControlFlow::Continue(())),
@@ -637,6 +636,8 @@ fn if_matching<'v, D: DocValue<'v>>(
     }
 }
 
+/// Calls `each` with every document of the collection in `ranges` that matches `filter`,
+/// stopping at `Break` or an error. Returns how many documents were read.
 fn for_each_match<'s, S: FragmentSource>(
     source: &'s S,
     collection: &CollectionName,
@@ -676,6 +677,65 @@ fn for_each_match<'s, S: FragmentSource>(
         Some(e) => Err(e),
         None => Ok(scanned),
     }
+}
+
+/// What a slice's visitor says after one matching document ([`scan_slice`]).
+enum SliceStep {
+    /// Go on (the slice ends once it read its documents).
+    Next,
+    /// End the slice after this document (a streamed page is full).
+    EndSlice,
+    /// The share needs no more documents.
+    Done,
+}
+
+/// Reads one slice of a share: at most `docs` documents (at least 1) of `ranges` after
+/// `after`, in (shard, lower-cased id) order, passing each matching one to `each`. Returns
+/// the documents read and where the next slice resumes (`Ok(None)`: the share is done), the
+/// first error of `each` in place of the latter.
+fn scan_slice<'a, S: PagedSource>(
+    source: &'a S,
+    collection: &CollectionName,
+    filter: Option<&'a Expr>,
+    ranges: &[ShardRange],
+    after: Option<&ScanPos>,
+    docs: usize,
+    each: &mut dyn FnMut(SourceDoc<'a, S::Doc<'a>>) -> Result<SliceStep, ExecError>,
+) -> (u64, Result<Option<ScanPos>, ExecError>) {
+    let mut ranges = ranges.to_vec();
+    ranges.sort_by_key(|r| r.start());
+    let (mut seen, mut next, mut failed) = (0usize, None, None);
+    source.scan_after(collection, &ranges, after, &mut |d| {
+        seen += 1;
+        let (shard, id) = (d.shard, d.id);
+        let step = if_matching(filter, d, |d| {
+            each(d).map(|step| match step {
+                SliceStep::Done => ControlFlow::Break(false),
+                SliceStep::EndSlice => ControlFlow::Break(true),
+                SliceStep::Next if seen >= docs => ControlFlow::Break(true),
+                SliceStep::Next => ControlFlow::Continue(()),
+            })
+        });
+        let step = match step {
+            // A document the filter skipped ends the slice too once it is full.
+            Ok(ControlFlow::Continue(())) if seen >= docs => ControlFlow::Break(true),
+            Ok(step) => step,
+            Err(e) => {
+                failed = Some(e);
+                return ControlFlow::Break(());
+            }
+        };
+        match step {
+            ControlFlow::Continue(()) => ControlFlow::Continue(()),
+            ControlFlow::Break(more) => {
+                if more {
+                    next = Some(ScanPos { shard, key: router::doc_key(id).into_string() });
+                }
+                ControlFlow::Break(())
+            }
+        }
+    });
+    (seen as u64, failed.map_or(Ok(next), Err))
 }
 
 fn count_value(c: Option<Count>) -> Result<Option<u64>, ExecError> {
@@ -916,36 +976,27 @@ impl<'s> SelectScan<'s> {
             self.read_all(source, ranges)?;
             return Ok(false);
         }
-        let mut ranges = ranges.to_vec();
-        ranges.sort_by_key(|r| r.start());
         let after = self.after.take();
-        let (mut seen, mut next, mut failed) = (0usize, None, None);
-        source.scan_after(self.collection, &ranges, after.as_ref(), &mut |d| {
-            seen += 1;
-            let (shard, id) = (d.shard, d.id);
-            match if_matching(select.filter.as_ref(), d, |d| self.add(d)) {
-                Ok(ControlFlow::Continue(())) => {
-                    if seen < self.slice_docs && !self.page_full() {
-                        return ControlFlow::Continue(());
-                    }
-                    next = Some(ScanPos { shard, key: router::doc_key(id).into_string() });
-                    ControlFlow::Break(())
-                }
-                // The share needs nothing more (LIMIT reached): done.
-                Ok(ControlFlow::Break(())) => ControlFlow::Break(()),
-                Err(e) => {
-                    failed = Some(e);
-                    ControlFlow::Break(())
-                }
-            }
-        });
-        self.scanned += seen as u64;
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        let more = next.is_some();
-        self.after = next;
-        Ok(more)
+        let (collection, slice_docs) = (self.collection, self.slice_docs);
+        let (seen, next) = scan_slice(
+            source,
+            collection,
+            select.filter.as_ref(),
+            ranges,
+            after.as_ref(),
+            slice_docs,
+            &mut |d| {
+                Ok(match self.add(d)? {
+                    ControlFlow::Continue(()) if self.page_full() => SliceStep::EndSlice,
+                    ControlFlow::Continue(()) => SliceStep::Next,
+                    // The share needs nothing more (LIMIT reached): done.
+                    ControlFlow::Break(()) => SliceStep::Done,
+                })
+            },
+        );
+        self.scanned += seen;
+        self.after = next?;
+        Ok(self.after.is_some())
     }
 
     /// Whether a streamed page holds as many rows or bytes as one page may.
@@ -1418,17 +1469,7 @@ pub fn execute_update<'s, S: FragmentSource>(
     let mut out = WritePartial::default();
     out.rows_scanned =
         for_each_match(source, &update.collection, update.filter.as_ref(), ranges, &mut |d| {
-            let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
-            let doc = apply_assignments(&update.assignments, &row, d.doc)?;
-            if !update.returning.is_empty() {
-                out.returning.push(returning_row(&update.returning, d.id, &doc)?);
-            }
-            out.push_intent(WriteIntent::Put {
-                id: d.id.to_owned(),
-                shard: d.shard,
-                version_read: Some(d.version),
-                doc,
-            })
+            update_one(update, &mut out, d)
         })?;
     Ok(out)
 }
@@ -1442,21 +1483,140 @@ pub fn execute_delete<'s, S: FragmentSource>(
     let mut out = WritePartial::default();
     out.rows_scanned =
         for_each_match(source, &delete.collection, delete.filter.as_ref(), ranges, &mut |d| {
-            if !delete.returning.is_empty() {
-                let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
-                out.returning.push(output_row(&delete.returning, &row)?);
-            }
-            let flow = out.push_intent(WriteIntent::Delete {
-                id: d.id.to_owned(),
-                shard: d.shard,
-                version_read: d.version,
-            })?;
-            Ok(match delete.per_fragment_max {
-                Some(max) if out.intents.len() >= max => ControlFlow::Break(()),
-                _ => flow,
-            })
+            delete_one(delete, &mut out, d)
         })?;
     Ok(out)
+}
+
+/// Adds the write an UPDATE makes of one matching document (and its RETURNING row).
+fn update_one<'v, D: DocValue<'v>>(
+    update: &'v Update,
+    out: &mut WritePartial,
+    d: SourceDoc<'v, D>,
+) -> Result<ControlFlow<()>, ExecError> {
+    let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
+    let doc = apply_assignments(&update.assignments, &row, d.doc)?;
+    if !update.returning.is_empty() {
+        out.returning.push(returning_row(&update.returning, d.id, &doc)?);
+    }
+    out.push_intent(WriteIntent::Put {
+        id: d.id.to_owned(),
+        shard: d.shard,
+        version_read: Some(d.version),
+        doc,
+    })
+}
+
+/// Adds the delete of one matching document (and its RETURNING row); `Break` once the
+/// fragment's share is deleted (`Delete::per_fragment_max`).
+fn delete_one<'v, D: DocValue<'v>>(
+    delete: &'v Delete,
+    out: &mut WritePartial,
+    d: SourceDoc<'v, D>,
+) -> Result<ControlFlow<()>, ExecError> {
+    if !delete.returning.is_empty() {
+        let row = Row { id: d.id, doc: Some(d.doc), excluded: None };
+        out.returning.push(output_row(&delete.returning, &row)?);
+    }
+    let flow = out.push_intent(WriteIntent::Delete {
+        id: d.id.to_owned(),
+        shard: d.shard,
+        version_read: d.version,
+    })?;
+    Ok(match delete.per_fragment_max {
+        Some(max) if out.intents.len() >= max => ControlFlow::Break(()),
+        _ => flow,
+    })
+}
+
+/// One fragment's share of an UPDATE or DELETE read in slices of at most `slice_docs`
+/// documents ([`WriteScan::read_slice`]), between which the caller lets other work of its
+/// executor run, as [`SelectScan`] does for a SELECT: the writes and RETURNING rows found so
+/// far carry over, so the share is [`execute_update`]'s or [`execute_delete`]'s either way.
+/// Each slice sees the fragment at its own instant: only a source whose reads are validated
+/// afterwards (a transaction block's, which records every version read and range counted)
+/// may be read this way.
+pub struct WriteScan<'s> {
+    statement: WriteStatement<'s>,
+    after: Option<ScanPos>,
+    slice_docs: usize,
+    out: WritePartial,
+}
+
+enum WriteStatement<'s> {
+    Update(&'s Update),
+    Delete(&'s Delete),
+}
+
+impl<'s> WriteScan<'s> {
+    /// A scan of an UPDATE's or DELETE's share reading at most `slice_docs` documents (at
+    /// least 1) per slice, nothing read yet.
+    pub fn new(statement: &'s Statement, slice_docs: usize) -> Result<WriteScan<'s>, ExecError> {
+        let statement = match statement {
+            Statement::Update(u) => WriteStatement::Update(u),
+            Statement::Delete(d) => WriteStatement::Delete(d),
+            _ => {
+                return Err(ExecError::WrongStatement {
+                    what: "a sliced scan of a non-UPDATE, non-DELETE",
+                });
+            }
+        };
+        Ok(WriteScan {
+            statement,
+            after: None,
+            slice_docs: slice_docs.max(1),
+            out: WritePartial::default(),
+        })
+    }
+
+    /// Reads the next slice after where the last ended; returns whether documents remain (an
+    /// id filter reads its documents at once).
+    pub fn read_slice<'a, S: PagedSource>(
+        &mut self,
+        source: &'a S,
+        ranges: &[ShardRange],
+    ) -> Result<bool, ExecError>
+    where
+        's: 'a,
+    {
+        let (collection, filter) = match self.statement {
+            WriteStatement::Update(u) => (&u.collection, u.filter.as_ref()),
+            WriteStatement::Delete(d) => (&d.collection, d.filter.as_ref()),
+        };
+        let out = &mut self.out;
+        let mut each = |d: SourceDoc<'a, S::Doc<'a>>| match self.statement {
+            WriteStatement::Update(u) => update_one(u, out, d),
+            WriteStatement::Delete(del) => delete_one(del, out, d),
+        };
+        if filter.and_then(point_ids).is_some() {
+            let scanned = for_each_match(source, collection, filter, ranges, &mut each)?;
+            self.out.rows_scanned += scanned;
+            return Ok(false);
+        }
+        let after = self.after.take();
+        let (seen, next) = scan_slice(
+            source,
+            collection,
+            filter,
+            ranges,
+            after.as_ref(),
+            self.slice_docs,
+            &mut |d| {
+                Ok(match each(d)? {
+                    ControlFlow::Continue(()) => SliceStep::Next,
+                    ControlFlow::Break(()) => SliceStep::Done,
+                })
+            },
+        );
+        self.out.rows_scanned += seen;
+        self.after = next?;
+        Ok(self.after.is_some())
+    }
+
+    /// The share read so far (all of it once `read_slice` said nothing remains).
+    pub fn finish(self) -> WritePartial {
+        self.out
+    }
 }
 
 /// A document an INSERT wants to write, before placement.

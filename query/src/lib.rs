@@ -65,9 +65,9 @@ pub use bind::{bind, param_types};
 pub use error::{ExecError, ExecErrorCategory, PlanError, PlanErrorCategory};
 pub use exec::{
     Collected, DocVersion, FragmentSource, PagedSource, Partial, PlacedDocument, ResultSet,
-    ScanPos, SelectScan, SourceDoc, VerifyPartial, WriteIntent, WritePartial, execute_constant,
-    execute_delete, execute_insert, execute_select, execute_select_page, execute_update,
-    execute_verify_sharding, merge, resume_point,
+    ScanPos, SelectScan, SourceDoc, VerifyPartial, WriteIntent, WritePartial, WriteScan,
+    execute_constant, execute_delete, execute_insert, execute_select, execute_select_page,
+    execute_update, execute_verify_sharding, merge, resume_point,
 };
 pub use explain::{FragmentAnalysis, explain, explain_columns};
 pub use memory::json_bytes;

@@ -814,8 +814,11 @@ impl Core {
     }
 
     /// Runs a write statement's share inside a transaction: evaluates it through the buffer
-    /// and validates new documents against the content configuration; writes nothing.
-    pub fn txn_write(
+    /// and validates new documents against the content configuration; writes nothing. An
+    /// UPDATE or DELETE reads each fragment in slices of [`CHECK_SLICE_OPS`] documents with
+    /// [`between_slices`] after each, as [`Core::txn_select`] does (the commit validates
+    /// every version read and range counted, so the slices' instants do not matter).
+    pub async fn txn_write(
         &self,
         statement: &Statement,
         targets: &[TxnTarget],
@@ -829,12 +832,12 @@ impl Core {
                 OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref());
             let partial = match statement {
                 Statement::Insert(i) => query::execute_insert(i, &reader, &target.docs)?,
-                Statement::Update(u) => query::execute_update(u, &reader, &target.ranges)?,
-                Statement::Delete(d) => query::execute_delete(d, &reader, &target.ranges)?,
                 _ => {
-                    return Err(EngineError::Exec(query::ExecError::WrongStatement {
-                        what: "txn_write of a non-write",
-                    }));
+                    let mut scan = query::WriteScan::new(statement, CHECK_SLICE_OPS)?;
+                    while scan.read_slice(&reader, &target.ranges)? {
+                        between_slices().await;
+                    }
+                    scan.finish()
                 }
             };
             for intent in &partial.intents {

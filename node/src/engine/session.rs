@@ -1198,7 +1198,7 @@ impl Session {
                 let with = (Arc::clone(&statement), catalog);
                 let shares = self
                     .fan_out(groups, &with, |core, (stmt, view), targets| async move {
-                        core.txn_write(&stmt, &targets, rules_of(&view, &stmt))
+                        core.txn_write(&stmt, &targets, rules_of(&view, &stmt)).await
                     })
                     .await?;
                 Ok(Reply::TxnShares(shares.iter().flatten().map(share_to_wire).collect()))
@@ -1665,7 +1665,7 @@ impl Session {
         let with = (Arc::clone(statement), catalog);
         let local = self
             .fan_out(groups, &with, |core, (stmt, view), targets| async move {
-                core.txn_write(&stmt, &targets, rules_of(&view, &stmt))
+                core.txn_write(&stmt, &targets, rules_of(&view, &stmt)).await
             })
             .await;
         let answers = collect_txn(forwarded).await;

@@ -255,7 +255,7 @@ async fn run_block(
 ) -> (Txn, Vec<Outcome>) {
     let mut outcomes = Vec::with_capacity(shipped.len() + 1);
     for s in shipped {
-        match write_one(&core, &mut txn, s, &catalog) {
+        match write_one(&core, &mut txn, s, &catalog).await {
             Ok(tag) => outcomes.push(Outcome::Wrote(tag)),
             Err(e) => {
                 outcomes.push(Outcome::Failed(e));
@@ -269,7 +269,7 @@ async fn run_block(
 }
 
 /// One write of the block, as `Session::txn_statement` runs a share and absorbs it.
-fn write_one(
+async fn write_one(
     core: &Core,
     txn: &mut Txn,
     s: Shipped,
@@ -284,7 +284,7 @@ fn write_one(
         docs: s.docs,
     };
     let mut affected = 0u64;
-    for share in core.txn_write(&s.statement, &[target], rules)? {
+    for share in core.txn_write(&s.statement, &[target], rules).await? {
         affected += share.intents.len() as u64;
         txn.absorb(share.fragment, &name, share.reads, share.intents)?;
     }
