@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 
 use query::explain::FragmentAnalysis;
 use query::plan::{CollectionName, Statement};
-use query::{Datum, PlacedDocument, SqlType};
+use query::{Datum, PlacedDocument, SqlType, WriteIntent};
 use router::{FragmentId, NodeId, Placement, RoutePlan, ShardMap, ShardRange};
 
 use super::coordinator::{coordinator_of, fault, txid_for_node};
@@ -1549,27 +1549,14 @@ impl Session {
         Ok(merged.rows)
     }
 
-    /// Records what a SELECT of the block read on `fragment`, in slices of `CHECK_SLICE_OPS`
-    /// versions with `between_slices` after each: a read of many documents does not hold the
-    /// session's executor while the block's buffer takes them in.
+    /// Records what a SELECT of the block read on `fragment` ([`absorb_in_slices`]).
     async fn absorb_reads(
         &mut self,
         fragment: FragmentId,
         collection: &str,
         reads: Reads,
     ) -> Result<(), EngineError> {
-        let Reads { docs, scans } = reads;
-        let mut docs = docs.into_iter().peekable();
-        loop {
-            let slice: Vec<_> = docs.by_ref().take(CHECK_SLICE_OPS).collect();
-            if docs.peek().is_none() {
-                let last = Reads { docs: slice, scans };
-                return self.open_txn()?.absorb(fragment, collection, last, Vec::new());
-            }
-            let slice = Reads { docs: slice, scans: Vec::new() };
-            self.open_txn()?.absorb(fragment, collection, slice, Vec::new())?;
-            between_slices().await;
-        }
+        absorb_in_slices(self.open_txn()?, fragment, collection, reads, Vec::new()).await
     }
 
     /// A write inside the block: evaluated through the buffer, buffered.
@@ -1685,7 +1672,7 @@ impl Session {
             outcome.affected += share.intents.len() as u64;
             outcome.returning.extend(share.returning);
             let reads = if keep_reads { share.reads } else { Reads::default() };
-            txn.absorb(share.fragment, &collection, reads, share.intents)?;
+            absorb_in_slices(txn, share.fragment, &collection, reads, share.intents).await?;
         }
         Ok(Ok(outcome))
     }
@@ -3218,6 +3205,30 @@ fn with_writes(
 }
 
 /// A fragment's part of `txn` for the owner to commit: its writes and the reads to check.
+/// Files what a statement of a block read on `fragment`, then what it wrote, into `txn`: the
+/// versions read in slices of `CHECK_SLICE_OPS` with `between_slices` after each, so a
+/// statement that read many documents does not hold the session's executor while the
+/// block's buffer takes them in (as `Txn::absorb` of everything at once would).
+async fn absorb_in_slices(
+    txn: &mut Txn,
+    fragment: FragmentId,
+    collection: &str,
+    reads: Reads,
+    intents: Vec<WriteIntent>,
+) -> Result<(), EngineError> {
+    let Reads { docs, scans } = reads;
+    let mut docs = docs.into_iter().peekable();
+    loop {
+        let slice: Vec<_> = docs.by_ref().take(CHECK_SLICE_OPS).collect();
+        if docs.peek().is_none() {
+            return txn.absorb(fragment, collection, Reads { docs: slice, scans }, intents);
+        }
+        let slice = Reads { docs: slice, scans: Vec::new() };
+        txn.absorb(fragment, collection, slice, Vec::new())?;
+        between_slices().await;
+    }
+}
+
 /// Which checks of a read-only part go to its node (`Session::validate_reads`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Checks {

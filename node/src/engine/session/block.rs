@@ -286,7 +286,7 @@ async fn write_one(
     let mut affected = 0u64;
     for share in core.txn_write(&s.statement, &[target], rules).await? {
         affected += share.intents.len() as u64;
-        txn.absorb(share.fragment, &name, share.reads, share.intents)?;
+        super::absorb_in_slices(txn, share.fragment, &name, share.reads, share.intents).await?;
     }
     Ok(match &*s.statement {
         Statement::Insert(_) => CommandTag::insert(affected),
