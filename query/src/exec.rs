@@ -1552,21 +1552,32 @@ impl<'s> WriteScan<'s> {
     /// A scan of an UPDATE's or DELETE's share reading at most `slice_docs` documents (at
     /// least 1) per slice, nothing read yet.
     pub fn new(statement: &'s Statement, slice_docs: usize) -> Result<WriteScan<'s>, ExecError> {
-        let statement = match statement {
-            Statement::Update(u) => WriteStatement::Update(u),
-            Statement::Delete(d) => WriteStatement::Delete(d),
+        match statement {
+            Statement::Update(u) => Ok(WriteScan::update(u, slice_docs)),
+            Statement::Delete(d) => Ok(WriteScan::delete(d, slice_docs)),
             _ => {
-                return Err(ExecError::WrongStatement {
-                    what: "a sliced scan of a non-UPDATE, non-DELETE",
-                });
+                Err(ExecError::WrongStatement { what: "a sliced scan of a non-UPDATE, non-DELETE" })
             }
-        };
-        Ok(WriteScan {
+        }
+    }
+
+    /// A scan of an UPDATE's share ([`WriteScan::new`]).
+    pub fn update(update: &'s Update, slice_docs: usize) -> WriteScan<'s> {
+        WriteScan::of(WriteStatement::Update(update), slice_docs)
+    }
+
+    /// A scan of a DELETE's share ([`WriteScan::new`]).
+    pub fn delete(delete: &'s Delete, slice_docs: usize) -> WriteScan<'s> {
+        WriteScan::of(WriteStatement::Delete(delete), slice_docs)
+    }
+
+    fn of(statement: WriteStatement<'s>, slice_docs: usize) -> WriteScan<'s> {
+        WriteScan {
             statement,
             after: None,
             slice_docs: slice_docs.max(1),
             out: WritePartial::default(),
-        })
+        }
     }
 
     /// Reads the next slice after where the last ended; returns whether documents remain (an
@@ -1611,6 +1622,11 @@ impl<'s> WriteScan<'s> {
         self.out.rows_scanned += seen;
         self.after = next?;
         Ok(self.after.is_some())
+    }
+
+    /// The same scan from the start, nothing read: to read the share again at another instant.
+    pub fn restart(self) -> WriteScan<'s> {
+        WriteScan::of(self.statement, self.slice_docs)
     }
 
     /// The share read so far (all of it once `read_slice` said nothing remains).

@@ -655,6 +655,10 @@ pub(crate) struct Inner {
     pub chunk_micros: Cell<u64>,
     /// Records in the last chunk made durable (set by the writer).
     pub chunk_records: Cell<usize>,
+    /// Whether new writes are held off ([`Fragment::pause_writes`]), and who waits for that
+    /// to end (writers and the next pause).
+    pub paused: Cell<bool>,
+    pub pause_waiters: RefCell<VecDeque<Waker>>,
 }
 
 /// Validates the document `lk` (`lock_key` of `collection` and `key`) one operation names:
@@ -704,6 +708,28 @@ pub(crate) fn lock_key(collection: &str, key: &str) -> String {
     k.push('\0');
     k.push_str(key);
     k
+}
+
+/// New writes to a fragment held off while this lives ([`Fragment::pause_writes`]); dropping
+/// it lets them go.
+#[must_use = "writes resume when the pause is dropped"]
+pub struct WritePause {
+    inner: Rc<Inner>,
+}
+
+impl Drop for WritePause {
+    fn drop(&mut self) {
+        self.inner.paused.set(false);
+        for waker in self.inner.pause_waiters.borrow_mut().drain(..) {
+            waker.wake();
+        }
+    }
+}
+
+impl std::fmt::Debug for WritePause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WritePause").field("fragment", &self.inner.id).finish()
+    }
 }
 
 /// One fragment: a contiguous shard range with its own log and index, owned by one executor.
@@ -764,6 +790,8 @@ impl Fragment {
             writer_splits_waves: Cell::new(false),
             chunk_micros: Cell::new(0),
             chunk_records: Cell::new(0),
+            paused: Cell::new(false),
+            pause_waiters: RefCell::new(VecDeque::new()),
         });
         let split = inner.options.split_waves;
         let (writer, own_queue) = crate::log::spawn_writer(&inner, split);
@@ -824,7 +852,7 @@ impl Fragment {
     /// first. A transaction whose Prepare record is not durable yet becomes visible when its
     /// Commit record is.
     pub async fn commit_prepared_visible(&self, txid: TxId) -> Result<CommitDurable, AppendError> {
-        self.wait_for_space().await?;
+        self.ready_to_write().await?;
         let done = {
             let mut st = self.inner.st.borrow_mut();
             self.check_open(&st)?;
@@ -935,7 +963,7 @@ impl Fragment {
     }
 
     async fn finish_prepared(&self, txid: TxId, commit: bool) -> Result<Lsn, AppendError> {
-        self.wait_for_space().await?;
+        self.ready_to_write().await?;
         let done = {
             let mut st = self.inner.st.borrow_mut();
             self.check_open(&st)?;
@@ -1010,7 +1038,7 @@ impl Fragment {
         if parts.bytes > BATCH_BYTES_MAX {
             return Err(InputError::BatchBytes { bytes: parts.bytes, max: BATCH_BYTES_MAX }.into());
         }
-        self.wait_for_space().await?;
+        self.ready_to_write().await?;
         let done = {
             let mut st = self.inner.st.borrow_mut();
             self.check_open(&st)?;
@@ -1301,6 +1329,65 @@ impl Fragment {
             std::task::Poll::Pending
         })
         .await
+    }
+
+    /// Waits until a write may be validated and queued: room in the queue
+    /// ([`Fragment::wait_for_space`]) and no pause ([`Fragment::pause_writes`]). The caller
+    /// validates and queues right after, with no `.await` in between.
+    async fn ready_to_write(&self) -> Result<(), AppendError> {
+        loop {
+            self.wait_for_space().await?;
+            if !self.inner.paused.get() {
+                return Ok(());
+            }
+            cov_mark::hit!(write_waits_for_pause);
+            self.pause_ended().await;
+        }
+    }
+
+    /// Waits until no pause is on.
+    async fn pause_ended(&self) {
+        std::future::poll_fn(|cx| {
+            if !self.inner.paused.get() {
+                return std::task::Poll::Ready(());
+            }
+            self.inner.pause_waiters.borrow_mut().push_back(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+        .await
+    }
+
+    /// Holds off every new write to this fragment (batches, prepares, a prepared
+    /// transaction's commit or abort) until the returned guard is dropped, once every write
+    /// queued before is durable and readable: a reader holding it sees one instant's state
+    /// across slices it yields between, while reads of other tasks go on and writes wait, as
+    /// they would for a read in one go. For a long read that must stand for one instant (an
+    /// autocommit UPDATE or DELETE read in slices); drop the guard right before submitting
+    /// what it decided, which then goes first (no `.await` before its validation). One pause
+    /// at a time: a second waits for the first to end, and lets the writes that waited for
+    /// it go first.
+    pub async fn pause_writes(&self) -> Result<WritePause, AppendError> {
+        loop {
+            self.pause_ended().await;
+            // Writes woken by the end of the last pause are queued to run: behind them.
+            let mut yielded = false;
+            std::future::poll_fn(|cx| {
+                if std::mem::replace(&mut yielded, true) {
+                    return std::task::Poll::Ready(());
+                }
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            })
+            .await;
+            if !self.inner.paused.get() {
+                break;
+            }
+        }
+        self.check_open(&self.inner.st.borrow())?;
+        self.inner.paused.set(true);
+        let pause = WritePause { inner: Rc::clone(&self.inner) };
+        self.wait_durable(self.last_queued_lsn()).await?;
+        Ok(pause)
     }
 
     fn wake_writer(&self) {

@@ -3,22 +3,13 @@
 
 mod common;
 
-use std::future::Future;
 use std::rc::Rc;
-use std::task::Poll;
 
 use common::*;
 use serde_json::json;
 use storage::{AppendError, FaultyDisk, Lsn, Version, WriteBatch};
 
 const SEGMENT: u64 = 1 << 20;
-
-/// Polls `fut` exactly once; after that a write is queued but not yet durable (the writer task
-/// has not run: nothing has yielded to it).
-async fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-    let mut fut = fut;
-    std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await
-}
 
 // Checks the conflict case the node needs: a write queued by one task makes a second write
 // conflict; the second task waits for the queued write's group commit and then reads its

@@ -21,7 +21,7 @@ use query::plan::Statement;
 use query::plan::{CollectionName, Delete, Insert, Select, Update};
 use query::{Partial, PlacedDocument, WriteIntent, WritePartial};
 use router::{FragmentId, ShardRange, ShardingConfig};
-use storage::{AppendError, Fragment, FragmentOptions, TxId, Version, WriteBatch};
+use storage::{AppendError, Fragment, FragmentOptions, TxId, Version, WriteBatch, WritePause};
 
 use super::coordinator::coordinator_of;
 use super::coordinator::{Coordinator, DecisionRow, fault};
@@ -259,6 +259,42 @@ const _: () = assert!(CHECK_SLICE_OPS <= TXN_FRAGMENT_OPS_MAX);
 /// measured): `SLICE_PAUSE`.
 pub async fn between_slices() {
     glommio::timer::sleep(SLICE_PAUSE).await;
+}
+
+/// Reads an UPDATE's or DELETE's share on `fragment` through a reader `make` builds: in one
+/// slice when it fits ([`CHECK_SLICE_OPS`] documents), else again from the start, through a
+/// fresh reader, with the fragment's writes held off (`Fragment::pause_writes`) and
+/// [`between_slices`] after each slice: other statements of the executor run meanwhile and
+/// the share still reads one instant of the fragment, as in one go. That is what an autocommit
+/// write needs (its batch checks only the documents it writes); a block's, whose commit checks
+/// everything read, reads the same way. Returns the share, the reader that read it (with the
+/// versions an overlay recorded) and the pause, if one was taken.
+async fn read_scan<'s, S: query::PagedSource>(
+    fragment: &Fragment,
+    make: impl Fn() -> S,
+    mut scan: query::WriteScan<'s>,
+    ranges: &[ShardRange],
+) -> Result<(WritePartial, S, Option<WritePause>), EngineError> {
+    let reader = make();
+    if !scan.read_slice(&reader, ranges)? {
+        return Ok((scan.finish(), reader, None));
+    }
+    drop(reader);
+    let pause = fragment.pause_writes().await?;
+    let reader = make();
+    let mut scan = scan.restart();
+    while scan.read_slice(&reader, ranges)? {
+        between_slices().await;
+    }
+    Ok((scan.finish(), reader, Some(pause)))
+}
+
+/// One fragment's share of an autocommit write (`Core::write_fragment`).
+#[derive(Clone, Copy)]
+enum WriteShare<'a> {
+    Insert(&'a Insert, &'a [PlacedDocument]),
+    Update(&'a Update, &'a [ShardRange]),
+    Delete(&'a Delete, &'a [ShardRange]),
 }
 
 /// Runs `scan` over `ranges` of `source` to its end, a slice at a time with
@@ -623,8 +659,8 @@ impl Core {
     ) -> Result<WriteOutcome, EngineError> {
         let mut outcome = WriteOutcome::default();
         for target in targets {
-            let run = |r: &FragmentReader<'_>| query::execute_update(update, r, &target.ranges);
-            self.write_fragment(target.fragment, &update.collection, rules, run, &mut outcome)
+            let share = WriteShare::Update(update, &target.ranges);
+            self.write_fragment(target.fragment, &update.collection, rules, share, &mut outcome)
                 .await?;
         }
         Ok(outcome)
@@ -638,9 +674,9 @@ impl Core {
     ) -> Result<WriteOutcome, EngineError> {
         let mut outcome = WriteOutcome::default();
         for target in targets {
-            let run = |r: &FragmentReader<'_>| query::execute_delete(delete, r, &target.ranges);
+            let share = WriteShare::Delete(delete, &target.ranges);
             let rules = Rules::default();
-            self.write_fragment(target.fragment, &delete.collection, rules, run, &mut outcome)
+            self.write_fragment(target.fragment, &delete.collection, rules, share, &mut outcome)
                 .await?;
         }
         Ok(outcome)
@@ -655,10 +691,31 @@ impl Core {
     ) -> Result<WriteOutcome, EngineError> {
         let mut outcome = WriteOutcome::default();
         for (fragment, docs) in per_fragment {
-            let run = |r: &FragmentReader<'_>| query::execute_insert(insert, r, docs);
-            self.write_fragment(*fragment, &insert.collection, rules, run, &mut outcome).await?;
+            let share = WriteShare::Insert(insert, docs);
+            self.write_fragment(*fragment, &insert.collection, rules, share, &mut outcome).await?;
         }
         Ok(outcome)
+    }
+
+    /// Reads what an autocommit write does on `fragment` (an UPDATE's or DELETE's share through
+    /// [`read_scan`]). The pause is returned to be dropped right before the batch is applied,
+    /// which then goes before any write that waited.
+    async fn read_write_share(
+        &self,
+        fragment: &Fragment,
+        share: &WriteShare<'_>,
+    ) -> Result<(WritePartial, Option<WritePause>), EngineError> {
+        let (scan, ranges) = match *share {
+            WriteShare::Insert(insert, docs) => {
+                let reader = FragmentReader::new(fragment);
+                return Ok((query::execute_insert(insert, &reader, docs)?, None));
+            }
+            WriteShare::Update(u, ranges) => (query::WriteScan::update(u, CHECK_SLICE_OPS), ranges),
+            WriteShare::Delete(d, ranges) => (query::WriteScan::delete(d, CHECK_SLICE_OPS), ranges),
+        };
+        let (partial, _, pause) =
+            read_scan(fragment, || FragmentReader::new(fragment), scan, ranges).await?;
+        Ok((partial, pause))
     }
 
     /// Evaluates a write on one fragment and applies its intents as one atomic batch, re-running
@@ -668,20 +725,20 @@ impl Core {
         id: FragmentId,
         collection: &CollectionName,
         rules: Rules<'_>,
-        run: impl Fn(&FragmentReader<'_>) -> Result<WritePartial, query::ExecError>,
+        share: WriteShare<'_>,
         outcome: &mut WriteOutcome,
     ) -> Result<(), EngineError> {
         let fragment = self.fragment(id)?;
         for attempt in 1..=WRITE_ATTEMPTS_MAX {
             self.writable(id)?;
             let started = Instant::now();
-            let (returning, rows_scanned, affected, batch) = {
-                let reader = FragmentReader::new(&fragment);
-                let WritePartial { intents, returning, rows_scanned, .. } = run(&reader)?;
-                let affected = intents.len() as u64;
-                (returning, rows_scanned, affected, batch_of(collection.as_str(), intents, rules)?)
-            };
+            let (read, pause) = self.read_write_share(&fragment, &share).await?;
+            let WritePartial { intents, returning, rows_scanned, .. } = read;
+            let affected = intents.len() as u64;
+            let batch = batch_of(collection.as_str(), intents, rules)?;
             super::txn::within_fragment_limit(id, &batch)?;
+            // The batch goes first once the pause ends: no `.await` before its validation.
+            drop(pause);
             if !batch.is_empty() {
                 let commit_started = Instant::now();
                 match fragment.apply(batch).await {
@@ -828,16 +885,19 @@ impl Core {
         for target in targets {
             let started = Instant::now();
             let fragment = self.fragment(target.fragment)?;
-            let reader =
-                OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref());
-            let partial = match statement {
-                Statement::Insert(i) => query::execute_insert(i, &reader, &target.docs)?,
+            let make =
+                || OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref());
+            let (partial, reader) = match statement {
+                Statement::Insert(i) => {
+                    let reader = make();
+                    (query::execute_insert(i, &reader, &target.docs)?, reader)
+                }
                 _ => {
-                    let mut scan = query::WriteScan::new(statement, CHECK_SLICE_OPS)?;
-                    while scan.read_slice(&reader, &target.ranges)? {
-                        between_slices().await;
-                    }
-                    scan.finish()
+                    let scan = query::WriteScan::new(statement, CHECK_SLICE_OPS)?;
+                    let (partial, reader, pause) =
+                        read_scan(&fragment, make, scan, &target.ranges).await?;
+                    drop(pause);
+                    (partial, reader)
                 }
             };
             for intent in &partial.intents {

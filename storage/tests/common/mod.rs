@@ -165,3 +165,10 @@ pub fn record_layout(segment: &Path) -> Vec<(usize, usize, usize)> {
 pub fn frame_end(offset: usize, len: usize) -> usize {
     offset + len.next_multiple_of(8)
 }
+
+/// Polls `fut` exactly once (a write polled once is validated and queued, not yet durable:
+/// the writer task has not run, nothing having yielded to it).
+pub async fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
+    let mut fut = fut;
+    std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await
+}
