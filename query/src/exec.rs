@@ -1624,6 +1624,14 @@ impl<'s> WriteScan<'s> {
         Ok(self.after.is_some())
     }
 
+    /// The collection the statement writes.
+    pub fn collection(&self) -> &'s CollectionName {
+        match self.statement {
+            WriteStatement::Update(u) => &u.collection,
+            WriteStatement::Delete(d) => &d.collection,
+        }
+    }
+
     /// The same scan from the start, nothing read: to read the share again at another instant.
     pub fn restart(self) -> WriteScan<'s> {
         WriteScan::of(self.statement, self.slice_docs)

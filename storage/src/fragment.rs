@@ -655,9 +655,9 @@ pub(crate) struct Inner {
     pub chunk_micros: Cell<u64>,
     /// Records in the last chunk made durable (set by the writer).
     pub chunk_records: Cell<usize>,
-    /// Whether new writes are held off ([`Fragment::pause_writes`]), and who waits for that
-    /// to end (writers and the next pause).
-    pub paused: Cell<bool>,
+    /// The documents a pause holds still ([`Fragment::pause_writes`]), and who waits for it
+    /// to end (writers of them and the next pause).
+    pub paused: RefCell<Option<Paused>>,
     pub pause_waiters: RefCell<VecDeque<Waker>>,
 }
 
@@ -710,8 +710,22 @@ pub(crate) fn lock_key(collection: &str, key: &str) -> String {
     k
 }
 
-/// New writes to a fragment held off while this lives ([`Fragment::pause_writes`]); dropping
-/// it lets them go.
+/// What a pause holds still ([`Fragment::pause_writes`]): one collection's documents in some
+/// shard ranges.
+#[derive(Debug)]
+pub(crate) struct Paused {
+    collection: String,
+    ranges: Vec<ShardRange>,
+}
+
+impl Paused {
+    fn covers(&self, collection: &str, shard: ShardId) -> bool {
+        self.collection == collection && self.ranges.iter().any(|r| r.contains(shard))
+    }
+}
+
+/// Writes of some documents of a fragment held off while this lives
+/// ([`Fragment::pause_writes`]); dropping it lets them go.
 #[must_use = "writes resume when the pause is dropped"]
 pub struct WritePause {
     inner: Rc<Inner>,
@@ -719,7 +733,7 @@ pub struct WritePause {
 
 impl Drop for WritePause {
     fn drop(&mut self) {
-        self.inner.paused.set(false);
+        self.inner.paused.borrow_mut().take();
         for waker in self.inner.pause_waiters.borrow_mut().drain(..) {
             waker.wake();
         }
@@ -790,7 +804,7 @@ impl Fragment {
             writer_splits_waves: Cell::new(false),
             chunk_micros: Cell::new(0),
             chunk_records: Cell::new(0),
-            paused: Cell::new(false),
+            paused: RefCell::new(None),
             pause_waiters: RefCell::new(VecDeque::new()),
         });
         let split = inner.options.split_waves;
@@ -852,7 +866,7 @@ impl Fragment {
     /// first. A transaction whose Prepare record is not durable yet becomes visible when its
     /// Commit record is.
     pub async fn commit_prepared_visible(&self, txid: TxId) -> Result<CommitDurable, AppendError> {
-        self.ready_to_write().await?;
+        self.ready_to_write(|st, paused| Self::prepared_touches(st, paused, txid)).await?;
         let done = {
             let mut st = self.inner.st.borrow_mut();
             self.check_open(&st)?;
@@ -963,7 +977,7 @@ impl Fragment {
     }
 
     async fn finish_prepared(&self, txid: TxId, commit: bool) -> Result<Lsn, AppendError> {
-        self.ready_to_write().await?;
+        self.ready_to_write(|st, paused| Self::prepared_touches(st, paused, txid)).await?;
         let done = {
             let mut st = self.inner.st.borrow_mut();
             self.check_open(&st)?;
@@ -1038,7 +1052,14 @@ impl Fragment {
         if parts.bytes > BATCH_BYTES_MAX {
             return Err(InputError::BatchBytes { bytes: parts.bytes, max: BATCH_BYTES_MAX }.into());
         }
-        self.ready_to_write().await?;
+        let touches = |_: &State, paused: &Paused| {
+            // A check writes nothing: it never waits.
+            ops.iter().filter(|op| !matches!(op, WriteOp::Check { .. })).any(|op| {
+                let (collection, _, shard) = op_names(op);
+                paused.covers(collection, shard)
+            })
+        };
+        self.ready_to_write(touches).await?;
         let done = {
             let mut st = self.inner.st.borrow_mut();
             self.check_open(&st)?;
@@ -1332,12 +1353,20 @@ impl Fragment {
     }
 
     /// Waits until a write may be validated and queued: room in the queue
-    /// ([`Fragment::wait_for_space`]) and no pause ([`Fragment::pause_writes`]). The caller
-    /// validates and queues right after, with no `.await` in between.
-    async fn ready_to_write(&self) -> Result<(), AppendError> {
+    /// ([`Fragment::wait_for_space`]) and no pause holding still a document it writes
+    /// (`touches`, asked of the pause on: [`Fragment::pause_writes`]). The caller validates
+    /// and queues right after, with no `.await` in between.
+    async fn ready_to_write(
+        &self,
+        touches: impl Fn(&State, &Paused) -> bool,
+    ) -> Result<(), AppendError> {
         loop {
             self.wait_for_space().await?;
-            if !self.inner.paused.get() {
+            let blocked = match &*self.inner.paused.borrow() {
+                Some(paused) => touches(&self.inner.st.borrow(), paused),
+                None => false,
+            };
+            if !blocked {
                 return Ok(());
             }
             cov_mark::hit!(write_waits_for_pause);
@@ -1345,10 +1374,15 @@ impl Fragment {
         }
     }
 
+    /// Whether the prepared transaction `txid` writes a document `paused` holds still.
+    fn prepared_touches(st: &State, paused: &Paused, txid: TxId) -> bool {
+        st.txns.get(&txid).is_some_and(|t| t.ops().any(|m| paused.covers(m.collection(), m.shard)))
+    }
+
     /// Waits until no pause is on.
     async fn pause_ended(&self) {
         std::future::poll_fn(|cx| {
-            if !self.inner.paused.get() {
+            if self.inner.paused.borrow().is_none() {
                 return std::task::Poll::Ready(());
             }
             self.inner.pause_waiters.borrow_mut().push_back(cx.waker().clone());
@@ -1357,16 +1391,21 @@ impl Fragment {
         .await
     }
 
-    /// Holds off every new write to this fragment (batches, prepares, a prepared
-    /// transaction's commit or abort) until the returned guard is dropped, once every write
-    /// queued before is durable and readable: a reader holding it sees one instant's state
-    /// across slices it yields between, while reads of other tasks go on and writes wait, as
-    /// they would for a read in one go. For a long read that must stand for one instant (an
-    /// autocommit UPDATE or DELETE read in slices); drop the guard right before submitting
-    /// what it decided, which then goes first (no `.await` before its validation). One pause
-    /// at a time: a second waits for the first to end, and lets the writes that waited for
-    /// it go first.
-    pub async fn pause_writes(&self) -> Result<WritePause, AppendError> {
+    /// Holds off every new write of a document of `collection` in `ranges` on this fragment
+    /// (a batch, a prepare, a prepared transaction's commit or abort writing one waits) until
+    /// the returned guard is dropped, once every write queued before is durable and readable:
+    /// a reader of those documents holding it sees one instant's state across slices it
+    /// yields between, while reads go on, writes of other documents too, and writes of them
+    /// wait, as they would for a read in one go. For a long read that must stand for one
+    /// instant (an autocommit UPDATE or DELETE read in slices); drop the guard right before
+    /// submitting what it decided, which then goes first (no `.await` before its validation).
+    /// One pause at a time: a second waits for the first to end, and lets the writes that
+    /// waited for it go first.
+    pub async fn pause_writes(
+        &self,
+        collection: &str,
+        ranges: &[ShardRange],
+    ) -> Result<WritePause, AppendError> {
         loop {
             self.pause_ended().await;
             // Writes woken by the end of the last pause are queued to run: behind them.
@@ -1379,12 +1418,13 @@ impl Fragment {
                 std::task::Poll::Pending
             })
             .await;
-            if !self.inner.paused.get() {
+            if self.inner.paused.borrow().is_none() {
                 break;
             }
         }
         self.check_open(&self.inner.st.borrow())?;
-        self.inner.paused.set(true);
+        *self.inner.paused.borrow_mut() =
+            Some(Paused { collection: collection.to_owned(), ranges: ranges.to_vec() });
         let pause = WritePause { inner: Rc::clone(&self.inner) };
         self.wait_durable(self.last_queued_lsn()).await?;
         Ok(pause)

@@ -1,7 +1,9 @@
-//! `Fragment::pause_writes`: while a pause lives, no new write is validated or queued on the
-//! fragment (batches, a prepared transaction's commit), so a reader that yields between
-//! slices sees one instant's state; the pause starts once every write queued before it is
-//! readable; one pause at a time, and the writes that waited for one go before the next.
+//! `Fragment::pause_writes`: while a pause lives, no new write of the documents it holds still
+//! (a collection's, in some shard ranges) is validated or queued on the fragment (batches, a
+//! prepared transaction's commit), so a reader of them that yields between slices sees one
+//! instant's state; writes of other documents go on; the pause starts once every write
+//! queued before it is readable; one pause at a time, and the writes that waited for one go
+//! before the next.
 
 mod common;
 
@@ -9,14 +11,17 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use common::*;
+use router::ShardRange;
 use serde_json::json;
 use storage::{Fragment, TxId};
 
 const SEGMENT: u64 = 1 << 20;
 
-// Checks a pause: it begins only once a write queued before it is durable and readable; a
-// write and a prepared transaction's commit asked for meanwhile are not even queued (the log
-// and what readers see stay as they were) until it is dropped, and then both complete.
+// Checks a pause of collection `c`: it begins only once a write queued before it is durable
+// and readable; a write of `c` and a prepared transaction's commit writing `c` asked for
+// meanwhile are not even queued (the log and what readers see stay as they were) until it
+// is dropped, and then both complete; a write of collection `d`, and a checks-only batch of
+// `c`, are queued during the pause.
 #[test]
 fn pause_holds_off_writes_until_dropped() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -28,8 +33,14 @@ fn pause_holds_off_writes_until_dropped() {
         let mut queued = Box::pin(f.apply(put("c", "a", json!(1))));
         assert!(poll_once(queued.as_mut()).await.is_pending(), "queued, not durable");
         assert_eq!(f.version_of("c", "a"), None);
-        let pause = f.pause_writes().await.expect("paused");
+        let pause = f.pause_writes("c", &[ShardRange::ALL]).await.expect("paused");
         assert!(f.version_of("c", "a").is_some(), "what was queued before is readable");
+        let mut other = Box::pin(f.apply(put("d", "x", json!(3))));
+        assert!(poll_once(other.as_mut()).await.is_pending());
+        let a = f.version_of("c", "a").expect("a");
+        let check = storage::WriteBatch::new().check("c", "a", shard_of("a"), a);
+        f.apply(check).await.expect("a check of `c` during the pause");
+        other.await.expect("a write of another collection during the pause");
         let before = f.last_queued_lsn();
         let mut write = Box::pin(f.apply(put("c", "b", json!(2))));
         assert!(poll_once(write.as_mut()).await.is_pending());
@@ -55,12 +66,12 @@ fn pauses_take_turns_behind_waiting_writes() {
     let path = dir.path().to_path_buf();
     run(move || async move {
         let f = Rc::new(open(&path, options(SEGMENT)).await);
-        let first = f.pause_writes().await.expect("paused");
+        let first = f.pause_writes("c", &[ShardRange::ALL]).await.expect("paused");
         let seen: Rc<RefCell<Option<bool>>> = Rc::default();
         let second = {
             let (f, seen) = (Rc::clone(&f), Rc::clone(&seen));
             glommio::spawn_local(async move {
-                let pause = f.pause_writes().await.expect("second pause");
+                let pause = f.pause_writes("e", &[ShardRange::ALL]).await.expect("second pause");
                 *seen.borrow_mut() = Some(f.version_of("c", "w").is_some());
                 drop(pause);
             })

@@ -261,34 +261,6 @@ pub async fn between_slices() {
     glommio::timer::sleep(SLICE_PAUSE).await;
 }
 
-/// Reads an UPDATE's or DELETE's share on `fragment` through a reader `make` builds: in one
-/// slice when it fits ([`CHECK_SLICE_OPS`] documents), else again from the start, through a
-/// fresh reader, with the fragment's writes held off (`Fragment::pause_writes`) and
-/// [`between_slices`] after each slice: other statements of the executor run meanwhile and
-/// the share still reads one instant of the fragment, as in one go. That is what an autocommit
-/// write needs (its batch checks only the documents it writes); a block's, whose commit checks
-/// everything read, reads the same way. Returns the share, the reader that read it (with the
-/// versions an overlay recorded) and the pause, if one was taken.
-async fn read_scan<'s, S: query::PagedSource>(
-    fragment: &Fragment,
-    make: impl Fn() -> S,
-    mut scan: query::WriteScan<'s>,
-    ranges: &[ShardRange],
-) -> Result<(WritePartial, S, Option<WritePause>), EngineError> {
-    let reader = make();
-    if !scan.read_slice(&reader, ranges)? {
-        return Ok((scan.finish(), reader, None));
-    }
-    drop(reader);
-    let pause = fragment.pause_writes().await?;
-    let reader = make();
-    let mut scan = scan.restart();
-    while scan.read_slice(&reader, ranges)? {
-        between_slices().await;
-    }
-    Ok((scan.finish(), reader, Some(pause)))
-}
-
 /// One fragment's share of an autocommit write (`Core::write_fragment`).
 #[derive(Clone, Copy)]
 enum WriteShare<'a> {
@@ -697,25 +669,36 @@ impl Core {
         Ok(outcome)
     }
 
-    /// Reads what an autocommit write does on `fragment` (an UPDATE's or DELETE's share through
-    /// [`read_scan`]). The pause is returned to be dropped right before the batch is applied,
-    /// which then goes before any write that waited.
+    /// Reads what an autocommit write of one fragment does there. An UPDATE's or DELETE's
+    /// share is read in one slice when it fits ([`CHECK_SLICE_OPS`] documents), else again
+    /// from the start with writes of its collection's documents in its ranges held off
+    /// (`Fragment::pause_writes`) and [`between_slices`] after each slice: other statements
+    /// of the executor run meanwhile (writes of other documents too) and the share still
+    /// reads one instant, as in one go, which it needs (its batch checks only the documents
+    /// it writes). The pause is returned to be dropped right before the batch is submitted,
+    /// which then goes before the writes that waited.
     async fn read_write_share(
         &self,
         fragment: &Fragment,
         share: &WriteShare<'_>,
     ) -> Result<(WritePartial, Option<WritePause>), EngineError> {
-        let (scan, ranges) = match *share {
+        let reader = FragmentReader::new(fragment);
+        let (mut scan, ranges) = match *share {
             WriteShare::Insert(insert, docs) => {
-                let reader = FragmentReader::new(fragment);
                 return Ok((query::execute_insert(insert, &reader, docs)?, None));
             }
             WriteShare::Update(u, ranges) => (query::WriteScan::update(u, CHECK_SLICE_OPS), ranges),
             WriteShare::Delete(d, ranges) => (query::WriteScan::delete(d, CHECK_SLICE_OPS), ranges),
         };
-        let (partial, _, pause) =
-            read_scan(fragment, || FragmentReader::new(fragment), scan, ranges).await?;
-        Ok((partial, pause))
+        if !scan.read_slice(&reader, ranges)? {
+            return Ok((scan.finish(), None));
+        }
+        let pause = fragment.pause_writes(scan.collection().as_str(), ranges).await?;
+        let mut scan = scan.restart();
+        while scan.read_slice(&reader, ranges)? {
+            between_slices().await;
+        }
+        Ok((scan.finish(), Some(pause)))
     }
 
     /// Evaluates a write on one fragment and applies its intents as one atomic batch, re-running
@@ -871,33 +854,35 @@ impl Core {
     }
 
     /// Runs a write statement's share inside a transaction: evaluates it through the buffer
-    /// and validates new documents against the content configuration; writes nothing. An
-    /// UPDATE or DELETE reads each fragment in slices of [`CHECK_SLICE_OPS`] documents with
-    /// [`between_slices`] after each, as [`Core::txn_select`] does (the commit validates
-    /// every version read and range counted, so the slices' instants do not matter).
+    /// and validates new documents against the content configuration; writes nothing. With
+    /// `sliced` (a block's statement, whose commit validates every version read and range
+    /// counted, so the slices' instants do not matter) an UPDATE or DELETE reads each
+    /// fragment in slices of [`CHECK_SLICE_OPS`] documents with [`between_slices`] after
+    /// each, as [`Core::txn_select`] does; without (an autocommit statement over several
+    /// fragments, which checks only what it writes, or a share another node asks for, which
+    /// does not say which it is) in one go, at one instant.
     pub async fn txn_write(
         &self,
         statement: &Statement,
         targets: &[TxnTarget],
         rules: Rules<'_>,
+        sliced: bool,
     ) -> Result<Vec<TxnShare>, EngineError> {
         let mut out = Vec::with_capacity(targets.len());
         for target in targets {
             let started = Instant::now();
             let fragment = self.fragment(target.fragment)?;
-            let make =
-                || OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref());
-            let (partial, reader) = match statement {
-                Statement::Insert(i) => {
-                    let reader = make();
-                    (query::execute_insert(i, &reader, &target.docs)?, reader)
-                }
+            let reader =
+                OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref());
+            let partial = match statement {
+                Statement::Insert(i) => query::execute_insert(i, &reader, &target.docs)?,
                 _ => {
-                    let scan = query::WriteScan::new(statement, CHECK_SLICE_OPS)?;
-                    let (partial, reader, pause) =
-                        read_scan(&fragment, make, scan, &target.ranges).await?;
-                    drop(pause);
-                    (partial, reader)
+                    let docs = if sliced { CHECK_SLICE_OPS } else { usize::MAX };
+                    let mut scan = query::WriteScan::new(statement, docs)?;
+                    while scan.read_slice(&reader, &target.ranges)? {
+                        between_slices().await;
+                    }
+                    scan.finish()
                 }
             };
             for intent in &partial.intents {

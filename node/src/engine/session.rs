@@ -1198,7 +1198,7 @@ impl Session {
                 let with = (Arc::clone(&statement), catalog);
                 let shares = self
                     .fan_out(groups, &with, |core, (stmt, view), targets| async move {
-                        core.txn_write(&stmt, &targets, rules_of(&view, &stmt)).await
+                        core.txn_write(&stmt, &targets, rules_of(&view, &stmt), false).await
                     })
                     .await?;
                 Ok(Reply::TxnShares(shares.iter().flatten().map(share_to_wire).collect()))
@@ -1649,10 +1649,10 @@ impl Session {
             _ => return Err(internal("txn_statement() of a non-write")),
         };
         let forwarded = self.forward_txn(epoch, catalog.version(), remote, false)?;
-        let with = (Arc::clone(statement), catalog);
+        let with = (Arc::clone(statement), catalog, keep_reads);
         let local = self
-            .fan_out(groups, &with, |core, (stmt, view), targets| async move {
-                core.txn_write(&stmt, &targets, rules_of(&view, &stmt)).await
+            .fan_out(groups, &with, |core, (stmt, view, sliced), targets| async move {
+                core.txn_write(&stmt, &targets, rules_of(&view, &stmt), sliced).await
             })
             .await;
         let answers = collect_txn(forwarded).await;

@@ -284,7 +284,7 @@ async fn write_one(
         docs: s.docs,
     };
     let mut affected = 0u64;
-    for share in core.txn_write(&s.statement, &[target], rules).await? {
+    for share in core.txn_write(&s.statement, &[target], rules, true).await? {
         affected += share.intents.len() as u64;
         super::absorb_in_slices(txn, share.fragment, &name, share.reads, share.intents).await?;
     }
