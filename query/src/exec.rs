@@ -710,30 +710,26 @@ fn scan_slice<'a, S: PagedSource>(
         let (shard, id) = (d.shard, d.id);
         let step = if_matching(filter, d, |d| {
             each(d).map(|step| match step {
-                SliceStep::Done => ControlFlow::Break(false),
-                SliceStep::EndSlice => ControlFlow::Break(true),
-                SliceStep::Next if seen >= docs => ControlFlow::Break(true),
                 SliceStep::Next => ControlFlow::Continue(()),
+                SliceStep::EndSlice => ControlFlow::Break(true),
+                SliceStep::Done => ControlFlow::Break(false),
             })
         });
-        let step = match step {
-            // A document the filter skipped ends the slice too once it is full.
-            Ok(ControlFlow::Continue(())) if seen >= docs => ControlFlow::Break(true),
-            Ok(step) => step,
+        // `Break(more)`: the slice ends here, and the share goes on after this document.
+        let more = match step {
+            // A document skipped by the filter counts towards the slice too.
+            Ok(ControlFlow::Continue(())) if seen < docs => return ControlFlow::Continue(()),
+            Ok(ControlFlow::Continue(())) => true,
+            Ok(ControlFlow::Break(more)) => more,
             Err(e) => {
                 failed = Some(e);
-                return ControlFlow::Break(());
+                false
             }
         };
-        match step {
-            ControlFlow::Continue(()) => ControlFlow::Continue(()),
-            ControlFlow::Break(more) => {
-                if more {
-                    next = Some(ScanPos { shard, key: router::doc_key(id).into_string() });
-                }
-                ControlFlow::Break(())
-            }
+        if more {
+            next = Some(ScanPos { shard, key: router::doc_key(id).into_string() });
         }
+        ControlFlow::Break(())
     });
     (seen as u64, failed.map_or(Ok(next), Err))
 }
@@ -1533,9 +1529,10 @@ fn delete_one<'v, D: DocValue<'v>>(
 /// documents ([`WriteScan::read_slice`]), between which the caller lets other work of its
 /// executor run, as [`SelectScan`] does for a SELECT: the writes and RETURNING rows found so
 /// far carry over, so the share is [`execute_update`]'s or [`execute_delete`]'s either way.
-/// Each slice sees the fragment at its own instant: only a source whose reads are validated
-/// afterwards (a transaction block's, which records every version read and range counted)
-/// may be read this way.
+/// Each slice sees the fragment at its own instant: read this way only a source whose reads
+/// are validated afterwards (a transaction block's, which records every version read and
+/// range counted), or one whose writes the caller holds off meanwhile (node's autocommit
+/// UPDATE / DELETE under `storage::Fragment::pause_writes`).
 pub struct WriteScan<'s> {
     statement: WriteStatement<'s>,
     after: Option<ScanPos>,
@@ -1590,9 +1587,10 @@ impl<'s> WriteScan<'s> {
     where
         's: 'a,
     {
-        let (collection, filter) = match self.statement {
-            WriteStatement::Update(u) => (&u.collection, u.filter.as_ref()),
-            WriteStatement::Delete(d) => (&d.collection, d.filter.as_ref()),
+        let collection = self.collection();
+        let filter = match self.statement {
+            WriteStatement::Update(u) => u.filter.as_ref(),
+            WriteStatement::Delete(d) => d.filter.as_ref(),
         };
         let out = &mut self.out;
         let mut each = |d: SourceDoc<'a, S::Doc<'a>>| match self.statement {

@@ -1409,15 +1409,7 @@ impl Fragment {
         loop {
             self.pause_ended().await;
             // Writes woken by the end of the last pause are queued to run: behind them.
-            let mut yielded = false;
-            std::future::poll_fn(|cx| {
-                if std::mem::replace(&mut yielded, true) {
-                    return std::task::Poll::Ready(());
-                }
-                cx.waker().wake_by_ref();
-                std::task::Poll::Pending
-            })
-            .await;
+            glommio::executor().yield_now().await;
             if self.inner.paused.borrow().is_none() {
                 break;
             }

@@ -282,6 +282,19 @@ async fn read_in_slices<'a, 's: 'a, S: query::PagedSource>(
     Ok(scan.finish())
 }
 
+/// [`read_in_slices`] for an UPDATE's or DELETE's share (`Core::txn_write`,
+/// `Core::read_write_share`).
+async fn write_in_slices<'a, 's: 'a, S: query::PagedSource>(
+    mut scan: query::WriteScan<'s>,
+    source: &'a S,
+    ranges: &[router::ShardRange],
+) -> Result<WritePartial, EngineError> {
+    while scan.read_slice(source, ranges)? {
+        between_slices().await;
+    }
+    Ok(scan.finish())
+}
+
 /// The pause between two slices of a long read (`between_slices`): long enough to be pending
 /// when polled, short beside a slice's work (a page of 1,024 rows or 16,384 documents read
 /// take milliseconds).
@@ -694,11 +707,7 @@ impl Core {
             return Ok((scan.finish(), None));
         }
         let pause = fragment.pause_writes(scan.collection().as_str(), ranges).await?;
-        let mut scan = scan.restart();
-        while scan.read_slice(&reader, ranges)? {
-            between_slices().await;
-        }
-        Ok((scan.finish(), Some(pause)))
+        Ok((write_in_slices(scan.restart(), &reader, ranges).await?, Some(pause)))
     }
 
     /// Evaluates a write on one fragment and applies its intents as one atomic batch, re-running
@@ -878,11 +887,8 @@ impl Core {
                 Statement::Insert(i) => query::execute_insert(i, &reader, &target.docs)?,
                 _ => {
                     let docs = if sliced { CHECK_SLICE_OPS } else { usize::MAX };
-                    let mut scan = query::WriteScan::new(statement, docs)?;
-                    while scan.read_slice(&reader, &target.ranges)? {
-                        between_slices().await;
-                    }
-                    scan.finish()
+                    let scan = query::WriteScan::new(statement, docs)?;
+                    write_in_slices(scan, &reader, &target.ranges).await?
                 }
             };
             for intent in &partial.intents {

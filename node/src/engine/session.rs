@@ -1256,13 +1256,8 @@ impl Session {
                 .or_default()
                 .push((fragment, batch_from_wire(target)?));
         }
-        let participants: Vec<(ExecutorIndex, Vec<FragmentId>)> =
-            groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
-        let prepared =
-            self.fan_out(groups, &txid, |core, txid, list| async move {
-                core.prepare_txn(txid, list).await
-            })
-            .await;
+        let participants = participants_of(&groups);
+        let prepared = self.prepare_here(txid, groups).await;
         if let Err(e) = prepared {
             // Executors that prepared abort at once (the coordinator aborts too).
             self.phase_two(txid, &participants, false).await;
@@ -1896,28 +1891,22 @@ impl Session {
                 holds.entry(*executor).or_default().push((*fragment, batch));
             }
         }
-        let held: Vec<(ExecutorIndex, Vec<FragmentId>)> =
-            holds.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
+        let held = participants_of(&holds);
         let checks = if whole { Checks::All } else { Checks::Undoable };
         let txid = self.new_txid()?;
-        let mut asked = Vec::with_capacity(remote.len());
-        let mut remote_held: Vec<(NodeId, Vec<u32>)> = Vec::with_capacity(remote.len());
-        for (node, parts) in remote {
-            let targets: Vec<_> =
-                parts.iter().filter_map(|(f, p)| wire_checks(p, *f, checks)).collect();
-            if targets.is_empty() {
-                continue;
-            }
-            remote_held.push((*node, targets.iter().map(|t| t.fragment).collect()));
-            let share = Share::TxnPrepare { txid: txid.get(), targets };
-            let request = self.request(epoch, 0, share)?;
-            asked.push(glommio::spawn_local(forward::call(node.0, request, false)));
-        }
-        let taken =
-            self.fan_out(holds, &txid, |core, txid, list| async move {
-                core.prepare_txn(txid, list).await
+        let to_hold: Remote<forward::WireTxnTarget> = remote
+            .iter()
+            .map(|(node, parts)| {
+                (*node, parts.iter().filter_map(|(f, p)| wire_checks(p, *f, checks)).collect())
             })
-            .await;
+            .filter(|(_, targets): &(NodeId, Vec<_>)| !targets.is_empty())
+            .collect();
+        let remote_held: Vec<(NodeId, Vec<u32>)> = to_hold
+            .iter()
+            .map(|(node, targets)| (*node, targets.iter().map(|t| t.fragment).collect()))
+            .collect();
+        let asked = self.prepare_remote(txid, epoch, to_hold)?;
+        let taken = self.prepare_here(txid, holds).await;
         let remote_taken = expect_applied(asked).await;
         // Every hold taken: the instant the commit stands for. Released at once: a later
         // versioned check that passes was current then, and a visited document leaving a range
@@ -1931,6 +1920,38 @@ impl Session {
         taken?;
         remote_taken?;
         Ok(txid)
+    }
+
+    /// Prepares each executor's batches under `txid` (holds the checks-only ones): one mesh
+    /// call per executor (`Core::prepare_txn`).
+    async fn prepare_here(
+        &self,
+        txid: storage::TxId,
+        groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>>,
+    ) -> Result<Vec<()>, EngineError> {
+        self.fan_out(
+            groups,
+            &txid,
+            |core, txid, list| async move { core.prepare_txn(txid, list).await },
+        )
+        .await
+    }
+
+    /// Asks each other node to prepare (or hold) its targets under `txid`: one
+    /// `Share::TxnPrepare` per node, running meanwhile, answered `Applied`.
+    fn prepare_remote(
+        &self,
+        txid: storage::TxId,
+        epoch: u64,
+        remote: Remote<forward::WireTxnTarget>,
+    ) -> Result<Vec<ForwardTask>, EngineError> {
+        let mut asked = Vec::with_capacity(remote.len());
+        for (node, targets) in remote {
+            let share = Share::TxnPrepare { txid: txid.get(), targets };
+            let request = self.request(epoch, 0, share)?;
+            asked.push(glommio::spawn_local(forward::call(node.0, request, false)));
+        }
+        Ok(asked)
     }
 
     /// A fresh id for a transaction that holds or prepares documents on several fragments
@@ -1998,8 +2019,7 @@ impl Session {
         epoch: u64,
     ) -> Result<(), EngineError> {
         let txid = self.new_txid()?;
-        let participants: Vec<(ExecutorIndex, Vec<FragmentId>)> =
-            groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
+        let participants = participants_of(&groups);
         // Only executors that write report their Commit records finished; a read-only one
         // holds its checks in memory and only releases them (`Core::finish_txn`).
         let writing =
@@ -2027,17 +2047,8 @@ impl Session {
         {
             return self.two_phase_joined(txid, groups, fragments, writing).await;
         }
-        let mut asked = Vec::with_capacity(remote.len());
-        for (node, targets) in remote {
-            let share = Share::TxnPrepare { txid: txid.get(), targets };
-            let request = self.request(epoch, 0, share)?;
-            asked.push(glommio::spawn_local(forward::call(node.0, request, false)));
-        }
-        let prepared =
-            self.fan_out(groups, &txid, |core, txid, list| async move {
-                core.prepare_txn(txid, list).await
-            })
-            .await;
+        let asked = self.prepare_remote(txid, epoch, remote)?;
+        let prepared = self.prepare_here(txid, groups).await;
         let remote_prepared = expect_applied(asked).await;
         if let Err(e) = prepared.map(|_| ()).and(remote_prepared) {
             self.phase_two(txid, &participants, false).await;
@@ -2081,8 +2092,7 @@ impl Session {
     ) -> Result<(), EngineError> {
         let coordinator = ExecutorIndex::new(0);
         let there = groups.remove(&coordinator).ok_or_else(|| internal("no coordinator share"))?;
-        let rest: Vec<(ExecutorIndex, Vec<FragmentId>)> =
-            groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect();
+        let rest = participants_of(&groups);
         let (others_tx, others_rx) = flume::bounded::<bool>(1);
         // Polled first, so the call is on its way before the other shares start preparing;
         // awaited in this task (no task of its own to wake). If this session goes away
@@ -2091,11 +2101,7 @@ impl Session {
             core.prepare_and_decide(txid, there, others_rx, fragments, reporting).await
         });
         let others = async {
-            let prepared = self
-                .fan_out(groups, &txid, |core, txid, list| async move {
-                    core.prepare_txn(txid, list).await
-                })
-                .await;
+            let prepared = self.prepare_here(txid, groups).await;
             let _ = others_tx.send(prepared.is_ok());
             prepared
         };
@@ -3204,7 +3210,13 @@ fn with_writes(
         .collect()
 }
 
-/// A fragment's part of `txn` for the owner to commit: its writes and the reads to check.
+/// The fragments of each executor in `groups` (the participants phase two finishes).
+fn participants_of<T>(
+    groups: &BTreeMap<ExecutorIndex, Vec<(FragmentId, T)>>,
+) -> Vec<(ExecutorIndex, Vec<FragmentId>)> {
+    groups.iter().map(|(e, list)| (*e, list.iter().map(|(f, _)| *f).collect())).collect()
+}
+
 /// Files what a statement of a block read on `fragment`, then what it wrote, into `txn`: the
 /// versions read in slices of `CHECK_SLICE_OPS` with `between_slices` after each, so a
 /// statement that read many documents does not hold the session's executor while the
@@ -3229,7 +3241,8 @@ async fn absorb_in_slices(
     }
 }
 
-/// Which checks of a read-only part go to its node (`Session::validate_reads`).
+/// Which checks of a part go to its node (`Session::validate_reads`; `All`, with the writes,
+/// for any commit: `wire_commit_target`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Checks {
     /// Every one.
@@ -3243,8 +3256,8 @@ enum Checks {
     None,
 }
 
-/// `checks` of one fragment's part of a read-only commit, for the node owning it (None when
-/// that leaves nothing to check).
+/// `checks` of one fragment's part of a commit (a read-only one's, or `All` of any), for the
+/// node owning it (None when that leaves nothing to write or check).
 fn wire_checks(
     part: &FragmentTxn,
     fragment: FragmentId,
@@ -3271,15 +3284,17 @@ fn wire_checks(
     Some(forward::WireTxnTarget { fragment: fragment.get(), ranges: Vec::new(), writes, reads })
 }
 
+/// A fragment's part of `txn` for the owner to commit: its writes and the reads to check.
 fn wire_commit_target(txn: &Txn, fragment: FragmentId) -> forward::WireTxnTarget {
-    let (writes, reads) = match txn.fragments.get(&fragment) {
-        Some(f) => (
-            forward::writes_to_wire(Some(&f.writes)),
-            forward::reads_to_wire(f.reads.iter(), &f.scans),
-        ),
-        None => (Vec::new(), forward::WireReads::default()),
-    };
-    forward::WireTxnTarget { fragment: fragment.get(), ranges: Vec::new(), writes, reads }
+    txn.fragments
+        .get(&fragment)
+        .and_then(|part| wire_checks(part, fragment, Checks::All))
+        .unwrap_or(forward::WireTxnTarget {
+            fragment: fragment.get(),
+            ranges: Vec::new(),
+            writes: Vec::new(),
+            reads: forward::WireReads::default(),
+        })
 }
 
 /// The storage batch of one fragment's part of a transaction committed by another node
