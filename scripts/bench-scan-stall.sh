@@ -10,12 +10,15 @@
 #
 # Usage: scripts/bench-scan-stall.sh TESSERA_BIN [TESSERA_BIN...]
 # Environment: STALL_DOCS (default 200000), STALL_SECONDS (10), STALL_ROUNDS (2), STALL_SQL,
-#   BENCH_RESULTS (default bench/results/stall-<UTC>).
+#   STALL_FRAGMENTS (1; more puts the documents on several fragments of the one executor, so
+#   an autocommit write over all of them is a transaction of one), BENCH_RESULTS (default
+#   bench/results/stall-<UTC>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 docs=${STALL_DOCS:-200000}
 secs=${STALL_SECONDS:-10}
 rounds=${STALL_ROUNDS:-2}
+fragments=${STALL_FRAGMENTS:-1}
 out=${BENCH_RESULTS:-bench/results/stall-$(date -u +%Y-%m-%dT%H%M%SZ)}
 name=bench-scan-stall
 # shellcheck source=scripts/bench-servers.sh
@@ -34,12 +37,12 @@ mkdir -p "$out"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD), binaries: $*"
   echo "machine: $(nproc) CPUs, $(uname -r), load: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "documents: $docs, seconds per run: $secs, one executor, long read: ${STALL_SQL:-copy to /dev/null}"
+  echo "documents: $docs, seconds per run: $secs, one executor, $fragments fragment(s), long read: ${STALL_SQL:-copy to /dev/null}"
 } >"$out/stall.txt"
 
 for r in $(seq 1 "$rounds"); do
   for bin in "$@"; do
-    start_tessera "$bin" --executors 1 --fragments 1 >/dev/null
+    start_tessera "$bin" --executors 1 --fragments "$fragments" >/dev/null
     url="postgres://bench@127.0.0.1:$port/tessera?sslmode=disable"
     psql -X -q -v ON_ERROR_STOP=1 "$url" -c "\\copy docs from '$work/docs.txt'"
     # The exporter: whole-collection streamed SELECTs back to back, counted.

@@ -294,7 +294,8 @@ async fn show_transactions_lists_open_blocks() {
             "aborts",
             "conflicts",
             "range_conflicts",
-            "held_waits"
+            "held_waits",
+            "paused_reads"
         ]
     );
 }

@@ -1,25 +1,34 @@
-//! An autocommit UPDATE / DELETE of one fragment that reads more than one slice (4,096
-//! documents) reads in slices, other statements of its executor running between them, and
-//! still stands for one instant: writes of what it reads wait for it
-//! (`Fragment::pause_writes`), and its own batch goes first when it ends.
+//! An autocommit UPDATE / DELETE that reads more than one slice (4,096 documents) of a
+//! fragment reads in slices, other statements of its executor running between them, and
+//! still stands for one instant there: writes of what it reads wait for it
+//! (`Fragment::pause_writes`). On one fragment its own batch goes first when the pause ends;
+//! over several (a transaction of one) the pause ends with the fragment's read, and an
+//! attempt whose commit then conflicts runs again reading in one go.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 mod support;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, pin_mut};
-use support::{Node, NodeOptions, sqlstate};
+use support::{Node, NodeOptions, sqlstate, tx_counter};
 
 /// Documents on fragment 0 (shard 0): `a0` sorts first in the scan, `a8999` last, three
 /// slices apart.
 const DOCS: usize = 9_000;
 
 // Checks one instant on a node of one fragment (the UPDATE is that fragment's write,
-// `Core::update`; over several fragments an autocommit UPDATE reads each in one go): see
-// `one_instant`.
+// `Core::update`): see `one_instant`.
 #[tokio::test]
 async fn sliced_autocommit_update_reads_one_instant() {
     one_instant(Node::start_with(NodeOptions { fragments: 1, ..NodeOptions::default() })).await;
+}
+
+// The same on a node of eight fragments: the UPDATE and DELETE go to all of them, a
+// transaction of one (`Session::autocommit_txn`, `ShareRead::AutocommitPaused`), and every document
+// is on the first.
+#[tokio::test]
+async fn sliced_autocommit_update_over_fragments_reads_one_instant() {
+    one_instant(Node::start()).await;
 }
 
 /// While another session keeps swapping a flag between the first and the last document of
@@ -58,6 +67,7 @@ async fn one_instant(node: Node) {
     };
     // Each UPDATE writes the document the swapper writes next: it may conflict past its 16
     // attempts (40001, "retry the statement"), which it then is, at most 500 times in all.
+    let paused = tx_counter(&client, "paused_reads").await;
     let (mut done, mut refused) = (0, 0);
     while done < 25 {
         match client.execute("UPDATE t SET touched = touched + 1 WHERE m = 1", &[]).await {
@@ -74,6 +84,10 @@ async fn one_instant(node: Node) {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(swaps.await.unwrap() > 0);
+    // Every UPDATE read its 9,000 documents in slices at least once (over several fragments
+    // an attempt after a conflict reads in one go).
+    let paused = tx_counter(&client, "paused_reads").await - paused;
+    assert!(paused >= 25 + refused, "{paused} sliced reads for {done} + {refused} UPDATEs");
     let touched: i64 =
         client.query_one("SELECT sum(touched::int8)::int8 FROM t", &[]).await.unwrap().get(0);
     assert_eq!(touched, 25);

@@ -123,6 +123,9 @@ pub struct TxCounters {
     /// Commits and autocommit writes that met a document held by a prepared transaction and
     /// waited for it to be released (`Core::wait_released`) before running again.
     pub held_waits: u64,
+    /// Fragments an autocommit UPDATE or DELETE read in slices at one instant, writes of what
+    /// it read held off meanwhile (`read_paused`): its share there was larger than a slice.
+    pub paused_reads: u64,
 }
 
 /// A fragment and what one statement of a transaction does there.
@@ -293,6 +296,55 @@ async fn write_in_slices<'a, 's: 'a, S: query::PagedSource>(
         between_slices().await;
     }
     Ok(scan.finish())
+}
+
+/// Reads an UPDATE's or DELETE's share of `fragment` at one instant without holding the
+/// executor for all of it: in one slice when it fits, else again from the start with
+/// writes of its collection's documents in `ranges` held off (`Fragment::pause_writes`),
+/// in slices with [`between_slices`] after each. The pause is returned: writes of what was
+/// read resume when it is dropped.
+/// Counted in `TxCounters::paused_reads` when it pauses.
+async fn read_paused<'a, 's: 'a, S: query::PagedSource>(
+    core: &Core,
+    fragment: &Fragment,
+    mut scan: query::WriteScan<'s>,
+    source: &'a S,
+    ranges: &[router::ShardRange],
+) -> Result<(WritePartial, Option<WritePause>), EngineError> {
+    if !scan.read_slice(source, ranges)? {
+        return Ok((scan.finish(), None));
+    }
+    let pause = fragment.pause_writes(scan.collection().as_str(), ranges).await?;
+    core.count_tx(|c| c.paused_reads += 1);
+    Ok((write_in_slices(scan.restart(), source, ranges).await?, Some(pause)))
+}
+
+/// How a transaction's write statement reads a fragment's share (`Core::txn_write`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShareRead {
+    /// A block's statement on this node: an UPDATE or DELETE in slices of
+    /// [`CHECK_SLICE_OPS`] documents, each at its own instant (its commit validates every
+    /// version read and range counted, which are kept).
+    Block,
+    /// A share another node asks for (`Share::TxnWrite`, whose request does not say whether
+    /// a block or an autocommit statement sent it): in one go, the executor held meanwhile,
+    /// the versions read kept for the asker.
+    Asked,
+    /// The first attempt of an autocommit statement over several fragments, which checks
+    /// only what it writes: at one instant, in slices under a pause of the writes of what it
+    /// reads ([`read_paused`]), the pause ending with the fragment's read. No versions kept.
+    AutocommitPaused,
+    /// That statement's later attempts: in one go (writes the pause held went first after
+    /// it, may have conflicted with its commit, and would again each attempt while a
+    /// writer keeps rewriting a document it writes). No versions kept.
+    AutocommitOneGo,
+}
+
+impl ShareRead {
+    /// Whether the versions of what the share read are kept for its commit.
+    pub fn keeps_reads(self) -> bool {
+        matches!(self, ShareRead::Block | ShareRead::Asked)
+    }
 }
 
 /// The pause between two slices of a long read (`between_slices`): long enough to be pending
@@ -683,31 +735,25 @@ impl Core {
     }
 
     /// Reads what an autocommit write of one fragment does there. An UPDATE's or DELETE's
-    /// share is read in one slice when it fits ([`CHECK_SLICE_OPS`] documents), else again
-    /// from the start with writes of its collection's documents in its ranges held off
-    /// (`Fragment::pause_writes`) and [`between_slices`] after each slice: other statements
-    /// of the executor run meanwhile (writes of other documents too) and the share still
-    /// reads one instant, as in one go, which it needs (its batch checks only the documents
-    /// it writes). The pause is returned to be dropped right before the batch is submitted,
-    /// which then goes before the writes that waited.
+    /// share is read by [`read_paused`]: other statements of the executor run between its
+    /// slices (writes of other documents too) and the share still reads one instant, as in
+    /// one go, which it needs (its batch checks only the documents it writes). The pause is
+    /// returned to be dropped right before the batch is submitted, which then goes before
+    /// the writes that waited.
     async fn read_write_share(
         &self,
         fragment: &Fragment,
         share: &WriteShare<'_>,
     ) -> Result<(WritePartial, Option<WritePause>), EngineError> {
         let reader = FragmentReader::new(fragment);
-        let (mut scan, ranges) = match *share {
+        let (scan, ranges) = match *share {
             WriteShare::Insert(insert, docs) => {
                 return Ok((query::execute_insert(insert, &reader, docs)?, None));
             }
             WriteShare::Update(u, ranges) => (query::WriteScan::update(u, CHECK_SLICE_OPS), ranges),
             WriteShare::Delete(d, ranges) => (query::WriteScan::delete(d, CHECK_SLICE_OPS), ranges),
         };
-        if !scan.read_slice(&reader, ranges)? {
-            return Ok((scan.finish(), None));
-        }
-        let pause = fragment.pause_writes(scan.collection().as_str(), ranges).await?;
-        Ok((write_in_slices(scan.restart(), &reader, ranges).await?, Some(pause)))
+        read_paused(self, fragment, scan, &reader, ranges).await
     }
 
     /// Evaluates a write on one fragment and applies its intents as one atomic batch, re-running
@@ -863,32 +909,38 @@ impl Core {
     }
 
     /// Runs a write statement's share inside a transaction: evaluates it through the buffer
-    /// and validates new documents against the content configuration; writes nothing. With
-    /// `sliced` (a block's statement, whose commit validates every version read and range
-    /// counted, so the slices' instants do not matter) an UPDATE or DELETE reads each
-    /// fragment in slices of [`CHECK_SLICE_OPS`] documents with [`between_slices`] after
-    /// each, as [`Core::txn_select`] does; without (an autocommit statement over several
-    /// fragments, which checks only what it writes, or a share another node asks for, which
-    /// does not say which it is) in one go, at one instant.
+    /// and validates new documents against the content configuration; writes nothing. An
+    /// UPDATE or DELETE reads each fragment as `read` says: in slices of
+    /// [`CHECK_SLICE_OPS`] documents with [`between_slices`] after each, as
+    /// [`Core::txn_select`] does (at several instants, or at one under a pause that ends
+    /// with the fragment's read), or in one go; the versions read are returned only when
+    /// `read` keeps them.
     pub async fn txn_write(
         &self,
         statement: &Statement,
         targets: &[TxnTarget],
         rules: Rules<'_>,
-        sliced: bool,
+        read: ShareRead,
     ) -> Result<Vec<TxnShare>, EngineError> {
         let mut out = Vec::with_capacity(targets.len());
         for target in targets {
             let started = Instant::now();
             let fragment = self.fragment(target.fragment)?;
             let reader =
-                OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref());
+                OverlayReader::new(FragmentReader::new(&fragment), target.writes.as_deref())
+                    .keeping_reads(read.keeps_reads());
             let partial = match statement {
                 Statement::Insert(i) => query::execute_insert(i, &reader, &target.docs)?,
                 _ => {
+                    let sliced = matches!(read, ShareRead::Block | ShareRead::AutocommitPaused);
                     let docs = if sliced { CHECK_SLICE_OPS } else { usize::MAX };
                     let scan = query::WriteScan::new(statement, docs)?;
-                    write_in_slices(scan, &reader, &target.ranges).await?
+                    if read == ShareRead::AutocommitPaused {
+                        // Dropped here: the statement commits after all its fragments' reads.
+                        read_paused(self, &fragment, scan, &reader, &target.ranges).await?.0
+                    } else {
+                        write_in_slices(scan, &reader, &target.ranges).await?
+                    }
                 }
             };
             for intent in &partial.intents {

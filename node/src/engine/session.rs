@@ -32,8 +32,8 @@ use router::{FragmentId, NodeId, Placement, RoutePlan, ShardMap, ShardRange};
 use super::coordinator::{coordinator_of, fault, txid_for_node};
 use super::core::WRITE_CONFLICT_POLL;
 use super::core::{
-    CHECK_SLICE_OPS, Core, FragmentRow, SessionTxnRow, Target, TxCounters, TxnShare, TxnTarget,
-    WriteOutcome, between_slices,
+    CHECK_SLICE_OPS, Core, FragmentRow, SessionTxnRow, ShareRead, Target, TxCounters, TxnShare,
+    TxnTarget, WriteOutcome, between_slices,
 };
 use super::error::EngineError;
 use super::limits::{TXN_AUTOCOMMIT_ATTEMPTS_MAX, TXN_HELD_WAITS_MAX};
@@ -480,6 +480,7 @@ impl Session {
                     ("conflicts", c.conflicts),
                     ("range_conflicts", c.range_conflicts),
                     ("held_waits", c.held_waits),
+                    ("paused_reads", c.paused_reads),
                 ]
                 .into_iter()
                 .map(|(k, v)| vec![Datum::Text(k.to_owned()), n(v)])
@@ -1198,7 +1199,8 @@ impl Session {
                 let with = (Arc::clone(&statement), catalog);
                 let shares = self
                     .fan_out(groups, &with, |core, (stmt, view), targets| async move {
-                        core.txn_write(&stmt, &targets, rules_of(&view, &stmt), false).await
+                        core.txn_write(&stmt, &targets, rules_of(&view, &stmt), ShareRead::Asked)
+                            .await
                     })
                     .await?;
                 Ok(Reply::TxnShares(shares.iter().flatten().map(share_to_wire).collect()))
@@ -1376,7 +1378,9 @@ impl Session {
 
     /// An autocommit write over several fragments: a transaction of one statement through the
     /// commit path (atomic across fragments and executors), run again on a conflict. Only the
-    /// documents it writes are validated, as when it runs on one fragment.
+    /// documents it writes are validated, as when it runs on one fragment, so it reads each
+    /// fragment at one instant: the first attempt in slices under a pause of the writes of
+    /// what it reads ([`ShareRead::AutocommitPaused`]), later ones in one go.
     async fn autocommit_txn(
         &self,
         statement: &Arc<Statement>,
@@ -1384,7 +1388,9 @@ impl Session {
         let mut attempt = 1;
         loop {
             let mut txn = Txn::new(0);
-            let outcome = self.txn_statement(&mut txn, statement, false).await?;
+            let read =
+                if attempt == 1 { ShareRead::AutocommitPaused } else { ShareRead::AutocommitOneGo };
+            let outcome = self.txn_statement(&mut txn, statement, read).await?;
             match self.commit_txn(&txn).await {
                 Ok(()) => return Ok(outcome),
                 Err(e) if is_conflict(&e) && attempt < TXN_AUTOCOMMIT_ATTEMPTS_MAX => {
@@ -1559,23 +1565,24 @@ impl Session {
         let Block::Open(mut txn) = std::mem::replace(&mut self.block, Block::Idle) else {
             return Err(internal("txn_write() outside a block"));
         };
-        let result = self.txn_statement(&mut txn, statement, true).await;
+        let result = self.txn_statement(&mut txn, statement, ShareRead::Block).await;
         self.publish(&txn, "active");
         self.block = Block::Open(txn);
         result
     }
 
-    /// Runs a write statement into `txn`'s buffer on every fragment it touches. With
-    /// `keep_reads`, the versions of documents read but not written are recorded too.
+    /// Runs a write statement into `txn`'s buffer on every fragment it touches, reading this
+    /// node's fragments as `read` says. A block's (`ShareRead::Block`) records the versions
+    /// of documents read but not written too.
     async fn txn_statement(
         &self,
         txn: &mut Txn,
         statement: &Arc<Statement>,
-        keep_reads: bool,
+        read: ShareRead,
     ) -> Result<WriteOutcome, EngineError> {
         let mut attempt = 1;
         loop {
-            match self.txn_statement_once(txn, statement, keep_reads).await? {
+            match self.txn_statement_once(txn, statement, read).await? {
                 Ok(outcome) => return Ok(outcome),
                 Err((used, current)) => self.refresh(used, current, &mut attempt).await?,
             }
@@ -1588,7 +1595,7 @@ impl Session {
         &self,
         txn: &mut Txn,
         statement: &Arc<Statement>,
-        keep_reads: bool,
+        read: ShareRead,
     ) -> Result<Result<WriteOutcome, (u64, u64)>, EngineError> {
         let catalog = self.core.shared().catalog();
         let epoch = self.core.shared().map_epoch().0;
@@ -1644,10 +1651,10 @@ impl Session {
             _ => return Err(internal("txn_statement() of a non-write")),
         };
         let forwarded = self.forward_txn(epoch, catalog.version(), remote, false)?;
-        let with = (Arc::clone(statement), catalog, keep_reads);
+        let with = (Arc::clone(statement), catalog, read);
         let local = self
-            .fan_out(groups, &with, |core, (stmt, view, sliced), targets| async move {
-                core.txn_write(&stmt, &targets, rules_of(&view, &stmt), sliced).await
+            .fan_out(groups, &with, |core, (stmt, view, read), targets| async move {
+                core.txn_write(&stmt, &targets, rules_of(&view, &stmt), read).await
             })
             .await;
         let answers = collect_txn(forwarded).await;
@@ -1666,7 +1673,7 @@ impl Session {
             });
             outcome.affected += share.intents.len() as u64;
             outcome.returning.extend(share.returning);
-            let reads = if keep_reads { share.reads } else { Reads::default() };
+            let reads = if read.keeps_reads() { share.reads } else { Reads::default() };
             absorb_in_slices(txn, share.fragment, &collection, reads, share.intents).await?;
         }
         Ok(Ok(outcome))
@@ -2281,6 +2288,7 @@ impl Session {
             sum.conflicts += c.conflicts;
             sum.range_conflicts += c.range_conflicts;
             sum.held_waits += c.held_waits;
+            sum.paused_reads += c.paused_reads;
         }
         Ok(sum)
     }

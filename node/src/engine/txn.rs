@@ -563,6 +563,8 @@ pub struct OverlayReader<'f> {
     inner: FragmentReader<'f>,
     writes: Option<&'f FragmentWrites>,
     reads: RefCell<Reads>,
+    /// Whether `reads` records anything (`keeping_reads`).
+    keep: bool,
     /// Per range a slice stopped in (`PagedSource::scan_after`): the stored documents it
     /// counted there, for the slice that resumes it.
     partial_counts: RefCell<Vec<(String, ShardRange, u64)>>,
@@ -575,8 +577,16 @@ impl<'f> OverlayReader<'f> {
             inner,
             writes,
             reads: RefCell::new(Reads::default()),
+            keep: true,
             partial_counts: RefCell::new(Vec::new()),
         }
+    }
+
+    /// With `keep` false, records no versions read and no ranges scanned (`take_reads` gives
+    /// none): for a statement whose commit checks only what it writes.
+    pub fn keeping_reads(mut self, keep: bool) -> OverlayReader<'f> {
+        self.keep = keep;
+        self
     }
 
     /// The storage versions read and the ranges scanned so far.
@@ -585,6 +595,9 @@ impl<'f> OverlayReader<'f> {
     }
 
     fn record(&self, collection: &str, id: &str, shard: ShardId, version: Version) {
+        if !self.keep {
+            return;
+        }
         self.reads.borrow_mut().docs.push(ReadRecord {
             collection: collection.to_owned(),
             key: storage::doc_key(id).into_owned(),
@@ -777,6 +790,9 @@ impl<'f> OverlayReader<'f> {
             return ControlFlow::Break(());
         }
         // The range was read to its end: no document may enter it before the commit.
+        if !self.keep {
+            return ControlFlow::Continue(());
+        }
         self.reads.borrow_mut().scans.push(ScanRecord {
             collection: name.to_owned(),
             range,

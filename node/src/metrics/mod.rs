@@ -626,6 +626,13 @@ impl ExportMetrics for crate::engine::TxCounters {
             labels.clone(),
             self.read_only_holds,
         );
+        set.counter(
+            "tessera_transaction_paused_reads_total",
+            "Fragments an autocommit UPDATE or DELETE read in slices at one instant, holding \
+             off writes of the documents it read.",
+            labels.clone(),
+            self.paused_reads,
+        );
     }
 }
 

@@ -28,7 +28,7 @@ use query::plan::Statement;
 use router::{FragmentId, ShardRange};
 
 use super::{Block, Session, collection_of, internal};
-use crate::engine::core::{Core, TxnTarget};
+use crate::engine::core::{Core, ShareRead, TxnTarget};
 use crate::engine::error::EngineError;
 use crate::engine::shared::CatalogView;
 use crate::engine::txn::Txn;
@@ -284,7 +284,7 @@ async fn write_one(
         docs: s.docs,
     };
     let mut affected = 0u64;
-    for share in core.txn_write(&s.statement, &[target], rules, true).await? {
+    for share in core.txn_write(&s.statement, &[target], rules, ShareRead::Block).await? {
         affected += share.intents.len() as u64;
         super::absorb_in_slices(txn, share.fragment, &name, share.reads, share.intents).await?;
     }
