@@ -1,7 +1,9 @@
 //! Blocks that only read on some cluster nodes: three data nodes, one executor each, every
 //! block run through node 1. A cross-node two-phase commit with a read-only participant
 //! node, and read-only blocks whose counts and absences span nodes (held on each at one
-//! instant, released before COMMIT answers).
+//! instant, released before COMMIT answers). And the reading of a write's share another
+//! node asks for: an autocommit UPDATE over several nodes reads a large share there in
+//! slices under a pause, a block's UPDATE in slices.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 mod support;
@@ -172,4 +174,33 @@ async fn read_only_blocks_hold_across_nodes() {
     }
     assert!(nothing_held(&nodes).await, "released after the large blocks");
     assert_eq!(tx_counter(&client, "read_only_holds").await, expected + 1);
+}
+
+// Checks another node reads a write's share as the asking node would: an autocommit UPDATE
+// of every fragment, sent through node 1, reads node 2's 5,000 documents in slices at one
+// instant (node 2's `paused_reads` grows; a share read in one go, as before `TxnWriteAs`,
+// would not), and updates them all; a block's UPDATE of them (read in slices, each at its own
+// instant, its versions kept for the commit) commits with every document updated.
+#[tokio::test]
+async fn write_shares_are_read_as_the_asking_node_reads() {
+    const DOCS: usize = 5_000;
+    let [first, second, _third] = start_cluster().await;
+    let client = first.connect().await;
+    let (shard, _) = ranges_owned_by(&client, 2).await[0];
+    let input: String = (0..DOCS).map(|i| format!("s{i}$@{shard}\t{{\"n\":0}}\n")).collect();
+    let sink = client.copy_in::<_, Bytes>("COPY big FROM STDIN").await.unwrap();
+    pin_mut!(sink);
+    sink.send(Bytes::from(input)).await.unwrap();
+    assert_eq!(sink.finish().await.unwrap(), DOCS as u64);
+    let there = second.connect().await;
+    let paused = tx_counter(&there, "paused_reads").await;
+    let n = client.execute("UPDATE big SET n = n + 1", &[]).await.unwrap();
+    assert_eq!(n, DOCS as u64);
+    assert!(tx_counter(&there, "paused_reads").await > paused, "node 2 read its share in slices");
+    client.batch_execute("BEGIN").await.unwrap();
+    let n = client.execute("UPDATE big SET n = n + 1 WHERE n = 1", &[]).await.unwrap();
+    assert_eq!(n, DOCS as u64);
+    client.batch_execute("COMMIT").await.unwrap();
+    let row = client.query_one("SELECT count(*), min(n::int8)::int8 FROM big", &[]).await.unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (DOCS as i64, 2));
 }

@@ -22,7 +22,8 @@
 //! not hold a named fragment `NotMine`; the region then refreshes and retries.
 //!
 //! **Cross-node transactions** use the same connections: a block's statements (`TxnSelect`,
-//! `TxnWrite`, with the block's buffered writes of each fragment), its commit on one fragment
+//! `TxnWriteAs`, with the block's buffered writes of each fragment; also an autocommit
+//! write's shares over several nodes), its commit on one fragment
 //! (`TxnApply`), the two phases of a two-phase commit (`TxnPrepare`, `TxnFinish`) and a
 //! participant's question to the coordinating node (`TxnDecide`).
 
@@ -365,6 +366,28 @@ pub enum Share {
         /// Where the previous page ended.
         after: Option<WirePos>,
     },
+    /// `TxnWrite` saying which statement sent it, so the owner reads as the sender's own
+    /// executors would (`engine::ShareRead`); what nodes of this build send. Added last, so
+    /// every older share keeps its encoding; a node of an older build refuses it as a bad
+    /// frame (the statement fails; `TxnWrite` is still served, read in one go).
+    TxnWriteAs {
+        /// The targets with their overlays.
+        targets: Vec<WireTxnTarget>,
+        /// How to read them.
+        read: WireShareRead,
+    },
+}
+
+/// How the owner reads a `TxnWriteAs` share (`engine::ShareRead`).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireShareRead {
+    /// A block's statement: in slices, each at its own instant, the versions read kept.
+    Block,
+    /// An autocommit statement's first attempt: in slices at one instant under a pause of
+    /// the writes of what it reads, no versions kept.
+    AutocommitPaused,
+    /// Its later attempts: in one go, no versions kept.
+    AutocommitOneGo,
 }
 
 /// Where a page of a scan ended (`query::ScanPos`).
@@ -1270,6 +1293,15 @@ mod tests {
         sample()
     }
 
+    // Checks the archived `Share` and `DataMessage` keep their sizes: a larger variant would
+    // move the archive's root and change every older message's encoding (box large payloads
+    // instead, or bump `PROTOCOL_VERSION`).
+    #[test]
+    fn compat_archived_share_size() {
+        assert_eq!(std::mem::size_of::<rkyv::Archived<Share>>(), 40);
+        assert_eq!(std::mem::size_of::<rkyv::Archived<DataMessage>>(), 88);
+    }
+
     fn sample() -> Vec<DataMessage> {
         let datums = vec![
             WireDatum::Null,
@@ -1376,6 +1408,22 @@ mod tests {
                 .to_vec(),
                 last: true,
             },
+            DataMessage::Request(Request {
+                epoch: 9,
+                catalog: 3,
+                sql: "UPDATE c SET n = 1".into(),
+                index: 0,
+                params: Vec::new(),
+                share: Share::TxnWriteAs {
+                    targets: vec![WireTxnTarget {
+                        fragment: 1,
+                        ranges: vec![WireRange { start: 0, end: 3 }],
+                        writes: Vec::new(),
+                        reads: WireReads::default(),
+                    }],
+                    read: WireShareRead::AutocommitPaused,
+                },
+            }),
         ]
     }
 
@@ -1699,7 +1747,7 @@ mod seeds {
     use std::path::Path;
 
     // Checks the checked-in good `data_frame` fuzz seeds are the current encoding of the
-    // round-trip sample (seed-0 … seed-8 one message each, seed-stream all of them), so the
+    // round-trip sample (seed-0 … seed-9 one message each, seed-stream all of them), so the
     // corpus keeps exercising every message after a layout change. After an intended change,
     // `TESSERA_WRITE_DATA_SEEDS=1 cargo test -p node --lib data_frame_seeds` rewrites them.
     #[test]

@@ -326,9 +326,10 @@ pub enum ShareRead {
     /// [`CHECK_SLICE_OPS`] documents, each at its own instant (its commit validates every
     /// version read and range counted, which are kept).
     Block,
-    /// A share another node asks for (`Share::TxnWrite`, whose request does not say whether
-    /// a block or an autocommit statement sent it): in one go, the executor held meanwhile,
-    /// the versions read kept for the asker.
+    /// A share a node of an older build asks for (`Share::TxnWrite`, whose request does not
+    /// say whether a block or an autocommit statement sent it): in one go, the executor held
+    /// meanwhile, the versions read kept for the asker. A node of this build says which
+    /// (`Share::TxnWriteAs`) and its share is read as one of the other three.
     Asked,
     /// The first attempt of an autocommit statement over several fragments, which checks
     /// only what it writes: at one instant, in slices under a pause of the writes of what it

@@ -1170,40 +1170,23 @@ impl Session {
                 Ok(Reply::TxnRead { partials: forward::partials_to_wire(&partials), reads })
             }
             Share::TxnWrite { targets } => {
-                let catalog = shared.catalog();
-                let mut groups = match txn_targets_here(&map, me, targets)? {
-                    Ok(g) => g,
-                    Err(fragment) => return Ok(Reply::NotMine { fragment }),
+                self.txn_write_here(
+                    &map,
+                    me,
+                    &statement,
+                    planned_catalog,
+                    targets,
+                    ShareRead::Asked,
+                )
+                .await
+            }
+            Share::TxnWriteAs { targets, read } => {
+                let read = match read {
+                    forward::WireShareRead::Block => ShareRead::Block,
+                    forward::WireShareRead::AutocommitPaused => ShareRead::AutocommitPaused,
+                    forward::WireShareRead::AutocommitOneGo => ShareRead::AutocommitOneGo,
                 };
-                if let Statement::Insert(insert) = &*statement {
-                    // The owner places the documents again (same map epoch and catalog, same
-                    // result) and keeps those of the fragments the region sent here. A newer
-                    // catalog here may place a `…$` id elsewhere than the region did: nothing
-                    // is written, the client retries (40001).
-                    if catalog.version() != planned_catalog && places_by_content(insert)? {
-                        let version = catalog.version();
-                        return Err(
-                            crate::cluster::ops::MoveError::CatalogChanged { version }.into()
-                        );
-                    }
-                    let (placed, _) =
-                        self.place_all(insert, catalog.rules(insert.collection.as_str()).place)?;
-                    let mut docs: BTreeMap<FragmentId, Vec<PlacedDocument>> =
-                        placed.into_values().flatten().collect();
-                    for targets in groups.values_mut() {
-                        for t in targets.iter_mut() {
-                            t.docs = docs.remove(&t.fragment).unwrap_or_default();
-                        }
-                    }
-                }
-                let with = (Arc::clone(&statement), catalog);
-                let shares = self
-                    .fan_out(groups, &with, |core, (stmt, view), targets| async move {
-                        core.txn_write(&stmt, &targets, rules_of(&view, &stmt), ShareRead::Asked)
-                            .await
-                    })
-                    .await?;
-                Ok(Reply::TxnShares(shares.iter().flatten().map(share_to_wire).collect()))
+                self.txn_write_here(&map, me, &statement, planned_catalog, targets, read).await
             }
             Share::TxnApply { .. }
             | Share::TxnPrepare { .. }
@@ -1213,6 +1196,51 @@ impl Session {
                 Err(internal("fragments, collections and verify shares handled above"))
             }
         }
+    }
+
+    /// Runs a transaction's write share another node sent (`Share::TxnWrite`,
+    /// `Share::TxnWriteAs`) on this node's fragments, read as `read` says; answered with the
+    /// shares (writes nothing).
+    async fn txn_write_here(
+        &self,
+        map: &ShardMap,
+        me: NodeId,
+        statement: &Arc<Statement>,
+        planned_catalog: u64,
+        targets: Vec<forward::WireTxnTarget>,
+        read: ShareRead,
+    ) -> Result<Reply, EngineError> {
+        let catalog = self.core.shared().catalog();
+        let mut groups = match txn_targets_here(map, me, targets)? {
+            Ok(g) => g,
+            Err(fragment) => return Ok(Reply::NotMine { fragment }),
+        };
+        if let Statement::Insert(insert) = &**statement {
+            // The owner places the documents again (same map epoch and catalog, same
+            // result) and keeps those of the fragments the region sent here. A newer
+            // catalog here may place a `…$` id elsewhere than the region did: nothing
+            // is written, the client retries (40001).
+            if catalog.version() != planned_catalog && places_by_content(insert)? {
+                let version = catalog.version();
+                return Err(crate::cluster::ops::MoveError::CatalogChanged { version }.into());
+            }
+            let (placed, _) =
+                self.place_all(insert, catalog.rules(insert.collection.as_str()).place)?;
+            let mut docs: BTreeMap<FragmentId, Vec<PlacedDocument>> =
+                placed.into_values().flatten().collect();
+            for targets in groups.values_mut() {
+                for t in targets.iter_mut() {
+                    t.docs = docs.remove(&t.fragment).unwrap_or_default();
+                }
+            }
+        }
+        let with = (Arc::clone(statement), catalog, read);
+        let shares = self
+            .fan_out(groups, &with, |core, (stmt, view, read), targets| async move {
+                core.txn_write(&stmt, &targets, rules_of(&view, &stmt), read).await
+            })
+            .await?;
+        Ok(Reply::TxnShares(shares.iter().flatten().map(share_to_wire).collect()))
     }
 
     /// Applies a transaction's batch of one fragment of this node that another node's
@@ -1510,7 +1538,7 @@ impl Session {
                 .map(|(node, targets)| (*node, wire_txn_targets(txn, targets)))
                 .collect();
             let groups = with_writes(txn, routed.local);
-            let forwarded = self.forward_txn(routed.epoch, catalog.version(), remote, true)?;
+            let forwarded = self.forward_txn(routed.epoch, catalog.version(), remote, None)?;
             let local = self
                 .fan_out(groups, statement, |core, stmt, targets| async move {
                     match &*stmt {
@@ -1650,7 +1678,7 @@ impl Session {
             }
             _ => return Err(internal("txn_statement() of a non-write")),
         };
-        let forwarded = self.forward_txn(epoch, catalog.version(), remote, false)?;
+        let forwarded = self.forward_txn(epoch, catalog.version(), remote, Some(read))?;
         let with = (Arc::clone(statement), catalog, read);
         let local = self
             .fan_out(groups, &with, |core, (stmt, view, read), targets| async move {
@@ -1680,20 +1708,26 @@ impl Session {
     }
 
     /// Sends each remote node its transactional share of the running statement (a SELECT
-    /// when `select`, else a write), one request per node, running meanwhile.
+    /// when `write` is `None`, else a write read there as `write` says), one request per
+    /// node, running meanwhile.
     fn forward_txn(
         &self,
         epoch: u64,
         catalog: u64,
         remote: Vec<(NodeId, Vec<forward::WireTxnTarget>)>,
-        select: bool,
+        write: Option<ShareRead>,
     ) -> Result<Vec<ForwardTask>, EngineError> {
         let mut tasks = Vec::with_capacity(remote.len());
         for (node, targets) in remote {
-            let share =
-                if select { Share::TxnSelect { targets } } else { Share::TxnWrite { targets } };
+            let share = match write {
+                None => Share::TxnSelect { targets },
+                Some(read) => match wire_share_read(read) {
+                    Some(read) => Share::TxnWriteAs { targets, read },
+                    None => Share::TxnWrite { targets },
+                },
+            };
             let request = self.request(epoch, catalog, share)?;
-            tasks.push(glommio::spawn_local(forward::call(node.0, request, select)));
+            tasks.push(glommio::spawn_local(forward::call(node.0, request, write.is_none())));
         }
         Ok(tasks)
     }
@@ -3457,6 +3491,17 @@ fn share_to_wire(s: &TxnShare) -> forward::WireTxnShare {
 
 /// Wire targets of a forwarded transactional share as local ones, grouped by executor;
 /// `Err(fragment)` when this node does not own one of them.
+/// How a node of this build asks another to read a write share it sends (`None`: a share it
+/// was itself asked for, which it never sends on).
+fn wire_share_read(read: ShareRead) -> Option<forward::WireShareRead> {
+    match read {
+        ShareRead::Block => Some(forward::WireShareRead::Block),
+        ShareRead::AutocommitPaused => Some(forward::WireShareRead::AutocommitPaused),
+        ShareRead::AutocommitOneGo => Some(forward::WireShareRead::AutocommitOneGo),
+        ShareRead::Asked => None,
+    }
+}
+
 fn txn_targets_here(
     map: &ShardMap,
     me: NodeId,
