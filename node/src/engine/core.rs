@@ -301,9 +301,8 @@ async fn write_in_slices<'a, 's: 'a, S: query::PagedSource>(
 /// Reads an UPDATE's or DELETE's share of `fragment` at one instant without holding the
 /// executor for all of it: in one slice when it fits, else again from the start with
 /// writes of its collection's documents in `ranges` held off (`Fragment::pause_writes`),
-/// in slices with [`between_slices`] after each. The pause is returned: writes of what was
-/// read resume when it is dropped.
-/// Counted in `TxCounters::paused_reads` when it pauses.
+/// in slices with [`between_slices`] after each (counted in `TxCounters::paused_reads`).
+/// The pause is returned: writes of what was read resume when it is dropped.
 async fn read_paused<'a, 's: 'a, S: query::PagedSource>(
     core: &Core,
     fragment: &Fragment,

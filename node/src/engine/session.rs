@@ -1181,11 +1181,7 @@ impl Session {
                 .await
             }
             Share::TxnWriteAs { targets, read } => {
-                let read = match read {
-                    forward::WireShareRead::Block => ShareRead::Block,
-                    forward::WireShareRead::AutocommitPaused => ShareRead::AutocommitPaused,
-                    forward::WireShareRead::AutocommitOneGo => ShareRead::AutocommitOneGo,
-                };
+                let read = share_read_from_wire(read);
                 self.txn_write_here(&map, me, &statement, planned_catalog, targets, read).await
             }
             Share::TxnApply { .. }
@@ -3499,6 +3495,15 @@ fn wire_share_read(read: ShareRead) -> Option<forward::WireShareRead> {
         ShareRead::AutocommitPaused => Some(forward::WireShareRead::AutocommitPaused),
         ShareRead::AutocommitOneGo => Some(forward::WireShareRead::AutocommitOneGo),
         ShareRead::Asked => None,
+    }
+}
+
+/// How this node reads a write share another node sent with `Share::TxnWriteAs`.
+fn share_read_from_wire(read: forward::WireShareRead) -> ShareRead {
+    match read {
+        forward::WireShareRead::Block => ShareRead::Block,
+        forward::WireShareRead::AutocommitPaused => ShareRead::AutocommitPaused,
+        forward::WireShareRead::AutocommitOneGo => ShareRead::AutocommitOneGo,
     }
 }
 
