@@ -124,7 +124,7 @@ pub struct TxCounters {
     /// waited for it to be released (`Core::wait_released`) before running again.
     pub held_waits: u64,
     /// Fragments an autocommit UPDATE or DELETE read in slices at one instant, writes of what
-    /// it read held off meanwhile (`read_paused`): its share there was larger than a slice.
+    /// it read held off meanwhile (`Core::read_paused`): its share there was larger than a slice.
     pub paused_reads: u64,
 }
 
@@ -298,26 +298,6 @@ async fn write_in_slices<'a, 's: 'a, S: query::PagedSource>(
     Ok(scan.finish())
 }
 
-/// Reads an UPDATE's or DELETE's share of `fragment` at one instant without holding the
-/// executor for all of it: in one slice when it fits, else again from the start with
-/// writes of its collection's documents in `ranges` held off (`Fragment::pause_writes`),
-/// in slices with [`between_slices`] after each (counted in `TxCounters::paused_reads`).
-/// The pause is returned: writes of what was read resume when it is dropped.
-async fn read_paused<'a, 's: 'a, S: query::PagedSource>(
-    core: &Core,
-    fragment: &Fragment,
-    mut scan: query::WriteScan<'s>,
-    source: &'a S,
-    ranges: &[router::ShardRange],
-) -> Result<(WritePartial, Option<WritePause>), EngineError> {
-    if !scan.read_slice(source, ranges)? {
-        return Ok((scan.finish(), None));
-    }
-    let pause = fragment.pause_writes(scan.collection().as_str(), ranges).await?;
-    core.count_tx(|c| c.paused_reads += 1);
-    Ok((write_in_slices(scan.restart(), source, ranges).await?, Some(pause)))
-}
-
 /// How a transaction's write statement reads a fragment's share (`Core::txn_write`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ShareRead {
@@ -332,7 +312,7 @@ pub enum ShareRead {
     Asked,
     /// The first attempt of an autocommit statement over several fragments, which checks
     /// only what it writes: at one instant, in slices under a pause of the writes of what it
-    /// reads ([`read_paused`]), the pause ending with the fragment's read. No versions kept.
+    /// reads ([`Core::read_paused`]), the pause ending with the fragment's read. No versions kept.
     AutocommitPaused,
     /// That statement's later attempts: in one go (writes the pause held went first after
     /// it, may have conflicted with its commit, and would again each attempt while a
@@ -344,6 +324,14 @@ impl ShareRead {
     /// Whether the versions of what the share read are kept for its commit.
     pub fn keeps_reads(self) -> bool {
         matches!(self, ShareRead::Block | ShareRead::Asked)
+    }
+
+    /// Documents an UPDATE's or DELETE's share reads per slice (all of them in one go).
+    fn slice_docs(self) -> usize {
+        match self {
+            ShareRead::Block | ShareRead::AutocommitPaused => CHECK_SLICE_OPS,
+            ShareRead::Asked | ShareRead::AutocommitOneGo => usize::MAX,
+        }
     }
 }
 
@@ -734,8 +722,28 @@ impl Core {
         Ok(outcome)
     }
 
+    /// Reads an UPDATE's or DELETE's share of `fragment` at one instant without holding the
+    /// executor for all of it: in one slice when it fits, else again from the start with
+    /// writes of its collection's documents in `ranges` held off (`Fragment::pause_writes`),
+    /// in slices with [`between_slices`] after each (counted in `TxCounters::paused_reads`).
+    /// The pause is returned: writes of what was read resume when it is dropped.
+    async fn read_paused<'a, 's: 'a, S: query::PagedSource>(
+        &self,
+        fragment: &Fragment,
+        mut scan: query::WriteScan<'s>,
+        source: &'a S,
+        ranges: &[router::ShardRange],
+    ) -> Result<(WritePartial, Option<WritePause>), EngineError> {
+        if !scan.read_slice(source, ranges)? {
+            return Ok((scan.finish(), None));
+        }
+        let pause = fragment.pause_writes(scan.collection().as_str(), ranges).await?;
+        self.count_tx(|c| c.paused_reads += 1);
+        Ok((write_in_slices(scan.restart(), source, ranges).await?, Some(pause)))
+    }
+
     /// Reads what an autocommit write of one fragment does there. An UPDATE's or DELETE's
-    /// share is read by [`read_paused`]: other statements of the executor run between its
+    /// share is read by [`Core::read_paused`]: other statements of the executor run between its
     /// slices (writes of other documents too) and the share still reads one instant, as in
     /// one go, which it needs (its batch checks only the documents it writes). The pause is
     /// returned to be dropped right before the batch is submitted, which then goes before
@@ -753,7 +761,7 @@ impl Core {
             WriteShare::Update(u, ranges) => (query::WriteScan::update(u, CHECK_SLICE_OPS), ranges),
             WriteShare::Delete(d, ranges) => (query::WriteScan::delete(d, CHECK_SLICE_OPS), ranges),
         };
-        read_paused(self, fragment, scan, &reader, ranges).await
+        self.read_paused(fragment, scan, &reader, ranges).await
     }
 
     /// Evaluates a write on one fragment and applies its intents as one atomic batch, re-running
@@ -932,12 +940,10 @@ impl Core {
             let partial = match statement {
                 Statement::Insert(i) => query::execute_insert(i, &reader, &target.docs)?,
                 _ => {
-                    let sliced = matches!(read, ShareRead::Block | ShareRead::AutocommitPaused);
-                    let docs = if sliced { CHECK_SLICE_OPS } else { usize::MAX };
-                    let scan = query::WriteScan::new(statement, docs)?;
+                    let scan = query::WriteScan::new(statement, read.slice_docs())?;
                     if read == ShareRead::AutocommitPaused {
                         // Dropped here: the statement commits after all its fragments' reads.
-                        read_paused(self, &fragment, scan, &reader, &target.ranges).await?.0
+                        self.read_paused(&fragment, scan, &reader, &target.ranges).await?.0
                     } else {
                         write_in_slices(scan, &reader, &target.ranges).await?
                     }
