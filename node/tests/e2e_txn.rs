@@ -295,7 +295,8 @@ async fn show_transactions_lists_open_blocks() {
             "conflicts",
             "range_conflicts",
             "held_waits",
-            "paused_reads"
+            "paused_reads",
+            "prepared_retries"
         ]
     );
 }

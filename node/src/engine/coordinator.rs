@@ -491,6 +491,10 @@ pub mod fault {
         /// Not a crash: the session sleeps between its prepares and its decision for less
         /// than a commit meeting its documents waits for them.
         PauseBeforeDecision,
+        /// Not a crash: after each autocommit share of a fragment is read, and before the
+        /// statement commits, the first document it writes there is rewritten (as a writer
+        /// rewriting it back to back would), durably, before the share returns.
+        RewriteAfterRead,
     }
 
     static ARMED: OnceLock<Option<Fault>> = OnceLock::new();
@@ -505,6 +509,7 @@ pub mod fault {
                 "2pc-during-apply" => Some(Fault::DuringApply),
                 "2pc-stall-before-decision" => Some(Fault::StallBeforeDecision),
                 "2pc-pause-before-decision" => Some(Fault::PauseBeforeDecision),
+                "autocommit-rewrite-after-read" => Some(Fault::RewriteAfterRead),
                 other => other
                     .strip_prefix("2pc-after-prepare:")
                     .and_then(|k| k.parse().ok())
@@ -549,6 +554,30 @@ pub mod fault {
         if armed() == Some(Fault::PauseBeforeDecision) {
             tracing::warn!("TESSERA_FAULT: pausing before the decision (test-only fault hook)");
             glommio::timer::sleep(super::super::limits::TXN_HELD_WAIT_MAX * 3 / 4).await;
+        }
+    }
+
+    /// An autocommit share of `fragment` was read (`Core::txn_write`), its commit still to
+    /// come: rewrites the first document it writes with its stored content (a new version,
+    /// nothing else changed), no version expected, and returns once that write is durable.
+    pub async fn rewrite_after_read(
+        fragment: &storage::Fragment,
+        collection: &str,
+        intents: &[query::WriteIntent],
+    ) {
+        if armed() != Some(Fault::RewriteAfterRead) {
+            return;
+        }
+        let first = intents.iter().find_map(|i| match i {
+            query::WriteIntent::Put { id, shard, .. } => Some((id, *shard)),
+            query::WriteIntent::Delete { .. } => None,
+        });
+        let Some((id, shard)) = first else { return };
+        let Some(doc) = fragment.get(collection, id).map(|d| d.doc().to_serde()) else { return };
+        let batch = storage::WriteBatch::new().put(collection, id, shard, None, doc);
+        match fragment.apply(batch).await {
+            Ok(_) => tracing::debug!(%id, "TESSERA_FAULT: rewrote a document after its read"),
+            Err(e) => tracing::warn!(%id, error = %e, "TESSERA_FAULT: rewrite after read failed"),
         }
     }
 

@@ -126,7 +126,15 @@ pub struct TxCounters {
     /// Fragments an autocommit UPDATE or DELETE read in slices at one instant, writes of what
     /// it read held off meanwhile (`Core::read_paused`): its share there was larger than a slice.
     pub paused_reads: u64,
+    /// Attempts of an autocommit UPDATE or DELETE over several fragments after a conflict that
+    /// prepared each fragment's writes at the instant it was read (`Core::txn_write_prepared`),
+    /// counted where the session runs.
+    pub prepared_retries: u64,
 }
+
+/// A prepare queued on a fragment, its durability still to be awaited.
+type PrepareFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<storage::Lsn, AppendError>>>>;
 
 /// A fragment and what one statement of a transaction does there.
 #[derive(Clone, Debug)]
@@ -954,6 +962,11 @@ impl Core {
                     rules.validate(id, doc)?;
                 }
             }
+            if !read.keeps_reads()
+                && let Some(collection) = statement.collection()
+            {
+                fault::rewrite_after_read(&fragment, collection.as_str(), &partial.intents).await;
+            }
             self.count(target.fragment, partial.rows_scanned);
             out.push(TxnShare {
                 fragment: target.fragment,
@@ -965,6 +978,119 @@ impl Core {
             });
         }
         Ok(out)
+    }
+
+    /// An autocommit UPDATE's or DELETE's share on this executor, for an attempt after its
+    /// statement conflicted (`Session::autocommit_txn`): each fragment is read at one instant
+    /// as [`Core::read_paused`] reads it, and what the statement writes there is prepared for
+    /// `txid` before that instant ends (the pause dropped right before the prepare is queued,
+    /// no `.await` between). A write the pause held then meets the prepared documents and
+    /// waits for the decision (`AppendError::Locked`, `wait_released`) instead of going first
+    /// and failing the commit that followed the read a round trip later, as it did on every
+    /// attempt under a back-to-back rewriter. A fragment's written documents stay held from
+    /// its prepare to phase two, while the others are read. Returns the outcome and the
+    /// fragments prepared (those with writes; a fragment without writes holds nothing: the
+    /// statement checks only what it writes). All or nothing: on any failure the fragments
+    /// prepared here are aborted before the error returns.
+    pub async fn txn_write_prepared(
+        &self,
+        statement: &Statement,
+        targets: &[TxnTarget],
+        rules: Rules<'_>,
+        txid: TxId,
+    ) -> Result<(WriteOutcome, Vec<FragmentId>), EngineError> {
+        let mut outcome = WriteOutcome::default();
+        let mut queued = Vec::with_capacity(targets.len());
+        let mut failure = None;
+        for target in targets {
+            match self.read_and_prepare(statement, target, rules, txid, &mut outcome).await {
+                Ok(Some(prepare)) => queued.push(prepare),
+                Ok(None) => {}
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        // Every prepare queued is awaited, even after a failure, so none is left running.
+        let mut prepared = Vec::with_capacity(queued.len());
+        let mut refused = None;
+        for (fragment, prepare) in queued {
+            prepared.push(fragment.id());
+            match prepare.await {
+                Ok(_) => fault::prepared(),
+                Err(e) => refused = refused.or(Some((fragment, e))),
+            }
+        }
+        if failure.is_none()
+            && let Some((fragment, e)) = refused
+        {
+            failure = Some(self.txn_failure(&fragment, e).await);
+        }
+        match failure {
+            None => Ok((outcome, prepared)),
+            Some(e) => {
+                if !prepared.is_empty() {
+                    self.finish_txn(txid, prepared, false, None).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// One fragment of [`Core::txn_write_prepared`]: reads the share, adds it to `outcome`
+    /// and, when it writes, queues its prepare at once (returned to be awaited).
+    async fn read_and_prepare(
+        &self,
+        statement: &Statement,
+        target: &TxnTarget,
+        rules: Rules<'_>,
+        txid: TxId,
+        outcome: &mut WriteOutcome,
+    ) -> Result<Option<(Rc<Fragment>, PrepareFuture)>, EngineError> {
+        let started = Instant::now();
+        let fragment = self.fragment(target.fragment)?;
+        let reader = FragmentReader::new(&fragment);
+        let scan = query::WriteScan::new(statement, CHECK_SLICE_OPS)?;
+        let collection = scan.collection().as_str().to_owned();
+        let (read, pause) = self.read_paused(&fragment, scan, &reader, &target.ranges).await?;
+        let WritePartial { intents, returning, rows_scanned, .. } = read;
+        let affected = intents.len() as u64;
+        let batch = batch_of(&collection, intents, rules)?;
+        super::txn::within_fragment_limit(target.fragment, &batch)?;
+        self.count(target.fragment, rows_scanned);
+        outcome.affected += affected;
+        outcome.returning.extend(returning);
+        outcome.analysis.push(FragmentAnalysis {
+            fragment: target.fragment,
+            rows_scanned,
+            rows_returned: affected,
+            elapsed: started.elapsed(),
+        });
+        if batch.is_empty() {
+            return Ok(None);
+        }
+        self.writable(target.fragment)?;
+        self.prepared
+            .borrow_mut()
+            .entry(txid)
+            .or_insert_with(|| PreparedTxn {
+                fragments: Vec::new(),
+                held: Vec::new(),
+                since: Instant::now(),
+                finishing: false,
+            })
+            .fragments
+            .push(target.fragment);
+        let preparing = Rc::clone(&fragment);
+        let mut prepare: PrepareFuture =
+            Box::pin(async move { preparing.prepare(txid, batch).await });
+        // Validated and queued by its first poll, ahead of the writes the pause held.
+        drop(pause);
+        if let Some(done) = futures_lite::future::poll_once(prepare.as_mut()).await {
+            prepare = Box::pin(std::future::ready(done));
+        }
+        Ok(Some((fragment, prepare)))
     }
 
     /// Applies one fragment's batch of a transaction (the fast path: one atomic batch,

@@ -481,6 +481,7 @@ impl Session {
                     ("range_conflicts", c.range_conflicts),
                     ("held_waits", c.held_waits),
                     ("paused_reads", c.paused_reads),
+                    ("prepared_retries", c.prepared_retries),
                 ]
                 .into_iter()
                 .map(|(k, v)| vec![Datum::Text(k.to_owned()), n(v)])
@@ -1404,19 +1405,36 @@ impl Session {
     /// commit path (atomic across fragments and executors), run again on a conflict. Only the
     /// documents it writes are validated, as when it runs on one fragment, so it reads each
     /// fragment at one instant: the first attempt in slices under a pause of the writes of
-    /// what it reads ([`ShareRead::AutocommitPaused`]), later ones in one go.
+    /// what it reads ([`ShareRead::AutocommitPaused`]), then committed. An UPDATE's or
+    /// DELETE's later attempts prepare each fragment's writes before its instant ends
+    /// ([`Session::autocommit_prepared`]), so writes that kept landing between a read and its
+    /// commit wait for it instead; one reaching another node's fragments reads them in one go
+    /// ([`ShareRead::AutocommitOneGo`]) and commits after, as before.
     async fn autocommit_txn(
         &self,
         statement: &Arc<Statement>,
     ) -> Result<WriteOutcome, EngineError> {
         let mut attempt = 1;
         loop {
-            let mut txn = Txn::new(0);
-            let read =
-                if attempt == 1 { ShareRead::AutocommitPaused } else { ShareRead::AutocommitOneGo };
-            let outcome = self.txn_statement(&mut txn, statement, read).await?;
-            match self.commit_txn(&txn).await {
-                Ok(()) => return Ok(outcome),
+            let prepared = match (attempt, &**statement) {
+                (1, _) | (_, Statement::Insert(_)) => None,
+                _ => self.autocommit_prepared(statement).await?,
+            };
+            let result = match prepared {
+                Some(result) => result,
+                None => {
+                    let mut txn = Txn::new(0);
+                    let read = if attempt == 1 {
+                        ShareRead::AutocommitPaused
+                    } else {
+                        ShareRead::AutocommitOneGo
+                    };
+                    let outcome = self.txn_statement(&mut txn, statement, read).await?;
+                    self.commit_txn(&txn).await.map(|()| outcome)
+                }
+            };
+            match result {
+                Ok(outcome) => return Ok(outcome),
                 Err(e) if is_conflict(&e) && attempt < TXN_AUTOCOMMIT_ATTEMPTS_MAX => {
                     // The other transaction is usually one fdatasync from done: give it that
                     // long (growing with each attempt) before running again.
@@ -1430,6 +1448,75 @@ impl Session {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// One attempt of an autocommit UPDATE or DELETE over several fragments of this node
+    /// that prepares as it reads: every executor reads its fragments and prepares each one's
+    /// writes for one transaction id at the instant it was read (`Core::txn_write_prepared`),
+    /// then the decision is recorded and phase two runs, as in [`Session::two_phase`]. A
+    /// fragment's documents are held from its prepare on, so the writes a read's pause held
+    /// wait for this statement's commit instead of invalidating it. `None` when it cannot run
+    /// so (a fragment of another node, or a stale map): the caller runs the attempt as before.
+    /// `Some(Err)` of a conflict is retried by the caller; nothing is held after any error.
+    async fn autocommit_prepared(
+        &self,
+        statement: &Arc<Statement>,
+    ) -> Result<Option<Result<WriteOutcome, EngineError>>, EngineError> {
+        let catalog = self.core.shared().catalog();
+        let Some(routed) = self.route_all(statement, &catalog)? else { return Ok(None) };
+        if !routed.remote.is_empty() || self.located(&routed.plan.fragments).await? {
+            return Ok(None);
+        }
+        let groups = with_writes(&Txn::new(0), routed.local);
+        let participants: Vec<(ExecutorIndex, Vec<FragmentId>)> = groups
+            .iter()
+            .map(|(e, targets)| (*e, targets.iter().map(|t| t.fragment).collect()))
+            .collect();
+        let txid = self.new_txid()?;
+        self.core.count_tx(|c| c.prepared_retries += 1);
+        let with = (Arc::clone(statement), catalog);
+        let shares = self
+            .fan_out(groups, &with, move |core, (stmt, view), targets| async move {
+                let rules = rules_of(&view, &stmt);
+                let (outcome, prepared) =
+                    core.txn_write_prepared(&stmt, &targets, rules, txid).await?;
+                Ok((core.index(), outcome, prepared))
+            })
+            .await;
+        let shares = match shares {
+            Ok(shares) => shares,
+            Err(e) => {
+                // Each failed share undid itself; the others are undone here.
+                self.phase_two(txid, &participants, false).await;
+                return Ok(Some(Err(e)));
+            }
+        };
+        let mut outcome = WriteOutcome::default();
+        let mut prepared = Vec::with_capacity(shares.len());
+        for (executor, share, fragments) in shares {
+            outcome.affected += share.affected;
+            outcome.returning.extend(share.returning);
+            outcome.analysis.extend(share.analysis);
+            if !fragments.is_empty() {
+                prepared.push((executor, fragments));
+            }
+        }
+        if prepared.is_empty() {
+            return Ok(Some(Ok(outcome)));
+        }
+        fault::before_decision().await;
+        let fragments = prepared.iter().flat_map(|(_, f)| f.iter().copied()).collect();
+        let reporting = prepared.len();
+        let (commit, rest) = match self.decide_here(txid, prepared, fragments, reporting).await {
+            Ok(decided) => decided,
+            Err(e) => return Ok(Some(Err(e))),
+        };
+        self.phase_two(txid, &rest, commit).await;
+        if !commit {
+            return Ok(Some(Err(EngineError::TxnAborted)));
+        }
+        self.core.count_tx(|c| c.two_phase_commits += 1);
+        Ok(Some(Ok(outcome)))
     }
 
     /// A SELECT's rows: constants here (with the session's names), through the open block's
@@ -2093,15 +2180,9 @@ impl Session {
             return Err(e);
         }
         fault::before_decision().await;
-        // The coordinator's executor does its own share of phase two inside the decision's
-        // call when the session runs elsewhere: one cross-executor round trip less. Every
-        // local executor and every remote node reports its share finished.
+        // Every local executor and every remote node reports its share finished.
         let reporting = writing + remote_fragments.len() - remote_readers.len();
-        let (there, rest): (Vec<_>, Vec<_>) = participants
-            .into_iter()
-            .partition(|(e, _)| *e == coordinator && self.core.index() != coordinator);
-        let there = there.into_iter().next().map(|(_, f)| f);
-        let commit = self.decide(txid, fragments, reporting, there).await?;
+        let (commit, rest) = self.decide_here(txid, participants, fragments, reporting).await?;
         let local = self.phase_two(txid, &rest, commit);
         let other = self.remote_phase_two(txid, &remote_fragments, commit, &remote_readers);
         futures_lite::future::zip(local, other).await;
@@ -2111,6 +2192,26 @@ impl Session {
         } else {
             Err(EngineError::TxnAborted)
         }
+    }
+
+    /// Records the decision for `txid` (see [`Session::decide`]) once every participant is
+    /// prepared. The coordinator's executor does its own share of phase two inside the
+    /// decision's call when the session runs elsewhere: one cross-executor round trip less.
+    /// Returns the decision and the participants whose phase two is left to the caller.
+    async fn decide_here(
+        &self,
+        txid: storage::TxId,
+        participants: Vec<(ExecutorIndex, Vec<FragmentId>)>,
+        fragments: Vec<FragmentId>,
+        reporting: usize,
+    ) -> Result<(bool, Vec<(ExecutorIndex, Vec<FragmentId>)>), EngineError> {
+        let coordinator = ExecutorIndex::new(0);
+        let (there, rest): (Vec<_>, Vec<_>) = participants
+            .into_iter()
+            .partition(|(e, _)| *e == coordinator && self.core.index() != coordinator);
+        let there = there.into_iter().next().map(|(_, f)| f);
+        let commit = self.decide(txid, fragments, reporting, there).await?;
+        Ok((commit, rest))
     }
 
     /// Two-phase commit on this node when the coordinator's executor holds a share and this
@@ -2319,6 +2420,7 @@ impl Session {
             sum.range_conflicts += c.range_conflicts;
             sum.held_waits += c.held_waits;
             sum.paused_reads += c.paused_reads;
+            sum.prepared_retries += c.prepared_retries;
         }
         Ok(sum)
     }

@@ -633,6 +633,13 @@ impl ExportMetrics for crate::engine::TxCounters {
             labels.clone(),
             self.paused_reads,
         );
+        set.counter(
+            "tessera_transaction_prepared_retries_total",
+            "Attempts of an autocommit UPDATE or DELETE over several fragments, after a \
+             conflict, that prepared each fragment's writes at the instant it was read.",
+            labels.clone(),
+            self.prepared_retries,
+        );
     }
 }
 
