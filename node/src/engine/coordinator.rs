@@ -472,6 +472,8 @@ impl Coordinator {
 /// makes a session sleep past the prepared-transaction timeout before deciding (no crash), and
 /// `2pc-pause-before-decision` makes it sleep three quarters of `TXN_HELD_WAIT_MAX` there
 /// (within what a session meeting its documents waits for them).
+/// `autocommit-rewrite-after-read` rewrites a document between an autocommit share's read and
+/// its commit (`rewrite_after_read`); it may be armed beside one of the others, comma-separated.
 /// Compiled in so the end-to-end crash tests run the real binary.
 pub mod fault {
     use super::*;
@@ -497,29 +499,41 @@ pub mod fault {
         RewriteAfterRead,
     }
 
-    static ARMED: OnceLock<Option<Fault>> = OnceLock::new();
+    static ARMED: OnceLock<Vec<Fault>> = OnceLock::new();
     static PREPARED: AtomicUsize = AtomicUsize::new(0);
 
-    /// The armed fault, read once.
-    pub fn armed() -> Option<Fault> {
-        *ARMED.get_or_init(|| {
-            let v = std::env::var("TESSERA_FAULT").ok()?;
-            let fault = match v.as_str() {
-                "2pc-after-decision" => Some(Fault::AfterDecision),
-                "2pc-during-apply" => Some(Fault::DuringApply),
-                "2pc-stall-before-decision" => Some(Fault::StallBeforeDecision),
-                "2pc-pause-before-decision" => Some(Fault::PauseBeforeDecision),
-                "autocommit-rewrite-after-read" => Some(Fault::RewriteAfterRead),
-                other => other
-                    .strip_prefix("2pc-after-prepare:")
-                    .and_then(|k| k.parse().ok())
-                    .map(Fault::AfterPrepare),
-            };
-            if fault.is_none() {
-                tracing::warn!(value = %v, "TESSERA_FAULT not understood; no fault armed");
+    /// The armed faults, read once: `TESSERA_FAULT` is one fault or several separated by
+    /// commas (`autocommit-rewrite-after-read` beside one crash point, say).
+    fn armed_all() -> &'static [Fault] {
+        ARMED.get_or_init(|| {
+            let Ok(v) = std::env::var("TESSERA_FAULT") else { return Vec::new() };
+            let mut faults = Vec::new();
+            for name in v.split(',') {
+                let fault = match name {
+                    "2pc-after-decision" => Some(Fault::AfterDecision),
+                    "2pc-during-apply" => Some(Fault::DuringApply),
+                    "2pc-stall-before-decision" => Some(Fault::StallBeforeDecision),
+                    "2pc-pause-before-decision" => Some(Fault::PauseBeforeDecision),
+                    "autocommit-rewrite-after-read" => Some(Fault::RewriteAfterRead),
+                    other => other
+                        .strip_prefix("2pc-after-prepare:")
+                        .and_then(|k| k.parse().ok())
+                        .map(Fault::AfterPrepare),
+                };
+                match fault {
+                    Some(f) => faults.push(f),
+                    None => {
+                        tracing::warn!(value = %name, "TESSERA_FAULT not understood; not armed")
+                    }
+                }
             }
-            fault
+            faults
         })
+    }
+
+    /// The armed crash or stall point (the first of them), if any.
+    pub fn armed() -> Option<Fault> {
+        armed_all().iter().copied().find(|f| *f != Fault::RewriteAfterRead)
     }
 
     fn crash(point: &str) {
@@ -565,7 +579,7 @@ pub mod fault {
         collection: &str,
         intents: &[query::WriteIntent],
     ) {
-        if armed() != Some(Fault::RewriteAfterRead) {
+        if !armed_all().contains(&Fault::RewriteAfterRead) {
             return;
         }
         let first = intents.iter().find_map(|i| match i {
