@@ -3,7 +3,9 @@
 //! node, and read-only blocks whose counts and absences span nodes (held on each at one
 //! instant, released before COMMIT answers). And the reading of a write's share another
 //! node asks for: an autocommit UPDATE over several nodes reads a large share there in
-//! slices under a pause, a block's UPDATE in slices.
+//! slices under a pause, a block's UPDATE in slices; and one rewritten between its reads and
+//! its commit (a test-only hook) commits on its retry, which prepares on every node as it
+//! reads.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 mod support;
@@ -16,21 +18,30 @@ use support::{Node, NodeOptions, free_loopback_port, sqlstate, tx_counter};
 
 const FRAGMENTS: u32 = 6;
 
-fn options(id: u32, peer: u16, join: Option<u16>) -> NodeOptions {
+fn options(id: u32, peer: u16, join: Option<u16>, env: &[(String, String)]) -> NodeOptions {
     let extra_args = cluster_args("xro", id, peer, join, &["--min-members", "3"]);
-    NodeOptions { executors: 1, fragments: FRAGMENTS, extra_args, ..NodeOptions::default() }
+    let env = env.to_vec();
+    NodeOptions { executors: 1, fragments: FRAGMENTS, extra_args, env, ..NodeOptions::default() }
 }
 
 /// Starts three nodes and waits until each sees every fragment served, by all three.
 async fn start_cluster() -> [Node; 3] {
+    start_cluster_with(&[]).await
+}
+
+/// The same with `env` for every node.
+async fn start_cluster_with(env: &[(String, String)]) -> [Node; 3] {
     let seed = free_loopback_port();
-    let mut first = Node::start_with(options(1, seed, None));
-    let mut second = Node::start_with(options(2, free_loopback_port(), Some(seed)));
-    let mut third = Node::start_with(options(3, free_loopback_port(), Some(seed)));
+    let mut first = Node::start_with(options(1, seed, None, env));
+    let mut second = Node::start_with(options(2, free_loopback_port(), Some(seed), env));
+    let mut third = Node::start_with(options(3, free_loopback_port(), Some(seed), env));
     // The nodes stop one after another at the end (dropped), each handing its fragments off
     // first: the ones still running may report a stopped one unreachable (WARN) meanwhile.
     for node in [&mut first, &mut second, &mut third] {
         node.expect_log("is unreachable");
+        if !env.is_empty() {
+            node.expect_log("TESSERA_FAULT");
+        }
     }
     wait_served(&[&first, &second, &third], FRAGMENTS as usize, 3).await;
     [first, second, third]
@@ -203,4 +214,47 @@ async fn write_shares_are_read_as_the_asking_node_reads() {
     client.batch_execute("COMMIT").await.unwrap();
     let row = client.query_one("SELECT count(*), min(n::int8)::int8 FROM big", &[]).await.unwrap();
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (DOCS as i64, 2));
+}
+
+// Checks an autocommit UPDATE over fragments of all three nodes whose documents are rewritten
+// after each node's read and before the commit (`TESSERA_FAULT=autocommit-rewrite-after-read`
+// on every node): its first attempt conflicts, its retry prepares as it reads on every node
+// (`Share::TxnWritePrepared`) and commits every document once; nothing stays prepared. Before
+// those retries the other nodes' shares were read again in one go and rewritten each attempt,
+// and the statement ended in 40001.
+#[tokio::test]
+async fn autocommit_update_rewritten_on_other_nodes_commits() {
+    let hook = ("TESSERA_FAULT".to_owned(), "autocommit-rewrite-after-read".to_owned());
+    let nodes = start_cluster_with(&[hook]).await;
+    let client = nodes[0].connect().await;
+    let mut total = 0;
+    for owner in 1..=3 {
+        for (shard, _) in ranges_owned_by(&client, owner).await {
+            for i in 0..3 {
+                let id = format!("r{owner}_{shard}_{i}$@{shard}");
+                let sql = format!("INSERT INTO t VALUES ('{id}', '{{\"c\":0}}')");
+                client.batch_execute(&sql).await.unwrap();
+                total += 1;
+            }
+        }
+    }
+    let conflicts = tx_counter(&client, "conflicts").await;
+    let retries = tx_counter(&client, "prepared_retries").await;
+    let n = client.execute("UPDATE t SET c = c + 1 WHERE c >= 0", &[]).await.unwrap();
+    assert_eq!(n, total);
+    assert!(tx_counter(&client, "prepared_retries").await > retries, "a retry prepared as it read");
+    let mut seen_conflicts = tx_counter(&client, "conflicts").await - conflicts;
+    for node in &nodes[1..] {
+        seen_conflicts += tx_counter(&node.connect().await, "conflicts").await;
+    }
+    assert!(seen_conflicts > 0, "the first attempt conflicted");
+    let row =
+        client.query_one("SELECT count(*), min(c::int8)::int8, max(c::int8)::int8 FROM t", &[]);
+    let row = row.await.unwrap();
+    let got = (row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, i64>(2));
+    assert_eq!(got, (total as i64, 1, 1), "every document updated once");
+    for node in &nodes {
+        let rows = simple(node, "SHOW TRANSACTIONS").await.unwrap();
+        assert!(rows.iter().all(|r| r[1].as_deref() != Some("prepared")), "{rows:?}");
+    }
 }

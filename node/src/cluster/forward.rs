@@ -376,6 +376,18 @@ pub enum Share {
         /// How to read them.
         read: WireShareRead,
     },
+    /// An autocommit UPDATE's or DELETE's attempt after a conflict, which prepares as it
+    /// reads: the owner reads each fragment at one instant and prepares what the statement
+    /// writes there for `txid` before that instant ends (`Core::txn_write_prepared`); answered
+    /// with `Written` (a fragment prepared exactly when it wrote), after which the sender, the
+    /// coordinator, finishes `txid` with `TxnFinish`. Added last, so every older share keeps
+    /// its encoding; a node of an older build refuses it as a bad frame (the statement fails).
+    TxnWritePrepared {
+        /// The targets (no overlays: an autocommit statement has none).
+        targets: Vec<WireTxnTarget>,
+        /// The transaction, coordinated by the sender.
+        txid: u64,
+    },
 }
 
 /// How the owner reads a `TxnWriteAs` share (`engine::ShareRead`).
@@ -1422,6 +1434,22 @@ mod tests {
                         reads: WireReads::default(),
                     }],
                     read: WireShareRead::AutocommitPaused,
+                },
+            }),
+            DataMessage::Request(Request {
+                epoch: 9,
+                catalog: 3,
+                sql: "UPDATE c SET n = 2".into(),
+                index: 0,
+                params: Vec::new(),
+                share: Share::TxnWritePrepared {
+                    targets: vec![WireTxnTarget {
+                        fragment: 2,
+                        ranges: vec![WireRange { start: 3, end: 6 }],
+                        writes: Vec::new(),
+                        reads: WireReads::default(),
+                    }],
+                    txid: 1 << 52,
                 },
             }),
         ]

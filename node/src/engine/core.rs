@@ -322,9 +322,9 @@ pub enum ShareRead {
     /// only what it writes: at one instant, in slices under a pause of the writes of what it
     /// reads ([`Core::read_paused`]), the pause ending with the fragment's read. No versions kept.
     AutocommitPaused,
-    /// That statement's later attempts: in one go (writes the pause held went first after
-    /// it, may have conflicted with its commit, and would again each attempt while a
-    /// writer keeps rewriting a document it writes). No versions kept.
+    /// That statement's later attempts when they cannot prepare as they read
+    /// ([`Core::txn_write_prepared`]: an INSERT, or a map found stale): in one go. No
+    /// versions kept.
     AutocommitOneGo,
 }
 

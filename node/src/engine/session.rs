@@ -1132,14 +1132,7 @@ impl Session {
                     });
                 }
                 let outcome = self.write(&statement).await?;
-                Ok(Reply::Written {
-                    affected: outcome.affected,
-                    returning: outcome
-                        .returning
-                        .iter()
-                        .map(|r| forward::datums_to_wire(r))
-                        .collect(),
-                })
+                Ok(written_reply(&outcome))
             }
             Share::TxnSelect { targets } => {
                 let groups = match txn_targets_here(&map, me, targets)? {
@@ -1184,6 +1177,18 @@ impl Session {
             Share::TxnWriteAs { targets, read } => {
                 let read = share_read_from_wire(read);
                 self.txn_write_here(&map, me, &statement, planned_catalog, targets, read).await
+            }
+            Share::TxnWritePrepared { targets, txid } => {
+                let txid = storage::TxId::new(txid);
+                if coordinator_of(txid) == me {
+                    return Err(internal("a prepare coordinated by this node came from another"));
+                }
+                let groups = match txn_targets_here(&map, me, targets)? {
+                    Ok(g) => g,
+                    Err(fragment) => return Ok(Reply::NotMine { fragment }),
+                };
+                let (outcome, _) = self.prepare_shares(groups, &statement, txid).await?;
+                Ok(written_reply(&outcome))
             }
             Share::TxnApply { .. }
             | Share::TxnPrepare { .. }
@@ -1450,31 +1455,130 @@ impl Session {
         }
     }
 
-    /// One attempt of an autocommit UPDATE or DELETE over several fragments of this node
-    /// that prepares as it reads: every executor reads its fragments and prepares each one's
+    /// One attempt of an autocommit UPDATE or DELETE over several fragments that prepares
+    /// as it reads: every executor of this node reads its fragments and prepares each one's
     /// writes for one transaction id at the instant it was read (`Core::txn_write_prepared`),
-    /// then the decision is recorded and phase two runs, as in [`Session::two_phase`]. A
-    /// fragment's documents are held from its prepare on, so the writes a read's pause held
-    /// wait for this statement's commit instead of invalidating it. `None` when it cannot run
-    /// so (a fragment of another node, or a stale map): the caller runs the attempt as before.
-    /// `Some(Err)` of a conflict is retried by the caller; nothing is held after any error.
+    /// and every other node holding some does the same for its own
+    /// (`Share::TxnWritePrepared`), all at once; then this node records the decision and runs
+    /// phase two, as [`Session::two_phase`] does. A fragment's documents are held from its
+    /// prepare on, so the writes a read's pause held wait for this statement's commit instead
+    /// of invalidating it. `None` when the map is stale (nothing is left held): the caller runs
+    /// the attempt as before, which refreshes it. `Some(Err)` of a conflict is retried by the
+    /// caller; nothing is held after any error.
     async fn autocommit_prepared(
         &self,
         statement: &Arc<Statement>,
     ) -> Result<Option<Result<WriteOutcome, EngineError>>, EngineError> {
         let catalog = self.core.shared().catalog();
         let Some(routed) = self.route_all(statement, &catalog)? else { return Ok(None) };
-        if !routed.remote.is_empty() || self.located(&routed.plan.fragments).await? {
+        if self.located(&routed.plan.fragments).await? {
             return Ok(None);
         }
-        let groups = with_writes(&Txn::new(0), routed.local);
+        let txid = self.new_txid()?;
+        self.core.count_tx(|c| c.prepared_retries += 1);
+        let none = Txn::new(0);
+        let mut asked = Vec::with_capacity(routed.remote.len());
+        let mut remote_fragments: Vec<(NodeId, Vec<u32>)> = Vec::with_capacity(routed.remote.len());
+        for (node, targets) in &routed.remote {
+            let share = Share::TxnWritePrepared {
+                targets: wire_txn_targets(&none, targets),
+                txid: txid.get(),
+            };
+            let request = self.request(routed.epoch, catalog.version(), share)?;
+            asked.push(glommio::spawn_local(forward::call(node.0, request, false)));
+            remote_fragments.push((*node, targets.iter().map(|t| t.fragment.get()).collect()));
+        }
+        let local = self.prepare_shares(with_writes(&none, routed.local), statement, txid).await;
+        // Every node's answer is awaited, even after a failure, so none is left preparing.
+        let mut outcome = WriteOutcome::default();
+        let mut failure = None;
+        let mut stale = false;
+        let mut remote_prepared: Vec<(NodeId, Vec<u32>)> = Vec::new();
+        for (task, (node, fragments)) in asked.into_iter().zip(&remote_fragments) {
+            let reply = match task.await {
+                Ok(Reply::Written { affected, returning }) => {
+                    let rows = returning
+                        .into_iter()
+                        .map(forward::datums_from_wire)
+                        .collect::<Result<Vec<_>, String>>();
+                    match rows {
+                        Ok(rows) => {
+                            outcome.affected += affected;
+                            outcome.returning.extend(rows);
+                            if affected > 0 {
+                                remote_prepared.push((*node, fragments.clone()));
+                            }
+                            continue;
+                        }
+                        Err(e) => Err(bad_reply(e)),
+                    }
+                }
+                Ok(other) => reply_error(other).map(|_| stale = true),
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = reply {
+                failure = failure.or(Some(e));
+            }
+        }
+        let local = match local {
+            Ok(local) => Some(local),
+            Err(e) => {
+                failure = failure.or(Some(e));
+                None
+            }
+        };
+        let no_readers = BTreeSet::new();
+        if failure.is_some() || stale {
+            // Each failed share undid itself; the prepared ones are undone here.
+            if let Some((_, participants)) = &local {
+                self.phase_two(txid, participants, false).await;
+            }
+            self.remote_phase_two(txid, &remote_fragments, false, &no_readers).await;
+            return Ok(failure.map(Err));
+        }
+        let Some((here, prepared)) = local else { return Err(internal("no local outcome")) };
+        outcome.affected += here.affected;
+        outcome.returning.extend(here.returning);
+        outcome.analysis.extend(here.analysis);
+        if prepared.is_empty() && remote_prepared.is_empty() {
+            return Ok(Some(Ok(outcome)));
+        }
+        fault::before_decision().await;
+        let mut fragments: Vec<FragmentId> =
+            prepared.iter().flat_map(|(_, f)| f.iter().copied()).collect();
+        fragments.extend(
+            remote_prepared.iter().flat_map(|(_, f)| f.iter().map(|f| FragmentId::new(*f))),
+        );
+        let reporting = prepared.len() + remote_prepared.len();
+        let (commit, rest) = match self.decide_here(txid, prepared, fragments, reporting).await {
+            Ok(decided) => decided,
+            Err(e) => return Ok(Some(Err(e))),
+        };
+        let local = self.phase_two(txid, &rest, commit);
+        let other = self.remote_phase_two(txid, &remote_prepared, commit, &no_readers);
+        futures_lite::future::zip(local, other).await;
+        if !commit {
+            return Ok(Some(Err(EngineError::TxnAborted)));
+        }
+        self.core.count_tx(|c| c.two_phase_commits += 1);
+        Ok(Some(Ok(outcome)))
+    }
+
+    /// A prepared retry's shares on this node's executors (`Core::txn_write_prepared`) for
+    /// `txid`: the outcome and the participants that prepared (those with writes). On any
+    /// failure every share here is undone before the error returns (each failed share undid
+    /// itself; the others are aborted here).
+    async fn prepare_shares(
+        &self,
+        groups: BTreeMap<ExecutorIndex, Vec<TxnTarget>>,
+        statement: &Arc<Statement>,
+        txid: storage::TxId,
+    ) -> Result<(WriteOutcome, Vec<(ExecutorIndex, Vec<FragmentId>)>), EngineError> {
         let participants: Vec<(ExecutorIndex, Vec<FragmentId>)> = groups
             .iter()
             .map(|(e, targets)| (*e, targets.iter().map(|t| t.fragment).collect()))
             .collect();
-        let txid = self.new_txid()?;
-        self.core.count_tx(|c| c.prepared_retries += 1);
-        let with = (Arc::clone(statement), catalog);
+        let with = (Arc::clone(statement), self.core.shared().catalog());
         let shares = self
             .fan_out(groups, &with, move |core, (stmt, view), targets| async move {
                 let rules = rules_of(&view, &stmt);
@@ -1486,9 +1590,8 @@ impl Session {
         let shares = match shares {
             Ok(shares) => shares,
             Err(e) => {
-                // Each failed share undid itself; the others are undone here.
                 self.phase_two(txid, &participants, false).await;
-                return Ok(Some(Err(e)));
+                return Err(e);
             }
         };
         let mut outcome = WriteOutcome::default();
@@ -1501,22 +1604,7 @@ impl Session {
                 prepared.push((executor, fragments));
             }
         }
-        if prepared.is_empty() {
-            return Ok(Some(Ok(outcome)));
-        }
-        fault::before_decision().await;
-        let fragments = prepared.iter().flat_map(|(_, f)| f.iter().copied()).collect();
-        let reporting = prepared.len();
-        let (commit, rest) = match self.decide_here(txid, prepared, fragments, reporting).await {
-            Ok(decided) => decided,
-            Err(e) => return Ok(Some(Err(e))),
-        };
-        self.phase_two(txid, &rest, commit).await;
-        if !commit {
-            return Ok(Some(Err(EngineError::TxnAborted)));
-        }
-        self.core.count_tx(|c| c.two_phase_commits += 1);
-        Ok(Some(Ok(outcome)))
+        Ok((outcome, prepared))
     }
 
     /// A SELECT's rows: constants here (with the session's names), through the open block's
@@ -3273,6 +3361,14 @@ fn wire_targets(targets: &[Target]) -> Vec<forward::WireTarget> {
 
 /// An owner's answer that carries no result: the epoch to refresh to (`StaleEpoch`,
 /// `NotMine`), or the owner's error.
+/// The `Written` answer of a write run here for another node.
+fn written_reply(outcome: &WriteOutcome) -> Reply {
+    Reply::Written {
+        affected: outcome.affected,
+        returning: outcome.returning.iter().map(|r| forward::datums_to_wire(r)).collect(),
+    }
+}
+
 fn reply_error(reply: Reply) -> Result<u64, EngineError> {
     match reply {
         Reply::StaleEpoch { current } => Ok(current),
