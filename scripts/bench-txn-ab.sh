@@ -11,7 +11,11 @@
 # Environment: TXN_CLIENTS (default "1 32"), TXN_DURATION (default 10s), TXN_DOCS (50000),
 #   TXN_WORKLOADS (comma-separated), BENCH_RESULTS (default bench/results/txn-ab-<UTC>),
 #   TXN_AB_POSTGRES=1: a private PostgreSQL (scripts/pg-local.sh) is a third target of every
-#   invocation, so old, new and PostgreSQL alternate in the same rounds (session 6).
+#   invocation, so old, new and PostgreSQL alternate in the same rounds (session 6);
+#   with TXN_AB_POSTGRES_SERIALIZABLE=1 too, the same server is a fourth target whose
+#   sessions run at SERIALIZABLE (`default_transaction_isolation`, Tessera's only level;
+#   PostgreSQL's default, the third target, is READ COMMITTED). The bench retries a
+#   transaction PostgreSQL refuses with 40001, as it does Tessera's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=$1
@@ -48,7 +52,11 @@ start() {
 if [ "${TXN_AB_POSTGRES:-0}" = 1 ]; then
   chmod 755 "$work"   # as root, PostgreSQL runs as the postgres user and must enter it
   scripts/install-deps.sh postgres
-  pg=(--target "postgres=$(scripts/pg-local.sh start "$work/pg")")
+  pg_url=$(scripts/pg-local.sh start "$work/pg")
+  pg=(--target "postgres=$pg_url")
+  if [ "${TXN_AB_POSTGRES_SERIALIZABLE:-0}" = 1 ]; then
+    pg+=(--target "postgres-serializable:postgres=$pg_url?options=-c%20default_transaction_isolation%3Dserializable")
+  fi
 fi
 start old "$old"
 old_port=$port

@@ -1413,8 +1413,8 @@ impl Session {
     /// what it reads ([`ShareRead::AutocommitPaused`]), then committed. An UPDATE's or
     /// DELETE's later attempts prepare each fragment's writes before its instant ends
     /// ([`Session::autocommit_prepared`]), so writes that kept landing between a read and its
-    /// commit wait for it instead; one reaching another node's fragments reads them in one go
-    /// ([`ShareRead::AutocommitOneGo`]) and commits after, as before.
+    /// commit wait for it instead, on other nodes too; one that finds the map stale reads in
+    /// one go ([`ShareRead::AutocommitOneGo`]) and commits after, as before.
     async fn autocommit_txn(
         &self,
         statement: &Arc<Statement>,
