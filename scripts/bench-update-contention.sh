@@ -8,8 +8,8 @@
 # retry off (--max-tries 1): a statement Tessera refuses after its own 16 attempts counts as
 # failed. Each binary given gets its own fresh node, in turn, CONTEND_ROUNDS times. Prints
 # per round and binary the scatter UPDATEs completed and failed, their latency p50 / p99 / max,
-# the rewrites completed, and the node's conflict counters; raw lines go to
-# $BENCH_RESULTS/contention.txt.
+# the rewrites completed and failed (--max-tries 1 too), and the node's conflict counters;
+# raw lines go to $BENCH_RESULTS/contention.txt.
 #
 # Usage: scripts/bench-update-contention.sh TESSERA_BIN [TESSERA_BIN...]
 # Environment: CONTEND_DOCS (default 20000), CONTEND_SECONDS (10), CONTEND_ROUNDS (2),
@@ -51,15 +51,18 @@ for r in $(seq 1 "$rounds"); do
     psql -X -q -v ON_ERROR_STOP=1 "$url" -c "\\copy docs from '$work/docs.txt'"
     conflicts0=$(counter conflicts)
     rm -f "$work"/lat*
-    pgbench -n -c 1 -j 1 -T "$secs" -f "$work/rewrite.sql" "$url" >"$work/rewrite.out" 2>&1 &
+    pgbench -n -c 1 -j 1 -T "$secs" --max-tries 1 -f "$work/rewrite.sql" "$url" >"$work/rewrite.out" 2>&1 &
     rewriter=$!
     pgbench -n -c "$clients" -j 1 -T "$secs" --max-tries 1 -f "$work/scatter.sql" -l \
       --log-prefix="$work/lat" "$url" >"$work/scatter.out" 2>&1 || true
     wait "$rewriter" || true
     rewrites=$(awk '/number of transactions actually processed/ {print $NF}' "$work/rewrite.out" | cut -d/ -f1)
+    rewrites_failed=$(awk '/number of failed transactions/ {print $5}' "$work/rewrite.out")
+    rewriter_aborted=$(grep -c 'aborted' "$work/rewrite.out" || true)
     conflicts=$(( $(counter conflicts) - conflicts0 ))
-    retries=$(counter prepared_retries || true)
-    python3 - "$r" "$bin" "${rewrites:-0}" "$conflicts" "${retries:-n/a}" "$work"/lat* <<'PY' | tee -a "$out/contention.txt"
+    retries=$(counter prepared_attempts || true)
+    rewrites="${rewrites:-0} (${rewrites_failed:-0} failed, rewriter aborted: $rewriter_aborted)"
+    python3 - "$r" "$bin" "$rewrites" "$conflicts" "${retries:-n/a}" "$work"/lat* <<'PY' | tee -a "$out/contention.txt"
 import sys
 r, binary, rewrites, conflicts, retries, files = sys.argv[1:6] + [sys.argv[6:]]
 rows = [l.split() for f in files for l in open(f)]
@@ -69,7 +72,7 @@ failed = sum(1 for x in rows if not x[2].isdigit())
 pick = lambda q: ok[min(len(ok) - 1, int(q * len(ok)))] if ok else 0
 print(f"round {r} {binary}: {len(ok)} scatter UPDATEs, {failed} failed (40001 after 16 attempts), "
       f"p50 {pick(0.5)} us, p99 {pick(0.99)} us, max {ok[-1] if ok else 0} us; "
-      f"{rewrites} rewrites; node conflicts {conflicts}, prepared_retries {retries}")
+      f"{rewrites} rewrites; node conflicts {conflicts}, prepared_attempts {retries}")
 PY
     kill -TERM "$tessera_pid"
     wait "$tessera_pid" || true

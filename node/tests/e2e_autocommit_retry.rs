@@ -52,25 +52,40 @@ async fn with_c(client: &tokio_postgres::Client, value: i64) -> i64 {
 }
 
 // Checks that the UPDATE's first attempt conflicts (the hook works), a later one prepares as
-// it reads and commits every document once, nothing stays prepared, and a DELETE over the
-// same fragments after it commits too.
+// it reads and commits every document once, nothing stays prepared; that the next such
+// UPDATE, right after, prepares from its first attempt (no conflict); and a DELETE over the
+// same fragments after them commits too.
 #[tokio::test]
 async fn autocommit_update_rewritten_between_read_and_commit_commits() {
     let (_node, client) = start("autocommit-rewrite-after-read").await;
     let total = i64::from(PER_FRAGMENT * FRAGMENTS);
     let conflicts = tx_counter(&client, "conflicts").await;
-    let retries = tx_counter(&client, "prepared_retries").await;
+    let attempts = tx_counter(&client, "prepared_attempts").await;
     let two_phase = tx_counter(&client, "two_phase_commits").await;
 
+    let started = std::time::Instant::now();
     let n = client.execute(UPDATE, &[]).await.unwrap();
     assert_eq!(n, total as u64);
 
-    assert!(tx_counter(&client, "conflicts").await > conflicts, "the first attempt conflicted");
-    assert!(tx_counter(&client, "prepared_retries").await > retries, "a retry prepared as it read");
+    let conflicts_after = tx_counter(&client, "conflicts").await;
+    let attempts_after = tx_counter(&client, "prepared_attempts").await;
+    assert!(conflicts_after > conflicts, "the first attempt conflicted");
+    assert!(attempts_after > attempts, "a retry prepared as it read");
     assert_eq!(tx_counter(&client, "two_phase_commits").await, two_phase + 1);
     assert_eq!(with_c(&client, 1).await, total, "every document updated once");
     let open = simple_rows(&client.simple_query("SHOW TRANSACTIONS").await.unwrap());
     assert!(open.iter().all(|r| r[1].as_deref() != Some("prepared")), "{open:?}");
+
+    // The conflict was noted less than `started.elapsed()` ago: within the contention window
+    // (1 s) when that is well under it, so the next UPDATE prepares from its first attempt
+    // and the hook (which rewrites only after a read that does not prepare) never runs.
+    let since_conflict = started.elapsed();
+    assert_eq!(client.execute(UPDATE, &[]).await.unwrap(), total as u64);
+    assert_eq!(with_c(&client, 2).await, total, "every document updated twice");
+    if since_conflict < std::time::Duration::from_millis(500) {
+        assert_eq!(tx_counter(&client, "conflicts").await, conflicts_after, "no conflict");
+        assert_eq!(tx_counter(&client, "prepared_attempts").await, attempts_after + 1);
+    }
 
     // Deletes are not rewritten by the hook: the first attempt commits.
     let n = client.execute("DELETE FROM t WHERE n < 2", &[]).await.unwrap();

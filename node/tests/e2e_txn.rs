@@ -296,7 +296,7 @@ async fn show_transactions_lists_open_blocks() {
             "range_conflicts",
             "held_waits",
             "paused_reads",
-            "prepared_retries"
+            "prepared_attempts"
         ]
     );
 }

@@ -239,10 +239,13 @@ async fn autocommit_update_rewritten_on_other_nodes_commits() {
         }
     }
     let conflicts = tx_counter(&client, "conflicts").await;
-    let retries = tx_counter(&client, "prepared_retries").await;
+    let retries = tx_counter(&client, "prepared_attempts").await;
     let n = client.execute("UPDATE t SET c = c + 1 WHERE c >= 0", &[]).await.unwrap();
     assert_eq!(n, total);
-    assert!(tx_counter(&client, "prepared_retries").await > retries, "a retry prepared as it read");
+    assert!(
+        tx_counter(&client, "prepared_attempts").await > retries,
+        "a retry prepared as it read"
+    );
     let mut seen_conflicts = tx_counter(&client, "conflicts").await - conflicts;
     for node in &nodes[1..] {
         seen_conflicts += tx_counter(&node.connect().await, "conflicts").await;

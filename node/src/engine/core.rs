@@ -27,7 +27,8 @@ use super::coordinator::coordinator_of;
 use super::coordinator::{Coordinator, DecisionRow, fault};
 use super::error::EngineError;
 use super::limits::{
-    TXN_FRAGMENT_OPS_MAX, TXN_HELD_WAIT_MAX, TXN_PREPARED_TIMEOUT, TXN_SWEEP_INTERVAL,
+    AUTOCOMMIT_CONTENTION_WINDOW, TXN_FRAGMENT_OPS_MAX, TXN_HELD_WAIT_MAX, TXN_PREPARED_TIMEOUT,
+    TXN_SWEEP_INTERVAL,
 };
 use super::reader::FragmentReader;
 use super::shared::{CatalogView, Rules, Shared};
@@ -126,10 +127,11 @@ pub struct TxCounters {
     /// Fragments an autocommit UPDATE or DELETE read in slices at one instant, writes of what
     /// it read held off meanwhile (`Core::read_paused`): its share there was larger than a slice.
     pub paused_reads: u64,
-    /// Attempts of an autocommit UPDATE or DELETE over several fragments after a conflict that
-    /// prepared each fragment's writes at the instant it was read (`Core::txn_write_prepared`),
-    /// counted where the session runs.
-    pub prepared_retries: u64,
+    /// Attempts of an autocommit UPDATE or DELETE over several fragments that prepared each
+    /// fragment's writes at the instant it was read (`Core::txn_write_prepared`): retries
+    /// after a conflict, and first attempts soon after one (`AUTOCOMMIT_CONTENTION_WINDOW`).
+    /// Counted where the session runs.
+    pub prepared_attempts: u64,
 }
 
 /// A prepare queued on a fragment, its durability still to be awaited.
@@ -229,6 +231,8 @@ pub struct Core {
     counters: RefCell<BTreeMap<FragmentId, FragmentCounters>>,
     catalog_gate: glommio::sync::Semaphore,
     tx_counters: Cell<TxCounters>,
+    /// When an autocommit statement over several fragments of a session here last conflicted.
+    autocommit_conflict_at: Cell<Option<Instant>>,
     prepared: RefCell<BTreeMap<TxId, PreparedTxn>>,
     /// Transactions of `prepared` whose documents phase two already released here (their
     /// Commit records may still be on their way to disk).
@@ -403,6 +407,7 @@ impl Core {
             counters: RefCell::default(),
             catalog_gate: glommio::sync::Semaphore::new(1),
             tx_counters: Cell::new(TxCounters::default()),
+            autocommit_conflict_at: Cell::new(None),
             prepared: RefCell::new(pending),
             released: RefCell::default(),
             release_waits: RefCell::default(),
@@ -839,6 +844,19 @@ impl Core {
         Err(EngineError::Contention { attempts: WRITE_ATTEMPTS_MAX })
     }
 
+    /// Notes that an autocommit statement over several fragments of a session here conflicted.
+    pub fn autocommit_conflicted(&self) {
+        self.autocommit_conflict_at.set(Some(Instant::now()));
+    }
+
+    /// Whether one did within `AUTOCOMMIT_CONTENTION_WINDOW`: then the next ones prepare as
+    /// they read from their first attempt.
+    pub fn autocommit_contended(&self) -> bool {
+        self.autocommit_conflict_at
+            .get()
+            .is_some_and(|t| t.elapsed() < AUTOCOMMIT_CONTENTION_WINDOW)
+    }
+
     /// Counts with `f`.
     pub fn count_tx(&self, f: impl FnOnce(&mut TxCounters)) {
         let mut c = self.tx_counters.get();
@@ -981,10 +999,11 @@ impl Core {
     }
 
     /// An autocommit UPDATE's or DELETE's share on this executor, for an attempt after its
-    /// statement conflicted (`Session::autocommit_txn`): each fragment is read at one instant
-    /// as [`Core::read_paused`] reads it, and what the statement writes there is prepared for
-    /// `txid` before that instant ends (the pause dropped right before the prepare is queued,
-    /// no `.await` between). A write the pause held then meets the prepared documents and
+    /// statement conflicted (`Session::autocommit_txn`): each fragment is read at one instant,
+    /// under a pause of the writes of what it reads (`Fragment::pause_writes`, in slices with
+    /// [`between_slices`]), and what the statement writes there is prepared for `txid` before
+    /// that instant ends (the pause dropped right before the prepare is queued, no `.await`
+    /// between). A write the pause held then meets the prepared documents and
     /// waits for the decision (`AppendError::Locked`, `wait_released`) instead of going first
     /// and failing the commit that followed the read a round trip later, as it did on every
     /// attempt under a back-to-back rewriter. A fragment's written documents stay held from
@@ -1053,7 +1072,13 @@ impl Core {
         let reader = FragmentReader::new(&fragment);
         let scan = query::WriteScan::new(statement, CHECK_SLICE_OPS)?;
         let collection = scan.collection().as_str().to_owned();
-        let (read, pause) = self.read_paused(&fragment, scan, &reader, &target.ranges).await?;
+        // Paused before the read, however short: the read then sees every write queued before
+        // (the pause waits until they are readable), and none is queued after it until the
+        // prepare is. Unpaused, a one-slice read saw only durable documents while the
+        // prepare's checks count queued writes too, so a write still in its group commit (one
+        // is, nearly always, under a back-to-back rewriter) failed it.
+        let pause = fragment.pause_writes(&collection, &target.ranges).await?;
+        let read = write_in_slices(scan, &reader, &target.ranges).await?;
         let WritePartial { intents, returning, rows_scanned, .. } = read;
         let affected = intents.len() as u64;
         let batch = batch_of(&collection, intents, rules)?;

@@ -62,6 +62,15 @@ pub const COORDINATOR_ABORT_MEMORY: Duration = Duration::from_secs(600);
 /// Times an autocommit statement spanning fragments is run again after its commit conflicted.
 pub const TXN_AUTOCOMMIT_ATTEMPTS_MAX: u32 = 16;
 
+/// For this long after an autocommit UPDATE / DELETE over several fragments conflicted on an
+/// executor, such statements of that executor's sessions prepare as they read from their
+/// first attempt (`Session::autocommit_prepared`): under a writer that keeps rewriting what
+/// they write, a first attempt that reads and then commits fails every time, and costs a whole
+/// read. Short, so an executor goes back to the cheaper first attempt once the contention is
+/// over (a prepared attempt holds what it writes from its read to its decision, and commits
+/// by two-phase commit even when it writes on one fragment only).
+pub const AUTOCOMMIT_CONTENTION_WINDOW: Duration = Duration::from_secs(1);
+
 /// Rows of `COPY … FROM STDIN` written as one INSERT (one atomic write; outside a block, one
 /// commit): large enough that the per-statement cost (planning is cached, a two-phase commit
 /// over several fragments) is spread thin, well inside `TXN_FRAGMENT_OPS_MAX` per fragment

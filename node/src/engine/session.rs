@@ -481,7 +481,7 @@ impl Session {
                     ("range_conflicts", c.range_conflicts),
                     ("held_waits", c.held_waits),
                     ("paused_reads", c.paused_reads),
-                    ("prepared_retries", c.prepared_retries),
+                    ("prepared_attempts", c.prepared_attempts),
                 ]
                 .into_iter()
                 .map(|(k, v)| vec![Datum::Text(k.to_owned()), n(v)])
@@ -1413,16 +1413,20 @@ impl Session {
     /// what it reads ([`ShareRead::AutocommitPaused`]), then committed. An UPDATE's or
     /// DELETE's later attempts prepare each fragment's writes before its instant ends
     /// ([`Session::autocommit_prepared`]), so writes that kept landing between a read and its
-    /// commit wait for it instead, on other nodes too; one that finds the map stale reads in
+    /// commit wait for it instead, on other nodes too; so does its first attempt within
+    /// `AUTOCOMMIT_CONTENTION_WINDOW` of such a statement's conflict on this executor; one that finds the map stale reads in
     /// one go ([`ShareRead::AutocommitOneGo`]) and commits after, as before.
     async fn autocommit_txn(
         &self,
         statement: &Arc<Statement>,
     ) -> Result<WriteOutcome, EngineError> {
         let mut attempt = 1;
+        // Soon after such a statement of this executor conflicted, from the first attempt.
+        let contended = self.core.autocommit_contended();
         loop {
             let prepared = match (attempt, &**statement) {
-                (1, _) | (_, Statement::Insert(_)) => None,
+                (_, Statement::Insert(_)) => None,
+                (1, _) if !contended => None,
                 _ => self.autocommit_prepared(statement).await?,
             };
             let result = match prepared {
@@ -1441,6 +1445,7 @@ impl Session {
             match result {
                 Ok(outcome) => return Ok(outcome),
                 Err(e) if is_conflict(&e) && attempt < TXN_AUTOCOMMIT_ATTEMPTS_MAX => {
+                    self.core.autocommit_conflicted();
                     // The other transaction is usually one fdatasync from done: give it that
                     // long (growing with each attempt) before running again.
                     glommio::timer::sleep(WRITE_CONFLICT_POLL * attempt).await;
@@ -1448,6 +1453,7 @@ impl Session {
                     tracing::debug!(attempt, "autocommit transaction conflicted; re-running");
                 }
                 Err(e) if is_conflict(&e) => {
+                    self.core.autocommit_conflicted();
                     return Err(EngineError::Contention { attempts: attempt });
                 }
                 Err(e) => return Err(e),
@@ -1475,7 +1481,7 @@ impl Session {
             return Ok(None);
         }
         let txid = self.new_txid()?;
-        self.core.count_tx(|c| c.prepared_retries += 1);
+        self.core.count_tx(|c| c.prepared_attempts += 1);
         let none = Txn::new(0);
         let mut asked = Vec::with_capacity(routed.remote.len());
         let mut remote_fragments: Vec<(NodeId, Vec<u32>)> = Vec::with_capacity(routed.remote.len());
@@ -2508,7 +2514,7 @@ impl Session {
             sum.range_conflicts += c.range_conflicts;
             sum.held_waits += c.held_waits;
             sum.paused_reads += c.paused_reads;
-            sum.prepared_retries += c.prepared_retries;
+            sum.prepared_attempts += c.prepared_attempts;
         }
         Ok(sum)
     }

@@ -634,11 +634,12 @@ impl ExportMetrics for crate::engine::TxCounters {
             self.paused_reads,
         );
         set.counter(
-            "tessera_transaction_prepared_retries_total",
-            "Attempts of an autocommit UPDATE or DELETE over several fragments, after a \
-             conflict, that prepared each fragment's writes at the instant it was read.",
+            "tessera_transaction_prepared_attempts_total",
+            "Attempts of an autocommit UPDATE or DELETE over several fragments that prepared \
+             each fragment's writes at the instant it was read (retries after a conflict, and \
+             first attempts soon after one).",
             labels.clone(),
-            self.prepared_retries,
+            self.prepared_attempts,
         );
     }
 }
