@@ -125,7 +125,8 @@ pub struct TxCounters {
     /// waited for it to be released (`Core::wait_released`) before running again.
     pub held_waits: u64,
     /// Fragments an autocommit UPDATE or DELETE read in slices at one instant, writes of what
-    /// it read held off meanwhile (`Core::read_paused`): its share there was larger than a slice.
+    /// it read held off meanwhile: by `Core::read_paused` when its share there was larger than
+    /// a slice, by a prepared attempt (`Core::txn_write_prepared`) whatever its size.
     pub paused_reads: u64,
     /// Attempts of an autocommit UPDATE or DELETE over several fragments that prepared each
     /// fragment's writes at the instant it was read (`Core::txn_write_prepared`): retries
@@ -1078,6 +1079,7 @@ impl Core {
         // prepare's checks count queued writes too, so a write still in its group commit (one
         // is, nearly always, under a back-to-back rewriter) failed it.
         let pause = fragment.pause_writes(&collection, &target.ranges).await?;
+        self.count_tx(|c| c.paused_reads += 1);
         let read = write_in_slices(scan, &reader, &target.ranges).await?;
         let WritePartial { intents, returning, rows_scanned, .. } = read;
         let affected = intents.len() as u64;

@@ -628,8 +628,9 @@ impl ExportMetrics for crate::engine::TxCounters {
         );
         set.counter(
             "tessera_transaction_paused_reads_total",
-            "Fragments an autocommit UPDATE or DELETE read in slices at one instant, holding \
-             off writes of the documents it read.",
+            "Fragments an autocommit UPDATE or DELETE read at one instant, holding off writes \
+             of the documents it read (in slices past one slice; every read of a prepared \
+             attempt).",
             labels.clone(),
             self.paused_reads,
         );
