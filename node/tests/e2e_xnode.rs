@@ -1,7 +1,9 @@
 //! Cross-node transactions (issue #7 item 7): statements of a block run on every node's
 //! fragments (the block's buffered writes travel with each forwarded share), COMMIT over
 //! fragments of several nodes is a two-phase commit coordinated by the session's node, and a
-//! participant or coordinator killed in the middle leaves all or nothing. Three data nodes on
+//! participant or coordinator killed in the middle leaves all or nothing, also in the middle
+//! of a scatter UPDATE's attempt that prepares as it reads (`Share::TxnWritePrepared`; the
+//! first attempt is made to conflict by the test-only rewrite hook). Three data nodes on
 //! loopback, one executor each. Every wait polls until a deadline (polling, not
 //! synchronisation).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
@@ -370,6 +372,74 @@ async fn e2e_xnode_coordinator_killed_after_decision_commits() {
         )
         .await;
     }
+    for n in [&mut first, &mut second, &mut third] {
+        n.stop();
+    }
+}
+
+/// The scatter UPDATE of the prepared-attempt crash tests: no id, so every fragment of every
+/// node, one transaction coordinated by the session's node.
+const SCATTER: &str = "UPDATE accounts SET balance = balance + 1 WHERE balance >= 0";
+
+// Checks a participant node killed right after the durable PREPARE of a scatter UPDATE's
+// prepared attempt (node 3 rewrites what its first attempt read, so that attempt conflicts
+// and the next prepares as it reads; it crashes at that prepare): the statement is not
+// acknowledged, and once node 3 is back it asks node 1, which recorded no decision: nothing
+// of the UPDATE is anywhere, and the documents are writable again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_xnode_participant_killed_in_a_prepared_attempt_aborts() {
+    let faults = "autocommit-rewrite-after-read,2pc-after-prepare:1";
+    let (mut first, mut second, mut third) = cluster_with((3, faults)).await;
+    let ids = first.connect().await;
+    let a = id_owned_by(&ids, 2, "acct-a").await;
+    let b = id_owned_by(&ids, 3, "acct-b").await;
+    open_accounts(&first, &[&a, &b]).await;
+    let client = connect(&first).await;
+    assert!(client.execute(SCATTER, &[]).await.is_err(), "not acknowledged");
+    third.wait_crash();
+    third.set_env(Vec::new());
+    third.start_again();
+    wait_served(&[&first, &second, &third], FRAGMENTS as usize, 3).await;
+    let all = wait_for(&[&first, &second, &third], "the in-doubt UPDATE resolved", || async {
+        let all = balances(&second).await?;
+        (all.len() == 2).then_some(all)
+    })
+    .await;
+    assert_eq!((all[&a], all[&b]), (100, 100), "{all:?}");
+    assert!(third.log_text().contains("in-doubt transaction of another node; asking it"));
+    wait_for(&[&first, &second, &third], "a transfer after the resolution", || async {
+        try_transfer(&second, &a, &b, (100, 100)).await.then_some(())
+    })
+    .await;
+    for n in [&mut first, &mut second, &mut third] {
+        n.stop();
+    }
+}
+
+// Checks the coordinator node killed right after the COMMIT decision of a scatter UPDATE's
+// prepared attempt (node 1 holds one of the documents and rewrites it after its first
+// attempt's read): once node 1 is back, its own share commits from its journal and node 2's
+// from asking it: the UPDATE is there entirely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_xnode_coordinator_killed_after_a_prepared_attempt_decides_commits() {
+    let faults = "autocommit-rewrite-after-read,2pc-after-decision";
+    let (mut first, mut second, mut third) = cluster_with((1, faults)).await;
+    let ids = first.connect().await;
+    let a = id_owned_by(&ids, 1, "acct-a").await;
+    let b = id_owned_by(&ids, 2, "acct-b").await;
+    open_accounts(&second, &[&a, &b]).await;
+    let client = connect(&first).await;
+    assert!(client.execute(SCATTER, &[]).await.is_err(), "the coordinator died before answering");
+    first.wait_crash();
+    first.set_env(Vec::new());
+    first.start_again();
+    wait_served(&[&first, &second, &third], FRAGMENTS as usize, 3).await;
+    let all = wait_for(&[&first, &second, &third], "the in-doubt UPDATE resolved", || async {
+        let all = balances(&third).await?;
+        (all.len() == 2).then_some(all)
+    })
+    .await;
+    assert_eq!((all[&a], all[&b]), (101, 101), "{all:?}");
     for n in [&mut first, &mut second, &mut third] {
         n.stop();
     }
