@@ -53,8 +53,8 @@ async fn with_c(client: &tokio_postgres::Client, value: i64) -> i64 {
 
 // Checks that the UPDATE's first attempt conflicts (the hook works), a later one prepares as
 // it reads and commits every document once, nothing stays prepared; that the next such
-// UPDATE, right after, prepares from its first attempt (no conflict); and a DELETE over the
-// same fragments after them commits too.
+// UPDATE, right after, prepares from its first attempt (no conflict), while one of another
+// collection does not; and a DELETE over the same fragments after them commits too.
 #[tokio::test]
 async fn autocommit_update_rewritten_between_read_and_commit_commits() {
     let (_node, client) = start("autocommit-rewrite-after-read").await;
@@ -86,6 +86,18 @@ async fn autocommit_update_rewritten_between_read_and_commit_commits() {
         assert_eq!(tx_counter(&client, "conflicts").await, conflicts_after, "no conflict");
         assert_eq!(tx_counter(&client, "prepared_attempts").await, attempts_after + 1);
     }
+
+    // The window is the collection's: an UPDATE of another collection over every fragment,
+    // at once, still reads first and commits after (the hook makes it conflict).
+    for f in 0..FRAGMENTS {
+        let id = format!("u{f}$@{}", f * SHARDS_PER_FRAGMENT);
+        let sql = format!("INSERT INTO u VALUES ('{id}', '{{\"c\":0}}')");
+        client.batch_execute(&sql).await.unwrap();
+    }
+    let conflicts_before = tx_counter(&client, "conflicts").await;
+    let n = client.execute("UPDATE u SET c = c + 1 WHERE c >= 0", &[]).await.unwrap();
+    assert_eq!(n, u64::from(FRAGMENTS));
+    assert!(tx_counter(&client, "conflicts").await > conflicts_before, "u's first attempt read");
 
     // Deletes are not rewritten by the hook: the first attempt commits.
     let n = client.execute("DELETE FROM t WHERE n < 2", &[]).await.unwrap();

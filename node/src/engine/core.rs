@@ -232,8 +232,9 @@ pub struct Core {
     counters: RefCell<BTreeMap<FragmentId, FragmentCounters>>,
     catalog_gate: glommio::sync::Semaphore,
     tx_counters: Cell<TxCounters>,
-    /// When an autocommit statement over several fragments of a session here last conflicted.
-    autocommit_conflict_at: Cell<Option<Instant>>,
+    /// When an autocommit statement over several fragments of a session here last conflicted,
+    /// by collection (entries older than `AUTOCOMMIT_CONTENTION_WINDOW` dropped on insert).
+    autocommit_conflict_at: RefCell<BTreeMap<String, Instant>>,
     prepared: RefCell<BTreeMap<TxId, PreparedTxn>>,
     /// Transactions of `prepared` whose documents phase two already released here (their
     /// Commit records may still be on their way to disk).
@@ -408,7 +409,7 @@ impl Core {
             counters: RefCell::default(),
             catalog_gate: glommio::sync::Semaphore::new(1),
             tx_counters: Cell::new(TxCounters::default()),
-            autocommit_conflict_at: Cell::new(None),
+            autocommit_conflict_at: RefCell::new(BTreeMap::new()),
             prepared: RefCell::new(pending),
             released: RefCell::default(),
             release_waits: RefCell::default(),
@@ -845,17 +846,19 @@ impl Core {
         Err(EngineError::Contention { attempts: WRITE_ATTEMPTS_MAX })
     }
 
-    /// Notes that an autocommit statement over several fragments of a session here conflicted.
-    pub fn autocommit_conflicted(&self) {
-        self.autocommit_conflict_at.set(Some(Instant::now()));
+    /// Notes that an autocommit statement over several fragments of `collection`, of a
+    /// session here, conflicted.
+    pub fn autocommit_conflicted(&self, collection: &str) {
+        let mut at = self.autocommit_conflict_at.borrow_mut();
+        at.retain(|_, t| t.elapsed() < AUTOCOMMIT_CONTENTION_WINDOW);
+        at.insert(collection.to_owned(), Instant::now());
     }
 
-    /// Whether one did within `AUTOCOMMIT_CONTENTION_WINDOW`: then the next ones prepare as
-    /// they read from their first attempt.
-    pub fn autocommit_contended(&self) -> bool {
-        self.autocommit_conflict_at
-            .get()
-            .is_some_and(|t| t.elapsed() < AUTOCOMMIT_CONTENTION_WINDOW)
+    /// Whether one of `collection` did within `AUTOCOMMIT_CONTENTION_WINDOW`: then the next
+    /// ones prepare as they read from their first attempt.
+    pub fn autocommit_contended(&self, collection: &str) -> bool {
+        let at = self.autocommit_conflict_at.borrow();
+        at.get(collection).is_some_and(|t| t.elapsed() < AUTOCOMMIT_CONTENTION_WINDOW)
     }
 
     /// Counts with `f`.

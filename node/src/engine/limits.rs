@@ -63,8 +63,8 @@ pub const COORDINATOR_ABORT_MEMORY: Duration = Duration::from_secs(600);
 pub const TXN_AUTOCOMMIT_ATTEMPTS_MAX: u32 = 16;
 
 /// For this long after an autocommit UPDATE / DELETE over several fragments conflicted on an
-/// executor, such statements of that executor's sessions prepare as they read from their
-/// first attempt (`Session::autocommit_prepared`): under a writer that keeps rewriting what
+/// executor, such statements of the same collection from that executor's sessions prepare as
+/// they read from their first attempt (`Session::autocommit_prepared`): under a writer that keeps rewriting what
 /// they write, a first attempt that reads and then commits fails every time, and costs a whole
 /// read. Short, so an executor goes back to the cheaper first attempt once the contention is
 /// over (a prepared attempt holds what it writes from its read to its decision, and commits

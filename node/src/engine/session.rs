@@ -1414,7 +1414,8 @@ impl Session {
     /// DELETE's later attempts prepare each fragment's writes before its instant ends
     /// ([`Session::autocommit_prepared`]), so writes that kept landing between a read and its
     /// commit wait for it instead, on other nodes too; so does its first attempt within
-    /// `AUTOCOMMIT_CONTENTION_WINDOW` of such a statement's conflict on this executor; one that finds the map stale reads in
+    /// `AUTOCOMMIT_CONTENTION_WINDOW` of such a statement's conflict on this executor, in the
+    /// same collection; one that finds the map stale reads in
     /// one go ([`ShareRead::AutocommitOneGo`]) and commits after, as before.
     async fn autocommit_txn(
         &self,
@@ -1422,7 +1423,9 @@ impl Session {
     ) -> Result<WriteOutcome, EngineError> {
         let mut attempt = 1;
         // Soon after such a statement of this executor conflicted, from the first attempt.
-        let contended = self.core.autocommit_contended();
+        let collection =
+            collection_of(statement).map(|c| c.as_str().to_owned()).unwrap_or_default();
+        let contended = self.core.autocommit_contended(&collection);
         loop {
             let prepared = match (attempt, &**statement) {
                 (_, Statement::Insert(_)) => None,
@@ -1445,7 +1448,7 @@ impl Session {
             match result {
                 Ok(outcome) => return Ok(outcome),
                 Err(e) if is_conflict(&e) && attempt < TXN_AUTOCOMMIT_ATTEMPTS_MAX => {
-                    self.core.autocommit_conflicted();
+                    self.core.autocommit_conflicted(&collection);
                     // The other transaction is usually one fdatasync from done: give it that
                     // long (growing with each attempt) before running again.
                     glommio::timer::sleep(WRITE_CONFLICT_POLL * attempt).await;
@@ -1453,7 +1456,7 @@ impl Session {
                     tracing::debug!(attempt, "autocommit transaction conflicted; re-running");
                 }
                 Err(e) if is_conflict(&e) => {
-                    self.core.autocommit_conflicted();
+                    self.core.autocommit_conflicted(&collection);
                     return Err(EngineError::Contention { attempts: attempt });
                 }
                 Err(e) => return Err(e),
