@@ -381,6 +381,40 @@ async fn e2e_xnode_coordinator_killed_after_decision_commits() {
 /// node, one transaction coordinated by the session's node.
 const SCATTER: &str = "UPDATE accounts SET balance = balance + 1 WHERE balance >= 0";
 
+/// Arms the rewrite and `crash` on node `crashing` (so the scatter UPDATE's first attempt
+/// conflicts and its prepared attempt reaches the crash point), opens an account owned by
+/// each node of `owners`, runs the UPDATE through node 1, which is not acknowledged, restarts
+/// the crashed node without faults and returns the three nodes, the two ids and their balances
+/// once the in-doubt UPDATE is resolved (both readable in one block).
+async fn scatter_crash(
+    crashing: u32,
+    crash: &str,
+    owners: (u32, u32),
+) -> ([Node; 3], String, String, BTreeMap<String, i64>) {
+    let faults = format!("autocommit-rewrite-after-read,{crash}");
+    let (first, second, third) = cluster_with((crashing, &faults)).await;
+    let ids = first.connect().await;
+    let a = id_owned_by(&ids, owners.0, "acct-a").await;
+    let b = id_owned_by(&ids, owners.1, "acct-b").await;
+    open_accounts(&second, &[&a, &b]).await;
+    let client = connect(&first).await;
+    assert!(client.execute(SCATTER, &[]).await.is_err(), "the UPDATE is not acknowledged");
+    let mut nodes = [first, second, third];
+    let crashed = &mut nodes[crashing as usize - 1];
+    crashed.wait_crash();
+    crashed.set_env(Vec::new());
+    crashed.start_again();
+    let [first, second, third] = &nodes;
+    wait_served(&[first, second, third], FRAGMENTS as usize, 3).await;
+    let reader = &nodes[crashing as usize % 3];
+    let all = wait_for(&[first, second, third], "the in-doubt UPDATE resolved", || async {
+        let all = balances(reader).await?;
+        (all.len() == 2).then_some(all)
+    })
+    .await;
+    (nodes, a, b, all)
+}
+
 // Checks a participant node killed right after the durable PREPARE of a scatter UPDATE's
 // prepared attempt (node 3 rewrites what its first attempt read, so that attempt conflicts
 // and the next prepares as it reads; it crashes at that prepare): the statement is not
@@ -388,30 +422,15 @@ const SCATTER: &str = "UPDATE accounts SET balance = balance + 1 WHERE balance >
 // of the UPDATE is anywhere, and the documents are writable again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_xnode_participant_killed_in_a_prepared_attempt_aborts() {
-    let faults = "autocommit-rewrite-after-read,2pc-after-prepare:1";
-    let (mut first, mut second, mut third) = cluster_with((3, faults)).await;
-    let ids = first.connect().await;
-    let a = id_owned_by(&ids, 2, "acct-a").await;
-    let b = id_owned_by(&ids, 3, "acct-b").await;
-    open_accounts(&first, &[&a, &b]).await;
-    let client = connect(&first).await;
-    assert!(client.execute(SCATTER, &[]).await.is_err(), "not acknowledged");
-    third.wait_crash();
-    third.set_env(Vec::new());
-    third.start_again();
-    wait_served(&[&first, &second, &third], FRAGMENTS as usize, 3).await;
-    let all = wait_for(&[&first, &second, &third], "the in-doubt UPDATE resolved", || async {
-        let all = balances(&second).await?;
-        (all.len() == 2).then_some(all)
-    })
-    .await;
+    let (mut nodes, a, b, all) = scatter_crash(3, "2pc-after-prepare:1", (2, 3)).await;
     assert_eq!((all[&a], all[&b]), (100, 100), "{all:?}");
-    assert!(third.log_text().contains("in-doubt transaction of another node; asking it"));
-    wait_for(&[&first, &second, &third], "a transfer after the resolution", || async {
-        try_transfer(&second, &a, &b, (100, 100)).await.then_some(())
+    assert!(nodes[2].log_text().contains("in-doubt transaction of another node; asking it"));
+    let [first, second, third] = &nodes;
+    wait_for(&[first, second, third], "a transfer after the resolution", || async {
+        try_transfer(second, &a, &b, (100, 100)).await.then_some(())
     })
     .await;
-    for n in [&mut first, &mut second, &mut third] {
+    for n in &mut nodes {
         n.stop();
     }
 }
@@ -422,25 +441,9 @@ async fn e2e_xnode_participant_killed_in_a_prepared_attempt_aborts() {
 // from asking it: the UPDATE is there entirely.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_xnode_coordinator_killed_after_a_prepared_attempt_decides_commits() {
-    let faults = "autocommit-rewrite-after-read,2pc-after-decision";
-    let (mut first, mut second, mut third) = cluster_with((1, faults)).await;
-    let ids = first.connect().await;
-    let a = id_owned_by(&ids, 1, "acct-a").await;
-    let b = id_owned_by(&ids, 2, "acct-b").await;
-    open_accounts(&second, &[&a, &b]).await;
-    let client = connect(&first).await;
-    assert!(client.execute(SCATTER, &[]).await.is_err(), "the coordinator died before answering");
-    first.wait_crash();
-    first.set_env(Vec::new());
-    first.start_again();
-    wait_served(&[&first, &second, &third], FRAGMENTS as usize, 3).await;
-    let all = wait_for(&[&first, &second, &third], "the in-doubt UPDATE resolved", || async {
-        let all = balances(&third).await?;
-        (all.len() == 2).then_some(all)
-    })
-    .await;
+    let (mut nodes, a, b, all) = scatter_crash(1, "2pc-after-decision", (1, 2)).await;
     assert_eq!((all[&a], all[&b]), (101, 101), "{all:?}");
-    for n in [&mut first, &mut second, &mut third] {
+    for n in &mut nodes {
         n.stop();
     }
 }

@@ -100,6 +100,35 @@ pub struct WriteOutcome {
     pub analysis: Vec<FragmentAnalysis>,
 }
 
+impl WriteOutcome {
+    /// Adds one fragment's share: the documents it writes, its RETURNING rows and its line
+    /// for EXPLAIN ANALYZE.
+    pub fn add_share(
+        &mut self,
+        fragment: FragmentId,
+        affected: u64,
+        returning: Vec<Vec<query::Datum>>,
+        rows_scanned: u64,
+        elapsed: Duration,
+    ) {
+        self.affected += affected;
+        self.returning.extend(returning);
+        self.analysis.push(FragmentAnalysis {
+            fragment,
+            rows_scanned,
+            rows_returned: affected,
+            elapsed,
+        });
+    }
+
+    /// Adds another executor's or node's outcome.
+    pub fn absorb(&mut self, other: WriteOutcome) {
+        self.affected += other.affected;
+        self.returning.extend(other.returning);
+        self.analysis.extend(other.analysis);
+    }
+}
+
 /// Transaction counters of one executor (commits counted where the session runs, conflicts
 /// where they are detected). `SHOW transaction_counters` sums them over executors; the
 /// metrics endpoint reads them through [`Core::tx_counters`].
@@ -833,14 +862,7 @@ impl Core {
                 }
             }
             self.count(id, rows_scanned);
-            outcome.affected += affected;
-            outcome.returning.extend(returning);
-            outcome.analysis.push(FragmentAnalysis {
-                fragment: id,
-                rows_scanned,
-                rows_returned: affected,
-                elapsed: started.elapsed(),
-            });
+            outcome.add_share(id, affected, returning, rows_scanned, started.elapsed());
             return Ok(());
         }
         Err(EngineError::Contention { attempts: WRITE_ATTEMPTS_MAX })
@@ -1089,14 +1111,7 @@ impl Core {
         let batch = batch_of(&collection, intents, rules)?;
         super::txn::within_fragment_limit(target.fragment, &batch)?;
         self.count(target.fragment, rows_scanned);
-        outcome.affected += affected;
-        outcome.returning.extend(returning);
-        outcome.analysis.push(FragmentAnalysis {
-            fragment: target.fragment,
-            rows_scanned,
-            rows_returned: affected,
-            elapsed: started.elapsed(),
-        });
+        outcome.add_share(target.fragment, affected, returning, rows_scanned, started.elapsed());
         if batch.is_empty() {
             return Ok(None);
         }

@@ -919,12 +919,7 @@ impl Session {
             let request = self.request(epoch, catalog.version(), Share::Write)?;
             match forward::call(node.0, request, false).await? {
                 Reply::Written { affected, returning } => {
-                    let returning = returning
-                        .into_iter()
-                        .map(forward::datums_from_wire)
-                        .collect::<Result<Vec<_>, String>>()
-                        .map_err(bad_reply)?;
-                    return Ok(Some(WriteOutcome { affected, returning, analysis: Vec::new() }));
+                    return Ok(Some(written_outcome(affected, returning)?));
                 }
                 Reply::StaleCatalog { current } => {
                     // Plan again by the owner's catalog (bounded like a stale map).
@@ -1399,9 +1394,7 @@ impl Session {
         };
         let mut total = WriteOutcome::default();
         for o in outcomes {
-            total.affected += o.affected;
-            total.returning.extend(o.returning);
-            total.analysis.extend(o.analysis);
+            total.absorb(o);
         }
         Ok(total)
     }
@@ -1422,10 +1415,10 @@ impl Session {
         statement: &Arc<Statement>,
     ) -> Result<WriteOutcome, EngineError> {
         let mut attempt = 1;
-        // Soon after such a statement of this executor conflicted, from the first attempt.
-        let collection =
-            collection_of(statement).map(|c| c.as_str().to_owned()).unwrap_or_default();
-        let contended = self.core.autocommit_contended(&collection);
+        // Soon after such a statement of this collection and executor conflicted, from the
+        // first attempt.
+        let collection = collection_of(statement).map_or("", |c| c.as_str());
+        let contended = self.core.autocommit_contended(collection);
         loop {
             let prepared = match (attempt, &**statement) {
                 (_, Statement::Insert(_)) => None,
@@ -1448,7 +1441,7 @@ impl Session {
             match result {
                 Ok(outcome) => return Ok(outcome),
                 Err(e) if is_conflict(&e) && attempt < TXN_AUTOCOMMIT_ATTEMPTS_MAX => {
-                    self.core.autocommit_conflicted(&collection);
+                    self.core.autocommit_conflicted(collection);
                     // The other transaction is usually one fdatasync from done: give it that
                     // long (growing with each attempt) before running again.
                     glommio::timer::sleep(WRITE_CONFLICT_POLL * attempt).await;
@@ -1456,7 +1449,7 @@ impl Session {
                     tracing::debug!(attempt, "autocommit transaction conflicted; re-running");
                 }
                 Err(e) if is_conflict(&e) => {
-                    self.core.autocommit_conflicted(&collection);
+                    self.core.autocommit_conflicted(collection);
                     return Err(EngineError::Contention { attempts: attempt });
                 }
                 Err(e) => return Err(e),
@@ -1504,29 +1497,22 @@ impl Session {
         let mut stale = false;
         let mut remote_prepared: Vec<(NodeId, Vec<u32>)> = Vec::new();
         for (task, (node, fragments)) in asked.into_iter().zip(&remote_fragments) {
-            let reply = match task.await {
-                Ok(Reply::Written { affected, returning }) => {
-                    let rows = returning
-                        .into_iter()
-                        .map(forward::datums_from_wire)
-                        .collect::<Result<Vec<_>, String>>();
-                    match rows {
-                        Ok(rows) => {
-                            outcome.affected += affected;
-                            outcome.returning.extend(rows);
-                            if affected > 0 {
-                                remote_prepared.push((*node, fragments.clone()));
-                            }
-                            continue;
-                        }
-                        Err(e) => Err(bad_reply(e)),
-                    }
-                }
-                Ok(other) => reply_error(other).map(|_| stale = true),
+            let answer = match task.await {
+                Ok(Reply::Written { affected, returning }) => written_outcome(affected, returning),
+                Ok(other) => reply_error(other).map(|_| {
+                    stale = true;
+                    WriteOutcome::default()
+                }),
                 Err(e) => Err(e.into()),
             };
-            if let Err(e) = reply {
-                failure = failure.or(Some(e));
+            match answer {
+                // A node prepared exactly when it wrote.
+                Ok(there) if there.affected > 0 => {
+                    remote_prepared.push((*node, fragments.clone()));
+                    outcome.absorb(there);
+                }
+                Ok(_) => {}
+                Err(e) => failure = failure.or(Some(e)),
             }
         }
         let local = match local {
@@ -1546,9 +1532,7 @@ impl Session {
             return Ok(failure.map(Err));
         }
         let Some((here, prepared)) = local else { return Err(internal("no local outcome")) };
-        outcome.affected += here.affected;
-        outcome.returning.extend(here.returning);
-        outcome.analysis.extend(here.analysis);
+        outcome.absorb(here);
         if prepared.is_empty() && remote_prepared.is_empty() {
             return Ok(Some(Ok(outcome)));
         }
@@ -1606,9 +1590,7 @@ impl Session {
         let mut outcome = WriteOutcome::default();
         let mut prepared = Vec::with_capacity(shares.len());
         for (executor, share, fragments) in shares {
-            outcome.affected += share.affected;
-            outcome.returning.extend(share.returning);
-            outcome.analysis.extend(share.analysis);
+            outcome.absorb(share);
             if !fragments.is_empty() {
                 prepared.push((executor, fragments));
             }
@@ -1873,14 +1855,14 @@ impl Session {
         };
         let mut outcome = WriteOutcome::default();
         for share in local.into_iter().flatten().chain(remote_shares) {
-            outcome.analysis.push(FragmentAnalysis {
-                fragment: share.fragment,
-                rows_scanned: share.rows_scanned,
-                rows_returned: share.intents.len() as u64,
-                elapsed: share.elapsed,
-            });
-            outcome.affected += share.intents.len() as u64;
-            outcome.returning.extend(share.returning);
+            let affected = share.intents.len() as u64;
+            outcome.add_share(
+                share.fragment,
+                affected,
+                share.returning,
+                share.rows_scanned,
+                share.elapsed,
+            );
             let reads = if read.keeps_reads() { share.reads } else { Reads::default() };
             absorb_in_slices(txn, share.fragment, &collection, reads, share.intents).await?;
         }
@@ -3368,8 +3350,6 @@ fn wire_targets(targets: &[Target]) -> Vec<forward::WireTarget> {
         .collect()
 }
 
-/// An owner's answer that carries no result: the epoch to refresh to (`StaleEpoch`,
-/// `NotMine`), or the owner's error.
 /// The `Written` answer of a write run here for another node.
 fn written_reply(outcome: &WriteOutcome) -> Reply {
     Reply::Written {
@@ -3378,6 +3358,21 @@ fn written_reply(outcome: &WriteOutcome) -> Reply {
     }
 }
 
+/// A `Written` answer of another node, read back (`written_reply`'s other side).
+fn written_outcome(
+    affected: u64,
+    returning: Vec<Vec<forward::WireDatum>>,
+) -> Result<WriteOutcome, EngineError> {
+    let returning = returning
+        .into_iter()
+        .map(forward::datums_from_wire)
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(bad_reply)?;
+    Ok(WriteOutcome { affected, returning, analysis: Vec::new() })
+}
+
+/// An owner's answer that carries no result: the epoch to refresh to (`StaleEpoch`,
+/// `NotMine`), or the owner's error.
 fn reply_error(reply: Reply) -> Result<u64, EngineError> {
     match reply {
         Reply::StaleEpoch { current } => Ok(current),
