@@ -12,6 +12,12 @@
 //! An export stream lives on its fragment's executor (`storage::Export` holds an `Rc`), keyed
 //! by fragment; `fence` (always a handoff's first step) drops a leftover one of an aborted
 //! handoff, so every handoff exports from the start, after its fence.
+//!
+//! Requests for one fragment run one at a time, in arrival order ([`one_at_a_time`]): a
+//! handoff's `CreateEmpty` and a reconcile's `Delete` of the copy an aborted handoff left (or
+//! a retried step and the late original) would otherwise interleave, one removing the
+//! directory the other is opening a log in (session 30: glommio panicked on the vanished
+//! directory and took the executor down).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -204,7 +210,59 @@ async fn remove_dir(core: &Core, fragment: u32) -> Result<(), HostError> {
         .map_err(|e| failed(fragment, format!("cannot delete its directory: {e}")))
 }
 
+/// The fragment a request is about (`None`: the node as a whole).
+fn fragment_of(request: &HostRequest) -> Option<u32> {
+    match request {
+        HostRequest::Fence(f, _)
+        | HostRequest::Unfence(f, _)
+        | HostRequest::Export(f, _, _)
+        | HostRequest::Import(f, _, _)
+        | HostRequest::Delete(f, _, _) => Some(*f),
+        HostRequest::CreateEmpty { fragment, .. } => Some(*fragment),
+        HostRequest::Local(_) => None,
+    }
+}
+
+thread_local! {
+    /// Per fragment with a request running or waiting: the turn its requests take (executor 0
+    /// serves every request, so one executor's map covers them all).
+    static TURNS: RefCell<BTreeMap<u32, Rc<glommio::sync::Semaphore>>> =
+        const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Runs `work` once every earlier request for `fragment` has finished (glommio's semaphore
+/// queues waiters in order); the fragment's entry goes when nothing else waits for it.
+async fn one_at_a_time<R>(fragment: u32, work: impl Future<Output = R>) -> R {
+    let turn = TURNS.with(|t| {
+        Rc::clone(
+            t.borrow_mut()
+                .entry(fragment)
+                .or_insert_with(|| Rc::new(glommio::sync::Semaphore::new(1))),
+        )
+    });
+    let out = {
+        // The semaphore is never closed, so the permit always comes.
+        let _permit = turn.acquire_permit(1).await;
+        work.await
+    };
+    TURNS.with(|t| {
+        let mut turns = t.borrow_mut();
+        // Only the map and this request hold it: nobody waits behind.
+        if Rc::strong_count(&turn) == 2 {
+            turns.remove(&fragment);
+        }
+    });
+    out
+}
+
 async fn serve(core: &Rc<Core>, mesh: &Mesh<Core>, request: HostRequest) {
+    match fragment_of(&request) {
+        Some(f) => one_at_a_time(f, serve_now(core, mesh, request)).await,
+        None => serve_now(core, mesh, request).await,
+    }
+}
+
+async fn serve_now(core: &Rc<Core>, mesh: &Mesh<Core>, request: HostRequest) {
     match request {
         HostRequest::Fence(f, reply) => {
             let _ = reply.send(fence(core, mesh, f).await);
@@ -415,4 +473,59 @@ async fn local(core: &Rc<Core>, mesh: &Mesh<Core>) -> Result<Vec<u32>, HostError
         .await;
     all.extend(on_disk);
     Ok(all.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// Runs `test` on a glommio executor of its own.
+    fn on_executor<Fut: Future<Output = ()> + 'static>(
+        test: impl FnOnce() -> Fut + Send + 'static,
+    ) {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(1 << 20)
+            .spawn(move || async move { test().await })
+            .expect("spawn executor")
+            .join()
+            .expect("executor thread");
+    }
+
+    #[test]
+    fn unit_requests_for_one_fragment_run_one_at_a_time_in_order() {
+        // A second request for fragment 3 waits for the first, still running, to finish; one
+        // for fragment 4 does not; and the turn's entry is gone afterwards.
+        on_executor(|| async {
+            let log = Rc::new(RefCell::new(Vec::new()));
+            let (release, held) = flume::bounded::<()>(1);
+            let first = glommio::spawn_local({
+                let log = Rc::clone(&log);
+                one_at_a_time(3, async move {
+                    log.borrow_mut().push("first starts");
+                    held.recv_async().await.expect("released");
+                    log.borrow_mut().push("first ends");
+                })
+            });
+            let second_ran = Rc::new(Cell::new(false));
+            let second = glommio::spawn_local({
+                let (log, ran) = (Rc::clone(&log), Rc::clone(&second_ran));
+                one_at_a_time(3, async move {
+                    ran.set(true);
+                    log.borrow_mut().push("second");
+                })
+            });
+            let other = glommio::spawn_local(one_at_a_time(4, async { 4 }));
+            assert_eq!(other.await, 4, "another fragment's request does not wait");
+            for _ in 0..16 {
+                futures_lite::future::yield_now().await;
+            }
+            assert!(!second_ran.get(), "the second request started while the first ran");
+            release.send_async(()).await.expect("first waits");
+            first.await;
+            second.await;
+            assert_eq!(*log.borrow(), ["first starts", "first ends", "second"]);
+            assert!(TURNS.with(|t| t.borrow().is_empty()), "turns left behind");
+        });
+    }
 }
