@@ -21,8 +21,8 @@ use crate::keyhash::KeyedState;
 use crate::limits::{
     BATCH_BYTES_MAX, BATCH_OPS_MAX, BLOCK_BYTES, CHUNK_HEADER_BYTES, COLLECTION_BYTES_MAX,
     COMPACT_DEAD_BYTES_DEFAULT, DOC_BYTES_MAX, GROUP_COMMIT_BATCH_BYTES_MAX, ID_BYTES_MAX,
-    LOCAL_TXID_TAG, QUEUE_BYTES_MAX, RECORD_BYTES_MAX, RECORD_OPS_MAX, SEGMENT_BYTES_DEFAULT,
-    SEGMENT_HEADER_BYTES,
+    LAZY_RECORD_WAIT, LOCAL_TXID_TAG, QUEUE_BYTES_MAX, RECORD_BYTES_MAX, RECORD_OPS_MAX,
+    SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES,
 };
 use crate::log::{Completion, Effect, OpMeta, Pending};
 use crate::record::{ArchivedPutOp, DeleteOp, Op, PutOp, Record, RecordBody};
@@ -60,6 +60,9 @@ pub struct FragmentOptions {
     /// load the job took less node CPU per transaction and per autocommit write; alone, one
     /// operation at a time, it costs the same).
     pub chunk_io: ChunkIo,
+    /// How long lazy records alone (phase two's Commit records) wait in an idle log for a
+    /// record that starts a chunk to carry them ([`LAZY_RECORD_WAIT`] by default).
+    pub lazy_record_wait: std::time::Duration,
 }
 
 impl Default for FragmentOptions {
@@ -71,6 +74,7 @@ impl Default for FragmentOptions {
             split_waves: false,
             sync_gate: None,
             chunk_io: ChunkIo::default(),
+            lazy_record_wait: LAZY_RECORD_WAIT,
         }
     }
 }
@@ -83,6 +87,7 @@ impl std::fmt::Debug for FragmentOptions {
             .field("split_waves", &self.split_waves)
             .field("sync_gate", &self.sync_gate)
             .field("chunk_io", &self.chunk_io)
+            .field("lazy_record_wait", &self.lazy_record_wait)
             .finish_non_exhaustive()
     }
 }
@@ -499,6 +504,9 @@ pub(crate) struct State {
     pub queue: VecDeque<Pending>,
     /// Frame bytes of the queue.
     pub queue_bytes: usize,
+    /// Records of the queue that start a chunk of their own (all but lazy ones: see
+    /// `Pending::lazy`).
+    pub queue_eager: usize,
     /// The frames of the queued records, back to back, in queue order (see `log::stage_frame`),
     /// from `staged_head` on: the bytes before it went into chunks already.
     pub staged: rkyv::util::AlignedVec,
@@ -876,7 +884,10 @@ impl Fragment {
             txn.finishing = true;
             let lsn = st.next_lsn;
             let record = Record { lsn, body: RecordBody::Commit { txid: txid.get() } };
-            let done = self.enqueue(&mut st, record, Effect::Commit(txid))?;
+            // Lazy: nobody waits on this record for an answer (the decision is durable), so
+            // it rides in the next chunk instead of starting one beside a chunk in flight.
+            let (payload_len, frame_len) = self.stage(&mut st, &record)?;
+            let done = self.push(&mut st, lsn, payload_len, frame_len, Effect::Commit(txid), true);
             // Visible on enqueue: the index points at the durable Prepare record; the Commit
             // record's effect finds the transaction gone and only counts its bytes.
             if st.txns.get(&txid).is_some_and(Prepared::durable) {
@@ -1232,7 +1243,7 @@ impl Fragment {
         effect: Effect,
     ) -> Result<Rc<Completion>, AppendError> {
         let (payload_len, frame_len) = self.stage(st, &record)?;
-        Ok(self.push(st, record.lsn, payload_len, frame_len, effect))
+        Ok(self.push(st, record.lsn, payload_len, frame_len, effect, false))
     }
 
     /// Serializes the records (numbered from `next_lsn` on) into the staging buffer and puts
@@ -1259,7 +1270,7 @@ impl Fragment {
         }
         let mut done = None;
         for (lsn, payload_len, frame_len, effect) in staged {
-            done = Some(self.push(st, lsn, payload_len, frame_len, effect));
+            done = Some(self.push(st, lsn, payload_len, frame_len, effect, false));
         }
         done.ok_or_else(|| InputError::BatchSize { ops: 0, max: BATCH_OPS_MAX }.into())
     }
@@ -1282,7 +1293,8 @@ impl Fragment {
 
     /// Queues the record `lsn` (the next one) whose frame `stage` left in the staging buffer.
     /// Registers a Prepare record's part with its transaction, and takes its locks unless the
-    /// transaction is a local batch (whose caller sets pending versions).
+    /// transaction is a local batch (whose caller sets pending versions). A `lazy` record
+    /// starts no chunk while one is in flight (`Pending::lazy`).
     fn push(
         &self,
         st: &mut State,
@@ -1290,6 +1302,7 @@ impl Fragment {
         payload_len: usize,
         frame_len: usize,
         effect: Effect,
+        lazy: bool,
     ) -> Rc<Completion> {
         assert_eq!(lsn, st.next_lsn);
         if let Effect::Prepare(txid, metas) = &effect {
@@ -1308,7 +1321,15 @@ impl Fragment {
         st.next_lsn += 1;
         let done = Rc::new(Completion::default());
         st.queue_bytes += frame_len;
-        st.queue.push_back(Pending { lsn, frame_len, payload_len, effect, done: done.clone() });
+        st.queue_eager += usize::from(!lazy);
+        st.queue.push_back(Pending {
+            lsn,
+            frame_len,
+            payload_len,
+            effect,
+            lazy,
+            done: done.clone(),
+        });
         done
     }
 

@@ -37,6 +37,13 @@ pub const GROUP_COMMIT_BATCH_BYTES_MAX: usize = 4 << 20;
 /// which bounds the torn window recovery accepts (`TORN_WINDOW_BYTES`).
 pub const CHUNKS_IN_FLIGHT_MAX: usize = 2;
 
+/// How long lazy records alone (phase two's Commit records, whose decision is durable
+/// elsewhere) wait in an idle log for a record that starts a chunk to carry them, before
+/// they start one of their own: under load another transaction's record comes first and
+/// the Commit records cost no fdatasync of their own. Only the journal's forgetting of the
+/// decision and a fence's drain wait for them.
+pub const LAZY_RECORD_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// A wave of runnable writers is split (a chunk started before the wave ends, see
 /// `Fragment::hand_to_writer`) only while a chunk's write + fdatasync takes at most this long
 /// on average: about the CPU time of a wave of 256 writers (~2 us each). On a slower disk the

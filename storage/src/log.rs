@@ -108,6 +108,12 @@ pub(crate) struct Pending {
     /// Bytes of the archived record.
     pub payload_len: usize,
     pub effect: Effect,
+    /// A record nobody waits on for an answer (phase two's Commit record, whose decision is
+    /// durable elsewhere): it starts no chunk of its own while chunks are in flight or
+    /// another record may still come to carry it; alone in an idle log it starts one after
+    /// `FragmentOptions::lazy_record_wait`, and at close at once. So under load phase two
+    /// costs no fdatasync of its own (session 30: 0.85 → 0.71 per cross-fragment transfer).
+    pub lazy: bool,
     pub done: Rc<Completion>,
 }
 
@@ -300,11 +306,16 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
     let gate = inner.options.sync_gate.clone();
     let mut turn: Option<SyncTicket> = None;
     let mut granted: Option<SyncPermit> = None;
+    // Lazy records alone have waited `lazy_record_wait` in the idle log: they start a chunk.
+    let mut lazy_due = false;
     loop {
         inner.in_flight.set(flights.len());
         let queued = {
             let st = inner.st.borrow();
-            !st.queue.is_empty() && st.fatal.is_none()
+            // Lazy records alone wait for a record that starts a chunk (`Pending::lazy`).
+            !st.queue.is_empty()
+                && (st.queue_eager > 0 || (flights.is_empty() && (lazy_due || inner.closing.get())))
+                && st.fatal.is_none()
         };
         // Compaction waits for the log lock: let the chunks in flight finish, then yield it.
         let yielding = permit.is_some() && inner.seal_waiting.get() > 0;
@@ -339,6 +350,7 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
             if turn.is_none() {
                 match launch(&inner, flights.is_empty()).await {
                     Some(mut flight) => {
+                        lazy_due = false;
                         flight.sync = granted.take();
                         if !flights.is_empty() {
                             cov_mark::hit!(chunk_behind_a_sync);
@@ -384,22 +396,31 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
                 continue;
             }
             // Idle: wait for records (or the end).
-            let writable = || {
-                let st = inner.st.borrow();
-                !st.queue.is_empty() && st.fatal.is_none()
+            let me: &Inner = &inner;
+            let writable = move |eager: bool| {
+                let st = me.st.borrow();
+                st.fatal.is_none() && if eager { st.queue_eager > 0 } else { !st.queue.is_empty() }
             };
-            std::future::poll_fn(|cx| {
-                if writable() || inner.closing.get() {
-                    Poll::Ready(())
-                } else {
-                    inner.writer_waker.set(Some(cx.waker().clone()));
-                    Poll::Pending
-                }
-            })
-            .await;
-            if !writable() {
+            let wait_for = move |eager: bool| {
+                std::future::poll_fn(move |cx| {
+                    if writable(eager) || me.closing.get() {
+                        Poll::Ready(())
+                    } else {
+                        me.writer_waker.set(Some(cx.waker().clone()));
+                        Poll::Pending
+                    }
+                })
+            };
+            wait_for(false).await;
+            if !writable(false) {
                 // Closing with nothing left to write.
                 break;
+            }
+            let wait = inner.options.lazy_record_wait;
+            if !writable(true) && !lazy_due {
+                // Lazy records only: give a record that starts a chunk a moment to carry them.
+                futures_lite::future::or(wait_for(true), glommio::timer::sleep(wait)).await;
+                lazy_due = true;
             }
             continue;
         }
@@ -427,7 +448,7 @@ pub(crate) async fn run_writer(inner: Rc<Inner>) {
                 return Poll::Pending;
             }
             let st = inner.st.borrow();
-            if more && !st.queue.is_empty() && st.fatal.is_none() {
+            if more && st.queue_eager > 0 && st.fatal.is_none() {
                 return Poll::Ready(Event::Queued);
             }
             inner.writer_waker.set(Some(cx.waker().clone()));
@@ -544,6 +565,7 @@ fn fail(inner: &Inner, reason: String, batch: Vec<Pending>) {
         let mut st = inner.st.borrow_mut();
         st.fatal = Some(reason.clone());
         st.queue_bytes = 0;
+        st.queue_eager = 0;
         st.staged = AlignedVec::new();
         st.staged_head = 0;
         st.queue.drain(..).collect()
@@ -605,6 +627,7 @@ async fn launch(inner: &Rc<Inner>, idle: bool) -> Option<Flight> {
             used = next;
             if let Some(p) = st.queue.pop_front() {
                 st.queue_bytes = st.queue_bytes.saturating_sub(p.frame_len);
+                st.queue_eager -= usize::from(!p.lazy);
                 batch.push(p);
             }
         }

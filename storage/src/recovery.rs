@@ -124,6 +124,7 @@ pub(crate) fn empty_state() -> State {
         lsn_durable: 0,
         queue: VecDeque::new(),
         queue_bytes: 0,
+        queue_eager: 0,
         staged: rkyv::util::AlignedVec::new(),
         staged_head: 0,
         fatal: None,

@@ -225,3 +225,46 @@ fn hold_locks_without_a_record() {
         f.close().await;
     });
 }
+
+// Checks that phase two's Commit record is lazy: queued alone it starts no chunk while the
+// log waits for another record (here the wait is an hour), the next write carries it in one
+// chunk (one fdatasync for both), and closing flushes one still waiting, so after a reopen
+// the transaction is committed, not in doubt.
+#[test]
+fn lazy_commit_record_rides_with_the_next_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let lazy = || storage::FragmentOptions {
+            lazy_record_wait: std::time::Duration::from_secs(3600),
+            ..options(1 << 20)
+        };
+        let f = open(&path, lazy()).await;
+        f.prepare(TxId::new(7), put("c", "a", json!("A"))).await.expect("prepare");
+        let synced = f.io_stats().fdatasyncs;
+        let durable = f.commit_prepared_visible(TxId::new(7)).await.expect("commit");
+        let commit_lsn = f.stats().lsn_durable + 1;
+        // Time for the writer to run (not a synchronisation: with the hour's wait nothing
+        // may be written however long this is); an eager Commit record would be durable now.
+        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(f.io_stats().fdatasyncs, synced, "the lazy record started a chunk");
+        assert!(f.stats().lsn_durable < commit_lsn);
+        f.apply(put("c", "b", json!("B"))).await.expect("write");
+        durable.wait().await.expect("durable with the write");
+        assert_eq!(f.io_stats().fdatasyncs, synced + 1, "one chunk for both records");
+        // Closing flushes a lazy record still waiting.
+        f.prepare(TxId::new(8), put("c", "c", json!("C"))).await.expect("prepare 8");
+        let _ = f.commit_prepared_visible(TxId::new(8)).await.expect("commit 8");
+        f.close().await;
+        let f = open(&path, lazy()).await;
+        assert!(f.in_doubt().is_empty(), "closing left a Commit record unwritten");
+        assert_eq!(f.get("c", "c").map(|d| d.doc().to_serde()), Some(json!("C")));
+        f.close().await;
+        // With the default wait a lazy record alone becomes durable by itself.
+        let f = open(&path, options(1 << 20)).await;
+        f.prepare(TxId::new(9), put("c", "d", json!("D"))).await.expect("prepare 9");
+        let durable = f.commit_prepared_visible(TxId::new(9)).await.expect("commit 9");
+        durable.wait().await.expect("a lazy record alone is written after its wait");
+        f.close().await;
+    });
+}
