@@ -28,12 +28,31 @@ pub const EXECUTORS_MAX: u32 = 256;
 pub const FRAGMENTS_MAX: u32 = 4096;
 /// Default address of the Prometheus metrics endpoint (loopback only).
 pub const METRICS_LISTEN_DEFAULT: &str = "127.0.0.1:9187";
-/// Default `--max-syncs-per-executor`: group commits (chunk write + fdatasync) in flight at
-/// once across the fragments of one executor; 0 is no gate. 2 cut fdatasyncs per insert from
-/// 0.61 to 0.32 and node CPU per insert by up to 19 %, with more tps than no gate in 7 of 10
-/// paired runs at 32 clients; 1 serialized too much (BENCHMARKS.md, "node: fdatasyncs per
-/// durable write across fragments").
+/// Default `--max-syncs-per-executor` where an executor holds several fragments (a cluster
+/// node's): group commits (chunk write + fdatasync) in flight at once across the fragments
+/// of one executor; 0 is no gate. 2 cut fdatasyncs per insert from 0.61 to 0.32 and node CPU
+/// per insert by up to 19 %, with more tps than no gate in 7 of 10 paired runs at 32
+/// clients; 1 serialized too much over four fragments per executor (BENCHMARKS.md, "node:
+/// fdatasyncs per durable write across fragments").
 pub const SYNCS_PER_EXECUTOR_DEFAULT: u32 = 2;
+/// Default `--max-syncs-per-executor` where every executor holds at most one fragment (a
+/// single node's default layout): the gate's second permit only let that fragment start a
+/// second chunk beside the one syncing; without it the records wait and go in one bigger
+/// chunk. Cross-fragment transfers at 32 clients gained in 11 of 14 pairs (sessions 29 and
+/// 30, median about +5%, 0.76 → 0.62 fdatasyncs per transfer), the other transaction
+/// workloads within the noise either way (BENCHMARKS.md, "Session 30").
+pub const SYNCS_PER_EXECUTOR_ONE_FRAGMENT_DEFAULT: u32 = 1;
+
+/// The default gate for a node whose busiest executor holds `fragments_per_executor`
+/// fragments (0: not known yet, as on a cluster node before its shard map arrives).
+pub fn default_max_syncs(fragments_per_executor: usize, clustered: bool) -> usize {
+    let n = if !clustered && fragments_per_executor <= 1 {
+        SYNCS_PER_EXECUTOR_ONE_FRAGMENT_DEFAULT
+    } else {
+        SYNCS_PER_EXECUTOR_DEFAULT
+    };
+    n as usize
+}
 /// Default slow-statement threshold, milliseconds. As PostgreSQL's
 /// `log_min_duration_statement`: 0 logs every statement, -1 turns the log off.
 pub const SLOW_STATEMENT_MS_DEFAULT: i64 = 1000;
@@ -192,8 +211,10 @@ pub struct NodeConfig {
     pub idle_timeout: Duration,
     /// Preallocated size of each log segment.
     pub segment_bytes: u64,
-    /// Group commits in flight at once per executor (`SyncGate` limit); `None`: no gate.
-    pub max_syncs_per_executor: Option<usize>,
+    /// Group commits in flight at once per executor (`SyncGate` limit), as given: `None` not
+    /// given (the node picks [`default_max_syncs`] for its fragment layout), `Some(None)` no
+    /// gate (0), `Some(Some(n))` a gate of n.
+    pub max_syncs_per_executor: Option<Option<usize>>,
     /// Where the metrics endpoint listens, or `None` when it is off.
     pub metrics_listen: Option<SocketAddr>,
     /// Statements at least this long are logged; `None` when the log is off.
@@ -338,22 +359,22 @@ impl NodeConfig {
                 ),
             });
         }
-        let syncs = args
-            .max_syncs_per_executor
-            .or(file.max_syncs_per_executor)
-            .unwrap_or(SYNCS_PER_EXECUTOR_DEFAULT);
         let syncs_max = storage::limits::SYNC_GATE_LIMIT_MAX;
-        let max_syncs_per_executor = match usize::try_from(syncs) {
-            Ok(0) => None,
-            Ok(n) if n <= syncs_max => Some(n),
-            _ => {
-                return Err(ConfigError::Invalid {
-                    setting: "max-syncs-per-executor",
-                    value: syncs.to_string(),
-                    reason: format!("must be 0 (no limit) or between 1 and {syncs_max}"),
-                });
-            }
-        };
+        let max_syncs_per_executor =
+            match args.max_syncs_per_executor.or(file.max_syncs_per_executor) {
+                None => None,
+                Some(syncs) => Some(match usize::try_from(syncs) {
+                    Ok(0) => None,
+                    Ok(n) if n <= syncs_max => Some(n),
+                    _ => {
+                        return Err(ConfigError::Invalid {
+                            setting: "max-syncs-per-executor",
+                            value: syncs.to_string(),
+                            reason: format!("must be 0 (no limit) or between 1 and {syncs_max}"),
+                        });
+                    }
+                }),
+            };
         let metrics_text = args
             .metrics_listen
             .clone()
@@ -772,12 +793,16 @@ mod tests {
     #[test]
     fn max_syncs_per_executor_setting() {
         let c = NodeConfig::resolve(&ServeArgs::default(), 2).expect("valid");
-        let default = usize::try_from(SYNCS_PER_EXECUTOR_DEFAULT).ok().filter(|n| *n != 0);
-        assert_eq!(c.max_syncs_per_executor, default);
+        assert_eq!(c.max_syncs_per_executor, None, "not given: the layout decides");
+        assert_eq!(default_max_syncs(1, false), 1, "one fragment per executor");
+        assert_eq!(default_max_syncs(4, false), 2, "several fragments per executor");
+        assert_eq!(default_max_syncs(0, true), 2, "a cluster node");
         let off = ServeArgs { max_syncs_per_executor: Some(0), ..ServeArgs::default() };
-        assert_eq!(NodeConfig::resolve(&off, 2).expect("valid").max_syncs_per_executor, None);
+        let c = NodeConfig::resolve(&off, 2).expect("valid");
+        assert_eq!(c.max_syncs_per_executor, Some(None));
         let two = ServeArgs { max_syncs_per_executor: Some(2), ..ServeArgs::default() };
-        assert_eq!(NodeConfig::resolve(&two, 2).expect("valid").max_syncs_per_executor, Some(2));
+        let c = NodeConfig::resolve(&two, 2).expect("valid");
+        assert_eq!(c.max_syncs_per_executor, Some(Some(2)));
         let bad = ServeArgs { max_syncs_per_executor: Some(65), ..ServeArgs::default() };
         let e = NodeConfig::resolve(&bad, 2).expect_err("past the bound");
         assert!(e.to_string().contains("max-syncs-per-executor"), "{e}");
@@ -787,7 +812,7 @@ mod tests {
         std::fs::write(&file, "max_syncs_per_executor = 3\n").expect("write config");
         let c = NodeConfig::resolve(&ServeArgs { config: Some(file), ..ServeArgs::default() }, 2)
             .expect("valid");
-        assert_eq!(c.max_syncs_per_executor, Some(3));
+        assert_eq!(c.max_syncs_per_executor, Some(Some(3)));
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 

@@ -59,12 +59,18 @@ async fn flag_is_shown_and_writes_work() {
     node.stop();
 }
 
-// Checks the default (a gate of 2) and the environment variable turning the gate off (0).
+// Checks the defaults (a gate of 2 over several fragments per executor, 1 over one each)
+// and the environment variable turning the gate off (0).
 #[tokio::test]
 async fn default_and_environment() {
     let mut node = Node::start();
     let line = ready_line(&node);
     assert!(line.contains(", max-syncs-per-executor 2, "), "{line}");
+    assert_eq!(write_concurrently(&node).await, (CLIENTS * PER_CLIENT) as i64);
+    node.stop();
+    let mut node = Node::start_with(NodeOptions { fragments: 2, ..NodeOptions::default() });
+    let line = ready_line(&node);
+    assert!(line.contains(", 2 fragments, max-syncs-per-executor 1, "), "{line}");
     assert_eq!(write_concurrently(&node).await, (CLIENTS * PER_CLIENT) as i64);
     node.stop();
     let mut node = Node::start_with(NodeOptions {

@@ -222,7 +222,11 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     let metrics_listen = config.metrics_listen;
     let slow_statement = config.slow_statement;
     let segment_bytes = config.segment_bytes;
-    let max_syncs = config.max_syncs_per_executor;
+    // Not given: one permit when every executor holds at most one fragment, else two.
+    let busiest = owned.iter().map(Vec::len).max().unwrap_or(0);
+    let max_syncs = config
+        .max_syncs_per_executor
+        .unwrap_or(Some(crate::config::default_max_syncs(busiest, config.cluster.is_some())));
     let syncs = match max_syncs {
         Some(n) => format!("max-syncs-per-executor {n}"),
         None => "max-syncs-per-executor 0 (no limit)".to_owned(),
