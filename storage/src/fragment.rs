@@ -885,7 +885,7 @@ impl Fragment {
             let lsn = st.next_lsn;
             let record = Record { lsn, body: RecordBody::Commit { txid: txid.get() } };
             // Lazy: nobody waits on this record for an answer (the decision is durable), so
-            // it rides in the next chunk instead of starting one beside a chunk in flight.
+            // it rides in the next chunk another record starts (`Pending::lazy`).
             let (payload_len, frame_len) = self.stage(&mut st, &record)?;
             let done = self.push(&mut st, lsn, payload_len, frame_len, Effect::Commit(txid), true);
             // Visible on enqueue: the index points at the durable Prepare record; the Commit
@@ -1294,7 +1294,7 @@ impl Fragment {
     /// Queues the record `lsn` (the next one) whose frame `stage` left in the staging buffer.
     /// Registers a Prepare record's part with its transaction, and takes its locks unless the
     /// transaction is a local batch (whose caller sets pending versions). A `lazy` record
-    /// starts no chunk while one is in flight (`Pending::lazy`).
+    /// waits for another record's chunk, or `lazy_record_wait` in an idle log (`Pending::lazy`).
     fn push(
         &self,
         st: &mut State,
