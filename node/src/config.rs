@@ -91,7 +91,8 @@ pub struct ServeArgs {
     /// Group commits (one chunk write and its fdatasync) in flight at once across all the
     /// fragments of one executor. A fragment that finds them all busy keeps queueing writes
     /// and commits them in one bigger group when its turn comes; a lone writer never waits.
-    /// 0 lets every fragment sync on its own. Default 2.
+    /// 0 lets every fragment sync on its own. Default: 1 where no executor holds more than
+    /// one fragment (a single node's default layout), else 2.
     #[arg(long, env = "TESSERA_MAX_SYNCS_PER_EXECUTOR")]
     pub max_syncs_per_executor: Option<u32>,
     /// Join or form the cluster of this name. Unset: a single node, no peer protocol.
