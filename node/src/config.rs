@@ -53,6 +53,20 @@ pub fn default_max_syncs(fragments_per_executor: usize, clustered: bool) -> usiz
     };
     n as usize
 }
+/// A given `--max-syncs-per-executor`: `None` for 0 (no gate), else the gate's limit.
+fn sync_gate_limit(syncs: u32) -> Result<Option<usize>, ConfigError> {
+    let max = storage::limits::SYNC_GATE_LIMIT_MAX;
+    match usize::try_from(syncs) {
+        Ok(0) => Ok(None),
+        Ok(n) if n <= max => Ok(Some(n)),
+        _ => Err(ConfigError::Invalid {
+            setting: "max-syncs-per-executor",
+            value: syncs.to_string(),
+            reason: format!("must be 0 (no limit) or between 1 and {max}"),
+        }),
+    }
+}
+
 /// Default slow-statement threshold, milliseconds. As PostgreSQL's
 /// `log_min_duration_statement`: 0 logs every statement, -1 turns the log off.
 pub const SLOW_STATEMENT_MS_DEFAULT: i64 = 1000;
@@ -360,22 +374,11 @@ impl NodeConfig {
                 ),
             });
         }
-        let syncs_max = storage::limits::SYNC_GATE_LIMIT_MAX;
-        let max_syncs_per_executor =
-            match args.max_syncs_per_executor.or(file.max_syncs_per_executor) {
-                None => None,
-                Some(syncs) => Some(match usize::try_from(syncs) {
-                    Ok(0) => None,
-                    Ok(n) if n <= syncs_max => Some(n),
-                    _ => {
-                        return Err(ConfigError::Invalid {
-                            setting: "max-syncs-per-executor",
-                            value: syncs.to_string(),
-                            reason: format!("must be 0 (no limit) or between 1 and {syncs_max}"),
-                        });
-                    }
-                }),
-            };
+        let max_syncs_per_executor = args
+            .max_syncs_per_executor
+            .or(file.max_syncs_per_executor)
+            .map(sync_gate_limit)
+            .transpose()?;
         let metrics_text = args
             .metrics_listen
             .clone()

@@ -886,8 +886,7 @@ impl Fragment {
             let record = Record { lsn, body: RecordBody::Commit { txid: txid.get() } };
             // Lazy: nobody waits on this record for an answer (the decision is durable), so
             // it rides in the next chunk another record starts (`Pending::lazy`).
-            let (payload_len, frame_len) = self.stage(&mut st, &record)?;
-            let done = self.push(&mut st, lsn, payload_len, frame_len, Effect::Commit(txid), true);
+            let done = self.enqueue_as(&mut st, record, Effect::Commit(txid), true)?;
             // Visible on enqueue: the index points at the durable Prepare record; the Commit
             // record's effect finds the transaction gone and only counts its bytes.
             if st.txns.get(&txid).is_some_and(Prepared::durable) {
@@ -1242,8 +1241,19 @@ impl Fragment {
         record: Record,
         effect: Effect,
     ) -> Result<Rc<Completion>, AppendError> {
+        self.enqueue_as(st, record, effect, false)
+    }
+
+    /// [`Fragment::enqueue`], the record `lazy` or not (`Pending::lazy`).
+    fn enqueue_as(
+        &self,
+        st: &mut State,
+        record: Record,
+        effect: Effect,
+        lazy: bool,
+    ) -> Result<Rc<Completion>, AppendError> {
         let (payload_len, frame_len) = self.stage(st, &record)?;
-        Ok(self.push(st, record.lsn, payload_len, frame_len, effect, false))
+        Ok(self.push(st, record.lsn, payload_len, frame_len, effect, lazy))
     }
 
     /// Serializes the records (numbered from `next_lsn` on) into the staging buffer and puts

@@ -781,9 +781,24 @@ impl Core {
         if !scan.read_slice(source, ranges)? {
             return Ok((scan.finish(), None));
         }
+        let (read, pause) = self.paused_read(fragment, scan.restart(), source, ranges).await?;
+        Ok((read, Some(pause)))
+    }
+
+    /// Reads `scan` from its start under a pause of the writes of its collection's documents
+    /// in `ranges`, taken first (it waits until every write queued before it is readable), in
+    /// slices with [`between_slices`]; counted in `TxCounters::paused_reads`. The pause is
+    /// returned: writes of what was read resume when it is dropped.
+    async fn paused_read<'a, 's: 'a, S: query::PagedSource>(
+        &self,
+        fragment: &Fragment,
+        scan: query::WriteScan<'s>,
+        source: &'a S,
+        ranges: &[router::ShardRange],
+    ) -> Result<(WritePartial, WritePause), EngineError> {
         let pause = fragment.pause_writes(scan.collection().as_str(), ranges).await?;
         self.count_tx(|c| c.paused_reads += 1);
-        Ok((write_in_slices(scan.restart(), source, ranges).await?, Some(pause)))
+        Ok((write_in_slices(scan, source, ranges).await?, pause))
     }
 
     /// Reads what an autocommit write of one fragment does there. An UPDATE's or DELETE's
@@ -1103,9 +1118,7 @@ impl Core {
         // prepare is. Unpaused, a one-slice read saw only durable documents while the
         // prepare's checks count queued writes too, so a write still in its group commit (one
         // is, nearly always, under a back-to-back rewriter) failed it.
-        let pause = fragment.pause_writes(&collection, &target.ranges).await?;
-        self.count_tx(|c| c.paused_reads += 1);
-        let read = write_in_slices(scan, &reader, &target.ranges).await?;
+        let (read, pause) = self.paused_read(&fragment, scan, &reader, &target.ranges).await?;
         let WritePartial { intents, returning, rows_scanned, .. } = read;
         let affected = intents.len() as u64;
         let batch = batch_of(&collection, intents, rules)?;
