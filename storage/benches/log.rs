@@ -18,6 +18,9 @@
 //! shows the wait (no coordinated omission). A closed run (each writer writes again at once)
 //! measures the most the fragment takes; its latency is then what Little's law says, writers
 //! divided by throughput.
+//! `-- ceiling` serves the paced runs' load (`TESSERA_BENCH_RATES`, default 100,000/s) with
+//! no log at all, two plain threads writing and fdatasyncing what fell due (`common/ceiling.rs`):
+//! the floor this disk puts under the log's acknowledgement latency.
 //! `TESSERA_BENCH_SYNCS=N` gives the write runs' fragment a sync gate of N permits (the node's
 //! `--max-syncs-per-executor`): with 1, one chunk at a time is written and synced instead of
 //! `CHUNKS_IN_FLIGHT_MAX`.
@@ -42,6 +45,8 @@ use router::{FragmentId, ShardId, ShardRange};
 use serde_json::json;
 use storage::{Disk, DmaDisk, Fragment, FragmentOptions, WriteBatch};
 
+#[path = "common/ceiling.rs"]
+mod ceiling;
 #[path = "common/machine_cpu.rs"]
 mod machine_cpu;
 
@@ -447,8 +452,10 @@ async fn durable_writes(
         );
     }
     let io = f.io_stats();
+    let stats = f.stats();
     println!(
-        "  group commits: {} fdatasyncs, {:.1} writes each, {} pipelined (started behind another), rolls waiting for a late spare {}, without a spare {}",
+        "  log bytes per write {:.0}; group commits: {} fdatasyncs, {:.1} writes each, {} pipelined (started behind another), rolls waiting for a late spare {}, without a spare {}",
+        stats.live_bytes as f64 / stats.docs.max(1) as f64,
         io.fdatasyncs,
         io.writes_synced as f64 / io.fdatasyncs.max(1) as f64,
         io.pipelined,
@@ -709,6 +716,12 @@ fn main() {
         Err(_) => Vec::new(),
     };
     let only: Option<String> = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
+    if only.as_deref() == Some("ceiling") {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rates = if rates.is_empty() { vec![100_000.0] } else { rates };
+        ceiling::run(dir.path(), &rates, seconds);
+        return;
+    }
     // Under the park watchdog like the node's executors: glommio 0.9.0 can park this executor
     // with runnable tasks (`storage::park`), and one run of this bench once hung that way. No
     // heartbeat: its always-pending timer makes every park arm and cancel a timeout, which
