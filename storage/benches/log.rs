@@ -17,7 +17,8 @@
 //! counts from when it was due, not from when a writer got to it, so a run that falls behind
 //! shows the wait (no coordinated omission). A closed run (each writer writes again at once)
 //! measures the most the fragment takes; its latency is then what Little's law says, writers
-//! divided by throughput.
+//! divided by throughput. `TESSERA_BENCH_PACE_TICK_US` sets how often the pacer releases the
+//! writes that fell due (default 50).
 //! `-- ceiling` serves the paced runs' load (`TESSERA_BENCH_RATES`, default 100,000/s) with
 //! no log at all, two plain threads writing and fdatasyncing what fell due (`common/ceiling.rs`):
 //! the floor this disk puts under the log's acknowledgement latency.
@@ -289,7 +290,18 @@ fn writes_within(rate: f64, seconds: f64) -> u64 {
 /// How often a paced run's pacer hands out the writes that fell due. One timer for the run,
 /// not one per write: 256 writers each sleeping on a timer of its own cost more executor CPU
 /// than the writes (a first version of this bench: 0.79 of a core at 100,000 writes/s).
+/// `TESSERA_BENCH_PACE_TICK_US` sets another: the tick shares the executor with the log it
+/// measures (session 31: at 100,000 writes/s the executor spent 4.18-4.31 s of CPU per 5 s run
+/// with this tick, 3.31-3.35 s with 200 us), while a longer tick releases each write later
+/// after it fell due, which its latency counts.
 const PACE_TICK: Duration = Duration::from_micros(50);
+
+fn pace_tick() -> Duration {
+    std::env::var("TESSERA_BENCH_PACE_TICK_US").map_or(PACE_TICK, |v| match v.parse::<u64>() {
+        Ok(us) if us > 0 => Duration::from_micros(us),
+        _ => panic!("TESSERA_BENCH_PACE_TICK_US={v:?}: not a positive number of microseconds"),
+    })
+}
 
 /// A paced run's due writes. They fall due in order, so a count stands for them: the pacer
 /// releases each write (a permit of `ready`) once it is due, and a writer takes the next
@@ -315,6 +327,7 @@ impl Tickets {
     /// Releases the writes of a run offering `rate` from `start`, each once it is due, then
     /// one end for each of `writers`.
     async fn pace(&self, start: Instant, rate: f64, writers: usize) {
+        let tick = pace_tick();
         let mut released = 0u64;
         while released < self.total {
             let due_now = (writes_within(rate, start.elapsed().as_secs_f64()) + 1).min(self.total);
@@ -323,7 +336,7 @@ impl Tickets {
                 released = due_now;
             }
             if released < self.total {
-                glommio::timer::sleep(PACE_TICK).await;
+                glommio::timer::sleep(tick).await;
             }
         }
         self.ready.signal(writers as u64);
