@@ -39,6 +39,8 @@ const FILL_PIECE_BYTES: usize = 256 << 10;
 const FILL_FILE_BYTES: u64 = 64 << 20;
 const FILL_BYTES_PER_LOG_BYTE: u64 = 2;
 const BLOCK: u64 = 4096;
+/// The most space zero-filled before a run (see `paced`).
+const PREPARED_RING_BYTES: u64 = 1 << 30;
 
 fn to_usize(n: u64) -> usize {
     usize::try_from(n).expect("a length in memory")
@@ -159,10 +161,19 @@ fn paced(
 ) -> (Histogram<u64>, usize) {
     let total = writes_within(rate, seconds as f64);
     let max_chunk = storage::limits::GROUP_COMMIT_BATCH_BYTES_MAX as u64;
-    let log_bytes = (total * record).div_ceil(BLOCK) * BLOCK + total.min(1 << 20) * BLOCK;
+    // Room for every write, each chunk rounded up to a block: at most one block more per
+    // write. Zero-filled space is a ring of at most `PREPARED_RING_BYTES` (a chunk that would
+    // cross its end starts again at 0, over blocks written before: still prepared space), so a
+    // run does not zero-fill gigabytes first; fallocated space takes the whole bound (no bytes
+    // are written for it, and wrapping would turn its writes into overwrites).
+    let log_bytes = (total * record).div_ceil(BLOCK) * BLOCK + total * BLOCK;
+    let ring = match growth {
+        Growth::Prepared | Growth::SpareFill => log_bytes.min(PREPARED_RING_BYTES),
+        Growth::Append | Growth::Fallocate => log_bytes,
+    };
     let log_path = dir.join("ceiling-log.dat");
     let log = Arc::new(match growth {
-        Growth::Prepared | Growth::SpareFill => zero_filled(&log_path, log_bytes),
+        Growth::Prepared | Growth::SpareFill => zero_filled(&log_path, ring),
         Growth::Append => open_direct(&log_path, true),
         Growth::Fallocate => {
             use std::os::fd::AsRawFd;
@@ -234,6 +245,9 @@ fn paced(
                     let lo = g.next;
                     let hi = due_now.min(lo + max_chunk / record);
                     let len = ((hi - lo) * record).div_ceil(BLOCK) * BLOCK;
+                    if g.offset + len > ring {
+                        g.offset = 0;
+                    }
                     let (offset, seq) = (g.offset, g.chunks.len());
                     g.next = hi;
                     g.offset += len;
