@@ -46,34 +46,19 @@ fn to_usize(n: u64) -> usize {
     usize::try_from(n).expect("a length in memory")
 }
 
-/// An O_DIRECT buffer of `len` bytes (a multiple of 4 KiB), 4 KiB-aligned.
-struct Aligned {
-    ptr: *mut u8,
-    layout: std::alloc::Layout,
+/// An O_DIRECT buffer, 4 KiB-aligned (rkyv's aligned vector, as the log's staging buffer).
+type Aligned = rkyv::util::AlignedVec<4096>;
+
+/// `len` bytes of `byte` in an O_DIRECT buffer.
+fn aligned(len: usize, byte: u8) -> Aligned {
+    let mut buf = Aligned::with_capacity(len);
+    buf.resize(len, byte);
+    buf
 }
 
-impl Aligned {
-    fn new(len: usize, byte: u8) -> Aligned {
-        let layout = std::alloc::Layout::from_size_align(len, to_usize(BLOCK)).expect("layout");
-        // SAFETY: the layout has a non-zero size (every caller passes at least one block).
-        let ptr = unsafe { std::alloc::alloc(layout) };
-        assert!(!ptr.is_null(), "out of memory");
-        // SAFETY: `ptr` points to `len` writable bytes just allocated.
-        unsafe { std::ptr::write_bytes(ptr, byte, len) };
-        Aligned { ptr, layout }
-    }
-
-    fn bytes(&self, len: usize) -> &[u8] {
-        // SAFETY: `ptr` holds `layout.size()` initialized bytes; `len` is clamped to it.
-        unsafe { std::slice::from_raw_parts(self.ptr, len.min(self.layout.size())) }
-    }
-}
-
-impl Drop for Aligned {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
-    }
+/// The first `len` bytes of `buf`.
+fn head(buf: &Aligned, len: usize) -> &[u8] {
+    buf.get(..len).expect("a write within its buffer")
 }
 
 fn open_direct(path: &Path, create: bool) -> std::fs::File {
@@ -89,11 +74,11 @@ fn open_direct(path: &Path, create: bool) -> std::fs::File {
 /// Zero-fills the first `bytes` of `path` (created) and fdatasyncs it.
 fn zero_filled(path: &Path, bytes: u64) -> std::fs::File {
     let file = open_direct(path, true);
-    let zeros = Aligned::new(1 << 20, 0);
+    let zeros = aligned(1 << 20, 0);
     let mut at = 0;
     while at < bytes {
         let n = (bytes - at).min(1 << 20);
-        file.write_all_at(zeros.bytes(to_usize(n)), at).expect("zero-fill");
+        file.write_all_at(head(&zeros, to_usize(n)), at).expect("zero-fill");
         at += n;
     }
     file.sync_data().expect("fdatasync");
@@ -192,7 +177,7 @@ fn paced(
     let filler = matches!(growth, Growth::SpareFill).then(|| {
         let (dir, written, stop) = (dir.to_path_buf(), written.clone(), stop.clone());
         std::thread::spawn(move || {
-            let zeros = Aligned::new(FILL_PIECE_BYTES, 0);
+            let zeros = aligned(FILL_PIECE_BYTES, 0);
             let mut filled = 0u64;
             let mut files = 0u64;
             'files: while !stop.load(Ordering::Relaxed) {
@@ -208,7 +193,7 @@ fn paced(
                         std::thread::sleep(Duration::from_micros(100));
                         continue;
                     }
-                    file.write_all_at(zeros.bytes(FILL_PIECE_BYTES), at).expect("fill");
+                    file.write_all_at(head(&zeros, FILL_PIECE_BYTES), at).expect("fill");
                     at += FILL_PIECE_BYTES as u64;
                     filled += FILL_PIECE_BYTES as u64;
                 }
@@ -225,10 +210,8 @@ fn paced(
             let (log, taking, written) = (log.clone(), taking.clone(), written.clone());
             std::thread::spawn(move || {
                 tight_timer();
-                let buf = Aligned::new(
-                    to_usize(max_chunk),
-                    b'a'.wrapping_add(u8::try_from(t).unwrap_or(0)),
-                );
+                let buf =
+                    aligned(to_usize(max_chunk), b'a'.wrapping_add(u8::try_from(t).unwrap_or(0)));
                 loop {
                     let now = Instant::now();
                     let due_now = (writes_within(rate, (now - start).as_secs_f64()) + 1).min(total);
@@ -253,7 +236,7 @@ fn paced(
                     g.offset += len;
                     g.chunks.push(None);
                     drop(g);
-                    log.write_all_at(buf.bytes(to_usize(len)), offset).expect("pwrite");
+                    log.write_all_at(head(&buf, to_usize(len)), offset).expect("pwrite");
                     log.sync_data().expect("fdatasync");
                     written.fetch_add(len, Ordering::Relaxed);
                     let done = Instant::now();
