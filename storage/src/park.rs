@@ -40,6 +40,19 @@ use std::time::Duration;
 /// watchdog periods (40 ms) instead of forever; a healthy executor ticks 4 times per check.
 pub const PARK_WATCHDOG_HEARTBEATS: u32 = 4;
 
+/// Longest heartbeat period of an idle executor. An executor whose heartbeat finds it idle
+/// (at most [`HEARTBEAT_IDLE_POLLS`] task polls since the last tick, the tick's own included)
+/// doubles its period up to this, and goes back to its base period at the first tick that
+/// finds work. Why: a 5 ms heartbeat woke an idle node's executors 200 times a second each,
+/// about 3% of a core for a node doing nothing (BENCHMARKS.md, "Session 32"). The price: the
+/// first park race after an idle stretch is bounded by this period (or the watchdog's four of
+/// them) instead of the base period; the race needs a 100 ms descheduling to happen at all.
+pub const HEARTBEAT_IDLE_MAX: Duration = Duration::from_millis(50);
+
+/// Task polls between two heartbeat ticks, the tick's own included, up to which the executor
+/// counts as idle (a lone timer, such as the prepared-transaction sweep, does not keep it busy).
+pub const HEARTBEAT_IDLE_POLLS: u64 = 2;
+
 /// The signal that interrupts a parked executor. Its default action is to ignore it, and the
 /// node uses no out-of-band TCP data, so nothing else in the process expects it.
 pub const PARK_WATCHDOG_SIGNAL: libc::c_int = libc::SIGURG;
@@ -52,6 +65,8 @@ pub struct Pulse {
     heartbeats: AtomicU64,
     /// Times the watchdog signalled the executor.
     kicks: AtomicU64,
+    /// The heartbeat's current period in microseconds (0: never published, the base period).
+    period_micros: AtomicU64,
 }
 
 impl Pulse {
@@ -69,6 +84,19 @@ impl Pulse {
     pub fn kicks(&self) -> u64 {
         self.kicks.load(Ordering::Relaxed)
     }
+
+    /// The heartbeat's current period (`None` until the heartbeat published one).
+    pub fn period(&self) -> Option<Duration> {
+        match self.period_micros.load(Ordering::Relaxed) {
+            0 => None,
+            micros => Some(Duration::from_micros(micros)),
+        }
+    }
+
+    fn set_period(&self, period: Duration) {
+        let micros = u64::try_from(period.as_micros()).unwrap_or(u64::MAX).max(1);
+        self.period_micros.store(micros, Ordering::Relaxed);
+    }
 }
 
 /// One watched executor thread.
@@ -77,6 +105,8 @@ struct Slot {
     pulse: Arc<Pulse>,
     /// The heartbeat count at the previous check.
     seen: u64,
+    /// Checks in a row that saw the count unmoved since the last move or signal.
+    quiet: u32,
 }
 
 /// The watched executor threads. A thread adds itself as it starts and removes itself as it
@@ -105,7 +135,7 @@ impl ParkWatchdog {
             std::thread::Builder::new().name("tessera-watchdog".to_owned()).spawn(move || {
                 // Only the timeout keeps it going: a message or the sender's drop stops it.
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
-                    check(&watched);
+                    check(&watched, heartbeat);
                 }
             })?;
         Ok(ParkWatchdog { slots, stop: Some(stop), thread: Some(thread) })
@@ -130,7 +160,7 @@ impl Watcher {
         // SAFETY: `pthread_self` has no preconditions.
         let thread = unsafe { libc::pthread_self() };
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        let slot = Some(Slot { thread, pulse, seen: 0 });
+        let slot = Some(Slot { thread, pulse, seen: 0, quiet: 0 });
         // An ended thread's slot is reused, so the table stays as long as the most threads
         // watched at once.
         let at = match slots.iter_mut().enumerate().find(|(_, s)| s.is_none()) {
@@ -162,14 +192,42 @@ impl Drop for Watched {
     }
 }
 
-/// The executor's heartbeat: ticks `pulse` every `period`, forever. Spawn it first on every
-/// watched executor (`glommio::spawn_local(heartbeat(..))`): the watchdog reads its ticks, and
-/// its pending timer also bounds most parks by itself.
+/// The executor's heartbeat: ticks `pulse` every `period` while the executor works, less often
+/// while it idles (up to [`HEARTBEAT_IDLE_MAX`], see [`next_period`]), forever; the period in
+/// force is published in `pulse` for the watchdog. Spawn it first on every watched executor
+/// (`glommio::spawn_local(heartbeat(..))`): the watchdog reads its ticks, and its pending timer
+/// also bounds most parks by itself. It is the executor's only reader of glommio's
+/// `executor_stats`, which hands out the counts since the previous call.
 pub async fn heartbeat(period: Duration, pulse: Arc<Pulse>) {
+    let longest = HEARTBEAT_IDLE_MAX.max(period);
+    let mut next = period;
+    let _ = glommio::executor().executor_stats();
     loop {
-        glommio::timer::sleep(period).await;
+        pulse.set_period(next);
+        glommio::timer::sleep(next).await;
         pulse.beat();
+        let polls = glommio::executor().executor_stats().tasks_executed();
+        next = next_period(next, period, longest, polls);
     }
+}
+
+/// The heartbeat's next period after a tick that saw `polls` task polls since the previous
+/// one: twice `current` (at most `longest`) when the executor idled, else `base`.
+pub fn next_period(current: Duration, base: Duration, longest: Duration, polls: u64) -> Duration {
+    if polls <= HEARTBEAT_IDLE_POLLS {
+        current.saturating_mul(2).min(longest).max(base)
+    } else {
+        base
+    }
+}
+
+/// Unmoved checks in a row after which the watchdog signals an executor whose heartbeat ticks
+/// every `period` (checks come every [`PARK_WATCHDOG_HEARTBEATS`] `base` periods): enough for
+/// [`PARK_WATCHDOG_HEARTBEATS`] of its own periods, at least one.
+pub fn quiet_checks_allowed(period: Option<Duration>, base: Duration) -> u32 {
+    let Some(period) = period.filter(|p| *p > base && !base.is_zero()) else { return 1 };
+    let checks = period.as_nanos().div_ceil(base.as_nanos());
+    u32::try_from(checks).unwrap_or(u32::MAX).max(1)
 }
 
 impl Drop for ParkWatchdog {
@@ -182,15 +240,23 @@ impl Drop for ParkWatchdog {
     }
 }
 
-/// One round of the watchdog: signal every executor whose heartbeat did not move.
-fn check(slots: &Slots) {
+/// One round of the watchdog: signal every executor whose heartbeat has not moved for
+/// [`PARK_WATCHDOG_HEARTBEATS`] of its current periods (`base`: the heartbeat's base period,
+/// whose four make the watchdog's own period).
+fn check(slots: &Slots, base: Duration) {
     let mut slots = slots.lock().unwrap_or_else(PoisonError::into_inner);
     for slot in slots.iter_mut().flatten() {
         let now = slot.pulse.heartbeats();
         if now != slot.seen {
             slot.seen = now;
+            slot.quiet = 0;
             continue;
         }
+        slot.quiet = slot.quiet.saturating_add(1);
+        if slot.quiet < quiet_checks_allowed(slot.pulse.period(), base) {
+            continue;
+        }
+        slot.quiet = 0;
         // SAFETY: the slot's thread is running: it removes its slot (under this lock) before
         // it ends, so its `pthread_t` is valid here.
         let rc = unsafe { libc::pthread_kill(slot.thread, PARK_WATCHDOG_SIGNAL) };
@@ -340,6 +406,91 @@ mod tests {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(100_000)
+    }
+
+    // Checks the heartbeat's schedule: idle ticks double the period up to the longest, a tick
+    // that saw work goes straight back to the base, and the base never grows past the longest
+    // when it is longer itself.
+    #[test]
+    fn unit_heartbeat_backs_off_while_idle_and_returns_with_work() {
+        let (base, longest) = (Duration::from_millis(5), Duration::from_millis(50));
+        let mut p = base;
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            p = next_period(p, base, longest, HEARTBEAT_IDLE_POLLS);
+            seen.push(p.as_millis());
+        }
+        assert_eq!(seen, [10, 20, 40, 50, 50, 50]);
+        assert_eq!(next_period(p, base, longest, HEARTBEAT_IDLE_POLLS + 1), base);
+        assert_eq!(next_period(base, base, longest, 0), Duration::from_millis(10));
+        let long_base = Duration::from_secs(30);
+        assert_eq!(next_period(long_base, long_base, long_base, 0), long_base);
+    }
+
+    // Checks the watchdog's patience: one unmoved check for an executor at the base period (or
+    // none published, as in the storage bench), four of its own periods for a slower one.
+    #[test]
+    fn unit_watchdog_waits_four_of_the_executors_periods() {
+        let base = Duration::from_millis(5);
+        assert_eq!(quiet_checks_allowed(None, base), 1);
+        assert_eq!(quiet_checks_allowed(Some(base), base), 1);
+        assert_eq!(quiet_checks_allowed(Some(Duration::from_millis(10)), base), 2);
+        assert_eq!(quiet_checks_allowed(Some(Duration::from_millis(12)), base), 3);
+        assert_eq!(quiet_checks_allowed(Some(HEARTBEAT_IDLE_MAX), base), 10);
+        assert_eq!(quiet_checks_allowed(Some(Duration::from_millis(1)), base), 1);
+    }
+
+    // Checks the back-off on a real executor: with nothing to do but its heartbeat (1 ms base),
+    // the published period reaches the longest; then a burst of work brings it back to the
+    // base. The test thread watches the pulse from outside (yielding, bounded by the hang
+    // bound); the executor waits on a channel from this thread, which polls nothing meanwhile.
+    #[test]
+    fn idle_heartbeat_backs_off_and_work_brings_it_back() {
+        let base = Duration::from_millis(1);
+        let pulse = Arc::new(Pulse::default());
+        let beats = Arc::clone(&pulse);
+        let (go_tx, go_rx) = flume::bounded::<()>(1);
+        let (done_tx, done_rx) = mpsc::channel();
+        let thread = ExecutorThread {
+            name: "park-test-idle".to_owned(),
+            builder: || glommio::LocalExecutorBuilder::default().io_memory(1 << 20),
+            cannot_start: |e| panic!("cannot build the executor: {e}"),
+            watch: None,
+        };
+        let executor = thread
+            .spawn(move || async move {
+                glommio::spawn_local(heartbeat(base, beats)).detach();
+                // Work until told to stop: each round is a burst of task polls.
+                while go_rx.recv_async().await.is_ok() {
+                    for n in 0..64u64 {
+                        glommio::spawn_local(async move { n }).await;
+                    }
+                    let _ = done_tx.send(());
+                }
+            })
+            .expect("thread");
+        let wait_for = |want: Duration| {
+            let started = std::time::Instant::now();
+            while pulse.period() != Some(want) {
+                assert!(
+                    started.elapsed() < TEST_HANG_BOUND,
+                    "period stuck at {:?}",
+                    pulse.period()
+                );
+                std::thread::yield_now();
+            }
+        };
+        wait_for(HEARTBEAT_IDLE_MAX);
+        // Work every time the heartbeat ticks until a tick sees it: the period is the base.
+        let mut bursts = 0;
+        while pulse.period() != Some(base) {
+            assert!(bursts < 1_000_000, "work never brought the period back");
+            go_tx.send(()).expect("executor alive");
+            done_rx.recv_timeout(TEST_HANG_BOUND).expect("burst done");
+            bursts += 1;
+        }
+        drop(go_tx);
+        executor.join().expect("executor thread");
     }
 
     // Checks run_watched returns the future's output, and resumes an executor's panic on the

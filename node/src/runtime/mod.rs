@@ -37,7 +37,9 @@ pub const MESH_INBOX_MAX: usize = 1024;
 /// round starts, it runs nothing and then parks until the next I/O or timer event). A pending
 /// timer bounds such a stall to this period; when no timer is pending (the heartbeat's own
 /// timer has fired and the heartbeat is one of the runnable tasks), the park watchdog ends it
-/// (`storage::park`), and the heartbeat's ticks are what the watchdog watches.
+/// (`storage::park`), and the heartbeat's ticks are what the watchdog watches. This is the
+/// period while the executor works; an idle executor's heartbeat backs off to
+/// `storage::park::HEARTBEAT_IDLE_MAX`.
 pub const EXECUTOR_HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// glommio's preempt timer for every executor: a task queue runs this long before
@@ -254,8 +256,9 @@ impl<S> ExecutorContext<S> {
         self.pulse.heartbeats()
     }
 
-    /// Times the park watchdog has signalled this executor so far: once per watchdog period
-    /// in which its heartbeat did not tick (a park with runnable work, or a long busy stretch).
+    /// Times the park watchdog has signalled this executor so far: once per four heartbeat
+    /// periods (its current ones) in which its heartbeat did not tick (a park with runnable
+    /// work, or a long busy stretch).
     pub fn park_kicks(&self) -> u64 {
         self.pulse.kicks()
     }
