@@ -105,8 +105,9 @@ struct Slot {
     pulse: Arc<Pulse>,
     /// The heartbeat count at the previous check.
     seen: u64,
-    /// Checks in a row that saw the count unmoved since the last move or signal.
-    quiet: u32,
+    /// Time the watchdog has seen the count unmoved since the last move or signal (the sum
+    /// of its waits between checks).
+    quiet: Duration,
 }
 
 /// The watched executor threads. A thread adds itself as it starts and removes itself as it
@@ -124,18 +125,20 @@ pub struct ParkWatchdog {
 
 impl ParkWatchdog {
     /// Installs the signal handler (once per process) and starts the watchdog thread, which
-    /// checks every `PARK_WATCHDOG_HEARTBEATS * heartbeat`.
+    /// checks every `PARK_WATCHDOG_HEARTBEATS` of the shortest heartbeat period in force among
+    /// the executors it watches (`heartbeat`, the base period, when any runs at it or has not
+    /// published one), so an idle node's watchdog backs off with its heartbeats.
     pub fn start(heartbeat: Duration) -> std::io::Result<ParkWatchdog> {
         install_handler()?;
-        let period = heartbeat.saturating_mul(PARK_WATCHDOG_HEARTBEATS);
         let slots: Slots = Arc::default();
         let (stop, stopped) = mpsc::channel::<()>();
         let watched = Arc::clone(&slots);
         let thread =
             std::thread::Builder::new().name("tessera-watchdog".to_owned()).spawn(move || {
                 // Only the timeout keeps it going: a message or the sender's drop stops it.
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
-                    check(&watched, heartbeat);
+                let mut wait = heartbeat.saturating_mul(PARK_WATCHDOG_HEARTBEATS);
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
+                    wait = check(&watched, heartbeat, wait);
                 }
             })?;
         Ok(ParkWatchdog { slots, stop: Some(stop), thread: Some(thread) })
@@ -160,7 +163,7 @@ impl Watcher {
         // SAFETY: `pthread_self` has no preconditions.
         let thread = unsafe { libc::pthread_self() };
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        let slot = Some(Slot { thread, pulse, seen: 0, quiet: 0 });
+        let slot = Some(Slot { thread, pulse, seen: 0, quiet: Duration::ZERO });
         // An ended thread's slot is reused, so the table stays as long as the most threads
         // watched at once.
         let at = match slots.iter_mut().enumerate().find(|(_, s)| s.is_none()) {
@@ -221,13 +224,11 @@ pub fn next_period(current: Duration, base: Duration, longest: Duration, polls: 
     }
 }
 
-/// Unmoved checks in a row after which the watchdog signals an executor whose heartbeat ticks
-/// every `period` (checks come every [`PARK_WATCHDOG_HEARTBEATS`] `base` periods): enough for
-/// [`PARK_WATCHDOG_HEARTBEATS`] of its own periods, at least one.
-pub fn quiet_checks_allowed(period: Option<Duration>, base: Duration) -> u32 {
-    let Some(period) = period.filter(|p| *p > base && !base.is_zero()) else { return 1 };
-    let checks = period.as_nanos().div_ceil(base.as_nanos());
-    u32::try_from(checks).unwrap_or(u32::MAX).max(1)
+/// How long the watchdog lets an executor's heartbeat stay unmoved before signalling it:
+/// [`PARK_WATCHDOG_HEARTBEATS`] of its current period (`None`, or anything shorter than the
+/// base period `base`, counts as `base`).
+pub fn patience(period: Option<Duration>, base: Duration) -> Duration {
+    period.unwrap_or(base).max(base).saturating_mul(PARK_WATCHDOG_HEARTBEATS)
 }
 
 impl Drop for ParkWatchdog {
@@ -240,23 +241,27 @@ impl Drop for ParkWatchdog {
     }
 }
 
-/// One round of the watchdog: signal every executor whose heartbeat has not moved for
-/// [`PARK_WATCHDOG_HEARTBEATS`] of its current periods (`base`: the heartbeat's base period,
-/// whose four make the watchdog's own period).
-fn check(slots: &Slots, base: Duration) {
+/// One round of the watchdog, `waited` after the previous one: signal every executor whose
+/// heartbeat has stayed unmoved for its [`patience`] (`base`: the heartbeat's base period).
+/// Returns the wait until the next round: the smallest patience among the watched executors
+/// (the base one's when none is watched).
+fn check(slots: &Slots, base: Duration, waited: Duration) -> Duration {
     let mut slots = slots.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut next: Option<Duration> = None;
     for slot in slots.iter_mut().flatten() {
+        let patience = patience(slot.pulse.period(), base);
+        next = Some(next.map_or(patience, |n| n.min(patience)));
         let now = slot.pulse.heartbeats();
         if now != slot.seen {
             slot.seen = now;
-            slot.quiet = 0;
+            slot.quiet = Duration::ZERO;
             continue;
         }
-        slot.quiet = slot.quiet.saturating_add(1);
-        if slot.quiet < quiet_checks_allowed(slot.pulse.period(), base) {
+        slot.quiet = slot.quiet.saturating_add(waited);
+        if slot.quiet < patience {
             continue;
         }
-        slot.quiet = 0;
+        slot.quiet = Duration::ZERO;
         // SAFETY: the slot's thread is running: it removes its slot (under this lock) before
         // it ends, so its `pthread_t` is valid here.
         let rc = unsafe { libc::pthread_kill(slot.thread, PARK_WATCHDOG_SIGNAL) };
@@ -264,6 +269,7 @@ fn check(slots: &Slots, base: Duration) {
             slot.pulse.kicks.fetch_add(1, Ordering::Relaxed);
         }
     }
+    next.unwrap_or_else(|| patience(None, base))
 }
 
 /// The handler: its only job is to exist, so that the signal interrupts `io_uring_enter`.
@@ -427,17 +433,65 @@ mod tests {
         assert_eq!(next_period(long_base, long_base, long_base, 0), long_base);
     }
 
-    // Checks the watchdog's patience: one unmoved check for an executor at the base period (or
+    // Checks the watchdog's patience: four base periods for an executor at the base period (or
     // none published, as in the storage bench), four of its own periods for a slower one.
     #[test]
     fn unit_watchdog_waits_four_of_the_executors_periods() {
         let base = Duration::from_millis(5);
-        assert_eq!(quiet_checks_allowed(None, base), 1);
-        assert_eq!(quiet_checks_allowed(Some(base), base), 1);
-        assert_eq!(quiet_checks_allowed(Some(Duration::from_millis(10)), base), 2);
-        assert_eq!(quiet_checks_allowed(Some(Duration::from_millis(12)), base), 3);
-        assert_eq!(quiet_checks_allowed(Some(HEARTBEAT_IDLE_MAX), base), 10);
-        assert_eq!(quiet_checks_allowed(Some(Duration::from_millis(1)), base), 1);
+        let ms = Duration::from_millis;
+        assert_eq!(patience(None, base), ms(20));
+        assert_eq!(patience(Some(base), base), ms(20));
+        assert_eq!(patience(Some(ms(12)), base), ms(48));
+        assert_eq!(patience(Some(HEARTBEAT_IDLE_MAX), base), ms(200));
+        assert_eq!(patience(Some(ms(1)), base), ms(20));
+    }
+
+    // Checks the watchdog's rounds on real (sleeping) threads: an executor at the base period
+    // is signalled at the first round that finds its count unmoved; one at the longest period
+    // only once its unmoved time adds up to four of its periods; a moved count resets; the
+    // next round comes after the smallest patience among the watched.
+    #[test]
+    fn unit_check_signals_after_each_executors_own_patience() {
+        install_handler().expect("handler");
+        let base = Duration::from_millis(5);
+        let slots: Slots = Arc::default();
+        let (fast, slow) = (Arc::new(Pulse::default()), Arc::new(Pulse::default()));
+        slow.set_period(HEARTBEAT_IDLE_MAX);
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let stop_rx = Arc::new(Mutex::new(stop_rx));
+        let mut threads = Vec::new();
+        for pulse in [&fast, &slow] {
+            let (watcher, pulse, stop) =
+                (Watcher { slots: Arc::clone(&slots) }, Arc::clone(pulse), Arc::clone(&stop_rx));
+            let (ready_tx, ready_rx) = mpsc::channel();
+            threads.push(std::thread::spawn(move || {
+                let _watched = watcher.watch_this_thread(pulse);
+                ready_tx.send(()).expect("ready");
+                // Sleeps until the test ends; the signals (SA_RESTART) do not end the wait.
+                let _ = stop.lock().unwrap_or_else(PoisonError::into_inner).recv();
+            }));
+            ready_rx.recv().expect("watched");
+        }
+        let watchdog_wait = patience(None, base);
+        // The first round records the counts (0) as unmoved already: the fast one is due.
+        assert_eq!(check(&slots, base, watchdog_wait), watchdog_wait);
+        assert_eq!((fast.kicks(), slow.kicks()), (1, 0));
+        // Nine more rounds of 20 ms make the slow one's 200 ms: signalled at the tenth.
+        for _ in 0..8 {
+            check(&slots, base, watchdog_wait);
+        }
+        assert_eq!(slow.kicks(), 0);
+        check(&slots, base, watchdog_wait);
+        assert_eq!((fast.kicks(), slow.kicks()), (10, 1));
+        // A tick resets the count; with both at the longest period the rounds slow down.
+        fast.set_period(HEARTBEAT_IDLE_MAX);
+        fast.beat();
+        assert_eq!(check(&slots, base, watchdog_wait), patience(Some(HEARTBEAT_IDLE_MAX), base));
+        assert_eq!(fast.kicks(), 10);
+        drop(stop_tx);
+        for t in threads {
+            t.join().expect("thread");
+        }
     }
 
     // Checks the back-off on a real executor: with nothing to do but its heartbeat (1 ms base),
