@@ -612,6 +612,58 @@ mod tests {
         eprintln!("park watchdog signals: {}", pulse.kicks());
     }
 
+    // Checks the back-off's price is bounded, not a hang: an executor idle long enough for its
+    // heartbeat to reach the longest period (and the watchdog to slow down with it) then runs
+    // the park-race workload above (20 us preempt timer). It must finish: the first races after
+    // the idle stretch are ended by the 50 ms timer or the watchdog's 200 ms patience.
+    #[test]
+    fn parked_right_after_an_idle_stretch_is_woken() {
+        let rounds = rounds() / 10;
+        let watchdog = ParkWatchdog::start(TEST_HEARTBEAT).expect("watchdog");
+        let pulse = Arc::new(Pulse::default());
+        let beats = Arc::clone(&pulse);
+        let (go_tx, go_rx) = flume::bounded::<()>(1);
+        let (done_tx, done_rx) = mpsc::channel();
+        let thread = ExecutorThread {
+            name: "park-test-after-idle".to_owned(),
+            builder: || {
+                glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+                    .io_memory(1 << 20)
+                    .preempt_timer(TEST_PREEMPT_TIMER)
+            },
+            cannot_start: |e| panic!("cannot build the executor: {e}"),
+            watch: Some((watchdog.watcher(), Arc::clone(&pulse))),
+        };
+        // Not joined: a hung executor thread is left behind and the test fails.
+        let _executor = thread
+            .spawn(move || async move {
+                glommio::spawn_local(heartbeat(TEST_HEARTBEAT, beats)).detach();
+                if go_rx.recv_async().await.is_err() {
+                    return;
+                }
+                let mut sum = 0;
+                for n in 0..rounds {
+                    sum += glommio::spawn_local(async move { n % 3 }).await;
+                    if n % 100 == 0 {
+                        glommio::timer::sleep(Duration::from_micros(10)).await;
+                    }
+                }
+                let _ = done_tx.send(sum);
+            })
+            .expect("thread");
+        let started = std::time::Instant::now();
+        while pulse.period() != Some(HEARTBEAT_IDLE_MAX) {
+            assert!(started.elapsed() < TEST_HANG_BOUND, "period stuck at {:?}", pulse.period());
+            std::thread::yield_now();
+        }
+        go_tx.send(()).expect("executor alive");
+        let sum = done_rx.recv_timeout(TEST_HANG_BOUND).unwrap_or_else(|_| {
+            panic!("the executor hung for {TEST_HANG_BOUND:?} after an idle stretch")
+        });
+        assert_eq!(sum, (0..rounds).map(|n| n % 3).sum::<u64>());
+        eprintln!("park watchdog signals after idling: {}", pulse.kicks());
+    }
+
     // Checks that a thread leaves the watchdog's table as it ends (it must never be signalled
     // once gone): while the executor runs its slot is in use, after the join it is empty.
     #[test]
