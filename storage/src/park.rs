@@ -217,11 +217,7 @@ pub async fn heartbeat(period: Duration, pulse: Arc<Pulse>) {
 /// The heartbeat's next period after a tick that saw `polls` task polls since the previous
 /// one: twice `current` (at most `longest`) when the executor idled, else `base`.
 pub fn next_period(current: Duration, base: Duration, longest: Duration, polls: u64) -> Duration {
-    if polls <= HEARTBEAT_IDLE_POLLS {
-        current.saturating_mul(2).min(longest).max(base)
-    } else {
-        base
-    }
+    if polls <= HEARTBEAT_IDLE_POLLS { current.saturating_mul(2).min(longest) } else { base }
 }
 
 /// How long the watchdog lets an executor's heartbeat stay unmoved before signalling it:
@@ -414,6 +410,40 @@ mod tests {
             .unwrap_or(100_000)
     }
 
+    /// The executor of the park-race tests: a 20 us preempt timer, so rounds often start
+    /// preempted.
+    fn racing_executor() -> glommio::LocalExecutorBuilder {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(1 << 20)
+            .preempt_timer(TEST_PREEMPT_TIMER)
+    }
+
+    /// The park-race workload: `rounds` local tasks spawned and awaited, a 10 us sleep every
+    /// 100th; the sum of their outputs, [`race_sum`] when every one ran.
+    async fn race(rounds: u64) -> u64 {
+        let mut sum = 0;
+        for n in 0..rounds {
+            sum += glommio::spawn_local(async move { n % 3 }).await;
+            if n % 100 == 0 {
+                glommio::timer::sleep(Duration::from_micros(10)).await;
+            }
+        }
+        sum
+    }
+
+    fn race_sum(rounds: u64) -> u64 {
+        (0..rounds).map(|n| n % 3).sum()
+    }
+
+    /// Waits, yielding, until `pulse` publishes `want` (a hang fails at the hang bound).
+    fn wait_for_period(pulse: &Pulse, want: Duration) {
+        let started = std::time::Instant::now();
+        while pulse.period() != Some(want) {
+            assert!(started.elapsed() < TEST_HANG_BOUND, "period stuck at {:?}", pulse.period());
+            std::thread::yield_now();
+        }
+    }
+
     // Checks the heartbeat's schedule: idle ticks double the period up to the longest, a tick
     // that saw work goes straight back to the base, and the base never grows past the longest
     // when it is longer itself.
@@ -523,18 +553,7 @@ mod tests {
                 }
             })
             .expect("thread");
-        let wait_for = |want: Duration| {
-            let started = std::time::Instant::now();
-            while pulse.period() != Some(want) {
-                assert!(
-                    started.elapsed() < TEST_HANG_BOUND,
-                    "period stuck at {:?}",
-                    pulse.period()
-                );
-                std::thread::yield_now();
-            }
-        };
-        wait_for(HEARTBEAT_IDLE_MAX);
+        wait_for_period(&pulse, HEARTBEAT_IDLE_MAX);
         // Work every time the heartbeat ticks until a tick sees it: the period is the base.
         let mut bursts = 0;
         while pulse.period() != Some(base) {
@@ -582,11 +601,7 @@ mod tests {
         let beats = Arc::clone(&pulse);
         let thread = ExecutorThread {
             name: "park-test".to_owned(),
-            builder: || {
-                glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-                    .io_memory(1 << 20)
-                    .preempt_timer(TEST_PREEMPT_TIMER)
-            },
+            builder: racing_executor,
             cannot_start: |e| panic!("cannot build the executor: {e}"),
             watch: on.then(|| (watchdog.watcher(), Arc::clone(&pulse))),
         };
@@ -594,20 +609,13 @@ mod tests {
         let _executor = thread
             .spawn(move || async move {
                 glommio::spawn_local(heartbeat(TEST_HEARTBEAT, beats)).detach();
-                let mut sum = 0;
-                for n in 0..rounds {
-                    sum += glommio::spawn_local(async move { n % 3 }).await;
-                    if n % 100 == 0 {
-                        glommio::timer::sleep(Duration::from_micros(10)).await;
-                    }
-                }
-                let _ = done_tx.send(sum);
+                let _ = done_tx.send(race(rounds).await);
             })
             .expect("thread");
         let sum = done_rx.recv_timeout(TEST_HANG_BOUND).unwrap_or_else(|_| {
             panic!("the executor hung for {TEST_HANG_BOUND:?} (watchdog {on})")
         });
-        assert_eq!(sum, (0..rounds).map(|n| n % 3).sum::<u64>());
+        assert_eq!(sum, race_sum(rounds));
         // Not asserted: whether the race happened in this run depends on the machine.
         eprintln!("park watchdog signals: {}", pulse.kicks());
     }
@@ -626,11 +634,7 @@ mod tests {
         let (done_tx, done_rx) = mpsc::channel();
         let thread = ExecutorThread {
             name: "park-test-after-idle".to_owned(),
-            builder: || {
-                glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-                    .io_memory(1 << 20)
-                    .preempt_timer(TEST_PREEMPT_TIMER)
-            },
+            builder: racing_executor,
             cannot_start: |e| panic!("cannot build the executor: {e}"),
             watch: Some((watchdog.watcher(), Arc::clone(&pulse))),
         };
@@ -638,29 +642,17 @@ mod tests {
         let _executor = thread
             .spawn(move || async move {
                 glommio::spawn_local(heartbeat(TEST_HEARTBEAT, beats)).detach();
-                if go_rx.recv_async().await.is_err() {
-                    return;
+                if go_rx.recv_async().await.is_ok() {
+                    let _ = done_tx.send(race(rounds).await);
                 }
-                let mut sum = 0;
-                for n in 0..rounds {
-                    sum += glommio::spawn_local(async move { n % 3 }).await;
-                    if n % 100 == 0 {
-                        glommio::timer::sleep(Duration::from_micros(10)).await;
-                    }
-                }
-                let _ = done_tx.send(sum);
             })
             .expect("thread");
-        let started = std::time::Instant::now();
-        while pulse.period() != Some(HEARTBEAT_IDLE_MAX) {
-            assert!(started.elapsed() < TEST_HANG_BOUND, "period stuck at {:?}", pulse.period());
-            std::thread::yield_now();
-        }
+        wait_for_period(&pulse, HEARTBEAT_IDLE_MAX);
         go_tx.send(()).expect("executor alive");
         let sum = done_rx.recv_timeout(TEST_HANG_BOUND).unwrap_or_else(|_| {
             panic!("the executor hung for {TEST_HANG_BOUND:?} after an idle stretch")
         });
-        assert_eq!(sum, (0..rounds).map(|n| n % 3).sum::<u64>());
+        assert_eq!(sum, race_sum(rounds));
         eprintln!("park watchdog signals after idling: {}", pulse.kicks());
     }
 
