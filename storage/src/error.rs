@@ -199,6 +199,13 @@ pub enum AppendError {
         /// The transaction.
         txid: TxId,
     },
+    /// A transaction was resolved without this fragment's Prepare (it came too late:
+    /// [`crate::Fragment::prepared_state_or_fence`]).
+    #[error("transaction {txid} was resolved without this fragment; its prepare came too late")]
+    TxnFenced {
+        /// The transaction.
+        txid: TxId,
+    },
     /// A transaction id is not prepared here.
     #[error("transaction {txid} is not prepared in this fragment")]
     TxnUnknown {

@@ -459,6 +459,17 @@ impl std::fmt::Debug for CommitDurable {
     }
 }
 
+/// Where a transaction's Prepare stands in a fragment ([`Fragment::prepared_state_or_fence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreparedState {
+    /// Prepared, its record durable (in doubt until committed or aborted).
+    Durable,
+    /// Prepared, its record on its way to the log.
+    Queued,
+    /// Not prepared here (never, or already committed or aborted); now fenced.
+    Absent,
+}
+
 impl CommitDurable {
     /// Waits for the Commit record's fdatasync.
     pub async fn wait(self) -> Result<Lsn, AppendError> {
@@ -654,6 +665,8 @@ pub(crate) struct Inner {
     /// Record-less holds ([`Fragment::hold`]): each transaction's lock keys in `State::locks`.
     /// Memory only: a restart forgets them.
     pub holds: RefCell<HashMap<TxId, Vec<String>>>,
+    /// Transactions whose Prepare this fragment refuses (`prepared_state_or_fence`).
+    pub fenced: RefCell<std::collections::HashSet<TxId>>,
     /// Chunks the writer has in flight (set by the writer).
     pub in_flight: Cell<usize>,
     /// The writer task runs in the latency-sensitive writers' queue and splits waves
@@ -808,6 +821,7 @@ impl Fragment {
             lock: RefCell::new(Some(lock)),
             io: crate::iostats::IoCounters::default(),
             holds: RefCell::new(HashMap::new()),
+            fenced: RefCell::default(),
             in_flight: Cell::new(0),
             writer_splits_waves: Cell::new(false),
             chunk_micros: Cell::new(0),
@@ -986,6 +1000,48 @@ impl Fragment {
         self.inner.st.borrow().txns.keys().copied().filter(|t| !t.is_local()).collect()
     }
 
+    /// The document prepared transaction `txid` writes to `collection` / `id` here, read from
+    /// its durable Prepare record (a transaction in doubt after recovery, say): `None` when it
+    /// is not prepared here, its record is not durable yet, or it writes no document there
+    /// (a delete included).
+    pub fn prepared_doc(
+        &self,
+        txid: TxId,
+        collection: &str,
+        id: &str,
+    ) -> Option<serde_json::Value> {
+        let st = self.inner.st.borrow();
+        let txn = st.txns.get(&txid)?;
+        let lk = lock_key(collection, &doc_key(id));
+        for part in &txn.parts {
+            let Some(loc) = &part.loc else { continue };
+            for (op, meta) in part.ops.iter().enumerate() {
+                if *meta.lk == *lk && meta.put {
+                    let at =
+                        Loc { seg: loc.seg.clone(), span: loc.span, op: u32::try_from(op).ok()? };
+                    return DocRef::new(&at, meta.version).map(|d| d.doc().to_serde());
+                }
+            }
+        }
+        None
+    }
+
+    /// Where transaction `txid`'s Prepare stands here, for a resolver that decides from every
+    /// participant's Prepare: durable, queued, or absent, in which case the fragment refuses
+    /// it from now on (`TxnFenced`), so the resolver's "never prepared" stays true. Checked
+    /// and fenced in one step: a prepare is either queued before or refused after.
+    pub fn prepared_state_or_fence(&self, txid: TxId) -> PreparedState {
+        let st = self.inner.st.borrow();
+        match st.txns.get(&txid) {
+            Some(txn) if txn.durable() => PreparedState::Durable,
+            Some(_) => PreparedState::Queued,
+            None => {
+                self.inner.fenced.borrow_mut().insert(txid);
+                PreparedState::Absent
+            }
+        }
+    }
+
     async fn finish_prepared(&self, txid: TxId, commit: bool) -> Result<Lsn, AppendError> {
         self.ready_to_write(|st, paused| Self::prepared_touches(st, paused, txid)).await?;
         let done = {
@@ -1077,6 +1133,11 @@ impl Fragment {
                 && st.txns.contains_key(&txid)
             {
                 return Err(AppendError::TxnExists { txid });
+            }
+            if let Kind::Prepare(txid) = kind
+                && self.inner.fenced.borrow().contains(&txid)
+            {
+                return Err(AppendError::TxnFenced { txid });
             }
             // Scanned ranges first, against the state before this batch's own writes.
             for scan in &scans {

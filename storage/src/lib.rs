@@ -47,7 +47,7 @@ pub use error::{
 pub use export::Export;
 pub use fragment::{
     CommitDurable, CommitInfo, CompactStats, DocRef, Fragment, FragmentOptions, FragmentStats,
-    ImportStats, ScanCheck, ScanCursor, WriteBatch, WriteOp, WritePause,
+    ImportStats, PreparedState, ScanCheck, ScanCursor, WriteBatch, WriteOp, WritePause,
 };
 pub use index::ShardStats;
 pub use iostats::{ChunkPhases, Histogram, IoStats};

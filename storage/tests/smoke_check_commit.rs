@@ -129,6 +129,56 @@ fn commit_visible_on_enqueue() {
     });
 }
 
+// Checks `prepared_doc` reads a prepared transaction's document from its durable Prepare
+// record, in doubt after a reopen too, and answers `None` for a delete, another document,
+// another transaction and once the transaction is committed.
+#[test]
+fn prepared_doc_reads_an_in_doubt_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let f = open(&path, options(1 << 20)).await;
+        f.apply(put("c", "gone", json!(0))).await.expect("gone");
+        let tx = WriteBatch::new()
+            .put("c", "A", shard_of("A"), Some(Version::ABSENT), json!({"n": [1, 2]}))
+            .delete("c", "gone", shard_of("gone"), None);
+        f.prepare(TxId::new(4), tx).await.expect("prepare");
+        assert_eq!(f.prepared_doc(TxId::new(4), "c", "a"), Some(json!({"n": [1, 2]})));
+        assert_eq!(f.prepared_doc(TxId::new(4), "c", "gone"), None);
+        assert_eq!(f.prepared_doc(TxId::new(4), "c", "b"), None);
+        assert_eq!(f.prepared_doc(TxId::new(5), "c", "A"), None);
+        f.close().await;
+        let f = open(&path, options(1 << 20)).await;
+        assert_eq!(f.in_doubt(), vec![TxId::new(4)]);
+        assert_eq!(f.prepared_doc(TxId::new(4), "c", "A"), Some(json!({"n": [1, 2]})));
+        f.commit_prepared(TxId::new(4)).await.expect("commit");
+        assert_eq!(f.prepared_doc(TxId::new(4), "c", "A"), None);
+        assert!(f.get("c", "a").is_some());
+        f.close().await;
+    });
+}
+
+// Checks `prepared_state_or_fence`: a durable Prepare reads `Durable`; an id never prepared
+// reads `Absent` and is refused afterwards (`TxnFenced`, nothing written or locked); a
+// committed one reads `Absent` too.
+#[test]
+fn prepared_state_or_fence_refuses_a_late_prepare() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let f = open(&path, options(1 << 20)).await;
+        f.prepare(TxId::new(1), put("c", "a", json!(1))).await.expect("prepare");
+        assert_eq!(f.prepared_state_or_fence(TxId::new(1)), storage::PreparedState::Durable);
+        assert_eq!(f.prepared_state_or_fence(TxId::new(2)), storage::PreparedState::Absent);
+        let late = f.prepare(TxId::new(2), put("c", "b", json!(2))).await;
+        assert!(matches!(late, Err(AppendError::TxnFenced { .. })), "{late:?}");
+        f.apply(put("c", "b", json!(3))).await.expect("b is not locked");
+        f.commit_prepared(TxId::new(1)).await.expect("commit");
+        assert_eq!(f.prepared_state_or_fence(TxId::new(1)), storage::PreparedState::Absent);
+        f.close().await;
+    });
+}
+
 // Checks a commit made visible on enqueue survives compaction of the segment holding its
 // Prepare record: compaction copies the committed documents as live puts and drops the
 // finished Prepare, before and after the Commit record is durable, across a reopen.
