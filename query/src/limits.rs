@@ -109,3 +109,7 @@ pub const PATH_STEPS_MAX: usize = 32;
 /// text with its id, escapes included, fits with room to spare. The decoder refuses a longer
 /// row before buffering more of it.
 pub const COPY_ROW_BYTES_MAX: usize = 4 << 20;
+
+/// Collection names starting with this are Tessera's own (the one-round commit's markers):
+/// every statement naming one is refused.
+pub const RESERVED_COLLECTION_PREFIX: &str = "__tessera";

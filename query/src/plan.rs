@@ -683,6 +683,14 @@ fn object_name_parts(name: &ast::ObjectName) -> Result<Vec<String>, PlanError> {
 fn collection_name(name: &ast::ObjectName) -> Result<CollectionName, PlanError> {
     let parts = object_name_parts(name)?;
     match parts.as_slice() {
+        [one] | [_, one] if one.starts_with(crate::limits::RESERVED_COLLECTION_PREFIX) => {
+            Err(PlanError::Invalid {
+                what: format!(
+                    "collection name {one} is reserved: names starting with {} are Tessera's own",
+                    crate::limits::RESERVED_COLLECTION_PREFIX
+                ),
+            })
+        }
         [one] => Ok(CollectionName(one.clone())),
         // `public.c` is accepted as `c`: drivers and tools qualify with the default schema.
         [schema, one] if schema == "public" => Ok(CollectionName(one.clone())),
@@ -3168,6 +3176,24 @@ mod tests {
             Statement::Select(s) => s,
             other => panic!("not a select: {other:?}"),
         }
+    }
+
+    // Checks a collection name with the reserved prefix is refused in every statement that
+    // names one, quoted or not, qualified or not; a name that only contains it is not.
+    #[test]
+    fn reserved_collection_names_are_refused() {
+        for sql in [
+            "SELECT * FROM __tessera_txn",
+            "SELECT * FROM public.\"__tessera_x\"",
+            "INSERT INTO __tessera_txn VALUES ('a', '{}')",
+            "UPDATE __TESSERA_txn SET a = 1",
+            "DELETE FROM __tessera_txn",
+            "CREATE TABLE __tessera_txn ()",
+        ] {
+            let e = crate::parse(sql).expect_err(sql);
+            assert!(e.to_string().contains("reserved"), "{sql}: {e}");
+        }
+        assert!(crate::parse("SELECT * FROM my__tessera_txn").is_ok());
     }
 
     // Checks identifier folding: unquoted lower-cased, quoted kept, dotted paths split, and

@@ -723,6 +723,27 @@ fn validate_doc(
     Ok(())
 }
 
+/// [`Fragment::prepared_doc`] over a fragment's state (the offline reader's too).
+pub(crate) fn prepared_doc_in(
+    st: &State,
+    txid: TxId,
+    collection: &str,
+    id: &str,
+) -> Option<serde_json::Value> {
+    let txn = st.txns.get(&txid)?;
+    let lk = lock_key(collection, &doc_key(id));
+    for part in &txn.parts {
+        let Some(loc) = &part.loc else { continue };
+        for (op, meta) in part.ops.iter().enumerate() {
+            if *meta.lk == *lk && meta.put {
+                let at = Loc { seg: loc.seg.clone(), span: loc.span, op: u32::try_from(op).ok()? };
+                return DocRef::new(&at, meta.version).map(|d| d.doc().to_serde());
+            }
+        }
+    }
+    None
+}
+
 pub(crate) fn lock_key(collection: &str, key: &str) -> String {
     let mut k = String::with_capacity(collection.len() + key.len() + 1);
     k.push_str(collection);
@@ -1010,20 +1031,7 @@ impl Fragment {
         collection: &str,
         id: &str,
     ) -> Option<serde_json::Value> {
-        let st = self.inner.st.borrow();
-        let txn = st.txns.get(&txid)?;
-        let lk = lock_key(collection, &doc_key(id));
-        for part in &txn.parts {
-            let Some(loc) = &part.loc else { continue };
-            for (op, meta) in part.ops.iter().enumerate() {
-                if *meta.lk == *lk && meta.put {
-                    let at =
-                        Loc { seg: loc.seg.clone(), span: loc.span, op: u32::try_from(op).ok()? };
-                    return DocRef::new(&at, meta.version).map(|d| d.doc().to_serde());
-                }
-            }
-        }
-        None
+        prepared_doc_in(&self.inner.st.borrow(), txid, collection, id)
     }
 
     /// Where transaction `txid`'s Prepare stands here, for a resolver that decides from every

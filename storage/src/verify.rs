@@ -212,6 +212,17 @@ impl OfflineFragment {
         applied
     }
 
+    /// As [`crate::Fragment::prepared_doc`]: the document in-doubt transaction `txid` writes
+    /// to `collection` / `id` here.
+    pub fn prepared_doc(
+        &self,
+        txid: TxId,
+        collection: &str,
+        id: &str,
+    ) -> Option<serde_json::Value> {
+        crate::fragment::prepared_doc_in(&self.st, txid, collection, id)
+    }
+
     /// Names of collections that have documents, sorted.
     pub fn collections(&self) -> Vec<String> {
         self.st.index.collections().map(str::to_owned).collect()

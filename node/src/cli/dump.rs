@@ -11,8 +11,12 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::collections::BTreeMap;
+
 use router::{FragmentId, ShardRange};
 use storage::OfflineFragment;
+
+use crate::engine::{MarkerEvidence, marker};
 
 use super::verify::OfflineDir;
 
@@ -58,6 +62,25 @@ pub fn main(args: &Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // One-round commits in doubt are decided from every fragment's log (as recovery does),
+    // so every fragment is read once first for its marker evidence.
+    let mut evidence = BTreeMap::new();
+    for f in &dir.layout().fragments {
+        let id = FragmentId::new(f.id);
+        let Ok(fragment) = OfflineFragment::open(&dir.fragment_dir(f.id), id) else { continue };
+        let Some(range) = ShardRange::new(f.start, f.end) else { continue };
+        let mut live = Vec::new();
+        fragment.scan(marker::COLLECTION, range, |doc| {
+            live.push(doc.id().to_owned());
+            ControlFlow::Continue(())
+        });
+        let e = MarkerEvidence::gather(
+            fragment.in_doubt(),
+            |txid| fragment.prepared_doc(txid, marker::COLLECTION, &marker::id(txid)),
+            live,
+        );
+        evidence.insert(id, e);
+    }
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut ok = true;
@@ -76,11 +99,19 @@ pub fn main(args: &Args) -> ExitCode {
                     continue;
                 }
             };
-        fragment.commit_in_doubt(|txid| decisions.get(&txid) == Some(&true));
+        let marked = evidence.get(&FragmentId::new(f.id)).map(|e| e.in_doubt.clone());
+        fragment.commit_in_doubt(|txid| match marked.as_ref().and_then(|m| m.get(&txid)) {
+            // A participant not read is no evidence of anything: left out, as recovery
+            // refuses to guess.
+            Some(participants) => marker::committed(txid, participants, &evidence).unwrap_or(false),
+            None => decisions.get(&txid) == Some(&true),
+        });
         let collections = match &args.collection {
             Some(c) => vec![c.clone()],
             None => fragment.collections(),
         };
+        let collections: Vec<String> =
+            collections.into_iter().filter(|c| c != marker::COLLECTION).collect();
         for collection in collections {
             let mut failed = None;
             fragment.scan(&collection, range, |doc| {

@@ -189,6 +189,7 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
     let decisions = crate::engine::read_decisions(data.root())
         .map_err(|e| format!("cannot read the coordinator journal: {e}"))?;
     shared.txn.install_recovered(decisions);
+    shared.txn.expect_executors(config.executors as usize);
     let auth = match &config.password {
         None => PgAuth::Trust,
         Some(p) => {
@@ -270,7 +271,7 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
                     Ok(gate) => gate,
                     Err(e) => return Err(format!("max-syncs-per-executor: {e}")),
                 };
-                Core::open(ctx.index, shared, mine, segment_bytes, gate).await
+                Core::open(ctx.index, shared, mine, segment_bytes, gate, &ctx.shutdown).await
             }
         },
         move |core: Rc<Core>, ctx: ExecutorContext<Core>| {

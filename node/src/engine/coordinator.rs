@@ -51,11 +51,109 @@ impl DecisionRecord {
     }
 }
 
+/// One-round commits (work in progress, branch `s33-marker`; off unless
+/// `TESSERA_ONE_ROUND_COMMITS=1`): a two-phase commit of this node alone records no decision.
+/// Each written participant's Prepare batch also puts a marker document naming every written
+/// participant, and the transaction is committed once every Prepare record is durable. A
+/// participant in doubt after a crash commits iff every named participant holds its Prepare
+/// in doubt or its marker live (committed); a marker is deleted only once every participant's
+/// Commit record is durable, so a participant with neither never prepared.
+pub mod marker {
+    use router::FragmentId;
+    use storage::TxId;
+
+    /// The reserved collection of markers (SQL refuses every name with its prefix).
+    pub const COLLECTION: &str = "__tessera_txn";
+
+    /// A marker's document id.
+    pub fn id(txid: TxId) -> String {
+        format!("{:016x}", txid.get())
+    }
+
+    /// The transaction of a marker id.
+    pub fn txid_of(id: &str) -> Option<TxId> {
+        u64::from_str_radix(id, 16).ok().map(TxId::new)
+    }
+
+    /// A marker's document: the written participants.
+    pub fn doc(participants: &[FragmentId]) -> serde_json::Value {
+        serde_json::json!({ "participants": participants.iter().map(|f| f.get()).collect::<Vec<_>>() })
+    }
+
+    /// The participants a marker names.
+    pub fn participants(doc: &serde_json::Value) -> Option<Vec<FragmentId>> {
+        doc.get("participants")?
+            .as_array()?
+            .iter()
+            .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()).map(FragmentId::new))
+            .collect()
+    }
+
+    /// The outcome of one-round commit `txid` from every fragment's evidence: committed iff
+    /// every participant holds its Prepare record in doubt or its marker live. A participant
+    /// that shows neither never prepared (markers are deleted only once every participant
+    /// committed). A participant missing from `evidence` is an error: its log is the evidence.
+    pub fn committed(
+        txid: TxId,
+        participants: &[FragmentId],
+        evidence: &std::collections::BTreeMap<FragmentId, super::MarkerEvidence>,
+    ) -> Result<bool, String> {
+        let mut commit = true;
+        for p in participants {
+            let e = evidence
+                .get(p)
+                .ok_or_else(|| format!("participant fragment {p} of {txid} is not open here"))?;
+            commit &= e.in_doubt.contains_key(&txid) || e.live.contains(&txid);
+        }
+        Ok(commit)
+    }
+
+    /// Whether one-round commits are on (`TESSERA_ONE_ROUND_COMMITS=1`, read once).
+    pub fn enabled() -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| std::env::var("TESSERA_ONE_ROUND_COMMITS").as_deref() == Ok("1"))
+    }
+}
+
+/// What one fragment showed of one-round commits when it was opened, before anything was
+/// resolved: its marked transactions in doubt (with the participants their markers name) and
+/// the transactions whose markers are live (committed here, not yet cleaned up).
+#[derive(Debug, Clone, Default)]
+pub struct MarkerEvidence {
+    /// Marked transactions in doubt here, with their participants.
+    pub in_doubt: BTreeMap<TxId, Vec<FragmentId>>,
+    /// Transactions whose marker is live here.
+    pub live: std::collections::BTreeSet<TxId>,
+}
+
+impl MarkerEvidence {
+    /// The evidence of one fragment: the transactions `in_doubt` there whose Prepare carries
+    /// a marker (`prepared` reads it), and the ids of its live markers.
+    pub fn gather(
+        in_doubt: Vec<TxId>,
+        prepared: impl Fn(TxId) -> Option<serde_json::Value>,
+        live: Vec<String>,
+    ) -> MarkerEvidence {
+        let mut evidence = MarkerEvidence::default();
+        for txid in in_doubt {
+            if let Some(participants) = prepared(txid).as_ref().and_then(marker::participants) {
+                evidence.in_doubt.insert(txid, participants);
+            }
+        }
+        evidence.live = live.iter().filter_map(|id| marker::txid_of(id)).collect();
+        evidence
+    }
+}
+
 /// Node-wide transaction state every executor reads.
 #[derive(Debug, Default)]
 pub struct TxnShared {
     next_txid: AtomicU64,
     recovered: RwLock<BTreeMap<TxId, bool>>,
+    /// Every fragment's marker evidence, published while the executors open their fragments.
+    evidence: Mutex<BTreeMap<FragmentId, MarkerEvidence>>,
+    /// Executors yet to publish their evidence.
+    opening: OnceLock<crate::runtime::Countdown>,
     gate: TwoPhaseGate,
 }
 
@@ -79,6 +177,36 @@ impl TxnShared {
     /// The recovered decision of `txid`: `true` only for a recorded COMMIT.
     pub fn recovered_commit(&self, txid: TxId) -> bool {
         self.recovered.read().unwrap_or_else(PoisonError::into_inner).get(&txid) == Some(&true)
+    }
+
+    /// Expects `executors` executors to publish their fragments' marker evidence before any
+    /// resolves a transaction in doubt (`publish_evidence`, `evidence_of`).
+    pub fn expect_executors(&self, executors: usize) {
+        let _ = self.opening.set(crate::runtime::Countdown::new(executors));
+    }
+
+    /// Publishes one executor's fragments' evidence (also when it failed to open them: an
+    /// empty map), then waits until every executor published or `stop` ends.
+    pub async fn publish_evidence(
+        &self,
+        mine: BTreeMap<FragmentId, MarkerEvidence>,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        self.evidence.lock().unwrap_or_else(PoisonError::into_inner).extend(mine);
+        if let Some(c) = self.opening.get() {
+            c.arrive();
+            futures_lite::future::or(c.wait(), stop).await;
+        }
+    }
+
+    /// The published evidence of every fragment (after `publish_evidence` returned).
+    pub fn evidence(&self) -> BTreeMap<FragmentId, MarkerEvidence> {
+        self.evidence.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The published evidence, taken (once serving: recovery is over).
+    pub fn take_evidence(&self) -> BTreeMap<FragmentId, MarkerEvidence> {
+        std::mem::take(&mut *self.evidence.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The recovered COMMIT decisions.
@@ -281,6 +409,11 @@ pub struct Coordinator {
     rewriting: Cell<bool>,
     /// Rewrites done since open.
     rewrites: Cell<u64>,
+    /// One-round commits whose participants have not all reported their Commit records
+    /// durable: the participants still to report.
+    marked: RefCell<BTreeMap<TxId, std::collections::BTreeSet<FragmentId>>>,
+    /// Markers whose every participant's Commit record is durable: ready to delete.
+    sweepable: RefCell<Vec<(FragmentId, TxId)>>,
 }
 
 /// Clears [`Coordinator::rewriting`] however the rewrite ends (also when its future is dropped).
@@ -319,6 +452,8 @@ impl Coordinator {
             rewrite_at: Cell::new(journal_bytes_max),
             rewriting: Cell::new(false),
             rewrites: Cell::new(0),
+            marked: RefCell::default(),
+            sweepable: RefCell::default(),
         })
     }
 
@@ -426,6 +561,31 @@ impl Coordinator {
                 Err(e) => tracing::error!(error = %e, "coordinator journal rewrite failed"),
             }
         }
+    }
+
+    /// Participant fragments `mine` of one-round commit `txid` (which names `all`) have
+    /// their Commit records durable. Once every participant did, the markers may go.
+    pub fn finished_marked(&self, txid: TxId, all: &[FragmentId], mine: &[FragmentId]) {
+        let mut marked = self.marked.borrow_mut();
+        let left = marked.entry(txid).or_insert_with(|| all.iter().copied().collect());
+        for f in mine {
+            left.remove(f);
+        }
+        if left.is_empty() {
+            marked.remove(&txid);
+            self.sweepable.borrow_mut().extend(all.iter().map(|f| (*f, txid)));
+        }
+    }
+
+    /// Markers ready to delete (every participant finished), taken.
+    pub fn take_sweepable(&self) -> Vec<(FragmentId, TxId)> {
+        std::mem::take(&mut *self.sweepable.borrow_mut())
+    }
+
+    /// Markers found live at startup (every participant was resolved before serving): to
+    /// delete like any finished transaction's.
+    pub fn sweep_later(&self, markers: impl IntoIterator<Item = (FragmentId, TxId)>) {
+        self.sweepable.borrow_mut().extend(markers);
     }
 
     /// Journal rewrites done since open.
@@ -700,6 +860,40 @@ mod tests {
             assert_eq!(c.journal_rewrites(), rewrites, "kept {kept}: no rewrite per finish");
             c.close().await;
         });
+    }
+
+    // Checks the markers' collection is one SQL refuses, and marker ids and documents round
+    // trip.
+    #[test]
+    fn unit_markers_are_reserved_and_round_trip() {
+        assert!(marker::COLLECTION.starts_with(query::limits::RESERVED_COLLECTION_PREFIX));
+        let txid = TxId::new(0x1234_5678_9abc);
+        assert_eq!(marker::txid_of(&marker::id(txid)), Some(txid));
+        assert_eq!(marker::txid_of("not hex"), None);
+        let parts = [FragmentId::new(0), FragmentId::new(7)];
+        assert_eq!(marker::participants(&marker::doc(&parts)), Some(parts.to_vec()));
+        assert_eq!(marker::participants(&serde_json::json!({"participants": [-1]})), None);
+    }
+
+    // Checks the one-round rule: committed iff every participant holds its Prepare in doubt
+    // or its marker live; a participant with neither aborts; one not read is an error.
+    #[test]
+    fn unit_one_round_rule() {
+        let (a, b, t) = (FragmentId::new(0), FragmentId::new(1), TxId::new(9));
+        let mut evidence = BTreeMap::new();
+        let mut in_doubt = MarkerEvidence::default();
+        in_doubt.in_doubt.insert(t, vec![a, b]);
+        evidence.insert(a, in_doubt.clone());
+        evidence.insert(b, MarkerEvidence::default());
+        assert_eq!(marker::committed(t, &[a, b], &evidence), Ok(false));
+        let mut live = MarkerEvidence::default();
+        live.live.insert(t);
+        evidence.insert(b, live);
+        assert_eq!(marker::committed(t, &[a, b], &evidence), Ok(true));
+        evidence.insert(b, in_doubt);
+        assert_eq!(marker::committed(t, &[a, b], &evidence), Ok(true));
+        evidence.remove(&b);
+        assert!(marker::committed(t, &[a, b], &evidence).is_err());
     }
 
     // Checks decision records round-trip through their bytes and junk is refused.

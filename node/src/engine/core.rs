@@ -24,7 +24,7 @@ use router::{FragmentId, ShardRange, ShardingConfig};
 use storage::{AppendError, Fragment, FragmentOptions, TxId, Version, WriteBatch, WritePause};
 
 use super::coordinator::coordinator_of;
-use super::coordinator::{Coordinator, DecisionRow, fault};
+use super::coordinator::{Coordinator, DecisionRow, MarkerEvidence, fault, marker};
 use super::error::EngineError;
 use super::limits::{
     AUTOCOMMIT_CONTENTION_WINDOW, TXN_FRAGMENT_OPS_MAX, TXN_HELD_WAIT_MAX, TXN_PREPARED_TIMEOUT,
@@ -278,7 +278,7 @@ pub struct Core {
     metrics: crate::metrics::ExecutorMetrics,
     /// Transactions whose Commit records here are durable and not yet reported to the
     /// coordinator (executor 0): they ride on the next report.
-    unreported: RefCell<Vec<TxId>>,
+    unreported: RefCell<Vec<Report>>,
     /// A report to the coordinator is in flight.
     reporting: Cell<bool>,
 }
@@ -378,6 +378,9 @@ impl ShareRead {
     }
 }
 
+/// How often executor 0 deletes the markers of one-round commits every participant finished.
+pub const MARKER_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// The pause between two slices of a long read (`between_slices`): long enough to be pending
 /// when polled, short beside a slice's work (a page of 1,024 rows or 16,384 documents read
 /// take milliseconds).
@@ -391,30 +394,54 @@ impl Core {
         owned: Vec<(FragmentId, ShardRange, std::path::PathBuf)>,
         segment_bytes: u64,
         sync_gate: Option<storage::SyncGate>,
+        shutdown: &crate::runtime::Shutdown,
     ) -> Result<Core, String> {
         let mut fragments = BTreeMap::new();
         let mut pending: BTreeMap<TxId, PreparedTxn> = BTreeMap::new();
-        for (id, range, dir) in owned {
-            let started = Instant::now();
-            let options = FragmentOptions {
-                segment_bytes,
-                sync_gate: sync_gate.clone(),
-                ..FragmentOptions::default()
-            };
-            let fragment = Fragment::open(&dir, id, range, options)
-                .await
-                .map_err(|e| format!("cannot open fragment {id} in {}: {e}", dir.display()))?;
-            // storage logs the recovery itself; this adds where and how long.
-            tracing::debug!(
-                fragment = %id, %range, dir = %dir.display(),
-                elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                "fragment ready"
-            );
-            for txid in resolve_in_doubt(&shared, &fragment).await? {
-                let p = pending.entry(txid).or_insert_with(|| asking_prepared(Vec::new()));
-                p.fragments.push(id);
+        let opened = async {
+            let mut evidence = BTreeMap::new();
+            for (id, range, dir) in owned {
+                let started = Instant::now();
+                let options = FragmentOptions {
+                    segment_bytes,
+                    sync_gate: sync_gate.clone(),
+                    ..FragmentOptions::default()
+                };
+                let fragment = Fragment::open(&dir, id, range, options)
+                    .await
+                    .map_err(|e| format!("cannot open fragment {id} in {}: {e}", dir.display()))?;
+                // storage logs the recovery itself; this adds where and how long.
+                tracing::debug!(
+                    fragment = %id, %range, dir = %dir.display(),
+                    elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    "fragment ready"
+                );
+                evidence.insert(id, marker_evidence(&fragment));
+                fragments.insert(id, Rc::new(fragment));
             }
-            fragments.insert(id, Rc::new(fragment));
+            Ok::<_, String>(evidence)
+        }
+        .await;
+        // Every executor publishes what its fragments show before any resolves a one-round
+        // commit in doubt (its outcome depends on the other participants' logs), also when
+        // its own opening failed, so the others never wait for it.
+        let (mine, failed) = match opened {
+            Ok(evidence) => (evidence, None),
+            Err(e) => (BTreeMap::new(), Some(e)),
+        };
+        shared.txn.publish_evidence(mine, shutdown.wait()).await;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if shutdown.is_triggered() {
+            return Err("stopped while the other executors opened their fragments".to_owned());
+        }
+        let evidence = shared.txn.evidence();
+        for (id, fragment) in &fragments {
+            for txid in resolve_in_doubt(&shared, fragment, &evidence).await? {
+                let p = pending.entry(txid).or_insert_with(|| asking_prepared(Vec::new()));
+                p.fragments.push(*id);
+            }
         }
         let coordinator = if index.get() == 0 {
             let c = Coordinator::open(&shared.data_dir)
@@ -468,6 +495,84 @@ impl Core {
             }
         })
         .detach();
+        if let Some(c) = &self.coordinator {
+            // Markers live at startup: every participant was resolved (durably) before any
+            // executor served, so each of those transactions is finished everywhere.
+            let mut found = Vec::new();
+            for (fragment, e) in self.shared.txn.take_evidence() {
+                found.extend(e.live.iter().map(|t| (fragment, *t)));
+                for (txid, participants) in e.in_doubt {
+                    found.extend(participants.into_iter().map(|p| (p, txid)));
+                }
+            }
+            found.sort();
+            found.dedup();
+            c.sweep_later(found);
+            let core = Rc::clone(self);
+            let shutdown = ctx.shutdown.clone();
+            let mesh = ctx.mesh.clone();
+            glommio::spawn_local(async move {
+                loop {
+                    glommio::timer::sleep(MARKER_SWEEP_INTERVAL).await;
+                    if shutdown.is_triggered() {
+                        break;
+                    }
+                    core.sweep_markers(&mesh).await;
+                }
+            })
+            .detach();
+        }
+    }
+
+    /// Deletes the markers of one-round commits every participant finished (executor 0),
+    /// one call per owning executor and one batch per fragment.
+    async fn sweep_markers(self: &Rc<Self>, mesh: &crate::runtime::Mesh<Core>) {
+        let Some(c) = &self.coordinator else { return };
+        let ready = c.take_sweepable();
+        if ready.is_empty() {
+            return;
+        }
+        let Some(map) = self.shared.map() else { return };
+        let mut per: BTreeMap<ExecutorIndex, Vec<(FragmentId, TxId)>> = BTreeMap::new();
+        for (fragment, txid) in ready {
+            if let Some(owner) = map.owner_of(fragment) {
+                per.entry(ExecutorIndex::new(owner.executor.0 as usize))
+                    .or_default()
+                    .push((fragment, txid));
+            }
+        }
+        for (executor, list) in per {
+            let work = move |core: Rc<Core>| async move { core.delete_markers(list).await };
+            let _ = if executor == self.index {
+                work(Rc::clone(self)).await;
+                Ok(())
+            } else {
+                mesh.call_background(executor, work).await
+            };
+        }
+    }
+
+    /// Deletes markers of this executor's fragments, one batch per fragment, each passing the
+    /// two-phase gate (a backup's cut never sees one participant's marker gone and another's
+    /// Prepare in doubt). A marker already gone is not an error; a failed batch leaves its
+    /// markers to the next startup's sweep.
+    async fn delete_markers(&self, list: Vec<(FragmentId, TxId)>) {
+        let mut per: BTreeMap<FragmentId, Vec<TxId>> = BTreeMap::new();
+        for (fragment, txid) in list {
+            per.entry(fragment).or_default().push(txid);
+        }
+        for (id, txids) in per {
+            let Ok(fragment) = self.fragment(id) else { continue };
+            let Some(shard) = router::ShardId::new(fragment.range().start()) else { continue };
+            let mut batch = WriteBatch::new();
+            for txid in txids {
+                batch = batch.delete(marker::COLLECTION, &marker::id(txid), shard, None);
+            }
+            let _pass = self.shared.two_phase_gate().enter().await;
+            if let Err(e) = fragment.apply(batch).await {
+                tracing::warn!(fragment = %id, error = %e, "one-round commit markers not deleted; the next startup deletes them");
+            }
+        }
     }
 
     /// This executor's position.
@@ -580,7 +685,10 @@ impl Core {
                 dir.display()
             ))
         })?;
-        let asking = resolve_in_doubt(&self.shared, &fragment)
+        // A one-round commit in doubt here can only be resolved with its other participants'
+        // logs: with none of them open here, opening fails with a message naming one.
+        let evidence = BTreeMap::from([(id, marker_evidence(&fragment))]);
+        let asking = resolve_in_doubt(&self.shared, &fragment, &evidence)
             .await
             .map_err(EngineError::FragmentLifecycle)?;
         for txid in asking {
@@ -1213,6 +1321,8 @@ impl Core {
                 self.count_tx(|c| c.conflicts += 1);
                 EngineError::TxnHeld { collection, id, fragment: fragment.id(), txid }
             }
+            // The timeout resolved the transaction without this prepare: it was aborted.
+            AppendError::TxnFenced { .. } => EngineError::TxnAborted,
             other => EngineError::Append(other),
         }
     }
@@ -1296,14 +1406,33 @@ impl Core {
         if let Some(p) = self.prepared.borrow_mut().get_mut(&txid) {
             p.finishing = true;
         }
+        // A one-round commit's participants, from its marker (read before the commit: the
+        // Prepare record is where it is until then).
+        let marked = if commit {
+            fragments.iter().find_map(|id| {
+                let doc = self.fragment(*id).ok()?.prepared_doc(
+                    txid,
+                    marker::COLLECTION,
+                    &marker::id(txid),
+                )?;
+                marker::participants(&doc)
+            })
+        } else {
+            None
+        };
         let mut durable = Vec::with_capacity(fragments.len());
+        let mut committed_here = Vec::with_capacity(fragments.len());
         for id in &fragments {
             let Ok(fragment) = self.fragment(*id) else { continue };
             if fragment.release(txid) {
                 continue;
             }
             if commit {
-                match fragment.commit_prepared_visible(txid).await {
+                let result = fragment.commit_prepared_visible(txid).await;
+                if result.is_ok() {
+                    committed_here.push(*id);
+                }
+                match result {
                     // The crash point: this fragment's Commit record durable, the next
                     // fragments' not even queued.
                     Ok(d) if fault::armed() == Some(fault::Fault::DuringApply) => {
@@ -1347,8 +1476,15 @@ impl Core {
         // `released` holds the txid), so `release_waits` has nothing left for it.
         self.prepared.borrow_mut().remove(&txid);
         self.released.borrow_mut().remove(&txid);
-        if commit && wrote && all_durable {
-            self.report_finished(txid).await;
+        match marked {
+            Some(all) if all_durable => {
+                self.report_finished(Report::Marked { txid, all, mine: committed_here }).await;
+            }
+            Some(_) => {}
+            None if commit && wrote && all_durable => {
+                self.report_finished(Report::Decision(txid)).await;
+            }
+            None => {}
         }
     }
 
@@ -1455,12 +1591,12 @@ impl Core {
     /// another executor, one report is in flight at a time and carries every transaction
     /// finished meanwhile: one mesh call per batch, not per transaction. The caller that sends
     /// stays until nothing is left, so shutdown (which waits for running work) waits for it.
-    async fn report_finished(&self, txid: TxId) {
+    async fn report_finished(&self, report: Report) {
         if let Some(c) = &self.coordinator {
-            c.finished(self.shared.two_phase_gate(), txid).await;
+            report.deliver(c, self.shared.two_phase_gate()).await;
             return;
         }
-        self.unreported.borrow_mut().push(txid);
+        self.unreported.borrow_mut().push(report);
         if self.reporting.replace(true) {
             return;
         }
@@ -1474,8 +1610,8 @@ impl Core {
                 let _ = mesh
                     .call_background(ExecutorIndex::new(0), move |core| async move {
                         if let Some(c) = core.coordinator() {
-                            for txid in batch {
-                                c.finished(core.shared().two_phase_gate(), txid).await;
+                            for report in batch {
+                                report.deliver(c, core.shared().two_phase_gate()).await;
                             }
                         }
                     })
@@ -1483,6 +1619,50 @@ impl Core {
             }
         }
         self.reporting.set(false);
+    }
+
+    /// The outcome of one-round commit `txid` from its `participants` now: committed when
+    /// every one holds its Prepare record durable or its marker live; aborted when one holds
+    /// neither, which that participant then keeps true (`prepared_state_or_fence`: a late
+    /// prepare is refused); `None` while one's Prepare is still queued, or one cannot be
+    /// asked.
+    async fn resolve_marked(&self, txid: TxId, participants: &[FragmentId]) -> Option<bool> {
+        let map = self.shared.map()?;
+        let mesh = self.mesh.borrow().clone()?;
+        let mut queued = false;
+        for p in participants {
+            let owner = ExecutorIndex::new(map.owner_of(*p)?.executor.0 as usize);
+            let p = *p;
+            let state = if owner == self.index {
+                self.marked_state(txid, p)
+            } else {
+                mesh.call_background(owner, move |core| async move { core.marked_state(txid, p) })
+                    .await
+                    .ok()?
+            };
+            match state? {
+                MarkedState::Prepared | MarkedState::Committed => {}
+                MarkedState::Queued => queued = true,
+                MarkedState::Never => return Some(false),
+            }
+        }
+        (!queued).then_some(true)
+    }
+
+    /// Where one-round commit `txid` stands in this executor's fragment `id` (see
+    /// [`Core::resolve_marked`]); fences it there when it never prepared.
+    fn marked_state(&self, txid: TxId, id: FragmentId) -> Option<MarkedState> {
+        let fragment = self.fragment(id).ok()?;
+        Some(match fragment.prepared_state_or_fence(txid) {
+            storage::PreparedState::Durable => MarkedState::Prepared,
+            storage::PreparedState::Queued => MarkedState::Queued,
+            storage::PreparedState::Absent
+                if fragment.get(marker::COLLECTION, &marker::id(txid)).is_some() =>
+            {
+                MarkedState::Committed
+            }
+            storage::PreparedState::Absent => MarkedState::Never,
+        })
     }
 
     /// Asks the coordinator for the fate of `txid`, recording ABORT when it has none.
@@ -1518,6 +1698,27 @@ impl Core {
             .map(|(t, p)| (*t, p.fragments.clone()))
             .collect();
         for (txid, fragments) in expired {
+            let marked = fragments.iter().find_map(|id| {
+                let doc = self.fragment(*id).ok()?.prepared_doc(
+                    txid,
+                    marker::COLLECTION,
+                    &marker::id(txid),
+                )?;
+                marker::participants(&doc)
+            });
+            if let Some(participants) = marked {
+                match self.resolve_marked(txid, &participants).await {
+                    Some(commit) => {
+                        tracing::warn!(%txid, commit, "one-round commit prepared too long; resolved from its participants");
+                        if !commit {
+                            self.count_tx(|c| c.aborts += 1);
+                        }
+                        self.finish_txn(txid, fragments, commit, None).await;
+                    }
+                    None => tracing::debug!(%txid, "one-round commit still preparing somewhere"),
+                }
+                continue;
+            }
             match self.resolve_by_timeout(txid).await {
                 Ok(commit) => {
                     tracing::warn!(%txid, commit, "transaction prepared too long; resolved from the coordinator log");
@@ -1644,15 +1845,25 @@ fn asking_prepared(fragments: Vec<FragmentId>) -> PreparedTxn {
 /// aborts. Runs before the fragment serves traffic; waits for the records to be durable.
 /// A transaction another cluster node coordinates (its id says which) stays prepared: the
 /// returned ids are resolved by asking that node (`sweep_prepared`), which may be down now.
-async fn resolve_in_doubt(shared: &Shared, fragment: &Fragment) -> Result<Vec<TxId>, String> {
+async fn resolve_in_doubt(
+    shared: &Shared,
+    fragment: &Fragment,
+    evidence: &BTreeMap<FragmentId, MarkerEvidence>,
+) -> Result<Vec<TxId>, String> {
     let mut asking = Vec::new();
+    let marked = evidence.get(&fragment.id()).map(|e| &e.in_doubt);
     for txid in fragment.in_doubt() {
         if coordinated_elsewhere(shared, txid) {
             tracing::info!(fragment = %fragment.id(), %txid, coordinator = coordinator_of(txid).0, "in-doubt transaction of another node; asking it");
             asking.push(txid);
             continue;
         }
-        let commit = shared.txn.recovered_commit(txid);
+        let commit = match marked.and_then(|m| m.get(&txid)) {
+            Some(participants) => marker::committed(txid, participants, evidence).map_err(|e| {
+                format!("cannot resolve transaction {txid} in fragment {}: {e}", fragment.id())
+            })?,
+            None => shared.txn.recovered_commit(txid),
+        };
         let result = if commit {
             fragment.commit_prepared(txid).await
         } else {
@@ -1664,6 +1875,53 @@ async fn resolve_in_doubt(shared: &Shared, fragment: &Fragment) -> Result<Vec<Tx
         tracing::info!(fragment = %fragment.id(), %txid, commit, "in-doubt transaction resolved");
     }
     Ok(asking)
+}
+
+/// A one-round commit's state in one participant (`Core::marked_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkedState {
+    /// Its Prepare record is durable.
+    Prepared,
+    /// Its Prepare record is on its way to the log.
+    Queued,
+    /// Committed here (its marker is live).
+    Committed,
+    /// Never prepared here (or aborted); fenced from now on.
+    Never,
+}
+
+/// What a participant executor tells the coordinator's executor once its Commit records of a
+/// transaction are durable.
+#[derive(Debug)]
+enum Report {
+    /// Of a transaction with a recorded decision: the journal may forget it once all did.
+    Decision(TxId),
+    /// Of a one-round commit naming `all`, for this executor's fragments `mine`: its markers
+    /// may go once every participant did.
+    Marked { txid: TxId, all: Vec<FragmentId>, mine: Vec<FragmentId> },
+}
+
+impl Report {
+    async fn deliver(self, c: &Coordinator, gate: &super::coordinator::TwoPhaseGate) {
+        match self {
+            Report::Decision(txid) => c.finished(gate, txid).await,
+            Report::Marked { txid, all, mine } => c.finished_marked(txid, &all, &mine),
+        }
+    }
+}
+
+/// What `fragment` shows of one-round commits as opened (see [`MarkerEvidence::gather`]).
+fn marker_evidence(fragment: &Fragment) -> MarkerEvidence {
+    let mut live = Vec::new();
+    fragment.scan(marker::COLLECTION, fragment.range(), |doc| {
+        live.push(doc.id().to_owned());
+        std::ops::ControlFlow::Continue(())
+    });
+    MarkerEvidence::gather(
+        fragment.in_doubt(),
+        |txid| fragment.prepared_doc(txid, marker::COLLECTION, &marker::id(txid)),
+        live,
+    )
 }
 
 /// Asks `node`, which coordinates `txid`, for its decision over a data connection.

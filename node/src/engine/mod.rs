@@ -13,8 +13,8 @@ mod shared;
 mod txn;
 
 pub use self::coordinator::{
-    COORDINATOR_DIR, Coordinator, DecisionPass, DecisionRecord, GatePause, TwoPhaseGate, TxnShared,
-    coordinator_of, fault, read_decisions, txid_for_node,
+    COORDINATOR_DIR, Coordinator, DecisionPass, DecisionRecord, GatePause, MarkerEvidence,
+    TwoPhaseGate, TxnShared, coordinator_of, fault, marker, read_decisions, txid_for_node,
 };
 pub use self::core::{
     Core, FragmentCounters, FragmentRow, PreparedTxn, SessionTxnRow, Target, TxCounters, TxnShare,

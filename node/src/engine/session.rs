@@ -29,7 +29,7 @@ use query::plan::{CollectionName, Statement};
 use query::{Datum, PlacedDocument, SqlType, WriteIntent};
 use router::{FragmentId, NodeId, Placement, RoutePlan, ShardMap, ShardRange};
 
-use super::coordinator::{coordinator_of, fault, txid_for_node};
+use super::coordinator::{coordinator_of, fault, marker, txid_for_node};
 use super::core::WRITE_CONFLICT_POLL;
 use super::core::{
     CHECK_SLICE_OPS, Core, FragmentRow, SessionTxnRow, ShareRead, Target, TxCounters, TxnShare,
@@ -2243,6 +2243,13 @@ impl Session {
         fragments.extend(
             remote_fragments.iter().flat_map(|(_, f)| f.iter().map(|f| FragmentId::new(*f))),
         );
+        if marker::enabled()
+            && remote.is_empty()
+            && !self.core.shared().clustered
+            && groups.values().flatten().all(|(_, b)| b.len() < storage::limits::BATCH_OPS_MAX)
+        {
+            return self.two_phase_marked(txid, groups, participants).await;
+        }
         let coordinator = ExecutorIndex::new(0);
         if remote.is_empty()
             && self.core.index() != coordinator
@@ -2271,6 +2278,51 @@ impl Session {
         } else {
             Err(EngineError::TxnAborted)
         }
+    }
+
+    /// A one-round commit (`coordinator::marker`) over this node's `groups`: each written
+    /// fragment's batch also puts the transaction's marker (naming every written fragment),
+    /// and the transaction is committed once every Prepare record is durable; no decision is
+    /// recorded. Phase two then runs as after a decision. A participant that fails to prepare
+    /// (or was fenced by the timeout) aborts the rest.
+    async fn two_phase_marked(
+        &self,
+        txid: storage::TxId,
+        mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>>,
+        participants: Vec<(ExecutorIndex, Vec<FragmentId>)>,
+    ) -> Result<(), EngineError> {
+        let map = self.map()?;
+        let writers: Vec<FragmentId> =
+            groups.values().flatten().filter(|(_, b)| b.writes() > 0).map(|(f, _)| *f).collect();
+        let doc = marker::doc(&writers);
+        let id = marker::id(txid);
+        for (fragment, batch) in groups.values_mut().flatten() {
+            if batch.writes() == 0 {
+                continue;
+            }
+            // Any shard of the fragment: the marker is never routed to, only read by recovery.
+            let shard = map
+                .get(*fragment)
+                .and_then(|f| router::ShardId::new(f.range().start()))
+                .ok_or_else(|| internal("a participant fragment is not in the map"))?;
+            let written = std::mem::replace(batch, storage::WriteBatch::new());
+            *batch = written.put(
+                marker::COLLECTION,
+                &id,
+                shard,
+                Some(storage::Version::ABSENT),
+                doc.clone(),
+            );
+        }
+        if let Err(e) = self.prepare_here(txid, groups).await {
+            self.phase_two(txid, &participants, false).await;
+            return Err(e);
+        }
+        // Every Prepare record is durable: the commit point.
+        fault::decided();
+        self.phase_two(txid, &participants, true).await;
+        self.core.count_tx(|c| c.two_phase_commits += 1);
+        Ok(())
     }
 
     /// Records the decision for `txid` (see [`Session::decide`]) once every participant is

@@ -73,6 +73,14 @@ pub struct Countdown {
     pub(super) latch: Arc<Latch>,
 }
 
+impl std::fmt::Debug for Countdown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Countdown")
+            .field("remaining", &self.remaining.load(Ordering::SeqCst))
+            .finish_non_exhaustive()
+    }
+}
+
 impl Countdown {
     /// A countdown of `count` arrivals.
     pub fn new(count: usize) -> Countdown {
