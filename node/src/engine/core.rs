@@ -557,6 +557,9 @@ impl Core {
     /// Prepare in doubt). A marker already gone is not an error; a failed batch leaves its
     /// markers to the next startup's sweep.
     async fn delete_markers(&self, list: Vec<(FragmentId, TxId)>) {
+        // Counted as running, so shutdown closes the fragments only after these writes.
+        self.shared.statements_running.fetch_add(1, Ordering::SeqCst);
+        let _running = RunningGuard(&self.shared);
         let mut per: BTreeMap<FragmentId, Vec<TxId>> = BTreeMap::new();
         for (fragment, txid) in list {
             per.entry(fragment).or_default().push(txid);
@@ -1561,6 +1564,7 @@ impl Core {
         others: flume::Receiver<bool>,
         fragments: Vec<FragmentId>,
         executors: usize,
+        marked: bool,
     ) -> Result<bool, EngineError> {
         let mine: Vec<FragmentId> = batches.iter().map(|(f, _)| *f).collect();
         let (own, others) = futures_lite::future::zip(
@@ -1578,8 +1582,13 @@ impl Core {
             return Err(EngineError::Call(crate::runtime::CallError::Stopped(self.index)));
         };
         fault::before_decision().await;
-        let commit =
-            c.decide(self.shared.two_phase_gate(), txid, true, &fragments, executors).await?;
+        // A one-round commit (`marked`: every batch carries its marker) is committed once
+        // every Prepare is durable, which the word just said: no decision to record.
+        let commit = if marked {
+            true
+        } else {
+            c.decide(self.shared.two_phase_gate(), txid, true, &fragments, executors).await?
+        };
         if commit {
             fault::decided();
         }
@@ -1709,7 +1718,7 @@ impl Core {
             if let Some(participants) = marked {
                 match self.resolve_marked(txid, &participants).await {
                     Some(commit) => {
-                        tracing::warn!(%txid, commit, "one-round commit prepared too long; resolved from its participants");
+                        tracing::warn!(%txid, commit, "one-round transaction prepared too long; resolved from its participants");
                         if !commit {
                             self.count_tx(|c| c.aborts += 1);
                         }

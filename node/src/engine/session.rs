@@ -2248,6 +2248,11 @@ impl Session {
             && !self.core.shared().clustered
             && groups.values().flatten().all(|(_, b)| b.len() < storage::limits::BATCH_OPS_MAX)
         {
+            let coordinator = ExecutorIndex::new(0);
+            if self.core.index() != coordinator && groups.contains_key(&coordinator) {
+                let groups = self.with_markers(txid, groups)?;
+                return self.two_phase_joined(txid, groups, fragments, writing, true).await;
+            }
             return self.two_phase_marked(txid, groups, participants).await;
         }
         let coordinator = ExecutorIndex::new(0);
@@ -2255,7 +2260,7 @@ impl Session {
             && self.core.index() != coordinator
             && groups.contains_key(&coordinator)
         {
-            return self.two_phase_joined(txid, groups, fragments, writing).await;
+            return self.two_phase_joined(txid, groups, fragments, writing, false).await;
         }
         let asked = self.prepare_remote(txid, epoch, remote)?;
         let prepared = self.prepare_here(txid, groups).await;
@@ -2288,9 +2293,29 @@ impl Session {
     async fn two_phase_marked(
         &self,
         txid: storage::TxId,
-        mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>>,
+        groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>>,
         participants: Vec<(ExecutorIndex, Vec<FragmentId>)>,
     ) -> Result<(), EngineError> {
+        let groups = self.with_markers(txid, groups)?;
+        if let Err(e) = self.prepare_here(txid, groups).await {
+            self.phase_two(txid, &participants, false).await;
+            return Err(e);
+        }
+        // Every Prepare record is durable: the commit point. (A stall here outlasting the
+        // prepared timeout finds the transaction committed by the sweeper.)
+        fault::before_decision().await;
+        fault::decided();
+        self.phase_two(txid, &participants, true).await;
+        self.core.count_tx(|c| c.two_phase_commits += 1);
+        Ok(())
+    }
+
+    /// `groups` with one-round commit `txid`'s marker put into each written fragment's batch.
+    fn with_markers(
+        &self,
+        txid: storage::TxId,
+        mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>>,
+    ) -> Result<BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>>, EngineError> {
         let map = self.map()?;
         let writers: Vec<FragmentId> =
             groups.values().flatten().filter(|(_, b)| b.writes() > 0).map(|(f, _)| *f).collect();
@@ -2314,15 +2339,7 @@ impl Session {
                 doc.clone(),
             );
         }
-        if let Err(e) = self.prepare_here(txid, groups).await {
-            self.phase_two(txid, &participants, false).await;
-            return Err(e);
-        }
-        // Every Prepare record is durable: the commit point.
-        fault::decided();
-        self.phase_two(txid, &participants, true).await;
-        self.core.count_tx(|c| c.two_phase_commits += 1);
-        Ok(())
+        Ok(groups)
     }
 
     /// Records the decision for `txid` (see [`Session::decide`]) once every participant is
@@ -2358,6 +2375,7 @@ impl Session {
         mut groups: BTreeMap<ExecutorIndex, Vec<(FragmentId, storage::WriteBatch)>>,
         fragments: Vec<FragmentId>,
         reporting: usize,
+        marked: bool,
     ) -> Result<(), EngineError> {
         let coordinator = ExecutorIndex::new(0);
         let there = groups.remove(&coordinator).ok_or_else(|| internal("no coordinator share"))?;
@@ -2367,7 +2385,7 @@ impl Session {
         // awaited in this task (no task of its own to wake). If this session goes away
         // meanwhile the sender is dropped and the coordinator's side aborts.
         let call = self.ctx.mesh.call(coordinator, move |core| async move {
-            core.prepare_and_decide(txid, there, others_rx, fragments, reporting).await
+            core.prepare_and_decide(txid, there, others_rx, fragments, reporting, marked).await
         });
         let others = async {
             let prepared = self.prepare_here(txid, groups).await;
@@ -2983,7 +3001,10 @@ impl Session {
             .await?;
         let mut docs: BTreeMap<String, u64> = BTreeMap::new();
         for (collection, n) in per_executor.into_iter().flatten() {
-            *docs.entry(collection).or_default() += n;
+            // Tessera's own (one-round commit markers) are not the user's collections.
+            if !collection.starts_with(query::limits::RESERVED_COLLECTION_PREFIX) {
+                *docs.entry(collection).or_default() += n;
+            }
         }
         Ok(docs)
     }
