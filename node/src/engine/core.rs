@@ -484,17 +484,10 @@ impl Core {
     pub fn start(self: &Rc<Self>, ctx: &ExecutorContext<Core>) {
         *self.mesh.borrow_mut() = Some(ctx.mesh.clone());
         let core = Rc::clone(self);
-        let shutdown = ctx.shutdown.clone();
-        glommio::spawn_local(async move {
-            loop {
-                glommio::timer::sleep(TXN_SWEEP_INTERVAL).await;
-                if shutdown.is_triggered() {
-                    break;
-                }
-                core.sweep_prepared().await;
-            }
-        })
-        .detach();
+        every(TXN_SWEEP_INTERVAL, ctx, move || {
+            let core = Rc::clone(&core);
+            async move { core.sweep_prepared().await }
+        });
         if let Some(c) = &self.coordinator {
             // Markers live at startup: every participant was resolved (durably) before any
             // executor served, so each of those transactions is finished everywhere.
@@ -509,18 +502,11 @@ impl Core {
             found.dedup();
             c.sweep_later(found);
             let core = Rc::clone(self);
-            let shutdown = ctx.shutdown.clone();
             let mesh = ctx.mesh.clone();
-            glommio::spawn_local(async move {
-                loop {
-                    glommio::timer::sleep(MARKER_SWEEP_INTERVAL).await;
-                    if shutdown.is_triggered() {
-                        break;
-                    }
-                    core.sweep_markers(&mesh).await;
-                }
-            })
-            .detach();
+            every(MARKER_SWEEP_INTERVAL, ctx, move || {
+                let (core, mesh) = (Rc::clone(&core), mesh.clone());
+                async move { core.sweep_markers(&mesh).await }
+            });
         }
     }
 
@@ -1884,6 +1870,25 @@ async fn resolve_in_doubt(
         tracing::info!(fragment = %fragment.id(), %txid, commit, "in-doubt transaction resolved");
     }
     Ok(asking)
+}
+
+/// Runs `work` every `period` on this executor until the node shuts down (detached).
+fn every<F, Fut>(period: std::time::Duration, ctx: &ExecutorContext<Core>, work: F)
+where
+    F: Fn() -> Fut + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let shutdown = ctx.shutdown.clone();
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(period).await;
+            if shutdown.is_triggered() {
+                break;
+            }
+            work().await;
+        }
+    })
+    .detach();
 }
 
 /// A one-round commit's state in one participant (`Core::marked_state`).
