@@ -182,3 +182,45 @@ async fn stalled_commit_is_aborted(on_1: bool) {
         .unwrap();
     node.stop();
 }
+
+// Checks the one-round commit's timeout when a participant never prepared (executor 1 stalls
+// before preparing its share, a test-only hook): the other participant's timeout finds
+// executor 1's fragment without the PREPARE, fences it there and aborts; executor 1's late
+// prepare is then refused, so the COMMIT fails with 40001 and nothing is applied or held.
+// Only with one-round commits (`TESSERA_ONE_ROUND_COMMITS=1`); with the journal the same
+// stall is the decision's timeout, checked above.
+#[tokio::test]
+async fn one_round_participant_that_never_prepared_is_fenced() {
+    if !one_round() {
+        return;
+    }
+    let mut node = Node::start_with(NodeOptions {
+        env: vec![("TESSERA_FAULT".to_owned(), "2pc-stall-before-prepare".to_owned())],
+        ..NodeOptions::default()
+    });
+    node.expect_log("TESSERA_FAULT");
+    node.expect_log("transaction prepared too long");
+    let client = support::connect_on_executor(&node, false).await;
+    let err = client
+        .batch_execute(&format!(
+            "BEGIN; INSERT INTO t VALUES ('{}', '{{\"v\":1}}'), ('{}', '{{\"v\":1}}'); COMMIT",
+            IDS[0], IDS[1]
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(support::sqlstate(&err), "40001", "{err:?}");
+    assert!(
+        node.log_text().contains("commit=false"),
+        "the timeout aborted it:\n{}",
+        node.log_text()
+    );
+    let n: i64 = client.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get(0);
+    assert_eq!(n, 0, "the fenced transaction applied nothing");
+    let rows = client.query("SHOW TRANSACTIONS", &[]).await.unwrap();
+    assert!(rows.iter().all(|r| r.get::<_, String>(1) != "prepared"));
+    client
+        .batch_execute(&format!("INSERT INTO t VALUES ('{}', '{{\"v\":2}}')", IDS[0]))
+        .await
+        .unwrap();
+    node.stop();
+}

@@ -629,7 +629,8 @@ impl Coordinator {
 /// `k` participant fragments have a durable PREPARE, `2pc-after-decision` right after a COMMIT
 /// decision is durable, `2pc-during-apply` once the first participant fragment's Commit record
 /// is durable (the fragments after it not yet committed), and `2pc-stall-before-decision`
-/// makes a session sleep past the prepared-transaction timeout before deciding (no crash), and
+/// makes a session sleep past the prepared-transaction timeout before deciding (no crash),
+/// `2pc-stall-before-prepare` makes executor 1 sleep as long before preparing its share, and
 /// `2pc-pause-before-decision` makes it sleep three quarters of `TXN_HELD_WAIT_MAX` there
 /// (within what a session meeting its documents waits for them).
 /// `autocommit-rewrite-after-read` rewrites a document between an autocommit share's read and
@@ -653,6 +654,9 @@ pub mod fault {
         /// Not a crash: the session sleeps between its prepares and its decision for less
         /// than a commit meeting its documents waits for them.
         PauseBeforeDecision,
+        /// Not a crash: executor 1 sleeps past the prepared-transaction timeout before it
+        /// prepares its share, so the other shares' timeout finds it never prepared.
+        StallBeforePrepare,
         /// Not a crash: after each autocommit share of a fragment is read, and before the
         /// statement commits, the first document it writes there is rewritten (as a writer
         /// rewriting it back to back would), durably, before the share returns.
@@ -674,6 +678,7 @@ pub mod fault {
                     "2pc-during-apply" => Some(Fault::DuringApply),
                     "2pc-stall-before-decision" => Some(Fault::StallBeforeDecision),
                     "2pc-pause-before-decision" => Some(Fault::PauseBeforeDecision),
+                    "2pc-stall-before-prepare" => Some(Fault::StallBeforePrepare),
                     "autocommit-rewrite-after-read" => Some(Fault::RewriteAfterRead),
                     other => other
                         .strip_prefix("2pc-after-prepare:")
@@ -728,6 +733,16 @@ pub mod fault {
         if armed() == Some(Fault::PauseBeforeDecision) {
             tracing::warn!("TESSERA_FAULT: pausing before the decision (test-only fault hook)");
             glommio::timer::sleep(super::super::limits::TXN_HELD_WAIT_MAX * 3 / 4).await;
+        }
+    }
+
+    /// Before executor `index` prepares its share of a transaction.
+    pub async fn before_prepare(index: usize) {
+        if index == 1 && armed() == Some(Fault::StallBeforePrepare) {
+            tracing::warn!("TESSERA_FAULT: stalling before a prepare (test-only fault hook)");
+            let stall = super::super::limits::TXN_PREPARED_TIMEOUT * 2
+                + super::super::limits::TXN_SWEEP_INTERVAL * 2;
+            glommio::timer::sleep(stall).await;
         }
     }
 

@@ -1353,6 +1353,9 @@ impl Core {
             }
         }
         let mut tasks = Vec::with_capacity(writers.len());
+        if failure.is_none() && !writers.is_empty() {
+            fault::before_prepare(self.index.get()).await;
+        }
         if failure.is_none() {
             for (fragment, batch) in writers {
                 tasks.push(glommio::spawn_local(async move {
