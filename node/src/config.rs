@@ -109,6 +109,13 @@ pub struct ServeArgs {
     /// one fragment (a single node's default layout), else 2.
     #[arg(long, env = "TESSERA_MAX_SYNCS_PER_EXECUTOR")]
     pub max_syncs_per_executor: Option<u32>,
+    /// Commit a transaction over several fragments of this node in one fdatasync round: each
+    /// participant's PREPARE carries a marker naming the others, and the transaction is
+    /// committed once every PREPARE is durable, with no coordinator record (`true`, `1`).
+    /// Default `false`: the coordinator journal's decision, a second round. Cluster
+    /// transactions always use the journal.
+    #[arg(long, env = "TESSERA_ONE_ROUND_COMMITS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub one_round_commits: Option<bool>,
     /// Join or form the cluster of this name. Unset: a single node, no peer protocol.
     #[arg(long, env = "TESSERA_CLUSTER_NAME")]
     pub cluster_name: Option<String>,
@@ -189,6 +196,7 @@ struct FileConfig {
     password: Option<String>,
     segment_bytes: Option<u64>,
     max_syncs_per_executor: Option<u32>,
+    one_round_commits: Option<bool>,
     cluster_name: Option<String>,
     node_id: Option<u32>,
     peer_listen: Option<String>,
@@ -230,6 +238,8 @@ pub struct NodeConfig {
     /// given (the node picks [`default_max_syncs`] for its fragment layout), `Some(None)` no
     /// gate (0), `Some(Some(n))` a gate of n.
     pub max_syncs_per_executor: Option<Option<usize>>,
+    /// One-round commits for transactions of this node alone (`--one-round-commits`).
+    pub one_round_commits: bool,
     /// Where the metrics endpoint listens, or `None` when it is off.
     pub metrics_listen: Option<SocketAddr>,
     /// Statements at least this long are logged; `None` when the log is off.
@@ -412,6 +422,7 @@ impl NodeConfig {
             idle_timeout: Duration::from_secs(IDLE_TIMEOUT_SECS_DEFAULT),
             segment_bytes,
             max_syncs_per_executor,
+            one_round_commits: args.one_round_commits.or(file.one_round_commits).unwrap_or(false),
             cluster,
             metrics_listen,
             slow_statement,
@@ -790,6 +801,15 @@ mod tests {
         let bad = ServeArgs { metrics_listen: Some("nonsense".into()), ..ServeArgs::default() };
         let e = NodeConfig::resolve(&bad, 2).expect_err("bad address");
         assert!(e.to_string().contains("metrics-listen"), "{e}");
+    }
+
+    // Checks --one-round-commits: off unless asked, on from the flag's value.
+    #[test]
+    fn one_round_commits_setting() {
+        let c = NodeConfig::resolve(&ServeArgs::default(), 2).expect("defaults");
+        assert!(!c.one_round_commits);
+        let on = ServeArgs { one_round_commits: Some(true), ..ServeArgs::default() };
+        assert!(NodeConfig::resolve(&on, 2).expect("on").one_round_commits);
     }
 
     // Checks --max-syncs-per-executor: the default, 0 turning the gate off, the file setting

@@ -232,6 +232,12 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
         Some(n) => format!("max-syncs-per-executor {n}"),
         None => "max-syncs-per-executor 0 (no limit)".to_owned(),
     };
+    crate::engine::marker::set_enabled(config.one_round_commits);
+    let syncs = if config.one_round_commits && config.cluster.is_none() {
+        format!("{syncs}, one-round commits")
+    } else {
+        syncs
+    };
     let fragments = match shared.map() {
         Some(m) => format!("{} fragments", m.len()),
         None => "fragments from the cluster's shard map".to_owned(),

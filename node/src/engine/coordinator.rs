@@ -51,8 +51,8 @@ impl DecisionRecord {
     }
 }
 
-/// One-round commits (work in progress, branch `s33-marker`; off unless
-/// `TESSERA_ONE_ROUND_COMMITS=1`): a two-phase commit of this node alone records no decision.
+/// One-round commits (`--one-round-commits`, off by default): a two-phase commit of this node
+/// alone records no decision.
 /// Each written participant's Prepare batch also puts a marker document naming every written
 /// participant, and the transaction is committed once every Prepare record is durable. A
 /// participant in doubt after a crash commits iff every named participant holds its Prepare
@@ -108,10 +108,17 @@ pub mod marker {
         Ok(commit)
     }
 
-    /// Whether one-round commits are on (`TESSERA_ONE_ROUND_COMMITS=1`, read once).
+    static ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    /// Whether new transactions of this node commit in one round (`--one-round-commits`).
+    /// Recovery applies the rule to marked transactions either way.
     pub fn enabled() -> bool {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *ON.get_or_init(|| std::env::var("TESSERA_ONE_ROUND_COMMITS").as_deref() == Ok("1"))
+        ON.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets [`enabled`] (once, at startup, from the node's configuration).
+    pub fn set_enabled(on: bool) {
+        ON.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
