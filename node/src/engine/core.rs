@@ -1400,18 +1400,7 @@ impl Core {
         }
         // A one-round commit's participants, from its marker (read before the commit: the
         // Prepare record is where it is until then).
-        let marked = if commit {
-            fragments.iter().find_map(|id| {
-                let doc = self.fragment(*id).ok()?.prepared_doc(
-                    txid,
-                    marker::COLLECTION,
-                    &marker::id(txid),
-                )?;
-                marker::participants(&doc)
-            })
-        } else {
-            None
-        };
+        let marked = if commit { self.marked_participants(txid, &fragments) } else { None };
         let mut durable = Vec::with_capacity(fragments.len());
         let mut committed_here = Vec::with_capacity(fragments.len());
         for id in &fragments {
@@ -1647,6 +1636,20 @@ impl Core {
         (!queued).then_some(true)
     }
 
+    /// The participants one-round commit `txid` names in its marker, read from its durable
+    /// Prepare record in the first of `fragments` (of this executor) that holds one; `None`
+    /// for a transaction with a recorded decision.
+    fn marked_participants(&self, txid: TxId, fragments: &[FragmentId]) -> Option<Vec<FragmentId>> {
+        fragments.iter().find_map(|id| {
+            let doc = self.fragment(*id).ok()?.prepared_doc(
+                txid,
+                marker::COLLECTION,
+                &marker::id(txid),
+            )?;
+            marker::participants(&doc)
+        })
+    }
+
     /// Where one-round commit `txid` stands in this executor's fragment `id` (see
     /// [`Core::resolve_marked`]); fences it there when it never prepared.
     fn marked_state(&self, txid: TxId, id: FragmentId) -> Option<MarkedState> {
@@ -1696,15 +1699,7 @@ impl Core {
             .map(|(t, p)| (*t, p.fragments.clone()))
             .collect();
         for (txid, fragments) in expired {
-            let marked = fragments.iter().find_map(|id| {
-                let doc = self.fragment(*id).ok()?.prepared_doc(
-                    txid,
-                    marker::COLLECTION,
-                    &marker::id(txid),
-                )?;
-                marker::participants(&doc)
-            });
-            if let Some(participants) = marked {
+            if let Some(participants) = self.marked_participants(txid, &fragments) {
                 match self.resolve_marked(txid, &participants).await {
                     Some(commit) => {
                         tracing::warn!(%txid, commit, "one-round transaction prepared too long; resolved from its participants");
