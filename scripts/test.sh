@@ -18,12 +18,16 @@ phase scripts/check.sh
 one_round() {
   local suites=(e2e_txn e2e_txn_crash e2e_txn_held e2e_txn_hops e2e_txn_implicit e2e_txn_limits
     e2e_txn_phantoms e2e_txn_readonly e2e_bank e2e_backup_bank e2e_dump)
+  # --workspace as check.sh builds, so the test binaries it built are reused (with -p node
+  # cargo unifies features differently and rebuilds: 2.5 minutes of CI).
   if [ "${TESSERA_NEXTEST:-1}" != 0 ] && cargo nextest --version >/dev/null 2>&1; then
     local filter
     filter=$(printf 'binary(%s) | ' "${suites[@]}")
-    TESSERA_ONE_ROUND_COMMITS=1 cargo nextest run -p node --no-fail-fast -E "${filter% | }"
+    TESSERA_ONE_ROUND_COMMITS=1 cargo nextest run --workspace --lib --bins --tests --examples \
+      --no-fail-fast --test-threads "${TESSERA_TEST_THREADS:-$(( $(nproc) * 2 ))}" \
+      -E "package(node) & (${filter% | })"
   else
-    TESSERA_ONE_ROUND_COMMITS=1 cargo test -p node $(printf -- '--test %s ' "${suites[@]}")
+    TESSERA_ONE_ROUND_COMMITS=1 cargo test --workspace $(printf -- '--test %s ' "${suites[@]}")
   fi
 }
 phase one_round
