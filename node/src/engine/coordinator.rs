@@ -65,6 +65,12 @@ pub mod marker {
     /// The reserved collection of markers (SQL refuses every name with its prefix).
     pub const COLLECTION: &str = "__tessera_txn";
 
+    /// The shard a fragment's markers are put in and deleted from (any of its shards would
+    /// do: a marker is never routed to, only read by recovery; one rule for both sides).
+    pub fn shard(range: router::ShardRange) -> Option<router::ShardId> {
+        router::ShardId::new(range.start())
+    }
+
     /// A marker's document id.
     pub fn id(txid: TxId) -> String {
         format!("{:016x}", txid.get())

@@ -552,7 +552,7 @@ impl Core {
         }
         for (id, txids) in per {
             let Ok(fragment) = self.fragment(id) else { continue };
-            let Some(shard) = router::ShardId::new(fragment.range().start()) else { continue };
+            let Some(shard) = marker::shard(fragment.range()) else { continue };
             let mut batch = WriteBatch::new();
             for txid in txids {
                 batch = batch.delete(marker::COLLECTION, &marker::id(txid), shard, None);
@@ -1640,6 +1640,11 @@ impl Core {
     /// Prepare record in the first of `fragments` (of this executor) that holds one; `None`
     /// for a transaction with a recorded decision.
     fn marked_participants(&self, txid: TxId, fragments: &[FragmentId]) -> Option<Vec<FragmentId>> {
+        // Only a node committing in one round prepares marked transactions while serving
+        // (those left by an earlier run are resolved at open): no lookup on the default path.
+        if !marker::enabled() {
+            return None;
+        }
         fragments.iter().find_map(|id| {
             let doc = self.fragment(*id).ok()?.prepared_doc(
                 txid,

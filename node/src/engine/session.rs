@@ -2328,7 +2328,7 @@ impl Session {
             // Any shard of the fragment: the marker is never routed to, only read by recovery.
             let shard = map
                 .get(*fragment)
-                .and_then(|f| router::ShardId::new(f.range().start()))
+                .and_then(|f| marker::shard(f.range()))
                 .ok_or_else(|| internal("a participant fragment is not in the map"))?;
             let written = std::mem::replace(batch, storage::WriteBatch::new());
             *batch = written.put(
