@@ -5,7 +5,8 @@
 # CPU (utime+stime from /proc/<pid>/stat) and mesh calls (tessera_mesh_calls_total from SHOW
 # STATS) are sampled around each invocation and divided by the operations the bench counted
 # for that node (run.json, warm-up included), so CPU and hops per operation are per binary
-# and per workload (cpu.txt). The first invocation also loads the documents.
+# and per workload (cpu.txt); PostgreSQL's CPU likewise (all its processes, session 34).
+# The first invocation also loads the documents.
 #
 # Usage: scripts/bench-txn-ab.sh OLD_BIN NEW_BIN
 # Environment: TXN_CLIENTS (default "1 32"), TXN_DURATION (default 10s), TXN_DOCS (50000),
@@ -65,6 +66,24 @@ start new "$new"
 new_port=$port
 new_pid=$pid
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# PostgreSQL's CPU (ticks): the postmaster's, its live children's (checkpointer, WAL writer,
+# ...) and its reaped children's. A backend's CPU reaches the postmaster's count when it
+# exits, so this first waits (at most 5 s) for the bench's backends to be gone; with
+# TXN_AB_POSTGRES unset, 0.
+pg_cpu() {
+  [ ${#pg[@]} -gt 0 ] || { echo 0; return; }
+  local pm s=0 v
+  pm=$(head -n 1 "$work/pg/data/postmaster.pid")
+  for _ in $(seq 1 100); do
+    pgrep -P "$pm" -f 'postgres: bench' >/dev/null || break
+    sleep 0.05
+  done
+  s=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
+  for p in $(pgrep -P "$pm"); do
+    v=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null) && s=$((s + v))
+  done
+  echo "$s"
+}
 hz=$(getconf CLK_TCK)
 mkdir -p "$out"
 {
@@ -84,19 +103,20 @@ read -r -a clients <<<"${TXN_CLIENTS:-1 32}"
 for c in "${clients[@]}"; do
   # One invocation per workload, so CPU and mesh calls are per workload and per binary.
   for w in ${workloads//,/ }; do
-    o0=$(cpu "$old_pid"); n0=$(cpu "$new_pid")
+    o0=$(cpu "$old_pid"); n0=$(cpu "$new_pid"); p0=$(pg_cpu)
     om0=$(mesh_calls "$old_port"); nm0=$(mesh_calls "$new_port")
     target/release/bench --target "old:tessera=postgres://bench@127.0.0.1:$old_port/bench" \
       --target "new:tessera=postgres://bench@127.0.0.1:$new_port/bench" "${pg[@]}" --out "$out/clients-$c/$w" \
       --workloads "$w" --docs "${TXN_DOCS:-50000}" "${load[@]}" --duration "${TXN_DURATION:-10s}" \
       --warmup 2s --rounds 2 --connections "$c" --no-progress >/dev/null
-    o1=$(cpu "$old_pid"); n1=$(cpu "$new_pid")
+    o1=$(cpu "$old_pid"); n1=$(cpu "$new_pid"); p1=$(pg_cpu)
     om1=$(mesh_calls "$old_port"); nm1=$(mesh_calls "$new_port")
     load=(--skip-load)
     python3 - "$out/clients-$c/$w/run.json" "$w" "$c" "$(( (o1 - o0) * 1000000 / hz ))" \
-      "$(( (n1 - n0) * 1000000 / hz ))" "$om0" "$om1" "$nm0" "$nm1" <<'PY' | tee -a "$out/cpu.txt"
+      "$(( (n1 - n0) * 1000000 / hz ))" "$om0" "$om1" "$nm0" "$nm1" "$(( (p1 - p0) * 1000000 / hz ))" \
+      <<'PY' | tee -a "$out/cpu.txt"
 import json, sys
-path, w, c, old_us, new_us, om0, om1, nm0, nm1 = sys.argv[1:]
+path, w, c, old_us, new_us, om0, om1, nm0, nm1, pg_us = sys.argv[1:]
 run = json.load(open(path))
 cpu = {"old": int(old_us), "new": int(new_us)}
 mesh = {"old": float(om1) - float(om0), "new": float(nm1) - float(nm0)}
@@ -106,9 +126,13 @@ for t in ("old", "new"):
     print(f"{w} clients={c} {t}: {r['ops_per_sec']:.0f} ops/s p99 {r['latency']['p99_ms']:.3f} ms, "
           f"node CPU {cpu[t] / n:.1f} us/op, mesh calls {mesh[t] / n:.3f}/op over {n} ops "
           f"(warm-up included{', load too' if 'load' in run and run['load'] else ''})")
-for r in run["results"]:
-    if r["target"] not in ("old", "new"):
-        print(f"{w} clients={c} {r['target']}: {r['ops_per_sec']:.0f} ops/s p99 {r['latency']['p99_ms']:.3f} ms")
+others = [r for r in run["results"] if r["target"] not in ("old", "new")]
+pg_ops = sum(r["ops"] + r["warmup_ops"] for r in others)
+for r in others:
+    # The server's CPU is one count for all its targets (READ COMMITTED and SERIALIZABLE
+    # sessions of one server): per operation over all of them.
+    cpu = f", server CPU {int(pg_us) / pg_ops:.1f} us/op over all its targets" if pg_ops else ""
+    print(f"{w} clients={c} {r['target']}: {r['ops_per_sec']:.0f} ops/s p99 {r['latency']['p99_ms']:.3f} ms{cpu}")
 PY
   done
 done

@@ -111,9 +111,9 @@ pub struct ServeArgs {
     pub max_syncs_per_executor: Option<u32>,
     /// Commit a transaction over several fragments of this node in one fdatasync round: each
     /// participant's PREPARE carries a marker naming the others, and the transaction is
-    /// committed once every PREPARE is durable, with no coordinator record (`true`, `1`).
-    /// Default `false`: the coordinator journal's decision, a second round. Cluster
-    /// transactions always use the journal.
+    /// committed once every PREPARE is durable, with no coordinator record. Default `true`;
+    /// `false` (or `0`) records the coordinator journal's decision, a second fdatasync round.
+    /// Cluster transactions always use the journal.
     #[arg(long, env = "TESSERA_ONE_ROUND_COMMITS", value_parser = clap::builder::BoolishValueParser::new())]
     pub one_round_commits: Option<bool>,
     /// Join or form the cluster of this name. Unset: a single node, no peer protocol.
@@ -422,7 +422,7 @@ impl NodeConfig {
             idle_timeout: Duration::from_secs(IDLE_TIMEOUT_SECS_DEFAULT),
             segment_bytes,
             max_syncs_per_executor,
-            one_round_commits: args.one_round_commits.or(file.one_round_commits).unwrap_or(false),
+            one_round_commits: args.one_round_commits.or(file.one_round_commits).unwrap_or(true),
             cluster,
             metrics_listen,
             slow_statement,
@@ -803,13 +803,13 @@ mod tests {
         assert!(e.to_string().contains("metrics-listen"), "{e}");
     }
 
-    // Checks --one-round-commits: off unless asked, on from the flag's value.
+    // Checks --one-round-commits: on unless turned off, off from the flag's value.
     #[test]
     fn one_round_commits_setting() {
         let c = NodeConfig::resolve(&ServeArgs::default(), 2).expect("defaults");
-        assert!(!c.one_round_commits);
-        let on = ServeArgs { one_round_commits: Some(true), ..ServeArgs::default() };
-        assert!(NodeConfig::resolve(&on, 2).expect("on").one_round_commits);
+        assert!(c.one_round_commits);
+        let off = ServeArgs { one_round_commits: Some(false), ..ServeArgs::default() };
+        assert!(!NodeConfig::resolve(&off, 2).expect("off").one_round_commits);
     }
 
     // Checks --max-syncs-per-executor: the default, 0 turning the gate off, the file setting

@@ -651,7 +651,7 @@ async fn e2e_backup_of_an_undecided_transfer_restores_without_it() {
         .collect();
     // With one-round commits (s33-marker) every PREPARE durable is the commit: recovery
     // commits the transfer on both fragments instead (its outcome is unknown to the checker).
-    let one_round = std::env::var("TESSERA_ONE_ROUND_COMMITS").as_deref() == Ok("1");
+    let one_round = support::one_round_commits();
     let outcome = if one_round { "commit=true" } else { "commit=false" };
     assert!(
         resolved.len() == 2 && resolved.iter().all(|l| l.contains(outcome)),

@@ -46,11 +46,18 @@ async fn crash_at(fault: &str, on_1: bool) -> usize {
         node.log_text()
     );
     let client = node.connect().await;
+    // First, while a one-round commit's markers may still wait for their cleanup: SHOW
+    // FRAGMENTS counts the user's documents, not those markers.
+    let shown: i64 = support::simple_rows(&client.simple_query("SHOW FRAGMENTS").await.unwrap())
+        .iter()
+        .map(|r| r[3].clone().unwrap().parse::<i64>().unwrap())
+        .sum();
     let mut present = 0;
     for id in IDS {
         let row = client.query_opt("SELECT v::int8 FROM t WHERE id() = $1", &[&id]).await.unwrap();
         present += usize::from(row.is_some());
     }
+    assert_eq!(shown, i64::try_from(present).unwrap() + 1, "SHOW FRAGMENTS' documents");
     let c: i64 = client
         .query_one("SELECT v::int8 FROM t WHERE id() = 'c$@262144'", &[])
         .await
@@ -85,10 +92,10 @@ async fn crash_after_first_prepare_aborts() {
     }
 }
 
-/// Whether the nodes run one-round commits (`TESSERA_ONE_ROUND_COMMITS=1`, s33-marker): a
-/// transaction of one node is then committed once every PREPARE is durable.
+/// Whether the nodes run one-round commits (the default; `TESSERA_ONE_ROUND_COMMITS=0` turns
+/// them off): a transaction of one node is then committed once every PREPARE is durable.
 fn one_round() -> bool {
-    std::env::var("TESSERA_ONE_ROUND_COMMITS").as_deref() == Ok("1")
+    support::one_round_commits()
 }
 
 // Checks a crash once every participant's PREPARE is durable but before the decision: still
@@ -187,7 +194,7 @@ async fn stalled_commit_is_aborted(on_1: bool) {
 // before preparing its share, a test-only hook): the other participant's timeout finds
 // executor 1's fragment without the PREPARE, fences it there and aborts; executor 1's late
 // prepare is then refused, so the COMMIT fails with 40001 and nothing is applied or held.
-// Only with one-round commits (`TESSERA_ONE_ROUND_COMMITS=1`); with the journal the same
+// Only with one-round commits (the default); with the journal the same
 // stall is the decision's timeout, checked above.
 #[tokio::test]
 async fn one_round_participant_that_never_prepared_is_fenced() {

@@ -230,7 +230,7 @@ async fn crash_with_a_reader(fault: &str) -> usize {
 // With one-round commits (s33-marker) both PREPAREs durable is the commit: both are there.
 #[tokio::test]
 async fn crash_after_the_writers_prepared_aborts() {
-    let one_round = std::env::var("TESSERA_ONE_ROUND_COMMITS").as_deref() == Ok("1");
+    let one_round = support::one_round_commits();
     let expected = if one_round { 2 } else { 0 };
     assert_eq!(crash_with_a_reader("2pc-after-prepare:2").await, expected);
 }

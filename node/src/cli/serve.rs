@@ -233,10 +233,10 @@ fn serve(config: &NodeConfig) -> Result<(), String> {
         None => "max-syncs-per-executor 0 (no limit)".to_owned(),
     };
     crate::engine::marker::set_enabled(config.one_round_commits);
-    let syncs = if config.one_round_commits && config.cluster.is_none() {
-        format!("{syncs}, one-round commits")
-    } else {
-        syncs
+    let syncs = match (config.one_round_commits, config.cluster.is_some()) {
+        (true, false) => format!("{syncs}, one-round commits"),
+        (false, false) => format!("{syncs}, commit decisions in the journal"),
+        (_, true) => syncs,
     };
     let fragments = match shared.map() {
         Some(m) => format!("{} fragments", m.len()),

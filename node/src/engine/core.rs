@@ -1740,11 +1740,18 @@ impl Core {
             .iter()
             .map(|(id, f)| {
                 let stats = f.totals();
+                // One-round commits' markers live until their transaction's cleanup: they are
+                // bookkeeping, not the user's documents (their bytes stay in `bytes`).
+                let markers = f
+                    .collection_docs()
+                    .into_iter()
+                    .find_map(|(c, n)| (c == marker::COLLECTION).then_some(n))
+                    .unwrap_or(0);
                 FragmentRow {
                     fragment: *id,
                     range: f.range(),
                     executor: self.index,
-                    documents: stats.docs,
+                    documents: stats.docs.saturating_sub(markers),
                     bytes: stats.live_bytes,
                     counters: counters.get(id).copied().unwrap_or_default(),
                 }

@@ -417,8 +417,8 @@ impl Node {
             let metrics = self.metrics_addr.map(|a| a.to_string()).unwrap_or_default();
             command.arg("--metrics-listen").arg(metrics).args(&self.options.extra_args);
             for (key, _) in std::env::vars_os() {
-                // The commit protocol under test passes through (s33-marker: the suites run
-                // with and without one-round commits).
+                // The commit protocol under test passes through (the transaction suites run
+                // with one-round commits, the default, and again without).
                 if key.to_string_lossy().starts_with("TESSERA_")
                     && key != "TESSERA_ONE_ROUND_COMMITS"
                 {
@@ -630,6 +630,18 @@ impl Drop for Node {
             self.stop();
         }
         let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// Whether the test nodes commit transactions of one node in one round: the node's default,
+/// unless `TESSERA_ONE_ROUND_COMMITS` (passed through to every test node) turns it off, as
+/// `scripts/test.sh`'s second pass over the transaction suites does.
+pub fn one_round_commits() -> bool {
+    match std::env::var("TESSERA_ONE_ROUND_COMMITS") {
+        Ok(v) => {
+            !matches!(v.to_ascii_lowercase().as_str(), "0" | "false" | "no" | "off" | "n" | "f")
+        }
+        Err(_) => true,
     }
 }
 
