@@ -242,6 +242,17 @@ async fn scrape_parses_and_counters_move_with_load() {
         .map(|r| r[2].as_deref().unwrap().parse::<f64>().unwrap())
         .sum();
     assert_eq!(inserts, 40.0, "SHOW STATS counts what the endpoint counts");
+
+    // A text this connection's executor parsed before is planned from its parse cache.
+    let before = scrape(addr);
+    for _ in 0..5 {
+        client.simple_query("SELECT count(*) FROM items").await.unwrap();
+    }
+    let after = scrape(addr);
+    let grew = |name: &str| total(&after, name, &[]) - total(&before, name, &[]);
+    assert_eq!(grew("tessera_parse_cache_hits_total"), 5.0);
+    assert_eq!(grew("tessera_parse_cache_misses_total"), 0.0);
+    assert!(total(&after, "tessera_parse_cache_entries", &[]) >= 1.0);
 }
 
 // Checks that transaction outcomes reach the endpoint: a one-document block commits on the fast

@@ -53,6 +53,7 @@ pub mod fuzzing;
 pub mod limits;
 pub mod memory;
 mod parse;
+pub mod parse_cache;
 pub mod plan;
 pub mod route;
 pub mod types;
@@ -71,6 +72,7 @@ pub use exec::{
 };
 pub use explain::{FragmentAnalysis, explain, explain_columns};
 pub use memory::json_bytes;
+pub use parse_cache::{ParseCache, ParseCacheStats};
 pub use plan::{CollectionName, OutputColumn, Statement};
 pub use route::{predicate, route_statement};
 pub use types::{Datum, Format, SqlType};

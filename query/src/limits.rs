@@ -7,6 +7,16 @@
 /// tokenized: a megabyte already holds a thousand-row multi-row INSERT of small documents.
 pub const SQL_BYTES_MAX: usize = 1 << 20;
 
+/// Texts one executor's parse cache keeps ([`crate::ParseCache`]): a client mix's distinct
+/// statement texts (its `BEGIN`, `COMMIT` and each prepared text) fit many times over; texts
+/// with literals in them come and go.
+pub const PARSE_CACHE_ENTRIES: usize = 256;
+
+/// Longest SQL text the parse cache keeps, in bytes: OLTP statements are shorter; a long
+/// multi-row INSERT is parsed each time rather than held (256 entries of at most 4 KiB keep
+/// an executor's cache within a few megabytes with their plans).
+pub const PARSE_CACHE_TEXT_BYTES_MAX: usize = 4096;
+
 /// Recursion budget handed to sqlparser (`Parser::with_recursion_limit`). Each nested
 /// parenthesis, `NOT` or unary minus spends one unit. 48 keeps the parser's own stack well
 /// inside a 2 MiB test thread stack in debug builds.

@@ -51,8 +51,8 @@ impl DecisionRecord {
     }
 }
 
-/// One-round commits (`--one-round-commits`, off by default): a two-phase commit of this node
-/// alone records no decision.
+/// One-round commits (`--one-round-commits`, on by default since session 34): a two-phase
+/// commit of this node alone records no decision.
 /// Each written participant's Prepare batch also puts a marker document naming every written
 /// participant, and the transaction is committed once every Prepare record is durable. A
 /// participant in doubt after a crash commits iff every named participant holds its Prepare

@@ -281,6 +281,8 @@ pub struct Core {
     unreported: RefCell<Vec<Report>>,
     /// A report to the coordinator is in flight.
     reporting: Cell<bool>,
+    /// Parsed statements by SQL text, for every session of this executor.
+    parse_cache: RefCell<query::ParseCache>,
 }
 
 /// Documents one slice of a transaction block's SELECT reads, read versions its session
@@ -476,6 +478,7 @@ impl Core {
             metrics: crate::metrics::ExecutorMetrics::default(),
             unreported: RefCell::default(),
             reporting: Cell::new(false),
+            parse_cache: RefCell::default(),
         })
     }
 
@@ -562,6 +565,16 @@ impl Core {
                 tracing::warn!(fragment = %id, error = %e, "one-round commit markers not deleted; the next startup deletes them");
             }
         }
+    }
+
+    /// Parses SQL text through this executor's parse cache (what `query::parse` gives).
+    pub fn parse(&self, sql: &str) -> Result<Vec<Statement>, query::PlanError> {
+        self.parse_cache.borrow_mut().parse(sql)
+    }
+
+    /// The parse cache's counters.
+    pub fn parse_cache_stats(&self) -> query::ParseCacheStats {
+        self.parse_cache.borrow().stats()
     }
 
     /// This executor's position.
@@ -1641,7 +1654,7 @@ impl Core {
     /// for a transaction with a recorded decision.
     fn marked_participants(&self, txid: TxId, fragments: &[FragmentId]) -> Option<Vec<FragmentId>> {
         // Only a node committing in one round prepares marked transactions while serving
-        // (those left by an earlier run are resolved at open): no lookup on the default path.
+        // (those left by an earlier run are resolved at open): no lookup on the journal path.
         if !marker::enabled() {
             return None;
         }

@@ -3244,7 +3244,7 @@ impl Engine for Session {
         self.sql = Arc::from(sql);
         self.planned.set(0);
         self.replay = None;
-        let parsed = query::parse(sql).map_err(|e| engine_error(&EngineError::Plan(e)))?;
+        let parsed = self.core.parse(sql).map_err(|e| engine_error(&EngineError::Plan(e)))?;
         self.block_text = block::BlockText::of(&self.sql, &parsed);
         Ok(parsed)
     }

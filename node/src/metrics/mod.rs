@@ -212,6 +212,7 @@ impl ExecutorMetrics {
             commits: self.commits.get(),
             commit_conflicts: self.commit_conflicts.get(),
             commit_aborts: self.commit_aborts.get(),
+            parse_cache: query::ParseCacheStats::default(),
             statement_micros: self.statement_micros.borrow().clone(),
             commit_micros: self.commit_micros.borrow().clone(),
             transactions: crate::engine::TxCounters::default(),
@@ -285,6 +286,7 @@ pub struct ExecutorSnapshot {
     commits: u64,
     commit_conflicts: u64,
     commit_aborts: u64,
+    parse_cache: query::ParseCacheStats,
     statement_micros: Histogram,
     commit_micros: Histogram,
     /// Transaction outcomes on this executor (sessions that ran here).
@@ -301,6 +303,7 @@ pub fn snapshot(core: &Core) -> ExecutorSnapshot {
     s.fragments = core.fragment_snapshots();
     s.transactions = core.tx_counters();
     s.prepared = core.prepared_count() as u64;
+    s.parse_cache = core.parse_cache_stats();
     s
 }
 
@@ -571,6 +574,24 @@ impl ExportMetrics for ExecutorSnapshot {
             "Writes that gave up after their attempts (40001).",
             l(None),
             self.commit_aborts,
+        );
+        set.counter(
+            "tessera_parse_cache_hits_total",
+            "SQL texts planned from the executor's parse cache.",
+            l(None),
+            self.parse_cache.hits,
+        );
+        set.counter(
+            "tessera_parse_cache_misses_total",
+            "SQL texts parsed (not in the parse cache).",
+            l(None),
+            self.parse_cache.misses,
+        );
+        set.gauge(
+            "tessera_parse_cache_entries",
+            "SQL texts in the executor's parse cache.",
+            l(None),
+            self.parse_cache.entries as u64,
         );
         self.transactions.export(set, labels);
         set.gauge(
