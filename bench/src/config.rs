@@ -153,6 +153,10 @@ pub enum Workload {
     /// `SingleWriteTxn` sent as one simple Query message (`BEGIN; UPDATE ...; COMMIT`, the id
     /// a literal): one round trip, as `AutocommitWrite`.
     QueryWriteTxn,
+    /// The `AutocommitWrite` UPDATE as one simple Query message, the id a literal: what
+    /// `QueryWriteTxn` is compared with like for like (both are parsed on every execution,
+    /// where the prepared `AutocommitWrite` is not).
+    QueryWrite,
     /// The two UPDATEs of a `SingleFragmentTxn` as two autocommit statements: the same
     /// writes without a transaction, what the transfer is compared with.
     TwoWriteAutocommit,
@@ -169,7 +173,7 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload, in the order a full suite runs them.
-    pub const ALL: [Workload; 16] = [
+    pub const ALL: [Workload; 17] = [
         Workload::PointRead,
         Workload::Insert,
         Workload::Upsert,
@@ -181,6 +185,7 @@ impl Workload {
         Workload::AutocommitWrite,
         Workload::SingleWriteTxn,
         Workload::QueryWriteTxn,
+        Workload::QueryWrite,
         Workload::TwoWriteAutocommit,
         Workload::QueryTxn,
         Workload::YcsbA,
@@ -202,6 +207,7 @@ impl Workload {
             Workload::AutocommitWrite => "autocommit-write",
             Workload::SingleWriteTxn => "single-write-txn",
             Workload::QueryWriteTxn => "query-write-txn",
+            Workload::QueryWrite => "query-write",
             Workload::TwoWriteAutocommit => "two-write-autocommit",
             Workload::QueryTxn => "query-txn",
             Workload::YcsbA => "ycsb-a",

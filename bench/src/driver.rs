@@ -559,15 +559,9 @@ impl Connection {
                     }
                     .await
                 }
-                TxnSend::OneQuery => client.simple_query(&text).await.map(|messages| {
-                    messages
-                        .iter()
-                        .map(|m| match m {
-                            tokio_postgres::SimpleQueryMessage::CommandComplete(n) => *n,
-                            _ => 0,
-                        })
-                        .sum()
-                }),
+                TxnSend::OneQuery => {
+                    client.simple_query(&text).await.map(|messages| rows_changed(&messages))
+                }
             };
             let Err(e) = result else { return (result.map_err(fail), retries) };
             if !client.is_closed() {
@@ -617,6 +611,11 @@ impl Connection {
                 let s = self.statement(Stmt::Debit).map_err(missing)?;
                 client.execute(s, &[&Param(id)]).await.map_err(fail)
             }
+            Op::QueryWrite { id } => client
+                .simple_query(&sql::inlined(self.flavor, Stmt::Debit, id))
+                .await
+                .map(|messages| rows_changed(&messages))
+                .map_err(fail),
             Op::TwoWrites { first, second } => {
                 let debit = self.statement(Stmt::Debit).map_err(missing)?;
                 let credit = self.statement(Stmt::Credit).map_err(missing)?;
@@ -768,4 +767,15 @@ pub async fn layout(targets: &[Target], pools: &[Pool]) -> anyhow::Result<(Layou
             limits::DEFAULT_LAYOUT_EXECUTORS
         ),
     ))
+}
+
+/// Rows the statements of one simple Query changed (the sum of their command tags' counts).
+fn rows_changed(messages: &[tokio_postgres::SimpleQueryMessage]) -> u64 {
+    messages
+        .iter()
+        .map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::CommandComplete(n) => *n,
+            _ => 0,
+        })
+        .sum()
 }

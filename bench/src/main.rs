@@ -19,8 +19,8 @@ struct Cli {
     targets: Vec<String>,
     /// Comma-separated workloads: point-read, insert, upsert, content-query, scatter-query,
     /// single-fragment-txn, cross-fragment-transfer, pipelined-txn, autocommit-write,
-    /// single-write-txn, query-write-txn, two-write-autocommit, query-txn, ycsb-a, ycsb-b,
-    /// ycsb-c, or all. A target that cannot run a workload yet skips it, with the reason printed and
+    /// single-write-txn, query-write-txn, query-write, two-write-autocommit, query-txn, ycsb-a,
+    /// ycsb-b, ycsb-c, or all. A target that cannot run a workload yet skips it, with the reason printed and
     /// recorded in run.json and summary.md.
     #[arg(long, default_value = "all")]
     workloads: String,

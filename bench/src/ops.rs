@@ -120,6 +120,11 @@ pub enum Op {
         /// How the statements travel.
         send: TxnSend,
     },
+    /// The `Write` UPDATE as one simple Query message with the id inlined (parsed each time).
+    QueryWrite {
+        /// Existing id.
+        id: String,
+    },
     /// A transfer's two UPDATEs as two autocommit statements, one after the other.
     TwoWrites {
         /// Debited.
@@ -251,6 +256,7 @@ impl OpGen {
                 Op::Transfer { first, second, send }
             }
             Workload::AutocommitWrite => Op::Write { id: doc_id(self.uniform_key()) },
+            Workload::QueryWrite => Op::QueryWrite { id: doc_id(self.uniform_key()) },
             Workload::SingleWriteTxn => {
                 Op::WriteTxn { id: doc_id(self.uniform_key()), send: TxnSend::OneByOne }
             }
@@ -394,6 +400,9 @@ mod tests {
         assert!(key_of(&id) < 100);
         let mut g = generator(Workload::QueryWriteTxn, 100);
         assert!(matches!(g.next_op(), Op::WriteTxn { send: TxnSend::OneQuery, .. }));
+        let mut g = generator(Workload::QueryWrite, 100);
+        let Op::QueryWrite { id } = g.next_op() else { panic!("not a write in one Query") };
+        assert!(key_of(&id) < 100);
         for w in [Workload::TwoWriteAutocommit, Workload::QueryTxn] {
             let mut g = generator(w, 1003);
             for _ in 0..500 {

@@ -197,11 +197,16 @@ pub fn block(flavor: Flavor, steps: &[(Stmt, &str)]) -> String {
     let mut s = String::from(BEGIN);
     for (stmt, id) in steps {
         s.push_str("; ");
-        s.push_str(&sql(flavor, *stmt).replace("$1", &format!("'{}'", id.replace('\'', "''"))));
+        s.push_str(&inlined(flavor, *stmt, id));
     }
     s.push_str("; ");
     s.push_str(COMMIT);
     s
+}
+
+/// `stmt` with its one parameter `$1` as the quoted literal `id` (quotes doubled).
+pub fn inlined(flavor: Flavor, stmt: Stmt, id: &str) -> String {
+    sql(flavor, stmt).replace("$1", &format!("'{}'", id.replace('\'', "''")))
 }
 
 /// The statements a workload prepares on every connection.
@@ -217,9 +222,10 @@ pub fn statements(workload: Workload) -> &'static [Stmt] {
         | Workload::PipelinedTxn
         | Workload::TwoWriteAutocommit
         | Workload::QueryTxn => &[Stmt::Debit, Stmt::Credit],
-        Workload::AutocommitWrite | Workload::SingleWriteTxn | Workload::QueryWriteTxn => {
-            &[Stmt::Debit]
-        }
+        Workload::AutocommitWrite
+        | Workload::SingleWriteTxn
+        | Workload::QueryWriteTxn
+        | Workload::QueryWrite => &[Stmt::Debit],
         Workload::YcsbA | Workload::YcsbB => &[Stmt::PointRead, Stmt::UpdateField],
     }
 }
@@ -292,6 +298,10 @@ mod tests {
              UPDATE bench_docs SET balance = balance + 10 WHERE id() = 'o''k'; COMMIT"
         );
         assert!(!block(Flavor::Postgres, &[(Stmt::Debit, "x")]).contains("$1"));
+        assert_eq!(
+            inlined(Flavor::Tessera, Stmt::Debit, "o'k"),
+            "UPDATE bench_docs SET balance = balance - 10 WHERE id() = 'o''k'"
+        );
     }
 
     #[test]

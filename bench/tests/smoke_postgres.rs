@@ -48,7 +48,7 @@ fn smoke_every_workload_against_a_private_postgres() {
     }
     let run = read_json(&out_dir.join("run.json"));
     let results = run["results"].as_array().unwrap();
-    assert_eq!(results.len(), 16, "one result per workload");
+    assert_eq!(results.len(), 17, "one result per workload");
     assert_eq!(run["load"][0]["docs"], 200);
     let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
     for r in results {
