@@ -1480,7 +1480,11 @@ impl ExprPlanner<'_> {
             ast::BinaryOperator::StringConcat => BinaryOp::Concat,
             other => return unsupported(format!("operator {other}")),
         };
-        Ok(Expr::Binary { op, left: self.sub(left, depth)?, right: self.sub(right, depth)? })
+        let (left, right) = (self.sub(left, depth)?, self.sub(right, depth)?);
+        if op.is_comparison() {
+            id_compared_with_text(&left, &right)?;
+        }
+        Ok(Expr::Binary { op, left, right })
     }
 
     /// PostgreSQL's jsonb access: `f -> 'k'` (json), `f ->> 'k'` (text), `#>` / `#>>` with
@@ -1593,11 +1597,13 @@ impl ExprPlanner<'_> {
         if list.len() > IN_LIST_MAX {
             return Err(PlanError::LimitExceeded { what: "IN list elements", limit: IN_LIST_MAX });
         }
-        Ok(Expr::InList {
-            expr: self.sub(expr, depth)?,
-            list: list.iter().map(|e| self.expr(e, depth + 1)).collect::<Result<_, _>>()?,
-            negated,
-        })
+        let expr = self.sub(expr, depth)?;
+        let list: Vec<Expr> =
+            list.iter().map(|e| self.expr(e, depth + 1)).collect::<Result<_, _>>()?;
+        for e in &list {
+            id_compared_with_text(&expr, e)?;
+        }
+        Ok(Expr::InList { expr, list, negated })
     }
 
     #[inline(never)]
@@ -2190,6 +2196,24 @@ fn common_type<'e>(exprs: impl Iterator<Item = &'e Expr>, params: &[Option<SqlTy
         (false, true) => SqlType::Float8,
         (false, false) => SqlType::Text,
     }
+}
+
+/// Refuses `id()` compared with a number or boolean literal (`id() = 12345`, as `pgbench -M
+/// simple` writes an unquoted value): an id is text, so no document could match, and the
+/// comparison routes nowhere useful (it would read every fragment to answer nothing).
+/// PostgreSQL refuses `text = integer` too; a quoted `'12345'` is the id.
+fn id_compared_with_text(a: &Expr, b: &Expr) -> Result<(), PlanError> {
+    for (x, y) in [(a, b), (b, a)] {
+        if matches!(x, Expr::Id)
+            && matches!(y, Expr::Literal(Literal::Int(_) | Literal::Float(_) | Literal::Bool(_)))
+        {
+            return Err(PlanError::TypeMismatch {
+                what: "a value compared with id() (quote it: id() = '12345')",
+                expected: SqlType::Text,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The static type of an expression (see the typing rule in [`crate::types`]).

@@ -92,6 +92,32 @@ fn invalid_statements() {
     );
 }
 
+// Checks id() compared with a number or boolean literal is refused (an id is text; the
+// comparison would read every fragment to match nothing), in every comparison and IN list,
+// with a message that says to quote it; quoted values and fields compared with numbers pass.
+#[test]
+fn id_compared_with_a_number_is_refused() {
+    for sql in [
+        "SELECT * FROM c WHERE id() = 12345",
+        "SELECT * FROM c WHERE 7 = id()",
+        "UPDATE c SET a = 1 WHERE id() <> 1.5",
+        "DELETE FROM c WHERE id() > true",
+        "SELECT * FROM c WHERE id() IN ('a', 2)",
+    ] {
+        let e = err(sql);
+        assert_eq!(e.category(), PlanErrorCategory::TypeMismatch, "{sql}");
+        assert!(e.to_string().contains("id() = '12345'"), "{sql}: {e}");
+    }
+    for sql in [
+        "SELECT * FROM c WHERE id() = '12345'",
+        "SELECT * FROM c WHERE id() IN ('1', '2')",
+        "SELECT * FROM c WHERE n = 12345",
+        "SELECT * FROM c WHERE id() = $1",
+    ] {
+        assert!(query::parse(sql).is_ok(), "{sql}");
+    }
+}
+
 // Checks 10,000 nested parentheses, NOTs and unary minuses are refused, in a debug
 // build on a test thread's default stack, instead of overflowing it.
 #[test]
