@@ -6,17 +6,27 @@
 //!
 //! One cache per executor, no locks. Bounded: at most [`PARSE_CACHE_ENTRIES`] texts, each at
 //! most [`PARSE_CACHE_TEXT_BYTES_MAX`] bytes (longer ones are parsed every time); a full cache
-//! drops one entry, any one, for each new text. Errors are not cached.
+//! drops one entry, any one, for each new text. A text is kept the second time it is seen
+//! (a hash of each text seen once is remembered, at most [`PARSE_CACHE_ENTRIES`] × 16 of
+//! them), so texts with literals in them, each seen once, cost a hash rather than a copy of
+//! their plan and do not push the repeated ones out. Errors are not cached.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 
 use crate::limits::{PARSE_CACHE_ENTRIES, PARSE_CACHE_TEXT_BYTES_MAX};
 use crate::{PlanError, Statement};
+
+/// Hashes of texts seen once remembered before the set starts again.
+const SEEN_ONCE_MAX: usize = PARSE_CACHE_ENTRIES * 16;
 
 /// Parsed statements by SQL text (see the module documentation).
 #[derive(Debug, Default)]
 pub struct ParseCache {
     entries: HashMap<Box<str>, Vec<Statement>>,
+    /// Hashes of texts parsed once and not kept.
+    seen_once: HashSet<u64>,
+    hasher: std::collections::hash_map::RandomState,
     hits: u64,
     misses: u64,
 }
@@ -41,7 +51,7 @@ impl ParseCache {
         }
         self.misses += 1;
         let parsed = crate::parse(sql)?;
-        if sql.len() <= PARSE_CACHE_TEXT_BYTES_MAX {
+        if sql.len() <= PARSE_CACHE_TEXT_BYTES_MAX && self.seen_before(sql) {
             if self.entries.len() >= PARSE_CACHE_ENTRIES {
                 // Any entry: the first the map yields (no order to keep up on every hit).
                 if let Some(victim) = self.entries.keys().next().cloned() {
@@ -51,6 +61,20 @@ impl ParseCache {
             self.entries.insert(sql.into(), parsed.clone());
         }
         Ok(parsed)
+    }
+
+    /// Whether `sql` was seen once already (then it is forgotten there: it is about to be
+    /// kept); else remembers it.
+    fn seen_before(&mut self, sql: &str) -> bool {
+        let hash = self.hasher.hash_one(sql);
+        if self.seen_once.remove(&hash) {
+            return true;
+        }
+        if self.seen_once.len() >= SEEN_ONCE_MAX {
+            self.seen_once.clear();
+        }
+        self.seen_once.insert(hash);
+        false
     }
 
     /// Hits, misses and entries.
@@ -63,6 +87,23 @@ impl ParseCache {
 mod tests {
     use super::*;
 
+    // Checks texts seen once are not kept, however many there are, and leave a repeated
+    // text's entry in place; the memory of texts seen once stays bounded.
+    #[test]
+    fn texts_seen_once_are_not_kept() {
+        let mut cache = ParseCache::default();
+        for _ in 0..2 {
+            cache.parse("BEGIN").expect("parses");
+        }
+        for i in 0..SEEN_ONCE_MAX + 10 {
+            cache.parse(&format!("SELECT * FROM c WHERE id() = 'k{i}'")).expect("parses");
+            assert!(cache.seen_once.len() <= SEEN_ONCE_MAX);
+        }
+        assert_eq!(cache.stats().entries, 1, "only the repeated text is kept");
+        cache.parse("BEGIN").expect("cached");
+        assert_eq!(cache.stats().hits, 1);
+    }
+
     // Checks a cached text gives what parsing gives, the second time from the cache; the
     // statements of a multi-statement text come back whole and in order.
     #[test]
@@ -70,11 +111,15 @@ mod tests {
         let mut cache = ParseCache::default();
         let sql = "BEGIN; UPDATE c SET n = n + 1 WHERE id() = 'a'; COMMIT";
         let first = cache.parse(sql).expect("parses");
-        let second = cache.parse(sql).expect("cached");
+        assert_eq!(cache.stats(), ParseCacheStats { hits: 0, misses: 1, entries: 0 }, "seen once");
+        let second = cache.parse(sql).expect("parses, then kept");
+        assert_eq!(cache.stats(), ParseCacheStats { hits: 0, misses: 2, entries: 1 });
+        let third = cache.parse(sql).expect("cached");
         assert_eq!(format!("{first:?}"), format!("{:?}", crate::parse(sql).expect("parses")));
         assert_eq!(format!("{first:?}"), format!("{second:?}"));
-        assert_eq!(second.len(), 3);
-        assert_eq!(cache.stats(), ParseCacheStats { hits: 1, misses: 1, entries: 1 });
+        assert_eq!(format!("{first:?}"), format!("{third:?}"));
+        assert_eq!(third.len(), 3);
+        assert_eq!(cache.stats(), ParseCacheStats { hits: 1, misses: 2, entries: 1 });
     }
 
     // Checks errors are not cached (each time parsed and refused again), and a text past the
@@ -86,10 +131,10 @@ mod tests {
             assert!(cache.parse("SELEC 1").is_err());
         }
         let long = format!("SELECT 1 AS {}", "a".repeat(PARSE_CACHE_TEXT_BYTES_MAX));
-        for _ in 0..2 {
+        for _ in 0..3 {
             assert!(cache.parse(&long).is_ok());
         }
-        assert_eq!(cache.stats(), ParseCacheStats { hits: 0, misses: 4, entries: 0 });
+        assert_eq!(cache.stats(), ParseCacheStats { hits: 0, misses: 5, entries: 0 });
     }
 
     // Checks the bound on entries: more distinct texts than it holds leave it full, never
@@ -99,8 +144,10 @@ mod tests {
         let mut cache = ParseCache::default();
         for i in 0..PARSE_CACHE_ENTRIES + 10 {
             let sql = format!("SELECT {i}");
-            let parsed = cache.parse(&sql).expect("parses");
-            assert_eq!(format!("{parsed:?}"), format!("{:?}", crate::parse(&sql).expect("p")));
+            for _ in 0..2 {
+                let parsed = cache.parse(&sql).expect("parses");
+                assert_eq!(format!("{parsed:?}"), format!("{:?}", crate::parse(&sql).expect("p")));
+            }
             assert!(cache.stats().entries <= PARSE_CACHE_ENTRIES);
         }
         assert_eq!(cache.stats().entries, PARSE_CACHE_ENTRIES);
