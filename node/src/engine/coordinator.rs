@@ -95,6 +95,20 @@ pub mod marker {
             .collect()
     }
 
+    /// The participants named by the marker of one-round commit `txid` that `batch` puts, if
+    /// it puts one.
+    pub fn participants_in(txid: TxId, batch: &storage::WriteBatch) -> Option<Vec<FragmentId>> {
+        let marker = id(txid);
+        batch.ops().iter().find_map(|op| match op {
+            storage::WriteOp::Put { collection, id, doc, .. }
+                if collection == COLLECTION && *id == marker =>
+            {
+                participants(doc)
+            }
+            _ => None,
+        })
+    }
+
     /// The outcome of one-round commit `txid` from every fragment's evidence: committed iff
     /// every participant holds its Prepare record in doubt or its marker live. A participant
     /// that shows neither never prepared (markers are deleted only once every participant
@@ -901,6 +915,17 @@ mod tests {
         let parts = [FragmentId::new(0), FragmentId::new(7)];
         assert_eq!(marker::participants(&marker::doc(&parts)), Some(parts.to_vec()));
         assert_eq!(marker::participants(&serde_json::json!({"participants": [-1]})), None);
+        let batch = storage::WriteBatch::new()
+            .put("c", "a", router::ShardId::new(0).unwrap(), None, serde_json::json!({}))
+            .put(
+                marker::COLLECTION,
+                &marker::id(txid),
+                router::ShardId::new(0).unwrap(),
+                None,
+                marker::doc(&parts),
+            );
+        assert_eq!(marker::participants_in(txid, &batch), Some(parts.to_vec()));
+        assert_eq!(marker::participants_in(TxId::new(1), &batch), None, "another transaction's");
     }
 
     // Checks the one-round rule: committed iff every participant holds its Prepare in doubt

@@ -210,6 +210,9 @@ pub struct PreparedTxn {
     pub since: Instant,
     /// A commit or abort is under way.
     pub finishing: bool,
+    /// A one-round commit: the participants its marker names (taken from the batch this
+    /// executor prepared, so phase two and the timeout need not read the Prepare record).
+    pub marked: Option<Vec<FragmentId>>,
 }
 
 impl PreparedTxn {
@@ -1247,6 +1250,7 @@ impl Core {
                 held: Vec::new(),
                 since: Instant::now(),
                 finishing: false,
+                marked: None,
             })
             .fragments
             .push(target.fragment);
@@ -1341,6 +1345,7 @@ impl Core {
     ) -> Result<(), EngineError> {
         let fragments: Vec<FragmentId> = batches.iter().map(|(f, _)| *f).collect();
         let held = batches.iter().filter(|(_, b)| b.writes() == 0).map(|(f, _)| *f).collect();
+        let marked = batches.iter().find_map(|(_, b)| marker::participants_in(txid, b));
         let mut owned = Vec::with_capacity(batches.len());
         for (id, batch) in batches {
             self.writable(id)?;
@@ -1353,6 +1358,7 @@ impl Core {
                 held,
                 since: Instant::now(),
                 finishing: false,
+                marked,
             },
         );
         let mut failure = None;
@@ -1411,9 +1417,8 @@ impl Core {
         if let Some(p) = self.prepared.borrow_mut().get_mut(&txid) {
             p.finishing = true;
         }
-        // A one-round commit's participants, from its marker (read before the commit: the
-        // Prepare record is where it is until then).
-        let marked = if commit { self.marked_participants(txid, &fragments) } else { None };
+        // A one-round commit's participants (read before `prepared` forgets the transaction).
+        let marked = if commit { self.marked_participants(txid) } else { None };
         let mut durable = Vec::with_capacity(fragments.len());
         let mut committed_here = Vec::with_capacity(fragments.len());
         for id in &fragments {
@@ -1649,23 +1654,10 @@ impl Core {
         (!queued).then_some(true)
     }
 
-    /// The participants one-round commit `txid` names in its marker, read from its durable
-    /// Prepare record in the first of `fragments` (of this executor) that holds one; `None`
-    /// for a transaction with a recorded decision.
-    fn marked_participants(&self, txid: TxId, fragments: &[FragmentId]) -> Option<Vec<FragmentId>> {
-        // Only a node committing in one round prepares marked transactions while serving
-        // (those left by an earlier run are resolved at open): no lookup on the journal path.
-        if !marker::enabled() {
-            return None;
-        }
-        fragments.iter().find_map(|id| {
-            let doc = self.fragment(*id).ok()?.prepared_doc(
-                txid,
-                marker::COLLECTION,
-                &marker::id(txid),
-            )?;
-            marker::participants(&doc)
-        })
+    /// The participants one-round commit `txid` names in its marker, as prepared on this
+    /// executor; `None` for a transaction with a recorded decision (or not prepared here).
+    fn marked_participants(&self, txid: TxId) -> Option<Vec<FragmentId>> {
+        self.prepared.borrow().get(&txid)?.marked.clone()
     }
 
     /// Where one-round commit `txid` stands in this executor's fragment `id` (see
@@ -1717,7 +1709,7 @@ impl Core {
             .map(|(t, p)| (*t, p.fragments.clone()))
             .collect();
         for (txid, fragments) in expired {
-            if let Some(participants) = self.marked_participants(txid, &fragments) {
+            if let Some(participants) = self.marked_participants(txid) {
                 match self.resolve_marked(txid, &participants).await {
                     Some(commit) => {
                         tracing::warn!(%txid, commit, "one-round transaction prepared too long; resolved from its participants");
@@ -1855,7 +1847,7 @@ fn coordinated_elsewhere(shared: &Shared, txid: TxId) -> bool {
 /// (its documents stay locked) until the first sweep asks that node for the decision.
 fn asking_prepared(fragments: Vec<FragmentId>) -> PreparedTxn {
     let since = Instant::now().checked_sub(TXN_PREPARED_TIMEOUT).unwrap_or_else(Instant::now);
-    PreparedTxn { fragments, held: Vec::new(), since, finishing: false }
+    PreparedTxn { fragments, held: Vec::new(), since, finishing: false, marked: None }
 }
 
 /// Resolves every transaction left prepared in `fragment` by a crash from the coordinator's
@@ -2046,6 +2038,7 @@ mod tests {
             held: held.iter().map(|&f| FragmentId::new(f)).collect(),
             since: Instant::now(),
             finishing,
+            marked: None,
         }
     }
 
