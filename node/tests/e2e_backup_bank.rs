@@ -649,7 +649,7 @@ async fn e2e_backup_of_an_undecided_transfer_restores_without_it() {
         .into_iter()
         .filter(|l| l.contains("in-doubt transaction resolved"))
         .collect();
-    // With one-round commits (s33-marker) every PREPARE durable is the commit: recovery
+    // With one-round commits (the default) every PREPARE durable is the commit: recovery
     // commits the transfer on both fragments instead (its outcome is unknown to the checker).
     let one_round = support::one_round_commits();
     let outcome = if one_round { "commit=true" } else { "commit=false" };

@@ -83,7 +83,7 @@ async fn crash_at(fault: &str, on_1: bool) -> usize {
 #[tokio::test]
 async fn crash_after_first_prepare_aborts() {
     let present = crash_at("2pc-after-prepare:1", false).await;
-    if one_round() {
+    if support::one_round_commits() {
         // The other participants' PREPAREs may have become durable before the crash too
         // (their fdatasyncs run at once): then it committed. All or nothing either way.
         assert!(present == 0 || present == IDS.len(), "{present}");
@@ -92,18 +92,12 @@ async fn crash_after_first_prepare_aborts() {
     }
 }
 
-/// Whether the nodes run one-round commits (the default; `TESSERA_ONE_ROUND_COMMITS=0` turns
-/// them off): a transaction of one node is then committed once every PREPARE is durable.
-fn one_round() -> bool {
-    support::one_round_commits()
-}
-
 // Checks a crash once every participant's PREPARE is durable but before the decision: still
 // no decision, so it aborts; with one-round commits every PREPARE durable is the commit, so
 // recovery commits it.
 #[tokio::test]
 async fn crash_after_all_prepares_aborts() {
-    let expected = if one_round() { IDS.len() } else { 0 };
+    let expected = if support::one_round_commits() { IDS.len() } else { 0 };
     assert_eq!(crash_at("2pc-after-prepare:3", true).await, expected);
 }
 
@@ -163,7 +157,7 @@ async fn stalled_commit_is_aborted(on_1: bool) {
             IDS[0], IDS[1]
         ))
         .await;
-    if one_round() {
+    if support::one_round_commits() {
         // Every PREPARE was durable before the stall: committed, by the sweeper first and
         // the late session after it; both documents stay.
         result.unwrap();
@@ -198,7 +192,7 @@ async fn stalled_commit_is_aborted(on_1: bool) {
 // stall is the decision's timeout, checked above.
 #[tokio::test]
 async fn one_round_participant_that_never_prepared_is_fenced() {
-    if !one_round() {
+    if !support::one_round_commits() {
         return;
     }
     let mut node = Node::start_with(NodeOptions {

@@ -227,7 +227,7 @@ async fn crash_with_a_reader(fault: &str) -> usize {
 
 // Checks a crash once both writers' PREPAREs are durable (the reader's hold in memory only):
 // no decision, so after the restart neither write is there and the read document is free.
-// With one-round commits (s33-marker) both PREPAREs durable is the commit: both are there.
+// With one-round commits (the default) both PREPAREs durable is the commit: both are there.
 #[tokio::test]
 async fn crash_after_the_writers_prepared_aborts() {
     let one_round = support::one_round_commits();

@@ -24,9 +24,8 @@ const SEEN_ONCE_MAX: usize = PARSE_CACHE_ENTRIES * 16;
 #[derive(Debug, Default)]
 pub struct ParseCache {
     entries: HashMap<Box<str>, Vec<Statement>>,
-    /// Hashes of texts parsed once and not kept.
+    /// Hashes of texts parsed once and not kept (by `entries`' own hasher).
     seen_once: HashSet<u64>,
-    hasher: std::collections::hash_map::RandomState,
     hits: u64,
     misses: u64,
 }
@@ -66,7 +65,7 @@ impl ParseCache {
     /// Whether `sql` was seen once already (then it is forgotten there: it is about to be
     /// kept); else remembers it.
     fn seen_before(&mut self, sql: &str) -> bool {
-        let hash = self.hasher.hash_one(sql);
+        let hash = self.entries.hasher().hash_one(sql);
         if self.seen_once.remove(&hash) {
             return true;
         }

@@ -99,8 +99,8 @@ pub fn main(args: &Args) -> ExitCode {
                     continue;
                 }
             };
-        let marked = evidence.get(&FragmentId::new(f.id)).map(|e| e.in_doubt.clone());
-        fragment.commit_in_doubt(|txid| match marked.as_ref().and_then(|m| m.get(&txid)) {
+        let marked = evidence.get(&FragmentId::new(f.id)).map(|e| &e.in_doubt);
+        fragment.commit_in_doubt(|txid| match marked.and_then(|m| m.get(&txid)) {
             // A participant not read is no evidence of anything: left out, as recovery
             // refuses to guess.
             Some(participants) => marker::committed(txid, participants, &evidence).unwrap_or(false),

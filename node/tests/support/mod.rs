@@ -636,13 +636,13 @@ impl Drop for Node {
 /// Whether the test nodes commit transactions of one node in one round: the node's default,
 /// unless `TESSERA_ONE_ROUND_COMMITS` (passed through to every test node) turns it off, as
 /// `scripts/test.sh`'s second pass over the transaction suites does.
+/// Read as the node reads it (clap's boolish values).
 pub fn one_round_commits() -> bool {
-    match std::env::var("TESSERA_ONE_ROUND_COMMITS") {
-        Ok(v) => {
-            !matches!(v.to_ascii_lowercase().as_str(), "0" | "false" | "no" | "off" | "n" | "f")
-        }
-        Err(_) => true,
-    }
+    use clap::builder::TypedValueParser;
+    let Some(v) = std::env::var_os("TESSERA_ONE_ROUND_COMMITS") else { return true };
+    clap::builder::BoolishValueParser::new()
+        .parse_ref(&clap::Command::new("tessera"), None, &v)
+        .unwrap_or_else(|e| panic!("TESSERA_ONE_ROUND_COMMITS={v:?}: {e}"))
 }
 
 /// The SQLSTATE code of a tokio-postgres error, or a failure naming the error.
