@@ -38,7 +38,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    no_transparent_huge_pages();
+    huge_pages_only_where_advised();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => node::cli::serve::main(&args),
@@ -51,19 +51,14 @@ fn main() -> ExitCode {
     }
 }
 
-/// Turns transparent huge pages off for this process and the threads it starts. mimalloc asks
-/// for huge pages on its large regions, and an executor's index table, freshly doubled, is
-/// then touched 2 MiB page by 2 MiB page, each first touch zeroing 2 MiB on the executor's
-/// thread: the storage bench saw waves of 0.1-0.3 s (one ack of 0.7-1.05 s per run) and 17%
-/// of its CPU in `clear_page_erms` (BENCHMARKS.md, session 7, branch s7-ack). A failure (an
-/// old kernel) leaves the system's setting in force.
-fn no_transparent_huge_pages() {
-    // SAFETY: PR_SET_THP_DISABLE takes one integer argument and touches no memory of ours.
-    let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
-    if rc != 0 {
-        eprintln!(
-            "tessera: could not turn transparent huge pages off: {}",
-            std::io::Error::last_os_error()
-        );
+/// Keeps transparent huge pages to the log's staged segments (`storage::hugepages`), for this
+/// process and the threads it starts. Elsewhere they cost: an executor's index table, freshly
+/// doubled and touched at random 2 MiB page by 2 MiB page, zeroed each on first touch on the
+/// executor's thread: the storage bench saw waves of 0.1-0.3 s (one ack of 0.7-1.05 s per run)
+/// and 17% of its CPU in `clear_page_erms` (BENCHMARKS.md, session 7, branch s7-ack). A failure
+/// leaves the system's setting in force.
+fn huge_pages_only_where_advised() {
+    if let Err(e) = storage::hugepages::only_where_advised() {
+        eprintln!("tessera: could not keep transparent huge pages to the log's segments: {e}");
     }
 }

@@ -33,8 +33,10 @@
 //! `FragmentOptions::split_waves` (default off). `TESSERA_BENCH_CHUNK_IO=ring` sends their
 //! chunks through io_uring (`FragmentOptions::chunk_io`, `ChunkIo::Ring`) instead of the
 //! default blocking-thread job. Allocator: mimalloc, as the node's binary;
-//! transparent huge pages off unless `TESSERA_BENCH_THP=on`. The executor is pinned to CPU 0
-//! unless `TESSERA_BENCH_PIN=off`.
+//! transparent huge pages only in the staged segments (`storage::hugepages`), as the node's,
+//! unless `TESSERA_BENCH_THP=on` (the system's setting). The executor is pinned to CPU 0
+//! unless `TESSERA_BENCH_PIN=off`. `TESSERA_BENCH_SPIN_US=N` lets the executor spin N µs
+//! before it parks (glommio's `spin_before_park`; default: it parks at once).
 
 use std::cell::RefCell;
 use std::ops::ControlFlow;
@@ -52,8 +54,8 @@ mod ceiling;
 mod machine_cpu;
 
 /// mimalloc, as the node's binary (main `75b36a4`): the write path's allocations are part of
-/// its CPU per write. Transparent huge pages are off for this process unless
-/// `TESSERA_BENCH_THP=on` (see `main`).
+/// its CPU per write. Transparent huge pages only for the staged segments, as the node's,
+/// unless `TESSERA_BENCH_THP=on` (see `main`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -700,14 +702,13 @@ fn main() {
         println!("storage bench: skipped outside `cargo bench -p storage --bench log`");
         return;
     }
-    // With transparent huge pages, mimalloc backs the index's large tables with 2 MiB pages,
-    // and the random inserts into a freshly doubled table fault them all within a few waves:
-    // 0.1-0.5 s acks at each doubling on dev-2c (BENCHMARKS.md, session 7, `s7-ack`).
+    // Huge pages only for the staged segments, as the node's binary (`storage::hugepages`): with
+    // them on the index's large tables, the random inserts into a freshly doubled table fault
+    // them all within a few waves: 0.1-0.5 s acks at each doubling on dev-2c (BENCHMARKS.md,
+    // session 7, `s7-ack`). `TESSERA_BENCH_THP=on` leaves the system's setting in force.
     if std::env::var("TESSERA_BENCH_THP").map_or(true, |v| v != "on") {
-        // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integers and only sets a flag of
-        // this process's memory map.
-        let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
-        assert_eq!(rc, 0, "PR_SET_THP_DISABLE");
+        let got = storage::hugepages::only_where_advised().expect("huge page policy");
+        println!("transparent huge pages: {got:?}");
     }
     let seconds: u64 =
         std::env::var("TESSERA_BENCH_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
@@ -755,8 +756,14 @@ fn main() {
             } else {
                 glommio::Placement::Fixed(0)
             };
-            glommio::LocalExecutorBuilder::new(placement)
-                .io_memory(1 << 20)
+            let builder = glommio::LocalExecutorBuilder::new(placement).io_memory(1 << 20);
+            let builder = match std::env::var("TESSERA_BENCH_SPIN_US") {
+                Ok(v) => builder.spin_before_park(Duration::from_micros(
+                    v.parse().unwrap_or_else(|_| panic!("TESSERA_BENCH_SPIN_US={v:?}")),
+                )),
+                Err(_) => builder,
+            };
+            builder
                 // The log runs its chunks on glommio's blocking threads; for a pinned executor
                 // glommio would pin them to the same CPU. The node's executors are unbound,
                 // and so are their blocking threads, as many as here.

@@ -21,6 +21,7 @@ mod export;
 pub mod format;
 mod fragment;
 mod growmap;
+pub mod hugepages;
 mod index;
 pub mod iostats;
 pub mod journal;

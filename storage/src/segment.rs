@@ -41,6 +41,7 @@ use memmap2::Mmap;
 use crate::archive::{self, RecordSpan};
 use crate::disk::{Disk, DiskFile};
 use crate::format::{SEGMENT_HEADER_USED_BYTES, SegmentHeader};
+use crate::hugepages;
 use crate::limits::{BLOCK_BYTES, SEGMENT_HEADER_BYTES, SPARE_FILL_PIECE_BYTES};
 use crate::pagecache;
 use crate::record::ArchivedRecord;
@@ -211,6 +212,11 @@ impl Segment {
         };
         if fresh == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
+        }
+        // Records in 2 MiB pages (`hugepages`); the advice moves with the pages at a roll.
+        // SAFETY: `fresh` is the mapping of `len` bytes made above.
+        if let Err(e) = unsafe { hugepages::advise(fresh, len) } {
+            tracing::debug!(path = %self.path.display(), error = %e, "MADV_HUGEPAGE failed");
         }
         let prefix = self.file_prefix(end);
         let end = prefix.len();

@@ -138,3 +138,49 @@ fn staged_segment_seals_onto_the_file() {
         file.close().await.expect("close");
     });
 }
+
+/// The `VmFlags` line of the mapping of this process that holds `addr` (`/proc/self/smaps`).
+fn vm_flags_at(addr: usize) -> String {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line.split_whitespace().next().and_then(|r| r.split_once('-'));
+        if let Some((start, end)) = range
+            && let (Ok(start), Ok(end)) =
+                (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16))
+        {
+            inside = (start..end).contains(&addr);
+        } else if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
+            return flags.trim().to_owned();
+        }
+    }
+    panic!("no mapping holds {addr:#x}");
+}
+
+// The staged range is advised huge pages (`storage::hugepages`: point reads), the advice moves
+// with the pages to the next segment at a roll, and a sealed segment's file mapping has none.
+#[test]
+fn staged_segments_are_advised_huge_pages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let huge = |seg: &storage::segment::Segment| {
+            vm_flags_at(seg.bytes().as_ptr() as usize).split(' ').any(|f| f == "hg")
+        };
+        let (old, old_file) =
+            create_preallocated(&DmaDisk, &path, test_header(7), 4 << 20).await.expect("create");
+        assert!(!huge(&old), "a file mapping");
+        old.stage(4096).expect("stage");
+        assert!(huge(&old), "staged");
+        let next = SegmentHeader { seq: 1, ..test_header(8) };
+        let (new, new_file) =
+            create_preallocated(&DmaDisk, &path, next, 4 << 20).await.expect("create");
+        assert!(new.take_staging_from(&old), "the pages move on");
+        assert!(huge(&new), "staged with the pages handed on");
+        assert!(!huge(&old), "sealed onto its file");
+        new.seal();
+        assert!(!huge(&new), "sealed onto its file");
+        old_file.close().await.expect("close");
+        new_file.close().await.expect("close");
+    });
+}
