@@ -33,7 +33,8 @@ use std::cell::Cell;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Poll, Waker};
 
 use memmap2::Mmap;
@@ -46,8 +47,11 @@ use crate::limits::{BLOCK_BYTES, SEGMENT_HEADER_BYTES, SPARE_FILL_PIECE_BYTES};
 use crate::pagecache;
 use crate::record::ArchivedRecord;
 
-/// Bytes of a staged segment backed with pages per `madvise` ahead of the log's chunks.
-const STAGE_POPULATE_BYTES: usize = 256 << 10;
+/// Bytes of a staged segment backed with pages per job (`populate_ahead`): one huge page.
+const STAGE_POPULATE_BYTES: usize = 2 << 20;
+
+/// How far past the log's last chunk a staged segment's pages are backed (`populate_ahead`).
+const STAGE_POPULATE_AHEAD_BYTES: usize = 8 << 20;
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14; not in the `libc` crate): fault pages in, writable.
 const MADV_POPULATE_WRITE: libc::c_int = 23;
@@ -70,8 +74,11 @@ pub struct Segment {
     staged: Cell<bool>,
     /// Bytes readers may see: all of them, or a staged segment's durable prefix.
     readable: Cell<usize>,
-    /// A staged segment's bytes from the start already backed by pages (`populate`).
-    populated: Cell<usize>,
+    /// A staged segment's bytes from the start already backed by pages (`populate_ahead`),
+    /// raised by the blocking job that backs them.
+    populated: Arc<AtomicUsize>,
+    /// Whether such a job is running.
+    populating: Arc<AtomicBool>,
     /// Frame bytes of the records applied from this segment (for dead-byte accounting).
     record_bytes: Cell<u64>,
     /// Debug builds: spans (offset, length) already validated by a read of this segment.
@@ -131,7 +138,8 @@ impl Segment {
             base: Cell::new(base),
             staged: Cell::new(false),
             readable: Cell::new(readable),
-            populated: Cell::new(0),
+            populated: Arc::new(AtomicUsize::new(0)),
+            populating: Arc::new(AtomicBool::new(false)),
             record_bytes: Cell::new(0),
             #[cfg(debug_assertions)]
             checked: std::cell::RefCell::default(),
@@ -261,9 +269,7 @@ impl Segment {
             "a staged chunk must go past the durable prefix and inside the segment"
         );
         let end = at + chunk.len();
-        if end > self.populated.get() {
-            self.populate(end);
-        }
+        self.populate_ahead(end);
         // SAFETY: the range is inside the writable anonymous mapping (checked above) and past
         // `readable`, so no slice handed out covers it.
         unsafe {
@@ -271,26 +277,38 @@ impl Segment {
         };
     }
 
-    /// Backs the staged range up to at least `end` with pages, `STAGE_POPULATE_BYTES` at a time
-    /// (`MADV_POPULATE_WRITE`): one system call instead of a page fault per 4 KiB the chunks
-    /// touch first. Pages already there (handed on by `take_staging_from`) cost a page-table walk.
-    fn populate(&self, end: usize) {
-        let from = self.populated.get();
-        let to = end.max(from + STAGE_POPULATE_BYTES).min(self.map.len());
-        // SAFETY: an advice on part of this segment's own writable anonymous range; it only
-        // allocates zeroed pages where none are, so no byte changes.
-        let rc = unsafe {
-            libc::madvise(
-                self.base.get().add(from).cast::<libc::c_void>(),
-                to - from,
-                MADV_POPULATE_WRITE,
-            )
-        };
-        if rc != 0 {
-            tracing::debug!(path = %self.path.display(), error = %io::Error::last_os_error(), "MADV_POPULATE_WRITE failed");
+    /// Keeps the staged range backed with pages up to `STAGE_POPULATE_AHEAD_BYTES` past `end`
+    /// (the end of the chunk being staged), `STAGE_POPULATE_BYTES` per `MADV_POPULATE_WRITE`,
+    /// one job at a time per segment, on the process's stager thread (`send_to_stager`): backing fresh
+    /// memory zeroes it, and a fresh 2 MiB page cost about 5.6 ms on dev-2c (BENCHMARKS.md,
+    /// "Session 35"), which the executor would otherwise pay inside a chunk's launch, and which
+    /// on the executor's blocking threads held up chunks' writes. A chunk that outruns the jobs
+    /// faults its own pages in as it is copied. Pages handed on by `take_staging_from` cost a
+    /// job a page-table walk.
+    fn populate_ahead(&self, end: usize) {
+        if self.populating.load(Ordering::Acquire) {
+            return;
         }
-        // On failure the chunks' first touches fault the pages in, as without it.
-        self.populated.set(to);
+        let len = self.map.len();
+        let from = self.populated.load(Ordering::Acquire).max(end - end % STAGE_POPULATE_BYTES);
+        if from >= len || from >= end.saturating_add(STAGE_POPULATE_AHEAD_BYTES) {
+            return;
+        }
+        let to = (from - from % STAGE_POPULATE_BYTES + STAGE_POPULATE_BYTES).min(len);
+        self.populating.store(true, Ordering::Release);
+        // Without a stager the flag stays set: no more jobs, chunks fault their pages in.
+        send_to_stager(StageJob::Populate {
+            addr: self.base.get() as usize + from,
+            len: to - from,
+            to,
+            populated: self.populated.clone(),
+            populating: self.populating.clone(),
+        });
+    }
+
+    /// Bytes of a staged segment from its start already backed with pages by the stager.
+    pub fn populated_through(&self) -> usize {
+        self.populated.load(Ordering::Acquire)
     }
 
     /// Makes `[0, end)` of a staged segment readable: its chunks are durable.
@@ -419,6 +437,78 @@ impl Segment {
             }
         }
         archive::record(self.bytes(), span)
+    }
+}
+
+/// Work for the stager thread.
+enum StageJob {
+    /// One `MADV_POPULATE_WRITE` for a staged segment (`Segment::populate_ahead`): `len` bytes
+    /// at `addr`, after which the segment's backed prefix reaches `to`.
+    ///
+    /// The job holds the range's address, not the segment: if a roll or a seal replaces the
+    /// mapping while the job waits or runs, or a drop unmaps it, the advice finds another
+    /// mapping there or none. `MADV_POPULATE_WRITE` changes no byte of any mapping (it backs
+    /// missing pages with zeroed ones and fails on read-only ones), so at worst it backs
+    /// memory nobody uses.
+    Populate {
+        addr: usize,
+        len: usize,
+        to: usize,
+        populated: Arc<AtomicUsize>,
+        populating: Arc<AtomicBool>,
+    },
+    /// Answers once every job sent before it is done (`wait_for_stager`).
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
+/// The process's stager thread: backs staged segments' pages ahead of the log, off the
+/// executors and their blocking threads. Started on first use, it runs as long as the process.
+/// Returns false when it cannot take the job (no thread): then chunks fault their own pages in,
+/// as before any advice.
+fn send_to_stager(job: StageJob) -> bool {
+    static JOBS: std::sync::OnceLock<Option<std::sync::mpsc::Sender<StageJob>>> =
+        std::sync::OnceLock::new();
+    let jobs = JOBS.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<StageJob>();
+        let started = std::thread::Builder::new()
+            .name("tessera-stager".into())
+            .spawn(move || rx.into_iter().for_each(run_stage_job));
+        match started {
+            Ok(_) => Some(tx),
+            Err(e) => {
+                tracing::warn!(error = %e, "no stager thread; chunks fault their staged pages in");
+                None
+            }
+        }
+    });
+    jobs.as_ref().is_some_and(|jobs| jobs.send(job).is_ok())
+}
+
+fn run_stage_job(job: StageJob) {
+    match job {
+        StageJob::Populate { addr, len, to, populated, populating } => {
+            // SAFETY: an advice on a range of this process's address space; it changes no byte
+            // of whatever is mapped there (see `StageJob`).
+            let rc = unsafe { libc::madvise(addr as *mut libc::c_void, len, MADV_POPULATE_WRITE) };
+            if rc != 0 {
+                // The chunks' first touches fault the pages in, as without it.
+                tracing::debug!(error = %io::Error::last_os_error(), "MADV_POPULATE_WRITE failed");
+            }
+            populated.store(to, Ordering::Release);
+            populating.store(false, Ordering::Release);
+        }
+        StageJob::Flush(done) => {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// Blocks the calling thread until the stager has done every job sent before (none, when it
+/// has no thread). For tests: what a staged segment's pages are backed with then is settled.
+pub fn wait_for_stager() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    if send_to_stager(StageJob::Flush(tx)) {
+        let _ = rx.recv();
     }
 }
 
