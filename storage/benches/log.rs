@@ -25,6 +25,9 @@
 //! `TESSERA_BENCH_SYNCS=N` gives the write runs' fragment a sync gate of N permits (the node's
 //! `--max-syncs-per-executor`): with 1, one chunk at a time is written and synced instead of
 //! `CHUNKS_IN_FLIGHT_MAX`.
+//! `TESSERA_BENCH_READ_SEGMENT_BYTES=N` sets the point reads' and scans' segment size (default
+//! 1 GiB: every read from the active segment, staged in memory; smaller, most reads go through
+//! sealed segments' file mappings).
 //! `TESSERA_BENCH_SEGMENT_BYTES=N` sets the write runs' segment size (default 1 GiB, so a run
 //! does not roll; the node's default is 64 MiB). Every segment but the first of a fragment
 //! stages its chunks in pages the previous one handed on, so with 1 GiB segments every byte a
@@ -276,6 +279,13 @@ enum Load {
     Paced(f64),
 }
 
+/// A size in bytes from the environment variable `name`, or `default` when it is not set.
+fn bytes_from_env(name: &str, default: u64) -> u64 {
+    std::env::var(name).map_or(default, |v| {
+        v.parse().unwrap_or_else(|_| panic!("{name}={v:?}: not a number of bytes"))
+    })
+}
+
 /// When the `k`-th write of a paced run is due.
 fn due(start: Instant, rate: f64, k: u64) -> Instant {
     start + Duration::from_secs_f64(k as f64 / rate)
@@ -353,9 +363,7 @@ async fn durable_writes(
     limit: Option<u64>,
 ) {
     let fdir = dir.join(format!("w{writers}"));
-    let segment_bytes = std::env::var("TESSERA_BENCH_SEGMENT_BYTES").map_or(SEGMENT_BYTES, |v| {
-        v.parse().unwrap_or_else(|_| panic!("TESSERA_BENCH_SEGMENT_BYTES={v:?}: not a size"))
-    });
+    let segment_bytes = bytes_from_env("TESSERA_BENCH_SEGMENT_BYTES", SEGMENT_BYTES);
     let options = FragmentOptions {
         segment_bytes,
         compact_dead_bytes_min: u64::MAX,
@@ -568,8 +576,10 @@ fn print_slow_episodes(slow: &mut [(Duration, Duration)]) {
 
 async fn reads_and_scans(dir: &std::path::Path) {
     let fdir = dir.join("reads");
+    // One 1 GiB segment by default: every read from the staged (active) segment.
+    let segment_bytes = bytes_from_env("TESSERA_BENCH_READ_SEGMENT_BYTES", SEGMENT_BYTES);
     let options = FragmentOptions {
-        segment_bytes: SEGMENT_BYTES,
+        segment_bytes,
         compact_dead_bytes_min: u64::MAX,
         ..FragmentOptions::default()
     };
