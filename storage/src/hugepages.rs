@@ -4,7 +4,7 @@
 //! a range of hundreds of megabytes misses the TLB nearly every time with 4 KiB pages (on a
 //! virtual machine each miss walks two page tables). The active segment, staged in anonymous
 //! memory (`segment`'s module comment), is advised `MADV_HUGEPAGE`, so its records sit in 2 MiB
-//! pages (BENCHMARKS.md, "Session 35": point reads 1.4-2.0× on dev-2c).
+//! pages (BENCHMARKS.md, "Session 35": point reads 1.1-1.6× on dev-2c).
 //!
 //! Everything else stays on 4 KiB pages: the allocator's large regions backing the index's
 //! tables, freshly doubled and then touched at random, fault 2 MiB zeroed pages in bursts of
