@@ -470,9 +470,10 @@ fn send_to_stager(job: StageJob) -> bool {
         std::sync::OnceLock::new();
     let jobs = JOBS.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel::<StageJob>();
-        let started = std::thread::Builder::new()
-            .name("tessera-stager".into())
-            .spawn(move || rx.into_iter().for_each(run_stage_job));
+        let started = std::thread::Builder::new().name("tessera-stager".into()).spawn(move || {
+            run_where_the_process_may();
+            rx.into_iter().for_each(run_stage_job);
+        });
         match started {
             Ok(_) => Some(tx),
             Err(e) => {
@@ -482,6 +483,22 @@ fn send_to_stager(job: StageJob) -> bool {
         }
     });
     jobs.as_ref().is_some_and(|jobs| jobs.send(job).is_ok())
+}
+
+/// Gives the calling thread the process's own CPUs (its main thread's): the stager starts on an
+/// executor's thread, and on a pinned executor it would otherwise share that one CPU with it.
+fn run_where_the_process_may() {
+    // SAFETY: `cpu_set_t` is plain bytes, all zeros a valid empty set; the calls read and
+    // write only `set`, whose size they are given.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(libc::getpid(), size, &mut set) != 0
+            || libc::sched_setaffinity(0, size, &set) != 0
+        {
+            tracing::debug!(error = %io::Error::last_os_error(), "the stager keeps its CPUs");
+        }
+    }
 }
 
 fn run_stage_job(job: StageJob) {

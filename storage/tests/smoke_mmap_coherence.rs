@@ -225,3 +225,42 @@ fn staged_pages_are_backed_ahead_of_the_log() {
         file.close().await.expect("close");
     });
 }
+
+/// The `Cpus_allowed_list` of thread `tid` of this process.
+fn cpus_allowed(tid: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).expect("status");
+    let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).expect("cpus line");
+    line.split_whitespace().nth(1).unwrap_or_default().to_owned()
+}
+
+// The stager thread starts on the executor that first stages a chunk; on a pinned executor it
+// still runs on the process's CPUs, not on that executor's one.
+#[test]
+fn the_stager_is_not_pinned_with_its_executor() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
+        .io_memory(1 << 20)
+        .spawn(move || async move {
+            let (seg, file) = create_preallocated(&DmaDisk, &path, test_header(7), 4 << 20)
+                .await
+                .expect("create");
+            seg.stage(4096).expect("stage");
+            seg.stage_chunk(4096, file.alloc(4096).as_bytes());
+            storage::segment::wait_for_stager();
+            file.close().await.expect("close");
+        })
+        .expect("executor")
+        .join()
+        .expect("join");
+    let tasks = std::fs::read_dir("/proc/self/task").expect("tasks");
+    let stager = tasks
+        .filter_map(|t| t.ok().map(|t| t.file_name().to_string_lossy().into_owned()))
+        .find(|tid| {
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+                .is_ok_and(|c| c.trim() == "tessera-stager")
+        })
+        .expect("a stager thread");
+    let main = std::process::id().to_string();
+    assert_eq!(cpus_allowed(&stager), cpus_allowed(&main));
+}
