@@ -38,14 +38,24 @@ pub fn cached_pages(file: &File, from: u64) -> io::Result<usize> {
     }
     // SAFETY: a read-only shared mapping, dropped below; no byte of it is read.
     let map = unsafe { memmap2::Mmap::map(file)? };
-    let page = 4096;
-    let mut resident = vec![0u8; len.div_ceil(page)];
-    // SAFETY: the mapping is page-aligned, `len` bytes long, and `resident` has one byte per
-    // page of it; `mincore` only writes `resident`.
-    let rc = unsafe { libc::mincore(map.as_ptr().cast_mut().cast(), len, resident.as_mut_ptr()) };
+    // From the page holding `from`; past the end, nothing.
+    let skip = (usize::try_from(from).unwrap_or(usize::MAX) / 4096).saturating_mul(4096).min(len);
+    resident_pages(map.as_ptr().wrapping_add(skip), len - skip)
+}
+
+/// How many pages of the `len` bytes mapped at `addr` (page-aligned) are resident: in the page
+/// cache for a file mapping, backed by memory for an anonymous one (`mincore`, which reads no
+/// byte of the range and fails on a range not mapped).
+pub fn resident_pages(addr: *const u8, len: usize) -> io::Result<usize> {
+    if len == 0 {
+        return Ok(0);
+    }
+    let mut resident = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: `mincore` only writes `resident`, one byte per page of the range; the kernel
+    // checks the range itself.
+    let rc = unsafe { libc::mincore(addr.cast_mut().cast(), len, resident.as_mut_ptr()) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    let first = usize::try_from(from).unwrap_or(usize::MAX) / page;
-    Ok(resident.get(first..).unwrap_or(&[]).iter().filter(|&&r| r & 1 == 1).count())
+    Ok(resident.iter().filter(|&&r| r & 1 == 1).count())
 }

@@ -189,16 +189,6 @@ fn staged_segments_are_advised_huge_pages() {
     });
 }
 
-/// How many of the `len` bytes' pages at `addr` (page-aligned) are resident (`mincore`).
-fn resident_pages(addr: *const u8, len: usize) -> usize {
-    let mut vec = vec![0u8; len.div_ceil(4096)];
-    // SAFETY: `addr..addr + len` is mapped by this process (a staged segment's range) and
-    // `vec` has one byte per page of it.
-    let rc = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) };
-    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
-    vec.iter().filter(|&&v| v & 1 == 1).count()
-}
-
 // A staged segment's pages are backed ahead of the log by the stager thread, in 2 MiB steps,
 // until 8 MiB past the last chunk staged, and no further (`Segment::populate_ahead`).
 #[test]
@@ -218,10 +208,18 @@ fn staged_pages_are_backed_ahead_of_the_log() {
         }
         assert_eq!(seg.populated_through(), 10 * MIB, "the 2 MiB step past 8 MiB ahead");
         let base = seg.bytes().as_ptr();
-        assert_eq!(resident_pages(base, 10 * MIB), 10 * MIB / 4096, "backed ahead");
+        assert_eq!(
+            storage::pagecache::resident_pages(base, 10 * MIB).expect("mincore"),
+            10 * MIB / 4096,
+            "backed ahead"
+        );
         // SAFETY: 10 MiB is inside the 16 MiB range.
         let rest = unsafe { base.add(10 * MIB) };
-        assert_eq!(resident_pages(rest, 6 * MIB), 0, "nothing past that");
+        assert_eq!(
+            storage::pagecache::resident_pages(rest, 6 * MIB).expect("mincore"),
+            0,
+            "nothing past that"
+        );
         file.close().await.expect("close");
     });
 }
