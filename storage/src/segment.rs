@@ -34,7 +34,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Poll, Waker};
 
 use memmap2::Mmap;
@@ -77,8 +77,9 @@ pub struct Segment {
     /// A staged segment's bytes from the start already backed by pages (`populate_ahead`),
     /// raised by the stager's job that backs them.
     populated: Arc<AtomicUsize>,
-    /// Whether such a job is running.
-    populating: Arc<AtomicBool>,
+    /// How far the last job sent to the stager backs them: a job is running while
+    /// `populated` is short of it.
+    requested: Cell<usize>,
     /// Frame bytes of the records applied from this segment (for dead-byte accounting).
     record_bytes: Cell<u64>,
     /// Debug builds: spans (offset, length) already validated by a read of this segment.
@@ -139,7 +140,7 @@ impl Segment {
             staged: Cell::new(false),
             readable: Cell::new(readable),
             populated: Arc::new(AtomicUsize::new(0)),
-            populating: Arc::new(AtomicBool::new(false)),
+            requested: Cell::new(0),
             record_bytes: Cell::new(0),
             #[cfg(debug_assertions)]
             checked: std::cell::RefCell::default(),
@@ -282,27 +283,27 @@ impl Segment {
     /// one job at a time per segment, on the process's stager thread (`send_to_stager`):
     /// backing fresh memory zeroes it, and a fresh 2 MiB page cost about 5.6 ms on dev-2c
     /// (BENCHMARKS.md, "Session 35"), which the executor would otherwise pay inside a chunk's
-    /// launch, and which on the executor's blocking threads held up chunks' writes. A chunk that outruns the jobs
-    /// faults its own pages in as it is copied. Pages handed on by `take_staging_from` cost a
-    /// job a page-table walk.
+    /// launch, and which on the executor's blocking threads held up chunks' writes. A chunk
+    /// that outruns the jobs faults its own pages in as it is copied. Pages handed on by
+    /// `take_staging_from` cost a job a page-table walk.
     fn populate_ahead(&self, end: usize) {
-        if self.populating.load(Ordering::Acquire) {
+        let done = self.populated.load(Ordering::Acquire);
+        if done < self.requested.get() {
+            // A job is running (or, with no stager, never will: no more are sent).
             return;
         }
         let len = self.map.len();
-        let from = self.populated.load(Ordering::Acquire).max(end - end % STAGE_POPULATE_BYTES);
+        let from = done.max(end - end % STAGE_POPULATE_BYTES);
         if from >= len || from >= end.saturating_add(STAGE_POPULATE_AHEAD_BYTES) {
             return;
         }
         let to = (from - from % STAGE_POPULATE_BYTES + STAGE_POPULATE_BYTES).min(len);
-        self.populating.store(true, Ordering::Release);
-        // Without a stager the flag stays set: no more jobs, chunks fault their pages in.
+        self.requested.set(to);
         send_to_stager(StageJob::Populate {
             addr: self.base.get() as usize + from,
             len: to - from,
             to,
             populated: self.populated.clone(),
-            populating: self.populating.clone(),
         });
     }
 
@@ -450,13 +451,7 @@ enum StageJob {
     /// mapping there or none. `MADV_POPULATE_WRITE` changes no byte of any mapping (it backs
     /// missing pages with zeroed ones and fails on read-only ones), so at worst it backs
     /// memory nobody uses.
-    Populate {
-        addr: usize,
-        len: usize,
-        to: usize,
-        populated: Arc<AtomicUsize>,
-        populating: Arc<AtomicBool>,
-    },
+    Populate { addr: usize, len: usize, to: usize, populated: Arc<AtomicUsize> },
     /// Answers once every job sent before it is done (`wait_for_stager`).
     Flush(std::sync::mpsc::Sender<()>),
 }
@@ -503,7 +498,7 @@ fn run_where_the_process_may() {
 
 fn run_stage_job(job: StageJob) {
     match job {
-        StageJob::Populate { addr, len, to, populated, populating } => {
+        StageJob::Populate { addr, len, to, populated } => {
             // SAFETY: an advice on a range of this process's address space; it changes no byte
             // of whatever is mapped there (see `StageJob`).
             let rc = unsafe { libc::madvise(addr as *mut libc::c_void, len, MADV_POPULATE_WRITE) };
@@ -512,7 +507,6 @@ fn run_stage_job(job: StageJob) {
                 tracing::debug!(error = %io::Error::last_os_error(), "MADV_POPULATE_WRITE failed");
             }
             populated.store(to, Ordering::Release);
-            populating.store(false, Ordering::Release);
         }
         StageJob::Flush(done) => {
             let _ = done.send(());
