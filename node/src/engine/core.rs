@@ -1345,7 +1345,11 @@ impl Core {
     ) -> Result<(), EngineError> {
         let fragments: Vec<FragmentId> = batches.iter().map(|(f, _)| *f).collect();
         let held = batches.iter().filter(|(_, b)| b.writes() == 0).map(|(f, _)| *f).collect();
-        let marked = batches.iter().find_map(|(_, b)| marker::participants_in(txid, b));
+        // Only a node committing in one round prepares marked transactions while serving:
+        // no scan of the batches on the journal's path.
+        let marked = marker::enabled()
+            .then(|| batches.iter().find_map(|(_, b)| marker::participants_in(txid, b)))
+            .flatten();
         let mut owned = Vec::with_capacity(batches.len());
         for (id, batch) in batches {
             self.writable(id)?;
