@@ -279,10 +279,11 @@ enum Load {
     Paced(f64),
 }
 
-/// A size in bytes from the environment variable `name`, or `default` when it is not set.
-fn bytes_from_env(name: &str, default: u64) -> u64 {
+/// A count (bytes, microseconds) from the environment variable `name`, or `default` when it
+/// is not set.
+fn number_from_env(name: &str, default: u64) -> u64 {
     std::env::var(name).map_or(default, |v| {
-        v.parse().unwrap_or_else(|_| panic!("{name}={v:?}: not a number of bytes"))
+        v.parse().unwrap_or_else(|_| panic!("{name}={v:?}: not a whole number"))
     })
 }
 
@@ -363,7 +364,7 @@ async fn durable_writes(
     limit: Option<u64>,
 ) {
     let fdir = dir.join(format!("w{writers}"));
-    let segment_bytes = bytes_from_env("TESSERA_BENCH_SEGMENT_BYTES", SEGMENT_BYTES);
+    let segment_bytes = number_from_env("TESSERA_BENCH_SEGMENT_BYTES", SEGMENT_BYTES);
     let options = FragmentOptions {
         segment_bytes,
         compact_dead_bytes_min: u64::MAX,
@@ -577,7 +578,7 @@ fn print_slow_episodes(slow: &mut [(Duration, Duration)]) {
 async fn reads_and_scans(dir: &std::path::Path) {
     let fdir = dir.join("reads");
     // One 1 GiB segment by default: every read from the staged (active) segment.
-    let segment_bytes = bytes_from_env("TESSERA_BENCH_READ_SEGMENT_BYTES", SEGMENT_BYTES);
+    let segment_bytes = number_from_env("TESSERA_BENCH_READ_SEGMENT_BYTES", SEGMENT_BYTES);
     let options = FragmentOptions {
         segment_bytes,
         compact_dead_bytes_min: u64::MAX,
@@ -767,11 +768,9 @@ fn main() {
                 glommio::Placement::Fixed(0)
             };
             let builder = glommio::LocalExecutorBuilder::new(placement).io_memory(1 << 20);
-            let builder = match std::env::var("TESSERA_BENCH_SPIN_US") {
-                Ok(v) => builder.spin_before_park(Duration::from_micros(
-                    v.parse().unwrap_or_else(|_| panic!("TESSERA_BENCH_SPIN_US={v:?}")),
-                )),
-                Err(_) => builder,
+            let builder = match number_from_env("TESSERA_BENCH_SPIN_US", 0) {
+                0 => builder,
+                spin => builder.spin_before_park(Duration::from_micros(spin)),
             };
             builder
                 // The log runs its chunks on glommio's blocking threads; for a pinned executor
