@@ -281,11 +281,11 @@ impl Segment {
     /// Keeps the staged range backed with pages up to `STAGE_POPULATE_AHEAD_BYTES` past `end`
     /// (the end of the chunk being staged), `STAGE_POPULATE_BYTES` per `MADV_POPULATE_WRITE`,
     /// one job at a time per segment, on the process's stager thread (`send_to_stager`):
-    /// backing fresh memory zeroes it, and a fresh 2 MiB page cost about 5.6 ms on dev-2c
-    /// (BENCHMARKS.md, "Session 35"), which the executor would otherwise pay inside a chunk's
-    /// launch, and which on the executor's blocking threads held up chunks' writes. A chunk
-    /// that outruns the jobs faults its own pages in as it is copied. Pages handed on by
-    /// `take_staging_from` cost a job a page-table walk.
+    /// backing fresh memory zeroes it, and a 2 MiB page the guest had not used cost 5.6 ms on
+    /// dev-2c (BENCHMARKS.md, "Session 35"), which the executor would otherwise pay inside a
+    /// chunk's launch, and which on the executor's blocking threads held up chunks' writes.
+    /// A chunk that outruns the jobs faults its own pages in as it is copied. Pages handed on
+    /// by `take_staging_from` cost a job a page-table walk.
     fn populate_ahead(&self, end: usize) {
         let done = self.populated.load(Ordering::Acquire);
         if done < self.requested.get() {
